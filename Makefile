@@ -1,0 +1,46 @@
+# marekvs: every target sets up what it needs (virtualenv, packages, generated gRPC code).
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PORT   ?= 6379
+DATA   ?= ./data
+STAMP  := $(VENV)/.installed
+
+.PHONY: run test laws bench bench-cluster proto clean lint
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+proto: $(STAMP)
+	@if ls proto/*.proto >/dev/null 2>&1; then \
+	  mkdir -p marekvs/replication/gen && \
+	  $(PY) -m grpc_tools.protoc -Iproto --python_out=marekvs/replication/gen \
+	    --grpc_python_out=marekvs/replication/gen proto/*.proto && \
+	  sed -i -E 's/^import (\w+_pb2)/from . import \1/' marekvs/replication/gen/*_grpc.py && \
+	  touch marekvs/replication/gen/__init__.py; fi
+
+run: proto
+	$(PY) -m marekvs serve --port $(PORT) --data-dir $(DATA)
+
+test: proto
+	$(PY) -m pytest -q -p no:cacheprovider tests; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
+
+laws: proto
+	HYPOTHESIS_PROFILE=deep $(PY) -m pytest -q -p no:cacheprovider tests/merge_laws
+
+bench: proto
+	$(PY) bench/bench_single.py
+
+bench-cluster: proto
+	$(PY) bench/bench_cluster.py
+
+lint: $(STAMP)
+	$(PY) -m pip install -q ruff && $(PY) -m ruff check marekvs tests bench
+
+clean:
+	rm -rf $(VENV) marekvs/replication/gen .pytest_cache

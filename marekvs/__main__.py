@@ -1,0 +1,3 @@
+from marekvs.cli import main
+
+raise SystemExit(main())

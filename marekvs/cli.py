@@ -1,0 +1,68 @@
+"""Command line: ``marekvs serve`` (one node), ``marekvs cluster ...``.
+
+Options of ``serve`` come, in increasing precedence, from the defaults, a TOML config
+file (``--config``), ``MAREKVS_<OPTION>`` environment variables and the flags.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from dataclasses import fields
+
+from marekvs import __version__
+from marekvs import config as cfgmod
+
+
+def _add_serve(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "serve", help="run one marekvs node",
+        description="Run one marekvs node. Options also come from a TOML config file (--config) "
+                    "and from MAREKVS_<OPTION> environment variables (e.g. MAREKVS_PORT=6380); "
+                    "flags win over environment, environment over the file.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--config", metavar="FILE", help="TOML config file with the options below as keys")
+    defaults = cfgmod.Config()
+    for f in fields(cfgmod.Config):
+        flag = "--" + f.name.replace("_", "-")
+        default = getattr(defaults, f.name)
+        kw = {"dest": f.name, "default": None, "help": f"{cfgmod.Config.HELP[f.name]} (default: {default!r})"}
+        if f.name == "durability":
+            kw["choices"] = ["always", "everysec", "no"]
+        if f.name == "log_level":
+            kw["choices"] = ["debug", "info", "warning", "error"]
+        p.add_argument(flag, **kw)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="marekvs", description="marekvs: active-active Redis-compatible store")
+    parser.add_argument("--version", action="version", version=f"marekvs {__version__}")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    _add_serve(sub)
+    try:
+        from marekvs import cluster  # multi-node launcher (replication issue)
+    except ImportError:
+        cluster = None
+    if cluster is not None:
+        cluster.add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.cmd == "serve":
+        overrides = {f.name: getattr(args, f.name) for f in fields(cfgmod.Config)}
+        try:
+            config = cfgmod.load(args.config, overrides=overrides)
+        except (ValueError, OSError) as e:
+            print(f"marekvs: bad configuration: {e}", file=sys.stderr)
+            return 2
+        logging.basicConfig(level=config.log_level.upper(),
+                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        from marekvs.server.app import serve
+
+        serve(config, args.config)
+        return 0
+    return args.func(args)

@@ -1,0 +1,306 @@
+"""Connection commands: PING, ECHO, HELLO, AUTH, SELECT, QUIT, RESET, CLIENT ..."""
+
+from __future__ import annotations
+
+import hmac
+import time
+
+from marekvs import REDIS_COMPAT_VERSION
+from marekvs.commands import errors
+from marekvs.commands.errors import CommandError
+from marekvs.commands.table import command, container
+from marekvs.server import resp
+
+CONTAINERS = (container("client", group="connection", summary="A container for client connection commands.",
+                        since="2.4.0"),)
+
+
+@command("ping", -1, "fast sentinel", group="connection", summary="Returns the server's liveliness response.",
+         syntax="[message]")
+def ping(c, args):
+    if len(args) > 2:
+        raise CommandError(errors.wrong_arity("ping"))
+    return resp.PONG if len(args) == 1 else args[1]
+
+
+@command("echo", 2, "fast", group="connection", summary="Returns the given string.", syntax="message")
+def echo(c, args):
+    return args[1]
+
+
+def _password_ok(c, user: bytes, password: bytes) -> bool:
+    want = c.server.config.requirepass
+    if user != b"default":
+        return False
+    if not want:
+        return True
+    return hmac.compare_digest(password, want.encode())
+
+
+@command("auth", -2, "noscript loading stale fast no-auth sentinel allow-busy", group="connection",
+         summary="Authenticates the connection.", since="1.0.0", syntax="[username] password")
+def auth(c, args):
+    if len(args) > 3:
+        raise CommandError(errors.SYNTAX)
+    if len(args) == 2:
+        if not c.server.config.requirepass:
+            raise CommandError(errors.AUTH_NOT_CONFIGURED)
+        user, password = b"default", args[1]
+    else:
+        user, password = args[1], args[2]
+    if not _password_ok(c, user, password):
+        raise CommandError(errors.WRONGPASS)
+    c.authed = True
+    c.parser.auth_required = False
+    return resp.OK
+
+
+@command("hello", -1, "noscript loading stale fast no-auth sentinel allow-busy", group="connection",
+         summary="Handshakes with the Redis server.", since="6.0.0",
+         syntax="[protover [AUTH username password] [SETNAME clientname]]")
+def hello(c, args):
+    proto = c.proto
+    i = 1
+    if len(args) > 1:
+        try:
+            proto = int(args[1])
+        except ValueError:
+            raise CommandError("ERR Protocol version is not an integer or out of range") from None
+        if proto < 2 or proto > 3:
+            raise CommandError(errors.NOPROTO)
+        i = 2
+    name = None
+    authed = False
+    while i < len(args):
+        opt = args[i].upper()
+        more = len(args) - i - 1
+        if opt == b"AUTH" and more >= 2:
+            if not _password_ok(c, args[i + 1], args[i + 2]):
+                raise CommandError(errors.WRONGPASS)
+            authed = True
+            i += 3
+        elif opt == b"SETNAME" and more >= 1:
+            name = _check_name(args[i + 1])
+            i += 2
+        else:
+            raise CommandError("ERR Syntax error in HELLO option '%s'" % args[i].decode("utf-8", "replace"))
+    if authed:
+        c.authed = True
+        c.parser.auth_required = False
+    if not c.authed:
+        raise CommandError("NOAUTH HELLO must be called with the client already authenticated, otherwise "
+                           "the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the "
+                           "client and select the RESP protocol version at the same time")
+    if name is not None:
+        c.name = name
+    c.proto = proto
+    return resp.Map([
+        b"server", b"redis", b"version", REDIS_COMPAT_VERSION.encode(), b"proto", proto,
+        b"id", c.id, b"mode", b"standalone", b"role", b"master", b"modules", [],
+    ])
+
+
+@command("select", 2, "loading stale fast", group="connection", summary="Changes the selected database.",
+         syntax="index")
+def select(c, args):
+    try:
+        idx = int(args[1])
+    except ValueError:
+        raise CommandError(errors.NOT_INTEGER) from None
+    if idx != 0:
+        raise CommandError(errors.SELECT_CLUSTER)
+    return resp.OK
+
+
+@command("quit", -1, "noscript loading stale fast no-auth allow-busy", group="connection",
+         summary="Closes the connection.")
+def quit_(c, args):
+    c.close_after_reply()
+    return resp.OK
+
+
+@command("reset", 1, "noscript loading stale fast no-auth allow-busy", group="connection",
+         summary="Resets the connection.", since="6.2.0")
+def reset(c, args):
+    c.proto = 2
+    c.name = b""
+    c.no_evict = False
+    if c.server.config.requirepass:
+        c.authed = False
+        c.parser.auth_required = True
+    return resp.Simple(b"RESET")
+
+
+# -- CLIENT ---------------------------------------------------------------------------
+
+def _check_name(name: bytes) -> bytes:
+    if any(ch < 33 or ch > 126 for ch in name):
+        raise CommandError("ERR Client names cannot contain spaces, newlines or special characters.")
+    return name
+
+
+def client_line(cl) -> str:
+    now = time.monotonic()
+    return (f"id={cl.id} addr={cl.addr} laddr={cl.laddr} fd={cl.fd} name={cl.name.decode('utf-8', 'replace')} "
+            f"age={int(now - cl.created)} idle={int(now - cl.last_active)} flags={'e' if cl.no_evict else 'N'} "
+            f"db=0 sub=0 psub=0 ssub=0 multi=-1 qbuf={cl.parser.pending_bytes()} qbuf-free=0 argv-mem=0 "
+            f"multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={cl.last_cmd} user=default "
+            f"redir=-1 resp={cl.proto} lib-name={cl.lib_name.decode('utf-8', 'replace')} "
+            f"lib-ver={cl.lib_ver.decode('utf-8', 'replace')}")
+
+
+@command("id", 2, "noscript loading stale", parent="client", group="connection",
+         summary="Returns the unique client ID of the connection.", since="5.0.0")
+def client_id(c, args):
+    return c.id
+
+
+@command("setname", 3, "noscript loading stale", parent="client", group="connection",
+         summary="Sets the connection name.", since="2.6.9", syntax="connection-name")
+def client_setname(c, args):
+    c.name = _check_name(args[2])
+    return resp.OK
+
+
+@command("getname", 2, "noscript loading stale", parent="client", group="connection",
+         summary="Returns the name of the connection.", since="2.6.9")
+def client_getname(c, args):
+    return c.name or None
+
+
+@command("list", -2, "admin noscript loading stale", parent="client", group="connection",
+         summary="Lists open connections.", since="2.4.0",
+         syntax="[TYPE NORMAL | MASTER | REPLICA | PUBSUB] [ID client-id [client-id ...]]")
+def client_list(c, args):
+    clients = list(c.server.clients.values())
+    i = 2
+    while i < len(args):
+        opt = args[i].upper()
+        if opt == b"TYPE" and i + 1 < len(args):
+            t = args[i + 1].lower()
+            if t not in (b"normal", b"master", b"replica", b"slave", b"pubsub"):
+                raise CommandError("ERR Unknown client type '%s'" % args[i + 1].decode("utf-8", "replace"))
+            if t != b"normal":
+                clients = []
+            i += 2
+        elif opt == b"ID" and i + 1 < len(args):
+            ids = set()
+            for a in args[i + 1:]:
+                try:
+                    ids.add(int(a))
+                except ValueError:
+                    raise CommandError("ERR Invalid client ID") from None
+            clients = [cl for cl in clients if cl.id in ids]
+            i = len(args)
+        else:
+            raise CommandError(errors.SYNTAX)
+    text = "".join(client_line(cl) + "\n" for cl in sorted(clients, key=lambda x: x.id)).encode()
+    return resp.Verbatim(text)
+
+
+@command("info", 2, "noscript loading stale", parent="client", group="connection",
+         summary="Returns information about the connection.", since="6.2.0")
+def client_info(c, args):
+    return resp.Verbatim((client_line(c) + "\n").encode())
+
+
+@command("setinfo", 4, "noscript loading stale", parent="client", group="connection",
+         summary="Sets information specific to the client or connection.", since="7.2.0",
+         syntax="LIB-NAME libname | LIB-VER libver")
+def client_setinfo(c, args):
+    attr = args[2].upper()
+    val = args[3]
+    if any(ch < 33 or ch > 126 for ch in val):
+        raise CommandError("ERR %s cannot contain spaces, newlines or special characters."
+                           % attr.decode("utf-8", "replace").lower())
+    if attr == b"LIB-NAME":
+        c.lib_name = val
+    elif attr == b"LIB-VER":
+        c.lib_ver = val
+    else:
+        raise CommandError("ERR Unrecognized option '%s'" % args[2].decode("utf-8", "replace"))
+    return resp.OK
+
+
+@command("no-evict", 3, "admin noscript loading stale", parent="client", group="connection",
+         summary="Sets the client eviction mode of the connection.", since="7.0.0", syntax="ON | OFF")
+def client_no_evict(c, args):
+    v = args[2].upper()
+    if v not in (b"ON", b"OFF"):
+        raise CommandError(errors.SYNTAX)
+    c.no_evict = v == b"ON"
+    return resp.OK
+
+
+@command("kill", -3, "admin noscript loading stale", parent="client", group="connection",
+         summary="Terminates open connections.", since="2.4.0",
+         syntax="ip:port | [ID client-id] [TYPE NORMAL | MASTER | SLAVE | REPLICA | PUBSUB] "
+                "[USER username] [ADDR ip:port] [LADDR ip:port] [SKIPME YES | NO]")
+def client_kill(c, args):
+    clients = list(c.server.clients.values())
+    if len(args) == 3:  # old form: CLIENT KILL addr:port
+        addr = args[2].decode("utf-8", "replace")
+        victims = [cl for cl in clients if cl.addr == addr]
+        if not victims:
+            raise CommandError("ERR No such client")
+        victims[0].kill()
+        return resp.OK
+    skipme = True
+    if (len(args) - 2) % 2:
+        raise CommandError(errors.SYNTAX)
+    for i in range(2, len(args), 2):
+        opt, val = args[i].upper(), args[i + 1]
+        if opt == b"ID":
+            try:
+                want = int(val)
+            except ValueError:
+                raise CommandError("ERR client-id should be greater than 0") from None
+            clients = [cl for cl in clients if cl.id == want]
+        elif opt == b"ADDR":
+            clients = [cl for cl in clients if cl.addr == val.decode("utf-8", "replace")]
+        elif opt == b"LADDR":
+            clients = [cl for cl in clients if cl.laddr == val.decode("utf-8", "replace")]
+        elif opt == b"TYPE":
+            t = val.lower()
+            if t not in (b"normal", b"master", b"replica", b"slave", b"pubsub"):
+                raise CommandError("ERR Unknown client type '%s'" % val.decode("utf-8", "replace"))
+            if t != b"normal":
+                clients = []
+        elif opt == b"USER":
+            if val != b"default":
+                clients = []
+        elif opt == b"SKIPME":
+            v = val.upper()
+            if v not in (b"YES", b"NO"):
+                raise CommandError(errors.SYNTAX)
+            skipme = v == b"YES"
+        else:
+            raise CommandError(errors.SYNTAX)
+    n = 0
+    for cl in clients:
+        if skipme and cl is c:
+            continue
+        if cl is c:
+            cl.close_after_reply()
+        else:
+            cl.kill()
+        n += 1
+    return n
+
+
+@command("help", 2, "loading stale", parent="client", group="connection",
+         summary="Returns helpful text about the different subcommands.", since="5.0.0")
+def client_help(c, args):
+    return [resp.Simple(x.encode()) for x in (
+        "CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+        "GETNAME", "    Return the name of the current connection.",
+        "ID", "    Return the ID of the current connection.",
+        "INFO", "    Return information about the current client connection.",
+        "KILL <ip:port>", "    Kill connection made from <ip:port>.",
+        "KILL <option> <value> [<option> <value> [...]]", "    Kill connections. Options are: ID, TYPE, USER,"
+        " ADDR, LADDR, SKIPME.",
+        "LIST [options ...]", "    Return information about client connections.",
+        "NO-EVICT (ON|OFF)", "    Protect current client connection from eviction.",
+        "SETINFO <option> <value>", "    Set client meta attr. Options are: LIB-NAME, LIB-VER.",
+        "SETNAME <name>", "    Assign the name <name> to the current connection.",
+        "HELP", "    Print this help.")]

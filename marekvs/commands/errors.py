@@ -1,0 +1,61 @@
+"""Every error reply text, exactly as Redis 7.0 words it. Nothing else spells errors."""
+
+from __future__ import annotations
+
+
+class CommandError(Exception):
+    """Raised by a handler; the dispatcher replies with ``-<message>``."""
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+
+WRONGTYPE = "WRONGTYPE Operation against a key holding the wrong kind of value"
+NOT_INTEGER = "ERR value is not an integer or out of range"
+NOT_FLOAT = "ERR value is not a valid float"
+OVERFLOW = "ERR increment or decrement would overflow"
+NAN_OR_INF = "ERR increment would produce NaN or Infinity"
+SYNTAX = "ERR syntax error"
+NO_SUCH_KEY = "ERR no such key"
+NOAUTH = "NOAUTH Authentication required."
+WRONGPASS = "WRONGPASS invalid username-password pair or user is disabled."
+AUTH_NOT_CONFIGURED = ("ERR AUTH <password> called without any password configured for the "
+                       "default user. Are you sure your configuration is correct?")
+SELECT_CLUSTER = "ERR SELECT is not allowed in cluster mode"
+DB_OUT_OF_RANGE = "ERR DB index is out of range"
+NOPROTO = "NOPROTO unsupported protocol version"
+STRING_TOO_LONG = "ERR string exceeds maximum allowed size (proto-max-bulk-len)"
+OFFSET_OUT_OF_RANGE = "ERR offset is out of range"
+INVALID_CURSOR = "ERR invalid cursor"
+NX_XX_GT_LT = "ERR NX and XX, GT or LT options at the same time are not compatible"
+GT_LT = "ERR GT and LT options at the same time are not compatible"
+TIMEOUT_NEGATIVE = "ERR timeout is negative"
+TIMEOUT_NOT_INT = "ERR timeout is not an integer or out of range"
+
+
+def wrong_arity(fullname: str) -> str:
+    return f"ERR wrong number of arguments for '{fullname}' command"
+
+
+def unknown_command(args: list[bytes]) -> str:
+    tail = ""
+    for a in args[1:]:
+        if len(tail) >= 128:
+            break
+        tail += "'%s' " % a.decode("utf-8", "replace")[: 128 - len(tail)]
+    name = args[0].decode("utf-8", "replace")[:128]
+    return f"ERR unknown command '{name}', with args beginning with: {tail}"
+
+
+def unknown_subcommand(container: str, sub: bytes) -> str:
+    return "ERR unknown subcommand '%s'. Try %s HELP." % (
+        sub.decode("utf-8", "replace")[:128], container.upper())
+
+
+def invalid_expire(fullname: str) -> str:
+    return f"ERR invalid expire time in '{fullname}' command"
+
+
+def unsupported_option(opt: bytes) -> str:
+    return "ERR Unsupported option %s" % opt.decode("utf-8", "replace")

@@ -1,0 +1,406 @@
+"""Server commands: INFO, CONFIG, DBSIZE, FLUSHDB/FLUSHALL, TIME, LASTSAVE, SAVE,
+SHUTDOWN, COMMAND.
+
+FLUSHDB / FLUSHALL are replicated writes: they write an LWW tombstone for every live
+key (string records and collection heads) through the apply path, as one command, so
+a peer that receives the records converges on the flush exactly like on a DEL of
+every key; writes made after the flush (higher HLC) survive it everywhere.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import platform
+import resource
+import sys
+import time
+
+from marekvs import REDIS_COMPAT_VERSION, __version__
+from marekvs.commands import docs, errors
+from marekvs.commands.db import now_ms
+from marekvs.commands.errors import CommandError
+from marekvs.commands.table import command, container
+from marekvs.core.partition import PARTITIONS
+from marekvs.server import resp
+from marekvs.storage.engine import shard_range
+
+CONTAINERS = (
+    container("config", group="server", summary="A container for server configuration commands.",
+              since="2.0.0"),
+    container("command", -1, "loading stale", group="server",
+              summary="Returns detailed information about all commands.", since="2.8.13"),
+)
+
+# Redis tuning parameters with no meaning for this engine: accepted, remembered and
+# returned by CONFIG GET so tools and harnesses that set them keep working (docs/).
+NOOP_PARAMS = {
+    "save": "", "appendonly": "yes", "appendfilename": "appendonly.aof", "dbfilename": "dump.rdb",
+    "databases": "1", "maxmemory": "0", "maxmemory-policy": "noeviction", "maxmemory-samples": "5",
+    "hash-max-listpack-entries": "128", "hash-max-listpack-value": "64",
+    "hash-max-ziplist-entries": "128", "hash-max-ziplist-value": "64",
+    "list-max-listpack-size": "-2", "list-max-ziplist-size": "-2", "list-compress-depth": "0",
+    "set-max-intset-entries": "512", "set-max-listpack-entries": "128",
+    "zset-max-listpack-entries": "128", "zset-max-listpack-value": "64",
+    "zset-max-ziplist-entries": "128", "zset-max-ziplist-value": "64",
+    "stream-node-max-bytes": "4096", "stream-node-max-entries": "100", "hll-sparse-max-bytes": "3000",
+    "activerehashing": "yes", "activedefrag": "no", "lazyfree-lazy-eviction": "no",
+    "lazyfree-lazy-expire": "no", "lazyfree-lazy-server-del": "no", "lazyfree-lazy-user-del": "no",
+    "lazyfree-lazy-user-flush": "no", "hz": "10", "dynamic-hz": "yes", "latency-tracking": "yes",
+    "notify-keyspace-events": "", "slowlog-log-slower-than": "10000", "slowlog-max-len": "128",
+    "latency-monitor-threshold": "0", "lua-time-limit": "5000", "busy-reply-threshold": "5000",
+    "tcp-keepalive": "300", "maxclients": "10000", "client-output-buffer-limit":
+    "normal 0 0 0 slave 268435456 67108864 60 pubsub 33554432 8388608 60",
+    "no-appendfsync-on-rewrite": "no", "auto-aof-rewrite-percentage": "100",
+    "auto-aof-rewrite-min-size": "67108864", "rdbcompression": "yes", "rdbchecksum": "yes",
+    "stop-writes-on-bgsave-error": "yes", "protected-mode": "yes", "loglevel": "notice",
+    "timeout": "0", "tcp-backlog": "511", "repl-diskless-sync": "yes", "enable-debug-command": "no",
+}
+
+
+def _live_params(server) -> dict[str, str]:
+    cfg = server.config
+    return {
+        "port": str(cfg.port), "bind": cfg.bind, "dir": os.path.abspath(cfg.data_dir),
+        "requirepass": cfg.requirepass, "appendfsync": server.engine.durability,
+        "proto-max-bulk-len": str(512 * 1024 * 1024), "gc-grace": str(cfg.gc_grace),
+        "max-clock-drift": str(cfg.max_clock_drift), "node-id": str(cfg.node_id),
+        "shards": str(cfg.shards),
+    }
+
+
+@command("get", -3, "admin noscript loading stale", parent="config", group="server",
+         summary="Returns the effective values of configuration parameters.", since="2.0.0",
+         syntax="parameter [parameter ...]")
+def config_get(c, args):
+    server = c.server
+    params = dict(NOOP_PARAMS)
+    params.update(server.config_extra)
+    params.update(_live_params(server))
+    out: list = []
+    seen = set()
+    for pat in args[2:]:
+        p = pat.decode("utf-8", "replace").lower()
+        for name in sorted(params):
+            if name not in seen and fnmatch.fnmatchcase(name, p):
+                seen.add(name)
+                out += [name.encode(), params[name].encode()]
+    return resp.Map(out)
+
+
+@command("set", -4, "admin noscript loading stale", parent="config", group="server",
+         summary="Sets configuration parameters in-flight.", since="2.0.0",
+         syntax="parameter value [parameter value ...]")
+def config_set(c, args):
+    if len(args) % 2:
+        raise CommandError(errors.wrong_arity("config|set"))
+    server = c.server
+    pairs = [(args[i].decode("utf-8", "replace").lower(), args[i + 1].decode("utf-8", "replace"))
+             for i in range(2, len(args), 2)]
+    for name, value in pairs:  # validate all first: CONFIG SET is all-or-nothing
+        if name in ("appendfsync",) and value not in ("always", "everysec", "no"):
+            raise CommandError(f"ERR CONFIG SET failed (possibly related to argument '{name}') - "
+                               "argument(s) must be one of the following: always, everysec, no")
+        if name in ("gc-grace", "max-clock-drift"):
+            if not value.isdigit():
+                raise CommandError(f"ERR CONFIG SET failed (possibly related to argument '{name}') - "
+                                   "argument couldn't be parsed into an integer")
+        elif name not in NOOP_PARAMS and name not in ("requirepass", "appendfsync"):
+            raise CommandError(f"ERR Unknown option or number of arguments for CONFIG SET - '{name}'")
+    for name, value in pairs:
+        if name == "appendfsync":
+            server.set_durability(value)
+        elif name == "requirepass":
+            server.config.requirepass = value
+        elif name == "gc-grace":
+            server.config.gc_grace = int(value)
+        elif name == "max-clock-drift":
+            server.config.max_clock_drift = int(value)
+            server.hlc.max_drift_ms = int(value)
+        else:
+            server.config_extra[name] = value
+    return resp.OK
+
+
+@command("resetstat", 2, "admin noscript loading stale", parent="config", group="server",
+         summary="Resets the server's statistics.", since="2.0.0")
+def config_resetstat(c, args):
+    s = c.server
+    s.total_commands = s.error_replies = s.rejected_connections = s.unexpected_errors = 0
+    s.total_connections = len(s.clients)
+    return resp.OK
+
+
+@command("help", 2, "loading stale", parent="config", group="server",
+         summary="Returns helpful text about the different subcommands.", since="5.0.0")
+def config_help(c, args):
+    return [resp.Simple(x.encode()) for x in (
+        "CONFIG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+        "GET <pattern>", "    Return parameters matching the glob-like <pattern> and their values.",
+        "SET <directive> <value>", "    Set the configuration <directive> to <value>.",
+        "RESETSTAT", "    Reset statistics reported by the INFO command.",
+        "HELP", "    Print this help.")]
+
+
+# -- keyspace-wide ----------------------------------------------------------------------
+
+def _all_live_keys(ks, now):
+    for pid in range(PARTITIONS):
+        yield from ks.partition_keys(pid, now)
+
+
+@command("dbsize", 1, "readonly fast", group="server",
+         summary="Returns the number of keys in the database.")
+def dbsize(c, args):
+    now = now_ms()
+    return sum(1 for _ in _all_live_keys(c.ks, now))
+
+
+def _flush(c, args):
+    if len(args) > 2 or (len(args) == 2 and args[1].upper() not in (b"ASYNC", b"SYNC")):
+        raise CommandError(errors.SYNTAX)
+    ks = c.ks
+    now = now_ms()
+    recs = []
+    for key, _, _ in list(_all_live_keys(ks, now)):
+        recs += ks.delete_records(key, now)
+    if recs:
+        ks.apply(recs)
+    return resp.OK
+
+
+@command("flushdb", -1, "write", group="server", summary="Removes all keys from the current database.",
+         syntax="[ASYNC | SYNC]")
+def flushdb(c, args):
+    return _flush(c, args)
+
+
+@command("flushall", -1, "write", group="server", summary="Removes all keys from all databases.",
+         syntax="[ASYNC | SYNC]")
+def flushall(c, args):
+    return _flush(c, args)
+
+
+@command("time", 1, "loading stale fast", group="server", summary="Returns the server time.", since="2.6.0")
+def time_(c, args):
+    t = time.time_ns() // 1000
+    return [b"%d" % (t // 1_000_000), b"%d" % (t % 1_000_000)]
+
+
+@command("lastsave", 1, "loading stale fast", group="server",
+         summary="Returns the Unix timestamp of the last successful save to disk.")
+def lastsave(c, args):
+    return c.server.last_save
+
+
+@command("save", 1, "admin noscript", group="server",
+         summary="Synchronously saves the database(s) to disk.")
+def save(c, args):
+    c.server.engine.sync()
+    c.server.last_save = int(time.time())
+    return resp.OK
+
+
+@command("shutdown", -1, "admin noscript loading stale no-auth", group="server",
+         summary="Synchronously saves the database(s) to disk and shuts down the Redis server.",
+         syntax="[NOSAVE | SAVE] [NOW] [FORCE] [ABORT]")
+def shutdown(c, args):
+    for a in args[1:]:
+        if a.upper() not in (b"NOSAVE", b"SAVE", b"NOW", b"FORCE", b"ABORT"):
+            raise CommandError(errors.SYNTAX)
+    if not c.authed:
+        raise CommandError(errors.NOAUTH)
+    if any(a.upper() == b"ABORT" for a in args[1:]):
+        raise CommandError("ERR No shutdown in progress.")
+    c.server.request_shutdown()
+    c.close_after_reply()
+    return resp.OK
+
+
+# -- INFO -----------------------------------------------------------------------------
+
+def _section_server(s) -> list[tuple[str, object]]:
+    up = int(time.monotonic() - s.started_mono)
+    return [
+        ("redis_version", REDIS_COMPAT_VERSION), ("marekvs_version", __version__),
+        ("redis_git_sha1", "00000000"), ("redis_git_dirty", 0), ("redis_mode", "standalone"),
+        ("os", f"{platform.system()} {platform.release()} {platform.machine()}"),
+        ("arch_bits", 64 if sys.maxsize > 2**32 else 32), ("multiplexing_api", "epoll"),
+        ("python_version", platform.python_version()), ("process_id", os.getpid()),
+        ("run_id", s.run_id), ("tcp_port", s.config.port), ("server_time_usec", time.time_ns() // 1000),
+        ("uptime_in_seconds", up), ("uptime_in_days", up // 86400), ("hz", 10),
+        ("executable", sys.argv[0]), ("config_file", s.config_file or ""),
+    ]
+
+
+def _section_clients(s):
+    return [("connected_clients", len(s.clients)), ("blocked_clients", 0), ("tracking_clients", 0),
+            ("maxclients", 10000)]
+
+
+def _section_memory(s):
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return [("used_memory", rss), ("used_memory_human", f"{rss / 1048576:.2f}M"), ("used_memory_rss", rss),
+            ("maxmemory", 0), ("maxmemory_policy", "noeviction"), ("cache_entries", len(s.engine.cache)),
+            ("mem_allocator", "libc")]
+
+
+def _section_persistence(s):
+    e = s.engine
+    return [("loading", 0), ("rdb_changes_since_last_save", 0), ("rdb_bgsave_in_progress", 0),
+            ("rdb_last_save_time", s.last_save), ("aof_enabled", 1), ("aof_rewrite_in_progress", 0),
+            ("aof_last_write_status", "ok"), ("appendfsync", e.durability), ("storage_engine", "rocksdb"),
+            ("storage_batches", e.batches), ("storage_records_written", e.records_written),
+            ("storage_sst_bytes", e.approximate_size()), ("replog_first_seq", e.log_first),
+            ("replog_last_seq", e.log_seq)]
+
+
+def _section_stats(s):
+    return [("total_connections_received", s.total_connections), ("total_commands_processed", s.total_commands),
+            ("rejected_connections", s.rejected_connections), ("expired_keys", 0),
+            ("expired_records_removed", s.sweeper.removed), ("evicted_keys", 0),
+            ("total_error_replies", s.error_replies), ("unexpected_error_replies", s.unexpected_errors)]
+
+
+def _section_replication(s):
+    return [("role", "master"), ("connected_slaves", 0), ("master_replid", s.run_id),
+            ("master_repl_offset", s.engine.log_seq), ("replication_mode", "active-active")]
+
+
+def _section_cluster(s):
+    return [("cluster_enabled", 0)]
+
+
+def _section_keyspace(s):
+    n = sum(1 for _ in _all_live_keys(s.ks, now_ms()))
+    return [("db0", f"keys={n},expires=0,avg_ttl=0")] if n else []
+
+
+def _section_marekvs(s):
+    lo_hi = [shard_range(i, s.config.shards) for i in range(s.config.shards)]
+    return [("node_id", s.config.node_id), ("partitions", PARTITIONS), ("shards", s.config.shards),
+            ("shard_ranges", ",".join(f"{lo}-{hi}" for lo, hi in lo_hi)), ("hlc", s.hlc.last),
+            ("hlc_physical_ms", s.hlc.last >> 16), ("hlc_clamped", s.hlc.clamped),
+            ("max_clock_drift_ms", s.hlc.max_drift_ms), ("gc_grace_seconds", s.config.gc_grace),
+            ("sweeper_cycles", s.sweeper.cycles)]
+
+
+SECTIONS = {
+    "server": _section_server, "clients": _section_clients, "memory": _section_memory,
+    "persistence": _section_persistence, "stats": _section_stats, "replication": _section_replication,
+    "cpu": lambda s: [("used_cpu_sys", "%.6f" % resource.getrusage(resource.RUSAGE_SELF).ru_stime),
+                      ("used_cpu_user", "%.6f" % resource.getrusage(resource.RUSAGE_SELF).ru_utime)],
+    "cluster": _section_cluster, "keyspace": _section_keyspace, "marekvs": _section_marekvs,
+}
+DEFAULT_SECTIONS = ("server", "clients", "memory", "persistence", "stats", "replication", "cpu",
+                    "cluster", "keyspace", "marekvs")
+
+
+def info_text(server, names: list[str]) -> str:
+    if not names or any(n in ("all", "everything", "default") for n in names):
+        names = list(DEFAULT_SECTIONS)
+    parts = []
+    for n in names:
+        f = SECTIONS.get(n)
+        if f is None:
+            continue
+        body = "".join(f"{k}:{v}\r\n" for k, v in f(server))
+        parts.append(f"# {n.capitalize()}\r\n{body}")
+    return "\r\n".join(parts)
+
+
+@command("info", -1, "loading stale sentinel", group="server",
+         summary="Returns information and statistics about the server.", syntax="[section [section ...]]")
+def info(c, args):
+    names = [a.decode("utf-8", "replace").lower() for a in args[1:]]
+    return resp.Verbatim(info_text(c.server, names).encode())
+
+
+# -- COMMAND --------------------------------------------------------------------------
+
+def _all_commands(table):
+    return sorted(table, key=lambda x: x.name)
+
+
+@command("count", 2, "loading stale", parent="command", group="server",
+         summary="Returns a count of commands.", since="2.8.13")
+def command_count(c, args):
+    return len(c.server.table)
+
+
+@command("info", -2, "loading stale", parent="command", group="server",
+         summary="Returns information about one, multiple or all commands.", since="2.8.13",
+         syntax="[command-name [command-name ...]]")
+def command_info(c, args):
+    table = c.server.table
+    if len(args) == 2:
+        return [docs.info_reply(x) for x in _all_commands(table)]
+    out = []
+    for name in args[2:]:
+        cmd = table.lookup(name)
+        out.append(docs.info_reply(cmd) if cmd else None)
+    return out
+
+
+@command("docs", -2, "loading stale", parent="command", group="server",
+         summary="Returns documentary information about one, multiple or all commands.", since="7.0.0",
+         syntax="[command-name [command-name ...]]")
+def command_docs(c, args):
+    table = c.server.table
+    names = args[2:] or [x.name.encode() for x in _all_commands(table)]
+    out: list = []
+    for name in names:
+        cmd = table.lookup(name)
+        if cmd is not None:
+            out += [cmd.name.encode(), docs.doc_reply(cmd)]
+    return resp.Map(out)
+
+
+@command("list", -2, "loading stale", parent="command", group="server",
+         summary="Returns a list of command names.", since="7.0.0",
+         syntax="[FILTERBY MODULE module-name | ACLCAT category | PATTERN pattern]")
+def command_list(c, args):
+    cmds = _all_commands(c.server.table)
+    if len(args) > 2:
+        if len(args) != 5 or args[2].upper() != b"FILTERBY":
+            raise CommandError(errors.SYNTAX)
+        kind, val = args[3].upper(), args[4].decode("utf-8", "replace")
+        if kind == b"MODULE":
+            cmds = []
+        elif kind == b"ACLCAT":
+            cmds = [x for x in cmds if val in (x.acl or (x.group,))]
+        elif kind == b"PATTERN":
+            cmds = [x for x in cmds if fnmatch.fnmatchcase(x.name, val.lower())]
+        else:
+            raise CommandError(errors.SYNTAX)
+    return [x.name.encode() for x in cmds]
+
+
+@command("getkeys", -3, "loading stale", parent="command", group="server",
+         summary="Extracts the key names from an arbitrary command.", since="2.8.13",
+         syntax="command [arg [arg ...]]")
+def command_getkeys(c, args):
+    cmd = c.server.table.lookup(args[2])
+    if cmd is None:
+        raise CommandError("ERR Invalid command specified")
+    sub = args[2:]
+    if (cmd.arity > 0 and len(sub) != cmd.arity) or len(sub) < -cmd.arity:
+        raise CommandError("ERR Invalid number of arguments specified for command")
+    keys = cmd.keys_of(sub)
+    if not keys:
+        raise CommandError("ERR The command has no key arguments")
+    return keys
+
+
+@command("help", 2, "loading stale", parent="command", group="server",
+         summary="Returns helpful text about the different subcommands.", since="5.0.0")
+def command_help(c, args):
+    return [resp.Simple(x.encode()) for x in (
+        "COMMAND <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+        "(no subcommand)", "    Return details about all Redis commands.",
+        "COUNT", "    Return the total number of commands in this Redis server.",
+        "LIST", "    Return a list of all commands in this Redis server.",
+        "INFO [<command-name> ...]", "    Return details about multiple Redis commands.",
+        "DOCS [<command-name> ...]", "    Return documentation details about multiple Redis commands.",
+        "GETKEYS <full-command>", "    Return the keys from a full Redis command.",
+        "HELP", "    Print this help.")]

@@ -1,0 +1,117 @@
+"""The command table: every command declared once, as data.
+
+A handler carries its declaration (``@command``): name, arity (negative = at least,
+counting the name), flags, key positions (first, last, step), group, summary and the
+argument grammar in Redis's documentation syntax. The dispatcher checks arity from
+here before any handler runs; COMMAND, COMMAND COUNT|INFO|DOCS|LIST and redis-cli's
+hints are all answered from this one table. Container commands (CLIENT, CONFIG, ...)
+declare their subcommands the same way with ``parent=``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+FAMILIES = (
+    "marekvs.commands.connection",
+    "marekvs.commands.server",
+    "marekvs.commands.strings",
+    "marekvs.commands.keys",
+)
+
+
+@dataclass(slots=True)
+class Command:
+    name: str  # lowercase, e.g. "get" or "setname" for CLIENT SETNAME
+    handler: Callable[..., Any] | None
+    arity: int
+    flags: tuple[str, ...]
+    first_key: int = 0
+    last_key: int = 0
+    step: int = 0
+    group: str = "generic"
+    summary: str = ""
+    since: str = "1.0.0"
+    complexity: str = "O(1)"
+    syntax: str = ""
+    parent: str | None = None
+    acl: tuple[str, ...] = ()
+    subcommands: dict[str, "Command"] = field(default_factory=dict)
+
+    @property
+    def fullname(self) -> str:
+        return f"{self.parent}|{self.name}" if self.parent else self.name
+
+    @property
+    def is_write(self) -> bool:
+        return "write" in self.flags
+
+    def keys_of(self, args: list[bytes]) -> list[bytes]:
+        if not self.first_key:
+            return []
+        last = self.last_key if self.last_key >= 0 else len(args) + self.last_key
+        return args[self.first_key : last + 1 : self.step or 1]
+
+
+def command(name: str, arity: int, flags: str = "", keys: tuple[int, int, int] = (0, 0, 0), *,
+            group: str = "generic", summary: str = "", since: str = "1.0.0",
+            complexity: str = "O(1)", syntax: str = "", parent: str | None = None,
+            acl: str = "") -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Attach a command declaration to its handler (no global registry)."""
+
+    def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
+        decls = getattr(fn, "__commands__", [])
+        decls.append(Command(name, fn, arity, tuple(flags.split()), *keys, group=group,
+                             summary=summary, since=since, complexity=complexity, syntax=syntax,
+                             parent=parent, acl=tuple(acl.split())))
+        fn.__commands__ = decls  # type: ignore[attr-defined]
+        return fn
+
+    return deco
+
+
+def container(name: str, arity: int = -2, flags: str = "", *, group: str = "generic",
+              summary: str = "", since: str = "1.0.0") -> Command:
+    """A command whose behaviour lives in its subcommands (CLIENT, CONFIG, ...)."""
+    return Command(name, None, arity, tuple(flags.split()), group=group, summary=summary,
+                   since=since, complexity="Depends on subcommand.")
+
+
+class CommandTable:
+    def __init__(self) -> None:
+        self.commands: dict[bytes, Command] = {}
+
+    def add(self, cmd: Command) -> None:
+        if cmd.parent is None:
+            self.commands[cmd.name.encode()] = cmd
+            return
+        parent = self.commands[cmd.parent.encode()]
+        parent.subcommands[cmd.name] = cmd
+
+    def register_module(self, module: Any) -> None:
+        for c in getattr(module, "CONTAINERS", ()):
+            self.add(c)
+        for obj in vars(module).values():
+            for decl in getattr(obj, "__commands__", ()):
+                self.add(decl)
+
+    def lookup(self, name: bytes) -> Command | None:
+        c = self.commands.get(name)
+        if c is None:
+            c = self.commands.get(name.lower())
+        return c
+
+    def __len__(self) -> int:
+        return len(self.commands)
+
+    def __iter__(self):
+        return iter(self.commands.values())
+
+
+def build_table(families: tuple[str, ...] | None = None) -> CommandTable:
+    table = CommandTable()
+    for modname in families or FAMILIES:
+        table.register_module(importlib.import_module(modname))
+    return table

@@ -1,0 +1,102 @@
+"""Node configuration: defaults < config file < environment < command-line flags.
+
+The config file is TOML (``marekvs serve --config node.toml``) with the option names
+below as keys; environment variables are ``MAREKVS_<NAME>`` in upper case (e.g.
+``MAREKVS_PORT=6380``). Every option is documented in ``marekvs serve --help`` and in
+the README. Defaults bind to 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+
+@dataclass
+class Config:
+    port: int = 6379
+    bind: str = "127.0.0.1"
+    data_dir: str = "./data"
+    node_id: int = 1
+    requirepass: str = ""
+    durability: str = "everysec"  # always | everysec | no  (Redis: appendfsync)
+    gc_grace: int = 3600  # seconds a tombstone / expired record is kept before physical removal
+    max_clock_drift: int = 5000  # ms a remote HLC may lead the local wall clock
+    shards: int = 4
+    cache_entries: int = 500_000
+    sweep_interval: float = 0.1  # seconds between expiry-sweeper steps
+    log_level: str = "info"
+    cluster_name: str = "marekvs"
+    grpc_port: int = 0  # 0 = RESP port + 10000
+    peers: list[str] = field(default_factory=list)  # id@host:grpc_port
+    cluster_secret: str = ""
+
+    HELP = {
+        "port": "RESP TCP port",
+        "bind": "address to listen on (default loopback only)",
+        "data_dir": "RocksDB data directory (created if missing)",
+        "node_id": "this node's id (u16, unique in the cluster); stamped as origin on every record",
+        "requirepass": "password clients must AUTH with (empty = no auth)",
+        "durability": "WAL sync policy, like Redis appendfsync: always | everysec | no",
+        "gc_grace": "seconds tombstones and expired records are kept before physical removal",
+        "max_clock_drift": "ms a peer's HLC may lead our wall clock before it is clamped",
+        "shards": "number of shards the 4096 partitions are split into",
+        "cache_entries": "records kept in the write-through cache in front of RocksDB",
+        "sweep_interval": "seconds between expiry-sweeper steps",
+        "log_level": "debug | info | warning | error",
+        "cluster_name": "cluster name; peers with another name are refused",
+        "grpc_port": "gRPC port for peer replication (0 = port + 10000)",
+        "peers": "comma-separated peers, each id@host:grpc_port",
+        "cluster_secret": "shared secret peers authenticate with",
+    }
+
+    def validate(self) -> None:
+        if not 0 < self.port < 65536:
+            raise ValueError(f"port {self.port} out of range")
+        if not 0 <= self.node_id < 65536:
+            raise ValueError("node_id must fit in a u16")
+        if self.durability not in ("always", "everysec", "no"):
+            raise ValueError("durability must be always, everysec or no")
+        if self.shards < 1 or self.shards > 4096:
+            raise ValueError("shards must be between 1 and 4096")
+        if self.gc_grace < 0 or self.max_clock_drift < 0:
+            raise ValueError("gc_grace and max_clock_drift must be >= 0")
+
+
+def _coerce(name: str, value: Any) -> Any:
+    f = {x.name: x for x in fields(Config)}[name]
+    if f.type in ("int", int):
+        return int(value)
+    if f.type in ("float", float):
+        return float(value)
+    if name == "peers":
+        if isinstance(value, str):
+            return [p.strip() for p in value.split(",") if p.strip()]
+        return list(value)
+    return str(value)
+
+
+def load(file: str | None = None, env: dict[str, str] | None = None,
+         overrides: dict[str, Any] | None = None) -> Config:
+    values: dict[str, Any] = {}
+    if file:
+        with open(file, "rb") as fh:
+            data = tomllib.load(fh)
+        for k, v in data.items():
+            k = k.replace("-", "_")
+            if k not in Config.HELP:
+                raise ValueError(f"unknown option {k!r} in {file}")
+            values[k] = _coerce(k, v)
+    env = os.environ if env is None else env
+    for name in Config.HELP:
+        v = env.get("MAREKVS_" + name.upper())
+        if v is not None:
+            values[name] = _coerce(name, v)
+    for k, v in (overrides or {}).items():
+        if v is not None:
+            values[k] = _coerce(k, v)
+    cfg = Config(**values)
+    cfg.validate()
+    return cfg

@@ -1,0 +1,152 @@
+"""The 19-byte envelope prefixed to every stored value.
+
+    offset size field
+    0      1    flags: bit0 tombstone, bit1 collection-head,
+                bits 2..4 record type (see RecordType)
+    1      8    hlc: u64 BE = [phys_ms:48 | logical:16]
+    9      2    origin: node id, u16 BE
+    11     8    ttl_deadline_ms: u64 BE absolute wall-clock ms; 0 = no TTL
+    19     ...  payload
+
+(hlc, origin) is the record's version (and, for element adds, its dot). The origin
+writes the envelope once; replication ships it byte for byte. Hot paths slice the
+fixed-size header instead of decoding it: ``version_key`` compares versions as one
+int built from the 10 bytes at offset 1.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import NamedTuple
+
+ENVELOPE_SIZE = 19
+_ENV = struct.Struct(">BQHQ")
+_VERSION = struct.Struct(">QH")
+_TTL = struct.Struct(">Q")
+
+FLAG_TOMBSTONE = 0x01
+FLAG_HEAD = 0x02
+
+
+class RecordType:
+    STRING = 0
+    HASH_FIELD = 1
+    SET_MEMBER = 2
+    ZSET_MEMBER = 3
+    LIST = 4
+    STREAM_ENTRY = 5
+    COUNTER = 6
+    HLL_REGISTER = 7
+
+    NAMES = ("string", "hash-field", "set-member", "zset-member", "list",
+             "stream-entry", "counter", "hll-register")
+
+
+class EnvelopeError(ValueError):
+    """A stored or shipped value shorter than its envelope, or with bad flags."""
+
+
+class Envelope(NamedTuple):
+    flags: int
+    hlc: int
+    origin: int
+    ttl_deadline_ms: int
+
+    @property
+    def tombstone(self) -> bool:
+        return bool(self.flags & FLAG_TOMBSTONE)
+
+    @property
+    def head(self) -> bool:
+        return bool(self.flags & FLAG_HEAD)
+
+    @property
+    def rtype(self) -> int:
+        return (self.flags >> 2) & 0x7
+
+    @property
+    def version(self) -> tuple[int, int]:
+        return (self.hlc, self.origin)
+
+
+def make_flags(rtype: int, tombstone: bool = False, head: bool = False) -> int:
+    if not 0 <= rtype <= 7:
+        raise EnvelopeError(f"record type {rtype} does not fit in 3 bits")
+    return (rtype & 0x7) << 2 | (FLAG_TOMBSTONE if tombstone else 0) | (FLAG_HEAD if head else 0)
+
+
+def pack(flags: int, hlc: int, origin: int, ttl_deadline_ms: int = 0, payload: bytes = b"") -> bytes:
+    return _ENV.pack(flags, hlc, origin, ttl_deadline_ms) + payload
+
+
+def unpack(value: bytes) -> tuple[Envelope, bytes]:
+    if len(value) < ENVELOPE_SIZE:
+        raise EnvelopeError(f"value of {len(value)} bytes is shorter than the envelope")
+    if value[0] & 0xE0:
+        raise EnvelopeError(f"reserved flag bits set: {value[0]:#04x}")
+    return Envelope(*_ENV.unpack_from(value, 0)), value[ENVELOPE_SIZE:]
+
+
+def unpack_header(value: bytes) -> Envelope:
+    if len(value) < ENVELOPE_SIZE:
+        raise EnvelopeError(f"value of {len(value)} bytes is shorter than the envelope")
+    return Envelope(*_ENV.unpack_from(value, 0))
+
+
+# -- sliced accessors (no tuple building) for the hot path ---------------------------
+
+def flags_of(value: bytes) -> int:
+    return value[0]
+
+
+def rtype_of(value: bytes) -> int:
+    return (value[0] >> 2) & 0x7
+
+
+def is_tombstone(value: bytes) -> bool:
+    return bool(value[0] & FLAG_TOMBSTONE)
+
+
+def version_key(value: bytes) -> int:
+    """(hlc, origin) as one comparable int: hlc << 16 | origin."""
+    return int.from_bytes(value[1:11], "big")
+
+
+def hlc_of(value: bytes) -> int:
+    return int.from_bytes(value[1:9], "big")
+
+
+def origin_of(value: bytes) -> int:
+    return int.from_bytes(value[9:11], "big")
+
+
+def ttl_of(value: bytes) -> int:
+    return int.from_bytes(value[11:19], "big")
+
+
+def payload_of(value: bytes) -> bytes:
+    return value[ENVELOPE_SIZE:]
+
+
+def with_ttl(value: bytes, hlc: int, origin: int, ttl_deadline_ms: int) -> bytes:
+    """Re-stamp ``value`` with a new version and TTL, payload and flags unchanged
+    (EXPIRE / PERSIST are LWW writes of the envelope)."""
+    return _ENV.pack(value[0], hlc, origin, ttl_deadline_ms) + value[ENVELOPE_SIZE:]
+
+
+def expired(value: bytes, now_ms: int) -> bool:
+    """True once the record's deadline has passed (it then reads as a tombstone)."""
+    d = int.from_bytes(value[11:19], "big")
+    return d != 0 and now_ms >= d
+
+
+def effective_clock(value: bytes, now_ms: int) -> int:
+    """The clock at which this record stopped being live: its hlc if it is a
+    tombstone, its deadline (as an HLC value, ``deadline << 16``) once expired, or 0
+    if it is live. Collection heads use it to gate older elements."""
+    if value[0] & FLAG_TOMBSTONE:
+        return int.from_bytes(value[1:9], "big")
+    d = int.from_bytes(value[11:19], "big")
+    if d and now_ms >= d:
+        return d << 16
+    return 0

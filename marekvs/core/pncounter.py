@@ -1,0 +1,158 @@
+"""PN counters for INCR / DECR / INCRBY / DECRBY on string keys (record type 6).
+
+State (Shapiro et al., "A comprehensive study of CRDTs", 2011, PN-Counter, with an LWW
+base register so an explicit SET can reset it):
+
+- a base register ``(base_hlc, base_origin, base_value)``: the version and integer
+  value of the write the counter was started from (an explicit SET, a DEL tombstone,
+  an expired record, or ``(0, 0, 0)`` for a fresh key);
+- per-node slots ``(pos, neg)``; each node only grows its own slot, so slots join by
+  pointwise max. ``value = base + sum(pos) - sum(neg)``.
+
+Payload layout (version byte first so the format can evolve)::
+
+    [fmt u8 = 1] [base_hlc u64] [base_origin u16] [base_value i64]
+    [nslots u16] nslots x ([node u16] [pos u64] [neg u64])   # sorted by node
+
+Merge against another record at the same string key (``merge``):
+
+- every string-key record has a *base version*: a plain string or tombstone's own
+  (hlc, origin), a counter's (base_hlc, base_origin);
+- the higher base version wins wholesale (SET resets the counter; concurrent
+  increments made on the older base are dropped, as the spec says);
+- equal base versions: two counters join their slots and keep the envelope with the
+  higher (hlc, origin) (so EXPIRE/PERSIST on a counter is LWW on the envelope); a
+  counter beats the plain string it was started from (it extends it).
+"""
+
+from __future__ import annotations
+
+import struct
+
+from marekvs.core import envelope as env
+
+FMT = 1
+_HEAD = struct.Struct(">BQHqH")
+_SLOT = struct.Struct(">HQQ")
+FLAGS = env.make_flags(env.RecordType.COUNTER)
+INT64_MIN = -(1 << 63)
+INT64_MAX = (1 << 63) - 1
+
+
+class CounterFormatError(ValueError):
+    pass
+
+
+class PNCounter:
+    __slots__ = ("base_hlc", "base_origin", "base_value", "slots")
+
+    def __init__(self, base_hlc: int = 0, base_origin: int = 0, base_value: int = 0,
+                 slots: dict[int, tuple[int, int]] | None = None):
+        self.base_hlc = base_hlc
+        self.base_origin = base_origin
+        self.base_value = base_value
+        self.slots: dict[int, tuple[int, int]] = dict(slots or {})
+
+    # -- interface ---------------------------------------------------------------
+    @classmethod
+    def new(cls, base_hlc: int = 0, base_origin: int = 0, base_value: int = 0) -> "PNCounter":
+        return cls(base_hlc, base_origin, base_value)
+
+    def apply(self, node: int, delta: int) -> "PNCounter":
+        """Local increment by ``delta`` on ``node``'s slot (returns a new state)."""
+        pos, neg = self.slots.get(node, (0, 0))
+        if delta >= 0:
+            pos += delta
+        else:
+            neg -= delta
+        out = PNCounter(self.base_hlc, self.base_origin, self.base_value, self.slots)
+        out.slots[node] = (pos, neg)
+        return out
+
+    def base_version(self) -> tuple[int, int]:
+        return (self.base_hlc, self.base_origin)
+
+    def merge(self, other: "PNCounter") -> "PNCounter":
+        a, b = self.base_version(), other.base_version()
+        if a > b:
+            return self
+        if b > a:
+            return other
+        slots = dict(self.slots)
+        for node, (p, n) in other.slots.items():
+            q = slots.get(node)
+            slots[node] = (p, n) if q is None else (max(p, q[0]), max(n, q[1]))
+        return PNCounter(self.base_hlc, self.base_origin, max(self.base_value, other.base_value), slots)
+
+    def value(self) -> int:
+        return self.base_value + sum(p - n for p, n in self.slots.values())
+
+    def to_bytes(self) -> bytes:
+        parts = [_HEAD.pack(FMT, self.base_hlc, self.base_origin, self.base_value, len(self.slots))]
+        for node in sorted(self.slots):
+            p, n = self.slots[node]
+            parts.append(_SLOT.pack(node, p, n))
+        return b"".join(parts)
+
+    @classmethod
+    def from_bytes(cls, b: bytes) -> "PNCounter":
+        if len(b) < _HEAD.size:
+            raise CounterFormatError("counter payload too short")
+        fmt, bh, bo, bv, n = _HEAD.unpack_from(b, 0)
+        if fmt != FMT:
+            raise CounterFormatError(f"unknown counter format {fmt}")
+        if len(b) != _HEAD.size + n * _SLOT.size:
+            raise CounterFormatError("counter payload length does not match its slot count")
+        slots = {}
+        off = _HEAD.size
+        for _ in range(n):
+            node, p, q = _SLOT.unpack_from(b, off)
+            slots[node] = (p, q)
+            off += _SLOT.size
+        return cls(bh, bo, bv, slots)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, PNCounter) and (
+            self.base_hlc, self.base_origin, self.base_value, self.slots
+        ) == (other.base_hlc, other.base_origin, other.base_value, other.slots)
+
+    def __repr__(self) -> str:
+        return (f"PNCounter(base=({self.base_hlc},{self.base_origin},{self.base_value}), "
+                f"slots={self.slots})")
+
+
+# -- records at a string key ---------------------------------------------------------
+
+def record(counter: PNCounter, hlc: int, origin: int, ttl_deadline_ms: int = 0) -> bytes:
+    return env.pack(FLAGS, hlc, origin, ttl_deadline_ms, counter.to_bytes())
+
+
+def is_counter(record_: bytes) -> bool:
+    return (record_[0] >> 2) & 0x7 == env.RecordType.COUNTER and not record_[0] & env.FLAG_TOMBSTONE
+
+
+def base_version_of(record_: bytes) -> bytes:
+    """10-byte comparable base version of any record stored at a string key."""
+    if is_counter(record_):
+        return record_[20:30]  # payload offset 1: base_hlc u64, base_origin u16
+    return record_[1:11]
+
+
+def merge(a: bytes, b: bytes) -> bytes:
+    """Join two records at one string key, at least one of them a counter."""
+    va, vb = base_version_of(a), base_version_of(b)
+    if va != vb:
+        return a if va > vb else b
+    ca, cb = is_counter(a), is_counter(b)
+    if not cb:
+        return a if ca else (b if b[1:11] > a[1:11] else a)
+    if not ca:
+        return b
+    joined = PNCounter.from_bytes(a[env.ENVELOPE_SIZE:]).merge(PNCounter.from_bytes(b[env.ENVELOPE_SIZE:]))
+    top = a if a[1:11] >= b[1:11] else b
+    merged = top[: env.ENVELOPE_SIZE] + joined.to_bytes()
+    if merged == a:
+        return a
+    if merged == b:
+        return b
+    return merged

@@ -1,0 +1,1 @@
+"""RESP server: the sans-I/O codec (resp.py) and the asyncio connection loop."""

@@ -1,0 +1,305 @@
+"""The asyncio connection loop, the dispatcher and group commit.
+
+One event loop (uvloop when available) serves every connection. Each readable
+connection's bytes are parsed (``resp.RequestParser``) and its commands executed at
+once; replies are buffered per connection. The first reply of a tick schedules
+``_flush`` with ``call_soon``, which runs after every I/O callback of the tick: it
+commits ONE WriteBatch for all the writes of the tick (group commit; synced under
+``durability always``) and only then writes each connection's replies with one
+``transport.write`` per connection. So a reply is never sent for a write that is not
+in a committed batch, and a pipeline costs one syscall per batch of replies.
+
+Back-pressure: when a client's transport buffer passes its high-water mark the loop
+stops reading from that client until it drains. A protocol error replies to the
+commands before it, then sends the error and closes the connection, as Redis does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import socket
+import time
+from typing import Any
+
+from marekvs import __version__
+from marekvs.commands import errors
+from marekvs.commands.db import Keyspace
+from marekvs.commands.errors import CommandError
+from marekvs.commands.table import CommandTable, build_table
+from marekvs.config import Config
+from marekvs.core.hlc import HLC
+from marekvs.server import resp
+from marekvs.storage.engine import Engine
+from marekvs.storage.sweeper import Sweeper
+
+log = logging.getLogger("marekvs.server")
+
+_enc = resp._enc
+_Err = resp.Err
+_Simple = resp.Simple
+_R_OK = resp.R_OK
+
+
+class Client(asyncio.Protocol):
+    """One client connection and its state (what CLIENT LIST shows)."""
+
+    __slots__ = ("server", "ks", "transport", "parser", "out", "proto", "authed", "id", "name",
+                 "addr", "laddr", "created", "last_active", "lib_name", "lib_ver", "closing",
+                 "scheduled", "last_cmd", "paused", "no_evict", "db", "fd")
+
+    def __init__(self, server: "Server"):
+        self.server = server
+        self.ks = server.ks
+        self.transport: Any = None
+        self.parser = resp.RequestParser()
+        self.parser.auth_required = bool(server.config.requirepass)
+        self.out: list[bytes] = []
+        self.proto = 2
+        self.authed = not server.config.requirepass
+        self.id = server.next_client_id()
+        self.name = b""
+        self.addr = self.laddr = "?"
+        self.created = self.last_active = time.monotonic()
+        self.lib_name = self.lib_ver = b""
+        self.closing = False
+        self.scheduled = False
+        self.last_cmd = "NULL"
+        self.paused = False
+        self.no_evict = False
+        self.db = 0
+        self.fd = -1
+
+    # -- asyncio.Protocol ----------------------------------------------------------
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
+        peer = transport.get_extra_info("peername")
+        sock = transport.get_extra_info("sockname")
+        s = transport.get_extra_info("socket")
+        self.fd = s.fileno() if s is not None else -1
+        self.addr = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self.laddr = f"{sock[0]}:{sock[1]}" if isinstance(sock, tuple) else str(sock)
+        if s is not None and s.family in (socket.AF_INET, socket.AF_INET6):
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.server.clients[self.id] = self
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.server.clients.pop(self.id, None)
+        self.closing = True
+
+    def pause_writing(self) -> None:
+        self.paused = True
+        self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        self.paused = False
+        if not self.closing:
+            self.transport.resume_reading()
+
+    def data_received(self, data: bytes) -> None:
+        if self.closing:
+            return
+        server = self.server
+        cmds, err = self.parser.feed(data)
+        if cmds:
+            self.last_active = time.monotonic()
+            execute = server.execute
+            out = self.out
+            for args in cmds:
+                out.append(execute(self, args))
+                if self.closing:
+                    break
+        if err is not None:
+            self.out.append(b"-ERR %s\r\n" % err.encode())
+            self.closing = True
+            log.debug("protocol error from %s: %s", self.addr, err)
+        if self.out and not self.scheduled:
+            self.scheduled = True
+            server.dirty.append(self)
+            if not server.flush_scheduled:
+                server.flush_scheduled = True
+                server.loop.call_soon(server.flush)
+
+    # -- helpers for handlers --------------------------------------------------------
+    def close_after_reply(self) -> None:
+        self.closing = True
+
+    def kill(self) -> None:
+        self.closing = True
+        if self.transport is not None:
+            self.transport.close()
+
+
+class Server:
+    def __init__(self, config: Config, config_file: str | None = None):
+        self.config = config
+        self.config_file = config_file
+        self.run_id = os.urandom(20).hex()
+        self.started = time.time()
+        self.started_mono = time.monotonic()
+        self.hlc = HLC(max_drift_ms=config.max_clock_drift)
+        self.engine = Engine(config.data_dir, config.node_id, config.durability, config.cache_entries)
+        self.hlc.observe(self.engine.max_hlc())
+        self.ks = Keyspace(self.engine, self.hlc, config.node_id)
+        self.table: CommandTable = build_table()
+        self.clients: dict[int, Client] = {}
+        self._client_seq = 0
+        self.dirty: list[Client] = []
+        self.flush_scheduled = False
+        self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
+        self.stopping: asyncio.Event | None = None
+        self.tcp_server: asyncio.AbstractServer | None = None
+        self.sweeper = Sweeper(self.engine, config)
+        # stats (INFO stats / CONFIG RESETSTAT)
+        self.total_commands = 0
+        self.total_connections = 0
+        self.rejected_connections = 0
+        self.unexpected_errors = 0
+        self.error_replies = 0
+        self.last_save = int(time.time())
+        self.config_extra: dict[str, str] = {}  # accepted Redis no-op tunables
+        self.version = __version__
+
+    def set_durability(self, mode: str) -> None:
+        self.engine.set_durability(mode)
+        self.config.durability = mode
+
+    def next_client_id(self) -> int:
+        self._client_seq += 1
+        self.total_connections += 1
+        return self._client_seq
+
+    # -- dispatch --------------------------------------------------------------------
+    def execute(self, c: Client, args: list[bytes]) -> bytes:
+        """Run one command; return its encoded reply."""
+        self.total_commands += 1
+        cmd = self.table.commands.get(args[0])
+        if cmd is None:
+            cmd = self.table.commands.get(args[0].lower())
+            if cmd is None:
+                self.error_replies += 1
+                return b"-%s\r\n" % _clean(errors.unknown_command(args))
+        n = len(args)
+        a = cmd.arity
+        if (a > 0 and n != a) or n < -a:
+            self.error_replies += 1
+            return b"-%s\r\n" % _clean(errors.wrong_arity(cmd.fullname))
+        if cmd.subcommands:
+            sub = cmd.subcommands.get(args[1].lower().decode("latin-1"))
+            if sub is None:
+                self.error_replies += 1
+                return b"-%s\r\n" % _clean(errors.unknown_subcommand(cmd.name, args[1]))
+            cmd = sub
+            a = cmd.arity
+            if (a > 0 and n != a) or n < -a:
+                self.error_replies += 1
+                return b"-%s\r\n" % _clean(errors.wrong_arity(cmd.fullname))
+        if not c.authed and "no-auth" not in cmd.flags:
+            self.error_replies += 1
+            return b"-%s\r\n" % errors.NOAUTH.encode()
+        c.last_cmd = cmd.fullname
+        try:
+            r = cmd.handler(c, args)  # type: ignore[misc]
+        except CommandError as e:
+            self.error_replies += 1
+            return b"-%s\r\n" % _clean(e.message)
+        except Exception:
+            self.unexpected_errors += 1
+            log.exception("command %s failed", cmd.fullname)
+            return b"-ERR internal error executing '%s'\r\n" % cmd.fullname.encode()
+        t = type(r)
+        if t is bytes:
+            return b"$%d\r\n%s\r\n" % (len(r), r)
+        if r is resp.OK:
+            return _R_OK
+        if t is int:
+            return b":%d\r\n" % r
+        if r is None:
+            return b"_\r\n" if c.proto == 3 else b"$-1\r\n"
+        out: list[bytes] = []
+        _enc(r, c.proto, out)
+        if t is _Err:
+            self.error_replies += 1
+        return b"".join(out)
+
+    # -- group commit ------------------------------------------------------------------
+    def flush(self) -> None:
+        self.flush_scheduled = False
+        dirty = self.dirty
+        self.dirty = []
+        try:
+            self.engine.commit()
+        except Exception:
+            # Nothing of this tick is acknowledged: the writes are not durable.
+            log.critical("storage commit failed; closing the tick's connections", exc_info=True)
+            for c in dirty:
+                c.out = []
+                c.scheduled = False
+                c.kill()
+            return
+        for c in dirty:
+            c.scheduled = False
+            out = c.out
+            if not out:
+                continue
+            c.out = []
+            if c.transport is None or c.transport.is_closing():
+                continue
+            c.transport.write(out[0] if len(out) == 1 else b"".join(out))
+            if c.closing:
+                c.transport.close()
+
+    # -- life cycle --------------------------------------------------------------------
+    async def start(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.stopping = asyncio.Event()
+        self.tcp_server = await self.loop.create_server(
+            lambda: Client(self), self.config.bind, self.config.port, reuse_address=True, backlog=511)
+        self.sweeper.start(self.loop)
+        log.info("marekvs %s node %d listening on %s:%d (data %s, durability %s)", __version__,
+                 self.config.node_id, self.config.bind, self.config.port,
+                 os.path.abspath(self.config.data_dir), self.config.durability)
+
+    async def run(self) -> None:
+        await self.start()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                self.loop.add_signal_handler(sig, self.request_shutdown)
+            except (NotImplementedError, RuntimeError):
+                pass
+        assert self.stopping is not None
+        await self.stopping.wait()
+        await self.stop()
+
+    def request_shutdown(self) -> None:
+        if self.stopping is not None:
+            self.stopping.set()
+
+    async def stop(self) -> None:
+        self.sweeper.stop()
+        if self.tcp_server is not None:
+            self.tcp_server.close()
+        if self.dirty:
+            self.flush()
+        for c in list(self.clients.values()):
+            c.kill()
+        self.engine.close()
+        log.info("marekvs node %d stopped cleanly", self.config.node_id)
+
+
+def _clean(msg: str) -> bytes:
+    """Error text as Redis sends it: CR/LF in echoed input replaced by spaces."""
+    return msg.replace("\r", " ").replace("\n", " ").encode("utf-8", "replace")
+
+
+def serve(config: Config, config_file: str | None = None) -> None:
+    server = Server(config, config_file)
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency
+        log.warning("uvloop not available; using the default asyncio loop")
+        asyncio.run(server.run())
+    else:
+        uvloop.run(server.run())

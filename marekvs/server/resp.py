@@ -1,0 +1,339 @@
+"""RESP2/RESP3 codec, sans-I/O: feed bytes, get commands; encode replies to bytes.
+
+The request parser follows Redis's ``processMultibulkBuffer`` / ``processInlineBuffer``
+(networking.c, 7.0) so malformed input gets Redis's exact error text:
+
+- a request starting with ``*`` is multibulk; anything else is an inline command
+  (split like ``sdssplitargs``: spaces, "double" and 'single' quotes, \\xHH escapes);
+  an empty inline line is ignored (``redis-cli --pipe`` sends one);
+- ``*N`` with N <= 0 is skipped; N not a canonical integer or > INT_MAX is
+  ``invalid multibulk length``; bulk headers must start with ``$`` (``expected '$',
+  got 'X'``), lengths must be canonical, >= 0 and <= proto-max-bulk-len
+  (``invalid bulk length``); header lines longer than 64 KB are ``too big ...``;
+- before AUTH (when a password is set) more than 10 arguments or bulks over 16 KB are
+  refused (``unauthenticated multibulk length`` / ``unauthenticated bulk length``).
+
+After a protocol error the commands parsed before it are still returned; the caller
+replies to them, then sends the error and closes the connection, as Redis does.
+
+Big values: while a bulk longer than the buffered bytes is outstanding the parser only
+collects chunks (no re-scan, no quadratic concatenation) and joins them once.
+Parser state survives across ``feed`` calls, so a huge multibulk arriving in many
+reads is parsed in linear time.
+"""
+
+from __future__ import annotations
+
+INT_MAX = 2**31 - 1
+PROTO_INLINE_MAX_SIZE = 64 * 1024
+PROTO_MAX_BULK_LEN = 512 * 1024 * 1024
+UNAUTH_MAX_MULTIBULK = 10
+UNAUTH_MAX_BULK = 16384
+
+
+class ProtocolError(Exception):
+    """A request the server cannot frame; the message is the exact Redis text."""
+
+
+def _canon_int(b: bytes) -> int | None:
+    """Redis ``string2ll``: optional '-', digits, no leading zeros, no '+'/spaces."""
+    if b.isdigit():
+        if b[0] == 48 and len(b) > 1:
+            return None
+        return int(b)
+    if len(b) > 1 and b[0] == 45 and b[1:].isdigit() and b[1] != 48:
+        return int(b)
+    return None
+
+
+def split_inline(line: bytes) -> list[bytes] | None:
+    """``sdssplitargs``: None on unbalanced quotes."""
+    if b'"' not in line and b"'" not in line:
+        return line.split()
+    args: list[bytes] = []
+    i, n = 0, len(line)
+    ws = b" \n\r\t\x0b\x0c\x00"
+    while True:
+        while i < n and line[i] in ws:
+            i += 1
+        if i >= n:
+            return args
+        cur = bytearray()
+        inq = insq = False
+        while True:
+            if inq:
+                if i >= n:
+                    return None
+                c = line[i]
+                if c == 0x5C and i + 3 < n and line[i + 1] == 0x78 and _ishex(line[i + 2]) and _ishex(line[i + 3]):
+                    cur.append(int(line[i + 2 : i + 4], 16))
+                    i += 3
+                elif c == 0x5C and i + 1 < n:
+                    i += 1
+                    cur.append({0x6E: 10, 0x72: 13, 0x74: 9, 0x62: 8, 0x61: 7}.get(line[i], line[i]))
+                elif c == 0x22:
+                    if i + 1 < n and line[i + 1] not in ws:
+                        return None
+                    inq = False
+                else:
+                    cur.append(c)
+            elif insq:
+                if i >= n:
+                    return None
+                c = line[i]
+                if c == 0x5C and i + 1 < n and line[i + 1] == 0x27:
+                    i += 1
+                    cur.append(0x27)
+                elif c == 0x27:
+                    if i + 1 < n and line[i + 1] not in ws:
+                        return None
+                    insq = False
+                else:
+                    cur.append(c)
+            else:
+                if i >= n:
+                    break
+                c = line[i]
+                if c in ws:
+                    break
+                if c == 0x22:
+                    inq = True
+                elif c == 0x27:
+                    insq = True
+                else:
+                    cur.append(c)
+            i += 1
+        args.append(bytes(cur))
+
+
+def _ishex(c: int) -> bool:
+    return 48 <= c <= 57 or 65 <= c <= 70 or 97 <= c <= 102
+
+
+class RequestParser:
+    """Incremental request parser. ``feed(data)`` returns (commands, error)."""
+
+    __slots__ = ("_buf", "_chunks", "_buffered", "_need", "_args", "_left", "auth_required")
+
+    def __init__(self) -> None:
+        self._buf = b""
+        self._chunks: list[bytes] = []
+        self._buffered = 0
+        self._need = 0  # bytes the pending bulk needs before parsing can resume
+        self._args: list[bytes] | None = None  # multibulk in progress
+        self._left = 0  # bulks still to read for it
+        self.auth_required = False
+
+    def pending_bytes(self) -> int:
+        return len(self._buf) + self._buffered
+
+    def feed(self, data: bytes) -> tuple[list[list[bytes]], str | None]:
+        if self._need:
+            self._chunks.append(data)
+            self._buffered += len(data)
+            if len(self._buf) + self._buffered < self._need:
+                return [], None
+            self._chunks.insert(0, self._buf)
+            buf = b"".join(self._chunks)
+            self._chunks = []
+            self._buffered = 0
+            self._need = 0
+        elif self._buf:
+            buf = self._buf + data
+        else:
+            buf = data
+        out: list[list[bytes]] = []
+        try:
+            pos = self._parse(buf, out)
+        except ProtocolError as e:
+            self._buf = b""
+            self._args = None
+            return out, str(e)
+        self._buf = buf[pos:] if pos < len(buf) else b""
+        return out, None
+
+    def _parse(self, buf: bytes, out: list[list[bytes]]) -> int:
+        pos = 0
+        n = len(buf)
+        args = self._args
+        left = self._left
+        find = buf.find
+        while pos < n:
+            if args is None:
+                if buf[pos] != 42:  # inline
+                    nl = find(b"\n", pos)
+                    if nl < 0:
+                        if n - pos > PROTO_INLINE_MAX_SIZE:
+                            raise ProtocolError("Protocol error: too big inline request")
+                        break
+                    end = nl - 1 if nl > pos and buf[nl - 1] == 13 else nl
+                    parts = split_inline(buf[pos:end])
+                    if parts is None:
+                        raise ProtocolError("Protocol error: unbalanced quotes in request")
+                    pos = nl + 1
+                    if parts:
+                        out.append(parts)
+                    continue
+                cr = find(b"\r", pos)
+                if cr < 0 or cr + 1 >= n:
+                    if n - pos > PROTO_INLINE_MAX_SIZE:
+                        raise ProtocolError("Protocol error: too big mbulk count string")
+                    break
+                count = _canon_int(buf[pos + 1 : cr])
+                if count is None or count > INT_MAX:
+                    raise ProtocolError("Protocol error: invalid multibulk length")
+                if count > UNAUTH_MAX_MULTIBULK and self.auth_required:
+                    raise ProtocolError("Protocol error: unauthenticated multibulk length")
+                pos = cr + 2
+                if count <= 0:
+                    continue
+                args = []
+                left = count
+            # bulks of the multibulk in progress
+            while left:
+                if pos >= n:
+                    break
+                cr = find(b"\r", pos)
+                if cr < 0 or cr + 1 >= n:
+                    if n - pos > PROTO_INLINE_MAX_SIZE:
+                        raise ProtocolError("Protocol error: too big bulk count string")
+                    break
+                if buf[pos] != 36:
+                    raise ProtocolError("Protocol error: expected '$', got '%s'" % chr(buf[pos]))
+                ln = _canon_int(buf[pos + 1 : cr])
+                if ln is None or ln < 0 or ln > PROTO_MAX_BULK_LEN:
+                    raise ProtocolError("Protocol error: invalid bulk length")
+                if ln > UNAUTH_MAX_BULK and self.auth_required:
+                    raise ProtocolError("Protocol error: unauthenticated bulk length")
+                start = cr + 2
+                end = start + ln
+                if end + 2 > n:
+                    # wait for the whole bulk; resume at this header next time
+                    self._need = end + 2 - pos
+                    break
+                args.append(buf[start:end])
+                pos = end + 2
+                left -= 1
+            if left:
+                break
+            out.append(args)
+            args = None
+        self._args = args
+        self._left = left
+        return pos
+
+
+# -- replies ---------------------------------------------------------------------------
+
+class Simple(bytes):
+    """A simple string reply (+OK)."""
+
+
+class Err(str):
+    """An error reply; the text starts with its code (ERR, WRONGTYPE, ...)."""
+
+
+class Map(list):
+    """A map reply: a flat list [k1, v1, k2, v2, ...]. RESP3 '%', RESP2 flat array."""
+
+
+class SetReply(list):
+    """RESP3 '~', RESP2 array."""
+
+
+class Double(float):
+    """RESP3 ',', RESP2 bulk string."""
+
+
+class Verbatim(bytes):
+    """RESP3 '=' (txt), RESP2 bulk string."""
+
+
+class Push(list):
+    """RESP3 '>' push, RESP2 array."""
+
+
+class NullArray:
+    """Null array: RESP2 '*-1', RESP3 '_'."""
+
+
+NULL_ARRAY = NullArray()
+OK = Simple(b"OK")
+PONG = Simple(b"PONG")
+QUEUED = Simple(b"QUEUED")
+
+R_OK = b"+OK\r\n"
+R_NULL2 = b"$-1\r\n"
+R_NULL3 = b"_\r\n"
+
+
+def format_double(x: float) -> bytes:
+    """Redis's double formatting (%.17g with inf/-inf/nan spelled out)."""
+    if x != x:
+        return b"nan"
+    if x == float("inf"):
+        return b"inf"
+    if x == float("-inf"):
+        return b"-inf"
+    if x == int(x) and abs(x) < 1e17:
+        return b"%d" % int(x) if x != 0 or str(x)[0] != "-" else b"-0"
+    return ("%.17g" % x).encode()
+
+
+def encode(obj: object, proto: int = 2) -> bytes:
+    out: list[bytes] = []
+    _enc(obj, proto, out)
+    return b"".join(out)
+
+
+def _enc(obj: object, proto: int, out: list[bytes]) -> None:  # noqa: C901 - one dispatch
+    t = type(obj)
+    if t is bytes:
+        out.append(b"$%d\r\n%s\r\n" % (len(obj), obj))  # type: ignore[arg-type]
+    elif t is int:
+        out.append(b":%d\r\n" % obj)  # type: ignore[str-format]
+    elif obj is None:
+        out.append(R_NULL3 if proto == 3 else R_NULL2)
+    elif t is Simple:
+        out.append(b"+%s\r\n" % obj)  # type: ignore[str-format]
+    elif t is list or t is tuple:
+        out.append(b"*%d\r\n" % len(obj))  # type: ignore[arg-type]
+        for x in obj:  # type: ignore[attr-defined]
+            _enc(x, proto, out)
+    elif t is Err:
+        msg = str(obj).replace("\r", " ").replace("\n", " ")
+        out.append(b"-%s\r\n" % msg.encode())
+    elif t is str:
+        b = obj.encode()  # type: ignore[attr-defined]
+        out.append(b"$%d\r\n%s\r\n" % (len(b), b))
+    elif t is Map:
+        if proto == 3:
+            out.append(b"%%%d\r\n" % (len(obj) // 2))  # type: ignore[arg-type]
+        else:
+            out.append(b"*%d\r\n" % len(obj))  # type: ignore[arg-type]
+        for x in obj:  # type: ignore[attr-defined]
+            _enc(x, proto, out)
+    elif t is Double:
+        s = format_double(obj)  # type: ignore[arg-type]
+        out.append(b",%s\r\n" % s if proto == 3 else b"$%d\r\n%s\r\n" % (len(s), s))
+    elif t is bool:
+        out.append((b"#t\r\n" if obj else b"#f\r\n") if proto == 3 else (b":1\r\n" if obj else b":0\r\n"))
+    elif t is NullArray:
+        out.append(R_NULL3 if proto == 3 else b"*-1\r\n")
+    elif t is SetReply:
+        out.append((b"~%d\r\n" if proto == 3 else b"*%d\r\n") % len(obj))  # type: ignore[arg-type]
+        for x in obj:  # type: ignore[attr-defined]
+            _enc(x, proto, out)
+    elif t is Verbatim:
+        if proto == 3:
+            out.append(b"=%d\r\ntxt:%s\r\n" % (len(obj) + 4, obj))  # type: ignore[arg-type]
+        else:
+            out.append(b"$%d\r\n%s\r\n" % (len(obj), obj))  # type: ignore[arg-type]
+    elif t is Push:
+        out.append((b">%d\r\n" if proto == 3 else b"*%d\r\n") % len(obj))  # type: ignore[arg-type]
+        for x in obj:  # type: ignore[attr-defined]
+            _enc(x, proto, out)
+    elif t is float:
+        _enc(Double(obj), proto, out)  # type: ignore[arg-type]
+    else:
+        raise TypeError(f"cannot encode {t.__name__} as RESP")
