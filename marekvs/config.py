@@ -32,6 +32,13 @@ class Config:
     grpc_port: int = 0  # 0 = RESP port + 10000
     peers: list[str] = field(default_factory=list)  # id@host:grpc_port
     cluster_secret: str = ""
+    replog_max_entries: int = 2_000_000
+    tls_cert: str = ""
+    tls_key: str = ""
+    tls_ca: str = ""
+    tls_server_name: str = ""
+    metrics_port: int = 0
+    clock_offset_ms: int = 0
 
     HELP = {
         "port": "RESP TCP port",
@@ -50,6 +57,13 @@ class Config:
         "grpc_port": "gRPC port for peer replication (0 = port + 10000)",
         "peers": "comma-separated peers, each id@host:grpc_port",
         "cluster_secret": "shared secret peers authenticate with",
+        "replog_max_entries": "replication log cap; peers further behind are marked for resync",
+        "tls_cert": "PEM certificate for peer gRPC links (enables TLS)",
+        "tls_key": "PEM private key of tls_cert",
+        "tls_ca": "PEM CA bundle to verify peers; with tls_cert it enables mutual TLS",
+        "tls_server_name": "expected TLS name of peers (override when connecting by IP)",
+        "metrics_port": "Prometheus text exporter port on the bind address (0 = off)",
+        "clock_offset_ms": "testing only: shift this node's HLC wall clock by this many ms",
     }
 
     def validate(self) -> None:

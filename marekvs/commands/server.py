@@ -263,8 +263,8 @@ def _section_stats(s):
 
 
 def _section_replication(s):
-    return [("role", "master"), ("connected_slaves", 0), ("master_replid", s.run_id),
-            ("master_repl_offset", s.engine.log_seq), ("replication_mode", "active-active")]
+    return [("replication_mode", "active-active"), ("connected_slaves", 0), ("master_replid", s.run_id),
+            ("master_repl_offset", s.engine.log_seq)] + s.repl.info_fields()
 
 
 def _section_cluster(s):

@@ -19,6 +19,7 @@ FAMILIES = (
     "marekvs.commands.server",
     "marekvs.commands.strings",
     "marekvs.commands.keys",
+    "marekvs.commands.replication",
 )
 
 
@@ -39,6 +40,10 @@ class Command:
     parent: str | None = None
     acl: tuple[str, ...] = ()
     subcommands: dict[str, "Command"] = field(default_factory=dict)
+    write: bool = field(init=False, default=False)
+
+    def __post_init__(self) -> None:
+        self.write = "write" in self.flags
 
     @property
     def fullname(self) -> str:
@@ -46,7 +51,7 @@ class Command:
 
     @property
     def is_write(self) -> bool:
-        return "write" in self.flags
+        return self.write
 
     def keys_of(self, args: list[bytes]) -> list[bytes]:
         if not self.first_key:

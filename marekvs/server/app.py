@@ -30,7 +30,7 @@ from marekvs.commands.db import Keyspace
 from marekvs.commands.errors import CommandError
 from marekvs.commands.table import CommandTable, build_table
 from marekvs.config import Config
-from marekvs.core.hlc import HLC
+from marekvs.core.hlc import HLC, wall_ms
 from marekvs.server import resp
 from marekvs.storage.engine import Engine
 from marekvs.storage.sweeper import Sweeper
@@ -48,7 +48,8 @@ class Client(asyncio.Protocol):
 
     __slots__ = ("server", "ks", "transport", "parser", "out", "proto", "authed", "id", "name",
                  "addr", "laddr", "created", "last_active", "lib_name", "lib_ver", "closing",
-                 "scheduled", "last_cmd", "paused", "no_evict", "db", "fd")
+                 "scheduled", "last_cmd", "paused", "no_evict", "db", "fd", "blocked", "backlog",
+                 "backlog_err", "last_write_seq")
 
     def __init__(self, server: "Server"):
         self.server = server
@@ -71,6 +72,10 @@ class Client(asyncio.Protocol):
         self.no_evict = False
         self.db = 0
         self.fd = -1
+        self.blocked = False  # a blocking command (WAIT) is pending: later commands wait
+        self.backlog: list[list[bytes]] = []
+        self.backlog_err: str | None = None
+        self.last_write_seq = 0  # log seq of this client's last write (WAIT)
 
     # -- asyncio.Protocol ----------------------------------------------------------
     def connection_made(self, transport: Any) -> None:
@@ -101,14 +106,30 @@ class Client(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.closing:
             return
-        server = self.server
         cmds, err = self.parser.feed(data)
+        if self.blocked:
+            self.backlog += cmds
+            if err is not None:
+                self.backlog_err = err
+            return
+        self._run(cmds, err)
+
+    def _run(self, cmds: list[list[bytes]], err: str | None) -> None:
+        server = self.server
         if cmds:
             self.last_active = time.monotonic()
             execute = server.execute
             out = self.out
-            for args in cmds:
-                out.append(execute(self, args))
+            for i, args in enumerate(cmds):
+                r = execute(self, args)
+                if type(r) is Blocking:
+                    self.blocked = True
+                    self.backlog = cmds[i + 1:]
+                    self.backlog_err = err
+                    server.loop.create_task(self._unblock(r))
+                    err = None
+                    break
+                out.append(r)
                 if self.closing:
                     break
         if err is not None:
@@ -122,6 +143,23 @@ class Client(asyncio.Protocol):
                 server.flush_scheduled = True
                 server.loop.call_soon(server.flush)
 
+    async def _unblock(self, b: "Blocking") -> None:
+        try:
+            r = await b.awaitable
+            reply = self.server.encode_reply(self, r)
+        except CommandError as e:
+            reply = b"-%s\r\n" % _clean(e.message)
+        except Exception:
+            log.exception("blocking command failed")
+            reply = b"-ERR internal error\r\n"
+        self.blocked = False
+        if self.closing:
+            return
+        self.out.append(reply)
+        cmds, err = self.backlog, self.backlog_err
+        self.backlog, self.backlog_err = [], None
+        self._run(cmds, err)
+
     # -- helpers for handlers --------------------------------------------------------
     def close_after_reply(self) -> None:
         self.closing = True
@@ -132,6 +170,16 @@ class Client(asyncio.Protocol):
             self.transport.close()
 
 
+class Blocking:
+    """Returned by a handler that must wait (WAIT): the client's later commands are
+    held, in order, until ``awaitable`` yields the reply."""
+
+    __slots__ = ("awaitable",)
+
+    def __init__(self, awaitable: Any):
+        self.awaitable = awaitable
+
+
 class Server:
     def __init__(self, config: Config, config_file: str | None = None):
         self.config = config
@@ -139,7 +187,9 @@ class Server:
         self.run_id = os.urandom(20).hex()
         self.started = time.time()
         self.started_mono = time.monotonic()
-        self.hlc = HLC(max_drift_ms=config.max_clock_drift)
+        offset = config.clock_offset_ms
+        self.hlc = HLC(clock=(lambda: wall_ms() + offset) if offset else wall_ms,
+                       max_drift_ms=config.max_clock_drift)
         self.engine = Engine(config.data_dir, config.node_id, config.durability, config.cache_entries)
         self.hlc.observe(self.engine.max_hlc())
         self.ks = Keyspace(self.engine, self.hlc, config.node_id)
@@ -152,6 +202,11 @@ class Server:
         self.stopping: asyncio.Event | None = None
         self.tcp_server: asyncio.AbstractServer | None = None
         self.sweeper = Sweeper(self.engine, config)
+        from marekvs.replication.manager import ReplicationManager
+
+        self.repl = ReplicationManager(self)
+        self.ack_event: asyncio.Event | None = None
+        self.metrics_server: asyncio.AbstractServer | None = None
         # stats (INFO stats / CONFIG RESETSTAT)
         self.total_commands = 0
         self.total_connections = 0
@@ -209,6 +264,8 @@ class Server:
             self.unexpected_errors += 1
             log.exception("command %s failed", cmd.fullname)
             return b"-ERR internal error executing '%s'\r\n" % cmd.fullname.encode()
+        if cmd.write:
+            c.last_write_seq = self.engine.log_seq
         t = type(r)
         if t is bytes:
             return b"$%d\r\n%s\r\n" % (len(r), r)
@@ -216,13 +273,30 @@ class Server:
             return _R_OK
         if t is int:
             return b":%d\r\n" % r
+        if t is Blocking:
+            return r  # type: ignore[return-value]
+        return self.encode_reply(c, r)
+
+    def encode_reply(self, c: Client, r: Any) -> bytes:
         if r is None:
             return b"_\r\n" if c.proto == 3 else b"$-1\r\n"
         out: list[bytes] = []
         _enc(r, c.proto, out)
-        if t is _Err:
+        if type(r) is _Err:
             self.error_replies += 1
         return b"".join(out)
+
+    def replica_acked(self) -> None:
+        """A peer acknowledged more of our log: wake WAIT."""
+        ev = self.ack_event
+        if ev is not None:
+            self.ack_event = None
+            ev.set()
+
+    def ack_waiter(self) -> asyncio.Event:
+        if self.ack_event is None:
+            self.ack_event = asyncio.Event()
+        return self.ack_event
 
     # -- group commit ------------------------------------------------------------------
     def flush(self) -> None:
@@ -255,6 +329,11 @@ class Server:
     async def start(self) -> None:
         self.loop = asyncio.get_running_loop()
         self.stopping = asyncio.Event()
+        await self.repl.start()  # a fresh node bootstraps from its peers before it serves
+        if self.config.metrics_port:
+            from marekvs.server.metrics import start_metrics
+
+            self.metrics_server = await start_metrics(self)
         self.tcp_server = await self.loop.create_server(
             lambda: Client(self), self.config.bind, self.config.port, reuse_address=True, backlog=511)
         self.sweeper.start(self.loop)
@@ -281,6 +360,9 @@ class Server:
         self.sweeper.stop()
         if self.tcp_server is not None:
             self.tcp_server.close()
+        if self.metrics_server is not None:
+            self.metrics_server.close()
+        await self.repl.stop()
         if self.dirty:
             self.flush()
         for c in list(self.clients.values()):

@@ -100,6 +100,7 @@ class Engine:
         self._syncer: threading.Thread | None = None
         self.set_durability(durability)
 
+        self.commit_listeners: list = []  # called with log_seq after a batch with log entries
         # stats
         self.batches = 0
         self.records_written = 0
@@ -108,13 +109,31 @@ class Engine:
 
     # -- identity ------------------------------------------------------------------
     def _check_identity(self) -> None:
+        """Stamp a new data directory with its node id, format version and a random
+        incarnation; refuse a directory that belongs to another node or format."""
         stored = self.meta.get(b"node_id")
+        self.fresh = stored is None
         if stored is None:
             self.meta.put(b"node_id", b"%d" % self.node_id)
             self.meta.put(b"format_version", b"%d" % FORMAT_VERSION)
+            self.meta.put(b"incarnation", b"%d" % (int.from_bytes(os.urandom(8), "big") >> 1))
+            self.db.flush_wal(True)
         elif int(stored) != self.node_id:
             raise StorageError(
                 f"data directory {self.path} belongs to node {int(stored)}, not {self.node_id}")
+        elif int(self.meta.get(b"format_version") or 0) != FORMAT_VERSION:
+            raise StorageError(f"data directory {self.path} has another format version")
+        self.incarnation = int(self.meta.get(b"incarnation"))
+
+    def meta_items(self, prefix: bytes) -> list[tuple[bytes, bytes]]:
+        """Committed metadata entries whose key starts with ``prefix``."""
+        out = []
+        it = self.meta.iter(ReadOptions())
+        it.seek(prefix)
+        while it.valid() and it.key().startswith(prefix):
+            out.append((it.key(), it.value()))
+            it.next()
+        return out
 
     # -- reads -----------------------------------------------------------------------
     def get(self, ikey: bytes) -> bytes | None:
@@ -225,6 +244,9 @@ class Engine:
         self.pending_meta = {}
         if len(self.cache) > self.cache_entries:
             self._evict()
+        if plog:
+            for f in self.commit_listeners:
+                f(self.log_seq)
         return n
 
     def _evict(self) -> None:
@@ -280,7 +302,7 @@ class Engine:
     def trim_log(self, upto: int) -> None:
         """Drop log entries with seq <= ``upto``."""
         if upto >= self.log_first:
-            self.db.delete_range(_U64.pack(self.log_first), _U64.pack(upto + 1), self._h_replog)
+            self.replog.delete_range(_U64.pack(self.log_first), _U64.pack(upto + 1))
             self.log_first = upto + 1
 
     # -- misc ------------------------------------------------------------------------

@@ -27,7 +27,6 @@ from marekvs.storage.engine import Engine
 log = logging.getLogger("marekvs.sweeper")
 _U16 = struct.Struct(">H")
 PIDS_PER_STEP = 16
-LOG_KEEP_SINGLE_NODE = 100_000  # log entries kept when no peer needs them
 
 
 class Sweeper:
@@ -38,7 +37,6 @@ class Sweeper:
         self.removed = 0
         self.cycles = 0
         self._task: asyncio.Task | None = None
-        self.log_floor: Any = None  # callable -> lowest log seq still needed by peers
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self._task = loop.create_task(self._run())
@@ -79,7 +77,6 @@ class Sweeper:
         self.next_pid = end_pid % PARTITIONS
         if self.next_pid == 0:
             self.cycles += 1
-            self._trim_log()
         self.removed += removed
         return removed
 
@@ -90,12 +87,3 @@ class Sweeper:
             total += self.step(256)
             if self.next_pid == 0:
                 return total
-
-    def _trim_log(self) -> None:
-        e = self.engine
-        if self.log_floor is not None:
-            floor = self.log_floor()
-        else:
-            floor = e.log_seq - LOG_KEEP_SINGLE_NODE
-        if floor > e.log_first:
-            e.trim_log(floor)

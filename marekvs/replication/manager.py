@@ -1,0 +1,566 @@
+"""Active-active replication: every node ships its own log to every peer over gRPC.
+
+Shipping (sender side, one asyncio task per peer, on the node's event loop)
+    Hello exchanges node ids, cluster name, format version, partition count and the
+    data directory's incarnation, and returns the peer's durable high-water mark of
+    our log. Shipping resumes right after it: batches of consecutive log entries go
+    out on a bidirectional ``Ship`` stream, with at most ``WINDOW`` unacknowledged
+    entries in flight (back-pressure); acks come back on the same stream. Delivery is
+    at-least-once; merges are idempotent.
+
+Applying (receiver side)
+    A batch is validated record by record (``validate.check_record``): one bad record
+    refuses the whole batch, logged, nothing written. Entries at or below the
+    high-water mark are skipped; the rest go through the SAME ``Engine.apply`` as
+    local commands (read current, merge, write if changed), and the new high-water
+    mark is written into the same WriteBatch as the records; only then is the ack
+    sent. The HLC takes the receive rule once per batch with the batch's highest
+    stamp (clamped and logged if more than max_clock_drift ahead).
+
+Log retention
+    The log is trimmed up to the lowest ack of all known peers. A size cap protects
+    the disk: past it the log is trimmed anyway and the peers that fell behind are
+    marked ``needs_resync`` (INFO, logged): never silently skipped.
+
+Bootstrap
+    A new node (fresh data directory) pulls a snapshot from every reachable peer
+    before it serves: all records, merged through the apply path, then the snapshot's
+    log positions (per origin and incarnation) become its high-water marks, in one
+    batch after the last record. A node that learns at Hello that a peer already
+    trimmed entries it never applied pulls a snapshot from that peer the same way.
+    The snapshot is "fuzzy" (the data range is read in chunks while writes go on):
+    that is safe because positions are taken first and every later record dominates
+    the one it replaced.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import hmac
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+
+from marekvs.core.partition import PARTITIONS
+from marekvs.replication.gen import replication_v1_pb2 as pb
+from marekvs.replication.gen import replication_v1_pb2_grpc as pbg
+from marekvs.replication.validate import BadRecord, check_record
+from marekvs.storage.engine import FORMAT_VERSION
+
+log = logging.getLogger("marekvs.replication")
+
+WINDOW = 8192  # unacknowledged entries in flight per peer
+BATCH_ENTRIES = 512
+SNAPSHOT_CHUNK = 2000
+SECRET_HEADER = "x-marekvs-secret"
+LOG_KEEP_ALONE = 100_000
+
+
+class PeerRefused(Exception):
+    """The peer is not part of this cluster (name, id, format or partitions differ)."""
+
+
+@dataclass
+class PeerState:
+    node_id: int
+    grpc_addr: str
+    resp_addr: str = ""
+    state: str = "connecting"
+    acked_seq: int = 0
+    sent_seq: int = 0
+    bytes_shipped: int = 0
+    entries_shipped: int = 0
+    batches_shipped: int = 0
+    needs_resync: bool = False
+    last_error: str = ""
+    last_ack: float = 0.0
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    acked: asyncio.Event = field(default_factory=asyncio.Event)
+    # inbound: what we applied from this peer
+    applied_seq: int = 0
+    applied_entries: int = 0
+    applied_bytes: int = 0
+
+
+def parse_peer(spec: str) -> tuple[int, str]:
+    """``id@host:port`` -> (id, "host:port")."""
+    try:
+        nid, addr = spec.split("@", 1)
+        host, port = addr.rsplit(":", 1)
+        int(port)
+        return int(nid), addr
+    except ValueError:
+        raise ValueError(f"peer {spec!r} is not of the form id@host:grpc_port") from None
+
+
+class ReplicationManager(pbg.ReplicationServicer):
+    def __init__(self, server: Any):
+        self.server = server
+        self.engine = server.engine
+        self.hlc = server.hlc
+        self.config = server.config
+        self.node_id = self.config.node_id
+        self.incarnation = self.engine.incarnation
+        self.grpc_port = self.config.grpc_port or self.config.port + 10000
+        self.grpc_addr = f"{self.config.bind}:{self.grpc_port}"
+        self.peers: dict[int, PeerState] = {}
+        self.tasks: dict[int, asyncio.Task] = {}
+        self.bootstraps: dict[int, asyncio.Task] = {}
+        self.grpc_server: grpc.aio.Server | None = None
+        self.commit_times: collections.deque[tuple[int, float]] = collections.deque()
+        self.stopping = False
+        self.refused_batches = 0
+        self.bootstrapped_from: list[int] = []
+        self._md = ((SECRET_HEADER, self.config.cluster_secret),)
+        for spec in self.config.peers:
+            nid, addr = parse_peer(spec)
+            self._add_peer(nid, addr, persist=False)
+        for k, v in self.engine.meta_items(b"peer:"):
+            nid = int(k[5:])
+            if nid not in self.peers:
+                self._add_peer(nid, v.decode(), persist=False)
+        self.engine.commit_listeners.append(self._on_commit)
+
+    # -- identity --------------------------------------------------------------------
+    def info(self) -> pb.NodeInfo:
+        return pb.NodeInfo(node_id=self.node_id, cluster_name=self.config.cluster_name,
+                           format_version=FORMAT_VERSION, partitions=PARTITIONS,
+                           resp_addr=f"{self.config.bind}:{self.config.port}", grpc_addr=self.grpc_addr,
+                           incarnation=self.incarnation)
+
+    def check_peer_info(self, node: pb.NodeInfo, expect_id: int | None = None) -> None:
+        if node.cluster_name != self.config.cluster_name:
+            raise PeerRefused(f"peer belongs to cluster {node.cluster_name!r}, not {self.config.cluster_name!r}")
+        if node.format_version != FORMAT_VERSION:
+            raise PeerRefused(f"peer speaks format version {node.format_version}, this node {FORMAT_VERSION}")
+        if node.partitions != PARTITIONS:
+            raise PeerRefused(f"peer has {node.partitions} partitions, this node {PARTITIONS}")
+        if node.node_id == self.node_id:
+            raise PeerRefused(f"peer uses this node's own id {self.node_id}")
+        if expect_id is not None and node.node_id != expect_id:
+            raise PeerRefused(f"expected node {expect_id} at this address, found node {node.node_id}")
+
+    async def _authorize(self, context: grpc.aio.ServicerContext) -> None:
+        got = dict(context.invocation_metadata() or ()).get(SECRET_HEADER, "")
+        if not hmac.compare_digest(str(got).encode(), self.config.cluster_secret.encode()):
+            log.error("refused a peer call from %s: wrong cluster secret", context.peer())
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, "wrong cluster secret")
+
+    # -- life cycle --------------------------------------------------------------------
+    async def start(self) -> None:
+        self.grpc_server = grpc.aio.server(options=[
+            ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+            ("grpc.max_send_message_length", 64 * 1024 * 1024)])
+        pbg.add_ReplicationServicer_to_server(self, self.grpc_server)
+        creds = self._server_credentials()
+        addr = f"{self.config.bind}:{self.grpc_port}"
+        if creds is None:
+            self.grpc_server.add_insecure_port(addr)
+        else:
+            self.grpc_server.add_secure_port(addr, creds)
+        await self.grpc_server.start()
+        log.info("replication listening on %s (%d peers configured)", addr, len(self.peers))
+        if self.engine.fresh and self.peers:
+            await self.bootstrap_all()
+        for p in list(self.peers.values()):
+            self._start_sender(p)
+        self.tasks[-1] = asyncio.get_running_loop().create_task(self._trim_loop())
+
+    async def stop(self) -> None:
+        self.stopping = True
+        for t in list(self.tasks.values()) + list(self.bootstraps.values()):
+            t.cancel()
+        if self.grpc_server is not None:
+            await self.grpc_server.stop(0.5)
+
+    def _add_peer(self, nid: int, addr: str, persist: bool = True) -> PeerState:
+        p = self.peers.get(nid)
+        if p is None:
+            p = self.peers[nid] = PeerState(nid, addr)
+        p.grpc_addr = addr
+        if persist:
+            self.engine.put_meta(b"peer:%d" % nid, addr.encode())
+        return p
+
+    def _start_sender(self, p: PeerState) -> None:
+        if p.node_id not in self.tasks and not self.stopping:
+            self.tasks[p.node_id] = asyncio.get_running_loop().create_task(self._sender(p))
+
+    # -- TLS -----------------------------------------------------------------------------
+    def _read(self, path: str) -> bytes | None:
+        if not path:
+            return None
+        with open(path, "rb") as fh:
+            return fh.read()
+
+    def _server_credentials(self) -> grpc.ServerCredentials | None:
+        cfg = self.config
+        if not cfg.tls_cert:
+            return None
+        ca = self._read(cfg.tls_ca)
+        return grpc.ssl_server_credentials([(self._read(cfg.tls_key), self._read(cfg.tls_cert))],
+                                           root_certificates=ca, require_client_auth=ca is not None)
+
+    def _channel(self, addr: str) -> grpc.aio.Channel:
+        cfg = self.config
+        opts = [("grpc.max_receive_message_length", 64 * 1024 * 1024),
+                ("grpc.max_send_message_length", 64 * 1024 * 1024)]
+        if not cfg.tls_cert and not cfg.tls_ca:
+            return grpc.aio.insecure_channel(addr, options=opts)
+        creds = grpc.ssl_channel_credentials(root_certificates=self._read(cfg.tls_ca),
+                                             private_key=self._read(cfg.tls_key),
+                                             certificate_chain=self._read(cfg.tls_cert))
+        if cfg.tls_server_name:
+            opts.append(("grpc.ssl_target_name_override", cfg.tls_server_name))
+        return grpc.aio.secure_channel(addr, creds, options=opts)
+
+    # -- shipping ------------------------------------------------------------------------
+    def _on_commit(self, log_seq: int) -> None:
+        self.commit_times.append((log_seq, time.monotonic()))
+        for p in self.peers.values():
+            p.wake.set()
+
+    async def _trim_loop(self) -> None:
+        while True:
+            await asyncio.sleep(0.5)
+            try:
+                self.trim()
+            except Exception:
+                log.exception("replication log trim failed")
+
+    def trim(self) -> None:
+        """Trim the log up to the lowest ack of all known peers (with no peers, keep
+        the newest ``LOG_KEEP_ALONE`` entries for a node that joins later)."""
+        e = self.engine
+        if self.peers:
+            floor = min(p.acked_seq for p in self.peers.values())
+        else:
+            floor = e.log_seq - LOG_KEEP_ALONE
+        cap = self.config.replog_max_entries
+        if e.log_seq - floor > cap:
+            floor = e.log_seq - cap
+            for p in self.peers.values():
+                if p.acked_seq < floor and not p.needs_resync:
+                    p.needs_resync = True
+                    log.error("peer %d is %d log entries behind (cap %d): log trimmed past it; it needs a "
+                              "resync (bootstrap from this node)", p.node_id, e.log_seq - p.acked_seq, cap)
+        if floor >= e.log_first:
+            e.trim_log(floor)
+        lowest = min((p.acked_seq for p in self.peers.values()), default=e.log_seq)
+        ct = self.commit_times
+        while len(ct) > 1 and ct[1][0] <= lowest:
+            ct.popleft()
+
+    def lag_ms(self, p: PeerState) -> int:
+        if p.acked_seq >= self.engine.log_seq:
+            return 0
+        for seq, t in self.commit_times:
+            if seq > p.acked_seq:
+                return int((time.monotonic() - t) * 1000)
+        return 0
+
+    async def _sender(self, p: PeerState) -> None:
+        delay = 0.1
+        warned = False
+        while not self.stopping:
+            channel = self._channel(p.grpc_addr)
+            try:
+                stub = pbg.ReplicationStub(channel)
+                reply = await stub.Hello(pb.HelloRequest(node=self.info(), log_first=self.engine.log_first),
+                                         metadata=self._md, timeout=5)
+                self.check_peer_info(reply.node, p.node_id)
+                p.resp_addr = reply.node.resp_addr
+                p.acked_seq = reply.applied_seq
+                if p.acked_seq + 1 < self.engine.log_first:
+                    if not p.needs_resync:
+                        log.error("peer %d has applied up to %d but this log starts at %d: it needs a resync",
+                                  p.node_id, p.acked_seq, self.engine.log_first)
+                    p.needs_resync = True
+                    p.state = "needs_resync"
+                    await asyncio.sleep(1.0)
+                    continue
+                p.needs_resync = False
+                p.state = "streaming"
+                if warned:
+                    log.info("link to peer %d (%s) is up again", p.node_id, p.grpc_addr)
+                warned = False
+                delay = 0.1
+                await self._ship(stub, p)
+            except PeerRefused as e:
+                p.state = "refused"
+                p.last_error = str(e)
+                log.error("peer %d at %s refused: %s", p.node_id, p.grpc_addr, e)
+                delay = 5.0
+            except grpc.aio.AioRpcError as e:
+                p.state = "down"
+                p.last_error = f"{e.code().name}: {e.details()}"
+                if not warned:
+                    log.warning("link to peer %d (%s) down: %s", p.node_id, p.grpc_addr, p.last_error)
+                    warned = True
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # never let one peer's sender die silently
+                p.state = "down"
+                p.last_error = repr(e)
+                log.exception("sender to peer %d failed", p.node_id)
+            finally:
+                await channel.close(grace=None)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
+
+    async def _ship(self, stub: pbg.ReplicationStub, p: PeerState) -> None:
+        call = stub.Ship(metadata=self._md)
+        reader = asyncio.get_running_loop().create_task(self._read_acks(call, p))
+        try:
+            sent = p.acked_seq
+            e = self.engine
+            while True:
+                if reader.done():
+                    reader.result()
+                    return
+                if sent - p.acked_seq >= WINDOW:
+                    p.acked.clear()
+                    try:
+                        await asyncio.wait_for(p.acked.wait(), 1.0)
+                    except asyncio.TimeoutError:
+                        pass
+                    continue
+                p.wake.clear()
+                entries = e.read_log(sent, BATCH_ENTRIES)
+                if not entries:
+                    if sent + 1 < e.log_first:
+                        p.needs_resync = True
+                        return
+                    try:
+                        await asyncio.wait_for(p.wake.wait(), 1.0)
+                    except asyncio.TimeoutError:
+                        pass
+                    continue
+                if entries[0][0] != sent + 1:
+                    p.needs_resync = True
+                    log.error("log entries %d..%d for peer %d were trimmed; it needs a resync",
+                              sent + 1, entries[0][0] - 1, p.node_id)
+                    return
+                batch = pb.Batch(origin=self.node_id, incarnation=self.incarnation, entries=[
+                    pb.Entry(seq=seq, records=[pb.Record(key=k, value=v) for k, v in recs])
+                    for seq, recs in entries])
+                await call.write(batch)
+                sent = entries[-1][0]
+                p.sent_seq = sent
+                p.batches_shipped += 1
+                p.entries_shipped += len(entries)
+                p.bytes_shipped += batch.ByteSize()
+        finally:
+            reader.cancel()
+            call.cancel()
+
+    async def _read_acks(self, call: Any, p: PeerState) -> None:
+        async for ack in call:
+            if ack.applied_seq > p.acked_seq:
+                p.acked_seq = ack.applied_seq
+            p.last_ack = time.monotonic()
+            p.acked.set()
+            self.server.replica_acked()
+
+    def acked_count(self, seq: int) -> int:
+        return sum(1 for p in self.peers.values() if p.acked_seq >= seq)
+
+    # -- receiving (gRPC service) ----------------------------------------------------------
+    async def Hello(self, request: pb.HelloRequest, context: grpc.aio.ServicerContext) -> pb.HelloReply:
+        await self._authorize(context)
+        node = request.node
+        try:
+            self.check_peer_info(node)
+        except PeerRefused as e:
+            log.error("refused Hello from %s: %s", context.peer(), e)
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
+        known = self.peers.get(node.node_id)
+        if known is None or known.grpc_addr != node.grpc_addr:
+            log.info("peer %d at %s joined", node.node_id, node.grpc_addr)
+            p = self._add_peer(node.node_id, node.grpc_addr)
+            self.engine.commit()
+            self._start_sender(p)
+        hwm = self.hwm(node.node_id, node.incarnation)
+        if hwm + 1 < request.log_first and node.node_id not in self.bootstraps:
+            log.warning("peer %d trimmed log entries %d..%d this node never applied: bootstrapping from it",
+                        node.node_id, hwm + 1, request.log_first - 1)
+            self.bootstraps[node.node_id] = asyncio.get_running_loop().create_task(
+                self._bootstrap_task(node.node_id, node.grpc_addr))
+        return pb.HelloReply(node=self.info(), applied_seq=hwm)
+
+    def hwm(self, origin: int, incarnation: int) -> int:
+        v = self.engine.get_meta(b"hwm:%d:%d" % (origin, incarnation))
+        return int(v) if v else 0
+
+    async def Ship(self, request_iterator: Any, context: grpc.aio.ServicerContext):
+        await self._authorize(context)
+        async for batch in request_iterator:
+            origin = batch.origin
+            if origin == self.node_id or origin not in self.peers:
+                log.error("refused a batch from unknown origin %d (%s)", origin, context.peer())
+                await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"origin {origin} is not a known peer")
+            try:
+                for entry in batch.entries:
+                    for r in entry.records:
+                        check_record(r.key, r.value)
+            except BadRecord as e:
+                self.refused_batches += 1
+                log.error("refused a batch from node %d: %s; nothing written", origin, e)
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"bad record: {e}")
+            yield pb.Ack(applied_seq=self._apply_batch(origin, batch))
+
+    def _apply_batch(self, origin: int, batch: pb.Batch) -> int:
+        e = self.engine
+        hkey = b"hwm:%d:%d" % (origin, batch.incarnation)
+        hwm = self.hwm(origin, batch.incarnation)
+        top = 0
+        p = self.peers[origin]
+        for entry in batch.entries:
+            if entry.seq <= hwm:
+                continue  # at-least-once: already applied
+            recs = [(r.key, r.value) for r in entry.records]
+            for _, v in recs:
+                h = int.from_bytes(v[1:9], "big")
+                if h > top:
+                    top = h
+            e.apply(recs, log_entry=False)
+            hwm = entry.seq
+            p.applied_entries += 1
+        if top:
+            self.hlc.update(top)
+        e.put_meta(hkey, b"%d" % hwm)
+        e.commit()
+        p.applied_seq = hwm
+        p.applied_bytes += batch.ByteSize()
+        return hwm
+
+    async def Snapshot(self, request: pb.SnapshotRequest, context: grpc.aio.ServicerContext):
+        await self._authorize(context)
+        try:
+            self.check_peer_info(request.node)
+        except PeerRefused as e:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
+        e = self.engine
+        e.commit()
+        positions = {f"{self.node_id}:{self.incarnation}": e.log_seq}
+        for k, v in e.meta_items(b"hwm:"):
+            positions[k[4:].decode()] = int(v)
+        log.info("streaming a snapshot to node %d", request.node.node_id)
+        start = b""
+        first = True
+        while True:
+            chunk = []
+            for k, v in e.scan(start, None):
+                chunk.append(pb.Record(key=k, value=v))
+                if len(chunk) >= SNAPSHOT_CHUNK:
+                    break
+            done = len(chunk) < SNAPSHOT_CHUNK
+            yield pb.SnapshotChunk(records=chunk, positions=positions if first else {}, last=done)
+            first = False
+            if done:
+                return
+            start = chunk[-1].key + b"\x00"
+            await asyncio.sleep(0)
+
+    # -- bootstrap (pull) ------------------------------------------------------------------
+    async def bootstrap_all(self) -> None:
+        for p in list(self.peers.values()):
+            try:
+                n = await self.bootstrap_from(p.node_id, p.grpc_addr, timeout=3.0)
+                log.info("bootstrapped %d records from peer %d", n, p.node_id)
+            except (grpc.aio.AioRpcError, PeerRefused, BadRecord) as e:
+                log.warning("could not bootstrap from peer %d (%s): %s", p.node_id, p.grpc_addr, e)
+
+    async def _bootstrap_task(self, nid: int, addr: str) -> None:
+        try:
+            for attempt in range(30):
+                try:
+                    await self.bootstrap_from(nid, addr)
+                    return
+                except (grpc.aio.AioRpcError, PeerRefused, BadRecord) as e:
+                    log.warning("bootstrap from peer %d failed (%s); retrying", nid, e)
+                    await asyncio.sleep(min(0.5 * (attempt + 1), 5))
+        finally:
+            self.bootstraps.pop(nid, None)
+
+    async def bootstrap_from(self, nid: int, addr: str, timeout: float | None = None) -> int:
+        e = self.engine
+        n = 0
+        positions: dict[str, int] = {}
+        channel = self._channel(addr)
+        try:
+            stub = pbg.ReplicationStub(channel)
+            if timeout is not None:
+                await asyncio.wait_for(channel.channel_ready(), timeout)
+            async for chunk in stub.Snapshot(pb.SnapshotRequest(node=self.info()), metadata=self._md):
+                if chunk.positions:
+                    positions = dict(chunk.positions)
+                recs = [(r.key, r.value) for r in chunk.records]
+                for k, v in recs:
+                    check_record(k, v)
+                top = max((int.from_bytes(v[1:9], "big") for _, v in recs), default=0)
+                if top:
+                    self.hlc.update(top)
+                e.apply(recs, log_entry=False)
+                e.commit()
+                n += len(recs)
+                if chunk.last:
+                    break
+        except asyncio.TimeoutError:
+            raise grpc.aio.AioRpcError(grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata(),
+                                       details=f"peer {nid} at {addr} not reachable") from None
+        finally:
+            await channel.close(grace=None)
+        for key, seq in positions.items():
+            origin, inc = key.split(":")
+            if int(origin) == self.node_id and int(inc) == self.incarnation:
+                continue
+            hk = b"hwm:%s:%s" % (origin.encode(), inc.encode())
+            cur = e.get_meta(hk)
+            if cur is None or int(cur) < seq:
+                e.put_meta(hk, b"%d" % seq)
+        e.commit()
+        self.bootstrapped_from.append(nid)
+        return n
+
+    # -- INFO ------------------------------------------------------------------------------
+    def info_fields(self) -> list[tuple[str, object]]:
+        e = self.engine
+        out: list[tuple[str, object]] = [
+            ("role", "active-active"), ("node_id", self.node_id), ("incarnation", self.incarnation),
+            ("grpc_addr", self.grpc_addr), ("connected_peers", sum(p.state == "streaming" for p in self.peers.values())),
+            ("known_peers", len(self.peers)), ("log_first_seq", e.log_first), ("log_last_seq", e.log_seq),
+            ("refused_batches", self.refused_batches),
+            ("bootstrapping", 1 if self.bootstraps else 0),
+        ]
+        for i, p in enumerate(sorted(self.peers.values(), key=lambda x: x.node_id)):
+            out.append((f"peer{i}", f"id={p.node_id},addr={p.grpc_addr},resp={p.resp_addr},state={p.state},"
+                                    f"acked_seq={p.acked_seq},lag_entries={max(0, e.log_seq - p.acked_seq)},"
+                                    f"lag_ms={self.lag_ms(p)},bytes_shipped={p.bytes_shipped},"
+                                    f"entries_shipped={p.entries_shipped},needs_resync={int(p.needs_resync)},"
+                                    f"applied_seq={p.applied_seq},applied_entries={p.applied_entries}"))
+        return out
+
+    def metrics(self) -> list[tuple[str, dict[str, str], float]]:
+        e = self.engine
+        out: list[tuple[str, dict[str, str], float]] = [
+            ("marekvs_replog_last_seq", {}, e.log_seq), ("marekvs_replog_first_seq", {}, e.log_first)]
+        for p in self.peers.values():
+            lab = {"peer": str(p.node_id)}
+            out += [("marekvs_peer_up", lab, 1.0 if p.state == "streaming" else 0.0),
+                    ("marekvs_peer_lag_entries", lab, max(0, e.log_seq - p.acked_seq)),
+                    ("marekvs_peer_lag_ms", lab, self.lag_ms(p)),
+                    ("marekvs_peer_bytes_shipped_total", lab, p.bytes_shipped),
+                    ("marekvs_peer_entries_shipped_total", lab, p.entries_shipped),
+                    ("marekvs_peer_needs_resync", lab, 1.0 if p.needs_resync else 0.0),
+                    ("marekvs_peer_applied_entries_total", lab, p.applied_entries)]
+        return out
+
+
+def new_incarnation() -> int:
+    return int.from_bytes(os.urandom(8), "big") >> 1

@@ -1,0 +1,138 @@
+"""Test helpers: start real marekvs / redis-server processes on free loopback ports.
+
+Every process is started by the test that needs it and stopped by its own pid.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port: int, proc: subprocess.Popen | None = None, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"process exited with {proc.returncode} before listening on {port}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError(f"nothing listening on 127.0.0.1:{port} after {timeout}s")
+
+
+class Node:
+    """One ``marekvs serve`` process."""
+
+    def __init__(self, data_dir: Path, port: int | None = None, node_id: int = 1, durability: str = "everysec",
+                 extra: list[str] | None = None, env: dict[str, str] | None = None,
+                 grpc_port: int | None = None):
+        self.data_dir = Path(data_dir)
+        self.port = port or free_port()
+        self.grpc_port = grpc_port or free_port()
+        self.node_id = node_id
+        self.durability = durability
+        self.extra = list(extra or [])
+        self.env = env
+        self.proc: subprocess.Popen | None = None
+        self.log_path = self.data_dir.parent / f"node{node_id}-{self.port}.log"
+
+    def args(self) -> list[str]:
+        return [sys.executable, "-m", "marekvs", "serve", "--port", str(self.port),
+                "--data-dir", str(self.data_dir), "--node-id", str(self.node_id),
+                "--durability", self.durability, "--grpc-port", str(self.grpc_port), *self.extra]
+
+    def start(self, timeout: float = 20.0) -> "Node":
+        env = dict(os.environ)
+        env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+        if self.env:
+            env.update(self.env)
+        self._log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(self.args(), cwd=str(ROOT), env=env, stdout=self._log,
+                                     stderr=subprocess.STDOUT)
+        wait_port(self.port, self.proc, timeout)
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def kill9(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self, timeout: float = 15.0) -> int | None:
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.kill(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+        self._log.close()
+        return self.proc.returncode
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def client(self, **kw):
+        import redis
+
+        return redis.Redis(host="127.0.0.1", port=self.port, **kw)
+
+
+class RedisServer:
+    """A stock redis-server for side-by-side checks (no persistence unless asked)."""
+
+    def __init__(self, workdir: Path, port: int | None = None, extra: list[str] | None = None):
+        self.port = port or free_port()
+        self.workdir = Path(workdir)
+        self.extra = extra or ["--save", "", "--appendonly", "no"]
+        self.proc: subprocess.Popen | None = None
+
+    @staticmethod
+    def available() -> bool:
+        return shutil.which("redis-server") is not None
+
+    def start(self) -> "RedisServer":
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.proc = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.workdir),
+             *self.extra], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_port(self.port, self.proc)
+        return self
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                os.kill(self.proc.pid, signal.SIGKILL)
+
+    def client(self, **kw):
+        import redis
+
+        return redis.Redis(host="127.0.0.1", port=self.port, **kw)
