@@ -265,7 +265,7 @@ class Server:
             log.exception("command %s failed", cmd.fullname)
             return b"-ERR internal error executing '%s'\r\n" % cmd.fullname.encode()
         if cmd.write:
-            c.last_write_seq = self.engine.log_seq
+            c.last_write_seq = self.engine.next_seq
         t = type(r)
         if t is bytes:
             return b"$%d\r\n%s\r\n" % (len(r), r)

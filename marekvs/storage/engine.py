@@ -3,14 +3,18 @@
 Column families
     ``data``    internal key -> envelope + payload (the records of the data model)
     ``replog``  local sequence number (u64 BE) -> one replication-log entry: the
-                records one command produced, msgpack ``[ikey, value, ikey, value...]``
+                internal keys the local commands of one committed batch changed,
+                msgpack ``[ikey, ...]``. Shipping reads each key's *current* record:
+                it dominates the one the command wrote (every later record is a join
+                over it), so peers converge to the same state while the log stays
+                small and one batch costs one extra RocksDB put, not one per record.
     ``meta``    node metadata: node id, peers' high-water marks, format version
 
 The one apply path
     ``apply(records)`` takes records (internal key, envelope + payload), reads the
     current value, merges with ``core.merge.merge`` and writes only what changed,
-    appending one log entry for a local command. Local commands and (later)
-    replication both end here; a blind overwrite never happens.
+    adding the changed keys of a local command to the batch's log entry. Local
+    commands and replication both end here; a blind overwrite never happens.
 
 Group commit
     Writes go to an in-memory pending batch that reads see at once (through the
@@ -90,7 +94,7 @@ class Engine:
         self.cache: dict[bytes, bytes | None] = {}
         self.cache_entries = cache_entries
         self.pending: dict[bytes, bytes | None] = {}  # None = physical delete
-        self.pending_log: list[tuple[int, bytes]] = []
+        self.pending_log: dict[bytes, None] = {}  # keys changed by local commands, in order
         self.pending_meta: dict[bytes, bytes | None] = {}
         self.log_seq = self._last_log_seq()
         self.log_first = self._first_log_seq()
@@ -166,8 +170,8 @@ class Engine:
     def apply(self, records: list[tuple[bytes, bytes]], log_entry: bool = True) -> list[tuple[bytes, bytes]]:
         """Merge ``records`` into the store; return the records that changed.
 
-        With ``log_entry`` (local commands) the changed records are appended to the
-        replication log as one entry, in the same batch as the data.
+        With ``log_entry`` (local commands) the changed keys join the replication-log
+        entry of the pending batch, which is committed with the data.
         """
         changed = []
         cache = self.cache
@@ -184,13 +188,16 @@ class Engine:
             pending[ikey] = m
             changed.append((ikey, m))
         if changed and log_entry:
-            self.log_seq += 1
-            flat = []
-            for k, v in changed:
-                flat.append(k)
-                flat.append(v)
-            self.pending_log.append((self.log_seq, msgpack.packb(flat)))
+            plog = self.pending_log
+            for k, _ in changed:
+                plog[k] = None
         return changed
+
+    @property
+    def next_seq(self) -> int:
+        """The log sequence number the pending batch's entry will have (or the last
+        committed one if nothing local is pending): what WAIT waits for."""
+        return self.log_seq + 1 if self.pending_log else self.log_seq
 
     def put_meta(self, key: bytes, value: bytes | None) -> None:
         """Metadata written in the same batch as the pending data (e.g. a peer's
@@ -223,10 +230,8 @@ class Engine:
             else:
                 wb.put(k, v, h)
         if plog:
-            hl = self._h_replog
-            pack = _U64.pack
-            for seq, entry in plog:
-                wb.put(pack(seq), entry, hl)
+            self.log_seq += 1
+            wb.put(_U64.pack(self.log_seq), msgpack.packb(list(plog)), self._h_replog)
         if pmeta:
             hm = self._h_meta
             for k, v in pmeta.items():
@@ -240,7 +245,7 @@ class Engine:
         self.records_written += n
         self.last_commit_size = n
         self.pending = {}
-        self.pending_log = []
+        self.pending_log = {}
         self.pending_meta = {}
         if len(self.cache) > self.cache_entries:
             self._evict()
@@ -289,13 +294,19 @@ class Engine:
         return _U64.unpack(it.key())[0] if it.valid() else self.log_seq + 1
 
     def read_log(self, after: int, limit: int) -> list[tuple[int, list[tuple[bytes, bytes]]]]:
-        """Up to ``limit`` committed log entries with seq > ``after``."""
+        """Up to ``limit`` committed log entries with seq > ``after``, each with the
+        current record of every key it names (keys purged since are left out)."""
         out = []
         it = self.replog.iter(ReadOptions())
         it.seek(_U64.pack(after + 1))
+        get = self.get
         while it.valid() and len(out) < limit:
-            flat = msgpack.unpackb(it.value())
-            out.append((_U64.unpack(it.key())[0], list(zip(flat[0::2], flat[1::2]))))
+            recs = []
+            for k in msgpack.unpackb(it.value()):
+                v = get(k)
+                if v is not None:
+                    recs.append((k, v))
+            out.append((_U64.unpack(it.key())[0], recs))
             it.next()
         return out
 
