@@ -24,6 +24,7 @@ from marekvs.commands.errors import WRONGTYPE, CommandError
 from marekvs.storage.engine import Engine, prefix_end
 
 _ZERO8 = bytes(8)
+_UNKNOWN = object()  # "the caller did not look the key up"
 _STRING_FLAGS = env.make_flags(RecordType.STRING)
 _U16 = K._U16
 
@@ -101,17 +102,27 @@ class Keyspace:
     def stamp(self) -> int:
         return self.hlc.now()
 
-    def string_records(self, key: bytes, value: bytes, ttl: int, now: int) -> list[tuple[bytes, bytes]]:
-        """Records that make ``key`` the string ``value`` (replacing any other type)."""
+    def string_records(self, key: bytes, value: bytes, ttl: int, now: int,
+                       found: object = _UNKNOWN) -> list[tuple[bytes, bytes]]:
+        """Records that make ``key`` the string ``value`` (replacing any other type).
+
+        ``found`` is what ``live_record(key, now)`` returned, when the caller already
+        looked: it saves the head lookup (a live string means no live head).
+        """
         recs = [(K.encode_string_key(key),
                  env.pack(_STRING_FLAGS, self.hlc.now(), self.node_id, ttl, value))]
-        h = self.head_record(key, now)
+        if found is _UNKNOWN:
+            h = self.head_record(key, now)
+        elif found is not None and found[0][2:3] == K.TAG_HEAD:  # type: ignore[index]
+            h = found[1]  # type: ignore[index]
+        else:
+            h = None
         if h is not None:
             recs.append(self._head_tombstone(key, h))
         return recs
 
-    def set_string(self, key: bytes, value: bytes, ttl: int, now: int) -> None:
-        self.engine.apply(self.string_records(key, value, ttl, now))
+    def set_string(self, key: bytes, value: bytes, ttl: int, now: int, found: object = _UNKNOWN) -> None:
+        self.engine.apply(self.string_records(key, value, ttl, now, found))
 
     def delete_records(self, key: bytes, now: int) -> list[tuple[bytes, bytes]]:
         """Tombstones for whatever live record holds ``key`` (none if absent)."""
@@ -144,6 +155,14 @@ class Keyspace:
         return True
 
     # -- iteration -------------------------------------------------------------------
+    def all_keys(self, now: int) -> Iterator[tuple[bytes, bytes, bytes]]:
+        """(user key, ikey, record) of every live key, in partition order, from one
+        pass over the data (heads before strings within a partition)."""
+        for ikey, rec in self.engine.scan(b"", None):
+            tag = ikey[2]
+            if (tag == 0x73 or tag == 0x4D) and is_live(rec, now):  # b's', b'M'
+                yield K.user_key_of(ikey), ikey, rec
+
     def partition_keys(self, pid: int, now: int) -> Iterator[tuple[bytes, bytes, bytes]]:
         """(user key, ikey, record) of every live key in partition ``pid``."""
         for tag in (K.TAG_HEAD, K.TAG_STRING):

@@ -59,3 +59,25 @@ def invalid_expire(fullname: str) -> str:
 
 def unsupported_option(opt: bytes) -> str:
     return "ERR Unsupported option %s" % opt.decode("utf-8", "replace")
+
+
+# -- strings and keyspace (strings.py, keys.py) -------------------------------------------
+DECREMENT_OVERFLOW = "ERR decrement would overflow"
+SAME_OBJECT = "ERR source and destination objects are the same"
+LCS_NOT_STRINGS = "ERR The specified keys must contain string values"
+LCS_LEN_AND_IDX = "ERR If you want both the length and indexes, please just use IDX."
+LCS_TOO_MUCH_MEMORY = ("ERR Insufficient memory, transient memory for LCS exceeds "
+                       "proto-max-bulk-len")
+LFU_NOT_SELECTED = ("ERR An LFU maxmemory policy is not selected, access frequency not "
+                    "tracked. Please note that when switching between policies at runtime "
+                    "LRU and LFU data will take some time to adjust.")
+LFU_SELECTED = ("ERR An LFU maxmemory policy is selected, idle time not tracked. Please "
+                "note that when switching between policies at runtime LRU and LFU data "
+                "will take some time to adjust.")
+# marekvs-specific: moving a collection means re-keying every element record
+RENAME_COLLECTION = "ERR RENAME of a collection is not supported yet"
+COPY_COLLECTION = "ERR COPY of a collection is not supported yet"
+
+
+def value_out_of_range(lo: int, hi: int) -> str:
+    return f"ERR value is out of range, value must between {lo} and {hi}"

@@ -17,7 +17,6 @@ from marekvs.commands.db import is_live, now_ms, string_value
 from marekvs.commands.errors import CommandError
 from marekvs.commands.table import command, container
 from marekvs.core import keys as K
-from marekvs.core.partition import PARTITIONS
 from marekvs.server import resp
 from marekvs.storage.engine import prefix_end
 
@@ -102,10 +101,9 @@ def dataset_digest(ks) -> bytes:
     now = now_ms()
     acc = 0
     n = 0
-    for pid in range(PARTITIONS):
-        for key, ikey, rec in ks.partition_keys(pid, now):
-            acc ^= int.from_bytes(key_digest(ks, key, ikey, rec, now), "big")
-            n += 1
+    for key, ikey, rec in ks.all_keys(now):
+        acc ^= int.from_bytes(key_digest(ks, key, ikey, rec, now), "big")
+        n += 1
     return b"0" * 40 if n == 0 else b"%040x" % acc
 
 

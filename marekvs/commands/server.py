@@ -145,8 +145,7 @@ def config_help(c, args):
 # -- keyspace-wide ----------------------------------------------------------------------
 
 def _all_live_keys(ks, now):
-    for pid in range(PARTITIONS):
-        yield from ks.partition_keys(pid, now)
+    return ks.all_keys(now)
 
 
 @command("dbsize", 1, "readonly fast", group="server",
@@ -201,15 +200,13 @@ def save(c, args):
     return resp.OK
 
 
-@command("shutdown", -1, "admin noscript loading stale no-auth", group="server",
+@command("shutdown", -1, "admin noscript loading stale", group="server",
          summary="Synchronously saves the database(s) to disk and shuts down the Redis server.",
          syntax="[NOSAVE | SAVE] [NOW] [FORCE] [ABORT]")
 def shutdown(c, args):
     for a in args[1:]:
         if a.upper() not in (b"NOSAVE", b"SAVE", b"NOW", b"FORCE", b"ABORT"):
             raise CommandError(errors.SYNTAX)
-    if not c.authed:
-        raise CommandError(errors.NOAUTH)
     if any(a.upper() == b"ABORT" for a in args[1:]):
         raise CommandError("ERR No shutdown in progress.")
     c.server.request_shutdown()

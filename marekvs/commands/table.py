@@ -87,10 +87,15 @@ def container(name: str, arity: int = -2, flags: str = "", *, group: str = "gene
 class CommandTable:
     def __init__(self) -> None:
         self.commands: dict[bytes, Command] = {}
+        # name as clients usually send it (lower or upper case) -> command: the
+        # dispatcher's first lookup; mixed case falls back to .lower()
+        self.dispatch: dict[bytes, Command] = {}
 
     def add(self, cmd: Command) -> None:
         if cmd.parent is None:
-            self.commands[cmd.name.encode()] = cmd
+            name = cmd.name.encode()
+            self.commands[name] = cmd
+            self.dispatch[name] = self.dispatch[name.upper()] = cmd
             return
         parent = self.commands[cmd.parent.encode()]
         parent.subcommands[cmd.name] = cmd

@@ -1,0 +1,468 @@
+"""Argument parsing shared by the command families, with Redis 7.0's exact rules.
+
+Everything here is pure (no storage): handlers call these to turn argument bytes into
+values, and every failure raises ``CommandError`` with Redis's text.
+
+Integers (``parse_ll``)
+    Redis ``string2ll``: optional '-', then digits with no leading zero (``"0"`` alone
+    is fine), no '+', no spaces, at most 20 characters, within int64. ``"+1"``,
+    ``" 1"``, ``"01"`` and ``"-0"`` are not integers.
+
+Long doubles (``parse_ld`` / ``ld_add`` / ``format_ld``)
+    INCRBYFLOAT works in the C ``long double`` of x86-64 Linux (x87 80-bit extended:
+    64-bit significand, exponents -16382..16383, subnormals below). Python has no such
+    type, so values are exact ``Fraction``s rounded to that format after every
+    operation (round half to even, as the FPU does). ``parse_ld`` follows
+    ``string2ld``: ``strtold`` grammar (decimal, hex ``0x1p3``, ``inf``/``infinity``),
+    the whole string must be consumed, no leading space, no NaN, and overflow or
+    underflow to zero is refused. ``format_ld`` is ``ld2string(LD_STR_HUMAN)``: ``%.17Lf``
+    with trailing zeros (and a bare '.') removed, ``-0`` printed as ``0``.
+
+Expire times (``parse_set_options``, ``expire_deadline``, ``parse_expire_flags``)
+    SET / GETEX options as ``parseExtendedStringArgumentsOrReply``; the deadline rule
+    of ``getExpireMillisecondsOrReply``; EXPIRE's NX/XX/GT/LT as
+    ``parseExtendedExpireArgumentsOrReply``.
+
+Glob (``stringmatch``)
+    ``stringmatchlen`` exactly, including its quirks: ranges compare *signed* chars,
+    an unterminated ``[`` class matches what it has read, ``\\`` escapes inside and
+    outside classes, and the 1000-level nesting guard. It runs on an explicit stack so
+    deep patterns cannot hit Python's recursion limit.
+"""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal
+from fractions import Fraction
+
+from marekvs.commands import errors
+from marekvs.commands.errors import CommandError
+
+LLONG_MAX = (1 << 63) - 1
+LLONG_MIN = -(1 << 63)
+INT_MAX = (1 << 31) - 1
+INT_MIN = -(1 << 31)
+ULONG_MAX = (1 << 64) - 1
+PROTO_MAX_BULK_LEN = 512 * 1024 * 1024
+
+
+# -- integers ----------------------------------------------------------------------------
+
+def parse_ll(b: bytes) -> int | None:
+    """Redis ``string2ll``: the int64 that ``b`` spells canonically, else None."""
+    n = len(b)
+    if n == 0 or n >= 21:
+        return None
+    if b.isdigit():
+        if b[0] == 48 and n > 1:
+            return None
+        v = int(b)
+        return v if v <= LLONG_MAX else None
+    if n > 1 and b[0] == 45 and b[1] != 48 and b[1:].isdigit():
+        v = int(b)
+        return v if v >= LLONG_MIN else None
+    return None
+
+
+def int_arg(b: bytes, msg: str = errors.NOT_INTEGER) -> int:
+    v = parse_ll(b)
+    if v is None:
+        raise CommandError(msg)
+    return v
+
+
+def int_range_arg(b: bytes, lo: int = INT_MIN, hi: int = INT_MAX) -> int:
+    """``getRangeLongFromObjectOrReply`` with no custom message."""
+    v = int_arg(b)
+    if v < lo or v > hi:
+        raise CommandError(errors.value_out_of_range(lo, hi))
+    return v
+
+
+def parse_cursor(b: bytes) -> int:
+    """``parseScanCursorOrReply``: C ``strtoul`` (optional sign, '-' wraps, an empty
+    string is 0) but no leading space, nothing after the digits, no overflow."""
+    s = b.split(b"\0", 1)[0]
+    if s[:1].isspace():
+        raise CommandError(errors.INVALID_CURSOR)
+    body = s[1:] if s[:1] in (b"+", b"-") else s
+    if not s:
+        return 0
+    if not body.isdigit():
+        raise CommandError(errors.INVALID_CURSOR)
+    v = int(body)
+    if v > ULONG_MAX:
+        raise CommandError(errors.INVALID_CURSOR)
+    return (-v) & ULONG_MAX if s[:1] == b"-" else v
+
+
+# -- long doubles (x87 80-bit extended) ---------------------------------------------------
+
+LD_MANT = 64  # significand bits, explicit integer bit included
+LD_EMIN = -16382  # exponent of the smallest normal: 2**-16382
+LD_EMAX = 16383
+MAX_LONG_DOUBLE_CHARS = 5 * 1024
+INF = float("inf")
+
+Ld = Fraction | float  # a finite exact value, or +-inf
+
+
+def ld_round(x: Fraction) -> Ld:
+    """Round an exact value to the nearest 80-bit long double (ties to even)."""
+    if x == 0:
+        return Fraction(0)
+    a = abs(x)
+    num, den = a.numerator, a.denominator
+    e = num.bit_length() - den.bit_length()
+    if (num << -e if e < 0 else num) < (den << e if e > 0 else den):
+        e -= 1  # now 2**e <= a < 2**(e+1)
+    e = max(e, LD_EMIN)
+    ulp = Fraction(2) ** (e - (LD_MANT - 1))
+    r = round(a / ulp) * ulp  # Fraction.__round__ rounds half to even
+    if r >= Fraction(1 << (LD_EMAX + 1)):
+        return INF if x > 0 else -INF
+    return r if x > 0 else -r
+
+
+_LD_RE = re.compile(
+    rb"([+-]?)(?:"
+    rb"(inf(?:inity)?)"
+    rb"|(nan(?:\([0-9a-z_]*\))?)"
+    rb"|0x([0-9a-f]+\.?[0-9a-f]*|\.[0-9a-f]+)(?:p([+-]?[0-9]+))?"
+    rb"|([0-9]+\.?[0-9]*|\.[0-9]+)(?:e([+-]?[0-9]+))?"
+    rb")",
+    re.IGNORECASE,
+)
+
+
+def _digits_to_int(d: bytes) -> int:
+    # Decimal converts without CPython's 4300-digit limit on int(str)
+    return int(d) if len(d) < 4000 else int(Decimal(d.decode()))
+
+
+def _int_to_digits(n: int) -> bytes:
+    return b"%d" % n if n.bit_length() < 13000 else str(Decimal(n)).encode()
+
+
+def _exponent(e: bytes | None) -> int:
+    """A decimal exponent, saturated far beyond any long double's range."""
+    if not e:
+        return 0
+    neg = e[:1] == b"-"
+    d = e.lstrip(b"+-").lstrip(b"0") or b"0"
+    v = int(d) if len(d) <= 18 else 10**18
+    return -v if neg else v
+
+
+def parse_ld(b: bytes) -> Ld | None:
+    """Redis ``string2ld``: the long double ``b`` spells, or None."""
+    if not b or len(b) >= MAX_LONG_DOUBLE_CHARS:
+        return None
+    b = b.split(b"\0", 1)[0]  # strtold stops at an embedded NUL, as in C
+    m = _LD_RE.fullmatch(b)
+    if m is None:
+        return None
+    sign, inf, nan, hexm, hexp, decm, dece = m.groups()
+    neg = sign == b"-"
+    if inf:
+        return -INF if neg else INF
+    if nan:
+        return None
+    if hexm is not None:
+        ip, _, fp = hexm.partition(b".")
+        mant = int(ip + fp or b"0", 16)  # base 16 has no digit limit
+        exp2 = _exponent(hexp) - 4 * len(fp)
+        if mant == 0:
+            return Fraction(0)
+        mag = mant.bit_length() + exp2  # 2**(mag-1) <= value < 2**mag
+        if mag > LD_EMAX + 2:
+            return None  # overflow: ERANGE with HUGE_VAL
+        if mag < LD_EMIN - LD_MANT - 2:
+            return None  # underflow to zero: ERANGE
+        val = Fraction(mant) * (Fraction(2) ** exp2)
+    else:
+        ip, _, fp = decm.partition(b".")
+        digits = (ip + fp).lstrip(b"0")
+        if not digits:
+            return Fraction(0)
+        exp10 = _exponent(dece) - len(fp)
+        mag = len(digits) + exp10  # 10**(mag-1) <= value < 10**mag
+        if mag > 4934:
+            return None
+        if mag < -4952:
+            return None
+        val = Fraction(_digits_to_int(digits)) * (Fraction(10) ** exp10)
+    r = ld_round(-val if neg else val)
+    if isinstance(r, float) or r == 0:
+        return None  # out of range after rounding (overflow / underflow to 0)
+    return r
+
+
+def ld_add(a: Ld, b: Ld) -> Ld:
+    """``a + b`` in long double; an infinite or NaN result comes back as a float."""
+    if isinstance(a, float):
+        return a + b if isinstance(b, float) else a
+    if isinstance(b, float):
+        return b
+    return ld_round(a + b)
+
+
+def format_ld(v: Fraction) -> bytes:
+    """``ld2string(..., LD_STR_HUMAN)``: ``%.17Lf`` minus trailing zeros."""
+    n = round(abs(v) * 10**17)  # exact decimal rounding, ties to even (glibc printf)
+    ip, fp = divmod(n, 10**17)
+    s = _int_to_digits(ip) + b".%017d" % fp
+    s = s.rstrip(b"0").rstrip(b".")
+    if v < 0 and s != b"0":
+        s = b"-" + s
+    return s
+
+
+# -- SET / GETEX options and expire times ----------------------------------------------------
+
+NX = 1 << 0
+XX = 1 << 1
+GET = 1 << 2
+KEEPTTL = 1 << 3
+PERSIST = 1 << 4
+EX = 1 << 5
+PX = 1 << 6
+EXAT = 1 << 7
+PXAT = 1 << 8
+_EXPIRES = EX | PX | EXAT | PXAT
+_EXPIRE_OPTS = {b"EX": EX, b"PX": PX, b"EXAT": EXAT, b"PXAT": PXAT}
+
+
+def parse_set_options(args: list[bytes], start: int, for_set: bool) -> tuple[int, bytes | None]:
+    """``parseExtendedStringArgumentsOrReply``: (flags, expire argument or None).
+
+    SET takes NX XX GET KEEPTTL and one of EX PX EXAT PXAT; GETEX takes PERSIST and
+    one of EX PX EXAT PXAT. A repeated option is accepted (the last value wins);
+    conflicting ones are a syntax error."""
+    flags = 0
+    expire = None
+    n = len(args)
+    j = start
+    while j < n:
+        opt = args[j].upper()
+        has_next = j + 1 < n
+        if opt == b"NX" and for_set and not flags & XX:
+            flags |= NX
+        elif opt == b"XX" and for_set and not flags & NX:
+            flags |= XX
+        elif opt == b"GET" and for_set:
+            flags |= GET
+        elif opt == b"KEEPTTL" and for_set and not flags & (PERSIST | _EXPIRES):
+            flags |= KEEPTTL
+        elif opt == b"PERSIST" and not for_set and not flags & (_EXPIRES | KEEPTTL):
+            flags |= PERSIST
+        elif opt in _EXPIRE_OPTS and has_next and not flags & (
+                KEEPTTL | PERSIST | (_EXPIRES & ~_EXPIRE_OPTS[opt])):
+            flags |= _EXPIRE_OPTS[opt]
+            expire = args[j + 1]
+            j += 1
+        else:
+            raise CommandError(errors.SYNTAX)
+        j += 1
+    return flags, expire
+
+
+def expire_deadline(fullname: str, arg: bytes, flags: int, now: int) -> int:
+    """``getExpireMillisecondsOrReply``: the absolute deadline (ms) an EX / PX / EXAT /
+    PXAT argument names. It must be positive; relative forms add ``now``."""
+    ms = int_arg(arg)
+    seconds = bool(flags & (EX | EXAT))
+    if ms <= 0 or (seconds and ms > LLONG_MAX // 1000):
+        raise CommandError(errors.invalid_expire(fullname))
+    if seconds:
+        ms *= 1000
+    if flags & (EX | PX):
+        ms += now
+    if ms <= 0 or ms > LLONG_MAX:  # C overflow wraps negative
+        raise CommandError(errors.invalid_expire(fullname))
+    return ms
+
+
+E_NX = 1 << 0
+E_XX = 1 << 1
+E_GT = 1 << 2
+E_LT = 1 << 3
+_E_OPTS = {b"NX": E_NX, b"XX": E_XX, b"GT": E_GT, b"LT": E_LT}
+
+
+def parse_expire_flags(args: list[bytes], start: int) -> int:
+    """``parseExtendedExpireArgumentsOrReply`` (EXPIRE family NX | XX | GT | LT)."""
+    flags = 0
+    for a in args[start:]:
+        f = _E_OPTS.get(a.upper())
+        if f is None:
+            raise CommandError(errors.unsupported_option(a))
+        flags |= f
+    if flags & E_NX and flags & (E_XX | E_GT | E_LT):
+        raise CommandError(errors.NX_XX_GT_LT)
+    if flags & E_GT and flags & E_LT:
+        raise CommandError(errors.GT_LT)
+    return flags
+
+
+def expire_when(fullname: str, arg: bytes, seconds: bool, basetime: int) -> int:
+    """EXPIRE's time argument as absolute ms (may be negative: the key is then
+    deleted). Only overflow is an error, as in ``expireGenericCommand``."""
+    when = int_arg(arg)
+    if seconds:
+        if when > LLONG_MAX // 1000 or when < -(-LLONG_MIN // 1000):  # C truncates
+            raise CommandError(errors.invalid_expire(fullname))
+        when *= 1000
+    if when > LLONG_MAX - basetime:
+        raise CommandError(errors.invalid_expire(fullname))
+    return when + basetime
+
+
+# -- server configuration ------------------------------------------------------------------
+
+def config_value(c, name: str, default: str) -> str:
+    """A configuration parameter as text: a runtime value set with CONFIG SET
+    (``server.config_extra``), else the server's Config attribute, else ``default``
+    (tests run handlers with no server config at all)."""
+    srv = getattr(c, "server", None)
+    extra = getattr(srv, "config_extra", None)
+    v = extra.get(name) if isinstance(extra, dict) else None
+    cfg = getattr(srv, "config", None)
+    if v is None and isinstance(cfg, dict):
+        v = cfg.get(name)
+    elif v is None and cfg is not None:
+        v = getattr(cfg, name.replace("-", "_"), None)
+    if v is None:
+        return default
+    if isinstance(v, bytes):
+        v = v.decode()
+    return str(v)
+
+
+def config_int(c, name: str, default: int) -> int:
+    try:
+        return int(config_value(c, name, str(default)))
+    except ValueError:
+        return default
+
+
+def proto_max_bulk_len(c) -> int:
+    return config_int(c, "proto-max-bulk-len", PROTO_MAX_BULK_LEN)
+
+
+# -- glob (stringmatchlen) ------------------------------------------------------------------
+
+def _signed(ch: int) -> int:
+    return ch - 256 if ch > 127 else ch
+
+
+def _lower(ch: int) -> int:
+    return ch + 32 if 65 <= ch <= 90 else ch
+
+
+def _match_from(p: bytes, pi: int, s: bytes, si: int, nocase: bool) -> tuple[int, int, int]:
+    """Run the linear part of ``stringmatchlen_impl`` from (pi, si).
+
+    Returns (1, 0, 0) on match, (0, 0, 0) on mismatch, or (2, pi, si) when a
+    non-trailing '*' needs the caller to try the rest of the pattern (from pi + 1)
+    at every suffix of the string starting at si."""
+    plen = len(p)
+    slen = len(s)
+    while pi < plen and si < slen:
+        c = p[pi]
+        if c == 42:  # '*'
+            while pi + 1 < plen and p[pi + 1] == 42:
+                pi += 1
+            if pi + 1 == plen:
+                return 1, 0, 0
+            return 2, pi, si
+        if c == 63:  # '?'
+            si += 1
+        elif c == 91:  # '['
+            pi += 1
+            neg = pi < plen and p[pi] == 94
+            if neg:
+                pi += 1
+            match = False
+            sc = s[si]
+            while True:
+                if pi < plen and p[pi] == 92 and plen - pi >= 2:
+                    pi += 1
+                    if p[pi] == sc:
+                        match = True
+                elif pi < plen and p[pi] == 93:
+                    break
+                elif pi >= plen:
+                    pi -= 1
+                    break
+                elif plen - pi >= 3 and p[pi + 1] == 45:
+                    lo, hi, ch = _signed(p[pi]), _signed(p[pi + 2]), _signed(sc)
+                    if lo > hi:
+                        lo, hi = hi, lo
+                    if nocase:
+                        lo, hi, ch = _lower(lo), _lower(hi), _lower(ch)
+                    pi += 2
+                    if lo <= ch <= hi:
+                        match = True
+                elif nocase:
+                    if _lower(p[pi]) == _lower(sc):
+                        match = True
+                elif p[pi] == sc:
+                    match = True
+                pi += 1
+            if neg:
+                match = not match
+            if not match:
+                return 0, 0, 0
+            si += 1
+        else:
+            if c == 92 and plen - pi >= 2:  # '\\' escapes the next byte
+                pi += 1
+            if nocase:
+                if _lower(p[pi]) != _lower(s[si]):
+                    return 0, 0, 0
+            elif p[pi] != s[si]:
+                return 0, 0, 0
+            si += 1
+        pi += 1
+        if si == slen:
+            while pi < plen and p[pi] == 42:
+                pi += 1
+            break
+    return (1 if pi == plen and si == slen else 0), 0, 0
+
+
+def stringmatch(pattern: bytes, string: bytes, nocase: bool = False) -> bool:
+    """Redis ``stringmatchlen``: does ``string`` match the glob ``pattern``?"""
+    if pattern == b"*":
+        return True
+    slen = len(string)
+    stack: list[list[int]] = []  # one frame per active '*': [pattern index after it, si]
+    skip_longer = False  # the shared ``skipLongerMatches`` flag
+    pi, si = 0, 0
+    while True:
+        if len(stack) > 1000:  # nesting guard of stringmatchlen_impl
+            res = 0
+        else:
+            res, spi, ssi = _match_from(pattern, pi, string, si, nocase)
+            if res == 2:
+                stack.append([spi + 1, ssi])
+                pi, si = spi + 1, ssi
+                continue
+        # ``res`` is the result of the innermost call; unwind into the '*' loops
+        while True:
+            if res == 1:
+                return True
+            if not stack:
+                return False
+            frame = stack[-1]
+            if skip_longer:
+                stack.pop()
+                continue
+            frame[1] += 1
+            if frame[1] < slen:
+                pi, si = frame
+                break
+            skip_longer = True
+            stack.pop()

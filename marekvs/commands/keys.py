@@ -1,0 +1,507 @@
+"""Generic keyspace commands (Redis 7.0 ``db.c`` / ``expire.c`` / ``object.c``).
+
+These work on whatever record holds a key - the string record or a collection head
+- through the Keyspace's type-agnostic lookups (``live_record``, ``delete_records``,
+``set_ttl``). A TTL is the envelope's absolute deadline; EXPIRE / PERSIST rewrite the
+envelope (an LWW write with the payload unchanged) and a deadline at or before now
+deletes the key instead, as Redis does.
+
+Iteration (KEYS, SCAN, RANDOMKEY) walks the 4096 partitions in order with
+``Keyspace.partition_keys``. The SCAN cursor is the next partition id to visit (0 when
+done) and a call always finishes the partitions it starts, so a key that exists for
+the whole scan is returned at least once, and COUNT bounds the keys visited as in
+Redis (MATCH and TYPE filter afterwards).
+
+RENAME / COPY move strings and counters (the destination gets a plain string record
+with a new version; a counter is materialised, which reads the same). Moving a
+collection means re-keying every element record; that is not implemented yet and
+replies ``RENAME_COLLECTION`` / ``COPY_COLLECTION``.
+
+OBJECT reports what marekvs can know: ENCODING is derived from the value (no record
+keeps Redis's in-memory representation), REFCOUNT follows Redis's shared-integer rule,
+IDLETIME is 0 and FREQ needs an LFU policy, as in Redis.
+"""
+
+from __future__ import annotations
+
+import random
+
+from marekvs.commands import args as A
+from marekvs.commands import db, errors, table
+from marekvs.commands.errors import CommandError
+from marekvs.commands.table import command
+from marekvs.core import envelope as env
+from marekvs.core import keys as K
+from marekvs.core import pncounter
+from marekvs.core.partition import PARTITIONS
+from marekvs.server import resp
+
+
+def _object_container() -> table.Command:
+    c = table.container("object", -2, group="generic",
+                        summary="A container for object introspection commands", since="2.2.3")
+    c.acl = ("slow",)  # as Redis's COMMAND INFO object
+    return c
+
+
+CONTAINERS = (_object_container(),)
+
+_ACL_W_SLOW = "keyspace write slow"
+_ACL_W_FAST = "keyspace write fast"
+_ACL_R_FAST = "keyspace read fast"
+_ACL_R_SLOW = "keyspace read slow"
+_EXPIRE_FLAGS_SYNTAX = " [NX | XX | GT | LT]"
+_OBJ_SHARED_INTEGERS = 10000
+_OBJ_SHARED_REFCOUNT = (1 << 31) - 1
+_HEAD_ENCODINGS = {"hash": b"hashtable", "set": b"hashtable", "zset": b"skiplist",
+                   "list": b"quicklist", "stream": b"stream", "string": b"raw"}
+
+
+# =========================================================================================
+# Internal API
+# =========================================================================================
+
+def is_string_ikey(ikey: bytes) -> bool:
+    return ikey[2:3] == K.TAG_STRING
+
+
+def iter_keys(ks: db.Keyspace, first_pid: int, now: int):
+    """(user key, ikey, record) of every live key, partition by partition."""
+    if first_pid == 0:
+        yield from ks.all_keys(now)
+        return
+    for pid in range(first_pid, PARTITIONS):
+        yield from ks.partition_keys(pid, now)
+
+
+def op_scan(ks: db.Keyspace, cursor: int, count: int, now: int) -> tuple[int, list[bytes]]:
+    """Visit whole partitions from ``cursor`` until ``count`` keys are collected."""
+    found: list[bytes] = []
+    pid = cursor
+    while pid < PARTITIONS and len(found) < count:
+        found.extend(k for k, _, _ in ks.partition_keys(pid, now))
+        pid += 1
+    return (pid if pid < PARTITIONS else 0), found
+
+
+def op_random_key(ks: db.Keyspace, now: int) -> bytes | None:
+    """A random live key: a random non-empty partition (starting at a random pid and
+    walking on), then a random key in it."""
+    start = random.randrange(PARTITIONS)
+    for i in range(PARTITIONS):
+        keys = [k for k, _, _ in ks.partition_keys((start + i) % PARTITIONS, now)]
+        if keys:
+            return random.choice(keys)
+    return None
+
+
+def op_delete_keys(ks: db.Keyspace, keys: list[bytes], now: int) -> int:
+    """DEL: tombstone every live key (repeats count once) in one apply."""
+    recs: list[tuple[bytes, bytes]] = []
+    deleted = 0
+    for key in dict.fromkeys(keys):
+        r = ks.delete_records(key, now)
+        if r:
+            deleted += 1
+            recs.extend(r)
+    if recs:
+        ks.apply(recs)
+    return deleted
+
+
+def op_copy_string(ks: db.Keyspace, src_rec: bytes, dst: bytes, now: int,
+                   delete_src: bytes | None = None) -> None:
+    """Write ``src_rec``'s string (and deadline) at ``dst``, optionally deleting the
+    key ``delete_src``, as one apply (one replication-log entry)."""
+    recs = ks.string_records(dst, db.string_value(src_rec), env.ttl_of(src_rec), now)
+    if delete_src is not None:
+        recs.extend(ks.delete_records(delete_src, now))
+    ks.apply(recs)
+
+
+def string_encoding(rec: bytes) -> bytes:
+    if pncounter.is_counter(rec):
+        return b"int"
+    v = rec[env.ENVELOPE_SIZE:]
+    if len(v) <= 20 and A.parse_ll(v) is not None:
+        return b"int"
+    return b"embstr" if len(v) <= 44 else b"raw"
+
+
+def _policy(c) -> str:
+    return A.config_value(c, "maxmemory-policy", "noeviction").lower()
+
+
+def _lfu(c) -> bool:
+    return _policy(c).endswith("-lfu")
+
+
+def shared_integers(c) -> bool:
+    """Redis shares small integer objects unless maxmemory is set with an LRU/LFU
+    policy (MAXMEMORY_FLAG_NO_SHARED_INTEGERS)."""
+    return A.config_int(c, "maxmemory", 0) == 0 or not _policy(c).endswith(("-lru", "-lfu"))
+
+
+# =========================================================================================
+# Commands
+# =========================================================================================
+
+@command("del", -2, "write", (1, -1, 1), group="generic", acl=_ACL_W_SLOW,
+         summary="Delete a key", since="1.0.0",
+         complexity="O(N) where N is the number of keys that will be removed. When a key "
+                    "to remove holds a value other than a string, the individual "
+                    "complexity for this key is O(M) where M is the number of elements in "
+                    "the list, set, sorted set or hash. Removing a single key that holds a "
+                    "string value is O(1).",
+         syntax="key [key ...]")
+def del_(c, args: list[bytes]):
+    return op_delete_keys(c.ks, args[1:], db.now_ms())
+
+
+@command("unlink", -2, "write fast", (1, -1, 1), group="generic", acl=_ACL_W_FAST,
+         summary="Delete a key asynchronously in another thread. Otherwise it is just as "
+                 "DEL, but non blocking.", since="4.0.0",
+         complexity="O(1) for each key removed regardless of its size. Then the command "
+                    "does O(N) work in a different thread in order to reclaim memory, where "
+                    "N is the number of allocations the deleted objects where composed of.",
+         syntax="key [key ...]")
+def unlink(c, args: list[bytes]):
+    return op_delete_keys(c.ks, args[1:], db.now_ms())
+
+
+@command("exists", -2, "readonly fast", (1, -1, 1), group="generic", acl=_ACL_R_FAST,
+         summary="Determine if a key exists", since="1.0.0",
+         complexity="O(N) where N is the number of keys to check.", syntax="key [key ...]")
+def exists(c, args: list[bytes]):
+    now = db.now_ms()
+    return sum(1 for key in args[1:] if c.ks.exists(key, now))
+
+
+@command("touch", -2, "readonly fast", (1, -1, 1), group="generic", acl=_ACL_R_FAST,
+         summary="Alters the last access time of a key(s). Returns the number of existing "
+                 "keys specified.", since="3.2.1",
+         complexity="O(N) where N is the number of keys that will be touched.",
+         syntax="key [key ...]")
+def touch(c, args: list[bytes]):
+    return exists(c, args)
+
+
+@command("type", 2, "readonly fast", (1, 1, 1), group="generic", acl=_ACL_R_FAST,
+         summary="Determine the type stored at key", since="1.0.0", complexity="O(1)",
+         syntax="key")
+def type_(c, args: list[bytes]):
+    return resp.Simple(c.ks.type_name(args[1], db.now_ms()).encode())
+
+
+# -- expiry --------------------------------------------------------------------------------
+
+def _expire(c, args: list[bytes], name: str, seconds: bool, relative: bool):
+    flags = A.parse_expire_flags(args, 3)
+    now = db.now_ms()
+    when = A.expire_when(name, args[2], seconds, now if relative else 0)
+    ks, key = c.ks, args[1]
+    found = ks.live_record(key, now)
+    if found is None:
+        return 0
+    current = env.ttl_of(found[1]) or -1  # -1: persistent, an infinite TTL
+    if flags & A.E_NX and current != -1:
+        return 0
+    if flags & A.E_XX and current == -1:
+        return 0
+    if flags & A.E_GT and (current == -1 or when <= current):
+        return 0
+    if flags & A.E_LT and current != -1 and when >= current:
+        return 0
+    if when <= now:
+        ks.delete(key, now)
+    else:
+        ks.set_ttl(key, when, now)
+    return 1
+
+
+@command("expire", -3, "write fast", (1, 1, 1), group="generic", acl=_ACL_W_FAST,
+         summary="Set a key's time to live in seconds", since="1.0.0", complexity="O(1)",
+         syntax="key seconds" + _EXPIRE_FLAGS_SYNTAX)
+def expire(c, args: list[bytes]):
+    return _expire(c, args, "expire", seconds=True, relative=True)
+
+
+@command("pexpire", -3, "write fast", (1, 1, 1), group="generic", acl=_ACL_W_FAST,
+         summary="Set a key's time to live in milliseconds", since="2.6.0",
+         complexity="O(1)", syntax="key milliseconds" + _EXPIRE_FLAGS_SYNTAX)
+def pexpire(c, args: list[bytes]):
+    return _expire(c, args, "pexpire", seconds=False, relative=True)
+
+
+@command("expireat", -3, "write fast", (1, 1, 1), group="generic", acl=_ACL_W_FAST,
+         summary="Set the expiration for a key as a UNIX timestamp", since="1.2.0",
+         complexity="O(1)", syntax="key unix-time-seconds" + _EXPIRE_FLAGS_SYNTAX)
+def expireat(c, args: list[bytes]):
+    return _expire(c, args, "expireat", seconds=True, relative=False)
+
+
+@command("pexpireat", -3, "write fast", (1, 1, 1), group="generic", acl=_ACL_W_FAST,
+         summary="Set the expiration for a key as a UNIX timestamp specified in "
+                 "milliseconds", since="2.6.0",
+         complexity="O(1)", syntax="key unix-time-milliseconds" + _EXPIRE_FLAGS_SYNTAX)
+def pexpireat(c, args: list[bytes]):
+    return _expire(c, args, "pexpireat", seconds=False, relative=False)
+
+
+def _ttl(c, key: bytes, ms: bool, absolute: bool) -> int:
+    """``ttlGenericCommand``: -2 absent, -1 persistent, else the (rounded) TTL."""
+    now = db.now_ms()
+    found = c.ks.live_record(key, now)
+    if found is None:
+        return -2
+    deadline = env.ttl_of(found[1])
+    if not deadline:
+        return -1
+    ttl = max(deadline if absolute else deadline - now, 0)
+    return ttl if ms else (ttl + 500) // 1000
+
+
+@command("ttl", 2, "readonly fast", (1, 1, 1), group="generic", acl=_ACL_R_FAST,
+         summary="Get the time to live for a key in seconds", since="1.0.0",
+         complexity="O(1)", syntax="key")
+def ttl(c, args: list[bytes]):
+    return _ttl(c, args[1], ms=False, absolute=False)
+
+
+@command("pttl", 2, "readonly fast", (1, 1, 1), group="generic", acl=_ACL_R_FAST,
+         summary="Get the time to live for a key in milliseconds", since="2.6.0",
+         complexity="O(1)", syntax="key")
+def pttl(c, args: list[bytes]):
+    return _ttl(c, args[1], ms=True, absolute=False)
+
+
+@command("expiretime", 2, "readonly fast", (1, 1, 1), group="generic", acl=_ACL_R_FAST,
+         summary="Get the expiration Unix timestamp for a key", since="7.0.0",
+         complexity="O(1)", syntax="key")
+def expiretime(c, args: list[bytes]):
+    return _ttl(c, args[1], ms=False, absolute=True)
+
+
+@command("pexpiretime", 2, "readonly fast", (1, 1, 1), group="generic", acl=_ACL_R_FAST,
+         summary="Get the expiration Unix timestamp for a key in milliseconds",
+         since="7.0.0", complexity="O(1)", syntax="key")
+def pexpiretime(c, args: list[bytes]):
+    return _ttl(c, args[1], ms=True, absolute=True)
+
+
+@command("persist", 2, "write fast", (1, 1, 1), group="generic", acl=_ACL_W_FAST,
+         summary="Remove the expiration from a key", since="2.2.0", complexity="O(1)",
+         syntax="key")
+def persist(c, args: list[bytes]):
+    now = db.now_ms()
+    found = c.ks.live_record(args[1], now)
+    if found is None or not env.ttl_of(found[1]):
+        return 0
+    c.ks.set_ttl(args[1], 0, now)
+    return 1
+
+
+# -- iteration -----------------------------------------------------------------------------
+
+@command("keys", 2, "readonly", (0, 0, 0), group="generic",
+         acl="keyspace read slow dangerous",
+         summary="Find all keys matching the given pattern", since="1.0.0",
+         complexity="O(N) with N being the number of keys in the database, under the "
+                    "assumption that the key names in the database and the given pattern "
+                    "have limited length.",
+         syntax="pattern")
+def keys(c, args: list[bytes]):
+    pattern = args[1]
+    match = A.stringmatch
+    return [k for k, _, _ in iter_keys(c.ks, 0, db.now_ms()) if match(pattern, k)]
+
+
+@command("scan", -2, "readonly", (0, 0, 0), group="generic", acl=_ACL_R_SLOW,
+         summary="Incrementally iterate the keys space", since="2.8.0",
+         complexity="O(1) for every call. O(N) for a complete iteration, including enough "
+                    "command calls for the cursor to return back to 0. N is the number of "
+                    "elements inside the collection.",
+         syntax="cursor [MATCH pattern] [COUNT count] [TYPE type]")
+def scan(c, args: list[bytes]):
+    cursor = A.parse_cursor(args[1])
+    count, pattern, typename = 10, None, None
+    i = 2
+    while i < len(args):
+        opt = args[i].lower()
+        more = i + 1 < len(args)
+        if opt == b"count" and more:
+            count = A.int_arg(args[i + 1])
+            if count < 1:
+                raise CommandError(errors.SYNTAX)
+        elif opt == b"match" and more:
+            pattern = None if args[i + 1] == b"*" else args[i + 1]
+        elif opt == b"type" and more:
+            typename = args[i + 1].decode("latin-1").lower()
+        else:
+            raise CommandError(errors.SYNTAX)
+        i += 2
+    if cursor >= PARTITIONS:  # a cursor marekvs never returned: nothing is left
+        return [b"0", []]
+    now = db.now_ms()
+    nxt, found = op_scan(c.ks, cursor, count, now)
+    if pattern is not None:
+        found = [k for k in found if A.stringmatch(pattern, k)]
+    if typename is not None:
+        found = [k for k in found if c.ks.type_name(k, now) == typename]
+    return [b"%d" % nxt, found]
+
+
+@command("randomkey", 1, "readonly", (0, 0, 0), group="generic", acl=_ACL_R_SLOW,
+         summary="Return a random key from the keyspace", since="1.0.0", complexity="O(1)",
+         syntax="")
+def randomkey(c, args: list[bytes]):
+    return op_random_key(c.ks, db.now_ms())
+
+
+# -- moving keys ---------------------------------------------------------------------------
+
+def _rename(c, args: list[bytes], nx: bool):
+    ks, src, dst = c.ks, args[1], args[2]
+    now = db.now_ms()
+    found = ks.live_record(src, now)
+    if found is None:
+        raise CommandError(errors.NO_SUCH_KEY)
+    if src == dst:
+        return 0 if nx else resp.OK
+    if nx and ks.exists(dst, now):
+        return 0
+    ikey, rec = found
+    if not is_string_ikey(ikey):
+        raise CommandError(errors.RENAME_COLLECTION)
+    op_copy_string(ks, rec, dst, now, delete_src=src)
+    return 1 if nx else resp.OK
+
+
+@command("rename", 3, "write", (1, 2, 1), group="generic", acl=_ACL_W_SLOW,
+         summary="Rename a key", since="1.0.0", complexity="O(1)", syntax="key newkey")
+def rename(c, args: list[bytes]):
+    return _rename(c, args, nx=False)
+
+
+@command("renamenx", 3, "write fast", (1, 2, 1), group="generic", acl=_ACL_W_FAST,
+         summary="Rename a key, only if the new key does not exist", since="1.0.0",
+         complexity="O(1)", syntax="key newkey")
+def renamenx(c, args: list[bytes]):
+    return _rename(c, args, nx=True)
+
+
+@command("copy", -3, "write denyoom", (1, 2, 1), group="generic", acl=_ACL_W_SLOW,
+         summary="Copy a key", since="6.2.0",
+         complexity="O(N) worst case for collections, where N is the number of nested "
+                    "items. O(1) for string values.",
+         syntax="source destination [DB destination-db] [REPLACE]")
+def copy(c, args: list[bytes]):
+    ks, src, dst = c.ks, args[1], args[2]
+    replace = False
+    j = 3
+    while j < len(args):
+        opt = args[j].lower()
+        if opt == b"replace":
+            replace = True
+        elif opt == b"db" and j + 1 < len(args):
+            if A.int_range_arg(args[j + 1]) != 0:
+                raise CommandError(errors.DB_OUT_OF_RANGE)
+            j += 1
+        else:
+            raise CommandError(errors.SYNTAX)
+        j += 1
+    if src == dst:
+        raise CommandError(errors.SAME_OBJECT)
+    now = db.now_ms()
+    found = ks.live_record(src, now)
+    if found is None:
+        return 0
+    if not replace and ks.exists(dst, now):
+        return 0
+    ikey, rec = found
+    if not is_string_ikey(ikey):
+        raise CommandError(errors.COPY_COLLECTION)
+    op_copy_string(ks, rec, dst, now)
+    return 1
+
+
+# -- OBJECT --------------------------------------------------------------------------------
+
+_OBJECT_HELP = (
+    "OBJECT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "ENCODING <key>",
+    "    Return the kind of internal representation used in order to store the value",
+    "    associated with a <key>.",
+    "FREQ <key>",
+    "    Return the access frequency index of the <key>. The returned integer is",
+    "    proportional to the logarithm of the recent access frequency of the key.",
+    "IDLETIME <key>",
+    "    Return the idle time of the <key>, that is the approximated number of",
+    "    seconds elapsed since the last access to the key.",
+    "REFCOUNT <key>",
+    "    Return the number of references of the value associated with the specified",
+    "    <key>.",
+    "HELP",
+    "    Prints this help.",
+)
+
+
+@command("help", 2, "loading stale", (0, 0, 0), group="generic", parent="object",
+         acl="keyspace slow",
+         summary="Show helpful text about the different subcommands", since="6.2.0",
+         complexity="O(1)", syntax="")
+def object_help(c, args: list[bytes]):
+    return [resp.Simple(line.encode()) for line in _OBJECT_HELP]
+
+
+@command("encoding", 3, "readonly", (2, 2, 1), group="generic", parent="object",
+         acl=_ACL_R_SLOW, summary="Inspect the internal encoding of a Redis object",
+         since="2.2.3", complexity="O(1)", syntax="key")
+def object_encoding(c, args: list[bytes]):
+    now = db.now_ms()
+    found = c.ks.live_record(args[2], now)
+    if found is None:
+        return None
+    ikey, rec = found
+    if is_string_ikey(ikey):
+        return string_encoding(rec)
+    return _HEAD_ENCODINGS.get(c.ks.type_name(args[2], now), b"raw")
+
+
+@command("freq", 3, "readonly", (2, 2, 1), group="generic", parent="object",
+         acl=_ACL_R_SLOW,
+         summary="Get the logarithmic access frequency counter of a Redis object",
+         since="4.0.0", complexity="O(1)", syntax="key")
+def object_freq(c, args: list[bytes]):
+    if c.ks.live_record(args[2], db.now_ms()) is None:
+        return None
+    if not _lfu(c):
+        raise CommandError(errors.LFU_NOT_SELECTED)
+    return 0  # access frequency is not tracked
+
+
+@command("idletime", 3, "readonly", (2, 2, 1), group="generic", parent="object",
+         acl=_ACL_R_SLOW, summary="Get the time since a Redis object was last accessed",
+         since="2.2.3", complexity="O(1)", syntax="key")
+def object_idletime(c, args: list[bytes]):
+    if c.ks.live_record(args[2], db.now_ms()) is None:
+        return None
+    if _lfu(c):
+        raise CommandError(errors.LFU_SELECTED)
+    return 0  # access time is not tracked
+
+
+@command("refcount", 3, "readonly", (2, 2, 1), group="generic", parent="object",
+         acl=_ACL_R_SLOW,
+         summary="Get the number of references to the value of the key", since="2.2.3",
+         complexity="O(1)", syntax="key")
+def object_refcount(c, args: list[bytes]):
+    found = c.ks.live_record(args[2], db.now_ms())
+    if found is None:
+        return None
+    ikey, rec = found
+    if is_string_ikey(ikey) and string_encoding(rec) == b"int" and shared_integers(c):
+        v = int(db.string_value(rec))
+        if 0 <= v < _OBJ_SHARED_INTEGERS:
+            return _OBJ_SHARED_REFCOUNT
+    return 1

@@ -1,0 +1,531 @@
+"""String commands (Redis 7.0 ``t_string.c``) over the data model's string records.
+
+A string key holds one record at ``[pid]s[key]``: either a plain LWW string (record
+type 0) or a PN counter (type 6). The first half of this module is the family's
+internal API (operations on records); the second half is the commands, each of which
+parses its arguments, calls operations and builds the reply.
+
+Counters
+    INCR / DECR / INCRBY / DECRBY write a PN-counter record whose *base* is the record
+    the count starts from (``counter_base``): a live plain integer string (its version
+    and value), a live counter (kept as is, this node's slot grows), or for an absent
+    key the dead record's clock - a tombstone's (hlc, origin), an expired record's
+    (deadline << 16, origin) - else (0, 0, 0). Two nodes that increment the same
+    starting point therefore share the base and their slots join. The base version of
+    the new counter must not be below the dead record's own base version or the merge
+    would drop it; in that rare case (a record stored already expired) the counter is
+    based on this operation's version instead. A slot that would pass 2**63 rebases
+    the counter onto a fresh base (this op's version, the current value).
+
+    Reads materialise a counter as its decimal string (``db.string_value``). Every
+    other write (SET, APPEND, SETRANGE, GETSET, INCRBYFLOAT, ...) freezes the key back
+    into a plain string record; its newer version beats the counter's base.
+
+TTL
+    INCR-family, INCRBYFLOAT, APPEND and SETRANGE keep the key's deadline (Redis
+    overwrites the value in place); SET (without KEEPTTL), GETSET, MSET drop it. A
+    deadline already in the past is stored as given: the record reads as deleted.
+
+Every write is one ``engine.apply`` call, so a command is one replication-log entry.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+from marekvs.commands import args as A
+from marekvs.commands import db, errors
+from marekvs.commands.errors import CommandError
+from marekvs.commands.table import command
+from marekvs.core import envelope as env
+from marekvs.core import keys as K
+from marekvs.core import pncounter
+from marekvs.core.pncounter import PNCounter
+from marekvs.server import resp
+
+_SLOT_LIMIT = 1 << 63
+_ACL_W_SLOW = "write string slow"
+_ACL_W_FAST = "write string fast"
+_ACL_R_FAST = "read string fast"
+_ACL_R_SLOW = "read string slow"
+_EXPIRE_SYNTAX = ("[EX seconds | PX milliseconds | EXAT unix-time-seconds | "
+                  "PXAT unix-time-milliseconds")
+_GETRANGE_COMPLEXITY = (
+    "O(N) where N is the length of the returned string. The complexity is ultimately "
+    "determined by the returned length, but because creating a substring from an "
+    "existing string is very cheap, it can be considered O(1) for small strings.")
+
+
+# =========================================================================================
+# Internal API: operations on string records
+# =========================================================================================
+
+def _string_value(ks: db.Keyspace, key: bytes, now: int) -> bytes | None:
+    """The string at ``key`` (None if absent); WRONGTYPE for a collection."""
+    rec = ks.string_record(key, now)
+    return None if rec is None else db.string_value(rec)
+
+
+def _plain_record(ks: db.Keyspace, key: bytes, value: bytes, ttl: int) -> tuple[bytes, bytes]:
+    """A plain string record for ``key`` (the caller knows no collection holds it)."""
+    return K.encode_string_key(key), env.pack(env.make_flags(env.RecordType.STRING),
+                                              ks.stamp(), ks.node_id, ttl, value)
+
+
+def op_set_plain(ks: db.Keyspace, key: bytes, value: bytes, ttl: int) -> None:
+    """Freeze ``key`` into the plain string ``value`` keeping ``ttl`` (the key is known
+    to be a string or absent)."""
+    ks.apply([_plain_record(ks, key, value, ttl)])
+
+
+def counter_base(ks: db.Keyspace, key: bytes, live: bytes | None) -> tuple[PNCounter | None, int]:
+    """(counter to increment, deadline to keep) for an INCR on ``key``; the counter is
+    None when it must be based on the INCR's own version (see the module docstring).
+
+    ``live`` is the live string record (or None); NOT_INTEGER if it is a plain string
+    that is not an int64."""
+    if live is not None:
+        ttl = env.ttl_of(live)
+        if pncounter.is_counter(live):
+            return PNCounter.from_bytes(live[env.ENVELOPE_SIZE:]), ttl
+        v = A.parse_ll(live[env.ENVELOPE_SIZE:])
+        if v is None:
+            raise CommandError(errors.NOT_INTEGER)
+        return PNCounter.new(env.hlc_of(live), env.origin_of(live), v), ttl
+    dead = ks.get(K.encode_string_key(key))
+    if dead is None:
+        return PNCounter.new(0, 0, 0), 0
+    origin = env.origin_of(dead)
+    if env.is_tombstone(dead):
+        return PNCounter.new(env.hlc_of(dead), origin, 0), 0
+    clock = env.ttl_of(dead) << 16  # expired: the deadline is its clock
+    if clock.to_bytes(8, "big") + origin.to_bytes(2, "big") <= pncounter.base_version_of(dead):
+        return None, 0  # stored already expired: the deadline is older than the record
+    return PNCounter.new(clock, origin, 0), 0
+
+
+def op_incr(ks: db.Keyspace, key: bytes, delta: int, now: int) -> int:
+    """INCRBY on ``key``: write the counter record, return the new value."""
+    counter, ttl = counter_base(ks, key, ks.string_record(key, now))
+    value = (counter.value() if counter is not None else 0) + delta
+    if value > A.LLONG_MAX or value < A.LLONG_MIN:
+        raise CommandError(errors.OVERFLOW)
+    node = ks.node_id
+    hlc = ks.stamp()
+    pos, neg = counter.slots.get(node, (0, 0)) if counter is not None else (0, 0)
+    if counter is None or (pos + delta if delta >= 0 else neg - delta) >= _SLOT_LIMIT:
+        counter = PNCounter.new(hlc, node, value)  # a fresh base at this op's version
+    else:
+        counter = counter.apply(node, delta)
+    ks.apply([(K.encode_string_key(key), pncounter.record(counter, hlc, node, ttl))])
+    return value
+
+
+def op_incrbyfloat(ks: db.Keyspace, key: bytes, incr: bytes, now: int) -> bytes:
+    rec = ks.string_record(key, now)
+    if rec is None:
+        cur: A.Ld | None = Fraction(0)
+    elif pncounter.is_counter(rec):
+        cur = Fraction(PNCounter.from_bytes(rec[env.ENVELOPE_SIZE:]).value())
+    else:
+        cur = A.parse_ld(rec[env.ENVELOPE_SIZE:])
+    by = A.parse_ld(incr)
+    if cur is None or by is None:
+        raise CommandError(errors.NOT_FLOAT)
+    total = A.ld_add(cur, by)
+    if isinstance(total, float):
+        raise CommandError(errors.NAN_OR_INF)
+    out = A.format_ld(total)
+    op_set_plain(ks, key, out, 0 if rec is None else env.ttl_of(rec))
+    return out
+
+
+def getrange_slice(s: bytes, start: int, end: int) -> bytes:
+    """GETRANGE's index arithmetic, quirks included (``getrangeCommand``)."""
+    n = len(s)
+    if start < 0 and end < 0 and start > end:
+        return b""
+    if start < 0:
+        start += n
+    if end < 0:
+        end += n
+    start = max(start, 0)
+    end = max(end, 0)
+    if end >= n:
+        end = n - 1
+    if start > end or n == 0:
+        return b""
+    return s[start : end + 1]
+
+
+class LcsTable:
+    """LCS lengths of every prefix pair, bit-parallel (Hyyroe, "Bit-parallel LCS-length
+    computation revisited", 2004): row i is one int ``V_i`` of len(b) bits, updated
+    per byte of ``a`` as ``V = (V + U) | (V - U)`` with ``U = V & match_mask[byte]``.
+    ``LCS(a[:i], b[:j])`` is the number of zero bits among the low j bits of ``V_i``.
+    That is O(len(a) * len(b) / word) time and len(a) * len(b) / 8 bytes, where
+    Redis's uint32 table takes 32x the memory and a Python table far longer."""
+
+    def __init__(self, a: bytes, b: bytes):
+        masks: dict[int, int] = {}
+        for j, ch in enumerate(b):
+            masks[ch] = masks.get(ch, 0) | (1 << j)
+        full = (1 << len(b)) - 1
+        v = full
+        rows = [v]
+        for ch in a:
+            u = v & masks.get(ch, 0)
+            v = ((v + u) | (v - u)) & full
+            rows.append(v)
+        self.rows = rows
+
+    def __call__(self, i: int, j: int) -> int:
+        return j - (self.rows[i] & ((1 << j) - 1)).bit_count()
+
+
+def lcs_walk(a: bytes, b: bytes, t: LcsTable, minmatchlen: int,
+             withmatchlen: bool) -> tuple[bytes, list[list]]:
+    """Backtrack ``lcsCommand``'s way: the LCS string and the match ranges it emits."""
+    alen = len(a)
+    i, j = alen, len(b)
+    out = bytearray()
+    ranges: list[list] = []
+    a_start = alen  # alen: no range open
+    a_end = b_start = b_end = 0
+    while i > 0 and j > 0:
+        emit = False
+        if a[i - 1] == b[j - 1]:
+            out.append(a[i - 1])
+            if a_start == alen:
+                a_start = a_end = i - 1
+                b_start = b_end = j - 1
+            elif a_start == i and b_start == j:
+                a_start -= 1
+                b_start -= 1
+            else:
+                emit = True
+            if a_start == 0 or b_start == 0:
+                emit = True
+            i -= 1
+            j -= 1
+        else:
+            if t(i - 1, j) > t(i, j - 1):
+                i -= 1
+            else:
+                j -= 1
+            if a_start != alen:
+                emit = True
+        if emit:
+            mlen = a_end - a_start + 1
+            if minmatchlen == 0 or mlen >= minmatchlen:
+                m: list = [[a_start, a_end], [b_start, b_end]]
+                if withmatchlen:
+                    m.append(mlen)
+                ranges.append(m)
+            a_start = alen
+    out.reverse()
+    return bytes(out), ranges
+
+
+# =========================================================================================
+# Commands
+# =========================================================================================
+
+@command("set", -3, "write denyoom", (1, 1, 1), group="string", acl=_ACL_W_SLOW,
+         summary="Set the string value of a key", since="1.0.0", complexity="O(1)",
+         syntax="key value [NX | XX] [GET] " + _EXPIRE_SYNTAX + " | KEEPTTL]")
+def set_(c, args: list[bytes]):
+    ks, key = c.ks, args[1]
+    now = db.now_ms()
+    if len(args) == 3:  # the common case: no options to parse
+        ks.set_string(key, args[2], 0, now, ks.live_record(key, now))
+        return resp.OK
+    flags, expire = A.parse_set_options(args, 3, for_set=True)
+    deadline = A.expire_deadline("set", expire, flags, now) if expire is not None else 0
+    old = _string_value(ks, key, now) if flags & A.GET else None
+    found = ks.live_record(key, now)
+    if (flags & A.NX and found) or (flags & A.XX and not found):
+        return old
+    if flags & A.KEEPTTL and found:
+        deadline = env.ttl_of(found[1])
+    ks.set_string(key, args[2], deadline, now, found)
+    return old if flags & A.GET else resp.OK
+
+
+@command("setnx", 3, "write denyoom fast", (1, 1, 1), group="string", acl=_ACL_W_FAST,
+         summary="Set the value of a key, only if the key does not exist", since="1.0.0",
+         complexity="O(1)", syntax="key value")
+def setnx(c, args: list[bytes]):
+    now = db.now_ms()
+    if c.ks.exists(args[1], now):
+        return 0
+    c.ks.set_string(args[1], args[2], 0, now)
+    return 1
+
+
+def _set_expiring(c, args: list[bytes], name: str, unit: int):
+    now = db.now_ms()
+    deadline = A.expire_deadline(name, args[2], unit, now)
+    c.ks.set_string(args[1], args[3], deadline, now)
+    return resp.OK
+
+
+@command("setex", 4, "write denyoom", (1, 1, 1), group="string", acl=_ACL_W_SLOW,
+         summary="Set the value and expiration of a key", since="2.0.0", complexity="O(1)",
+         syntax="key seconds value")
+def setex(c, args: list[bytes]):
+    return _set_expiring(c, args, "setex", A.EX)
+
+
+@command("psetex", 4, "write denyoom", (1, 1, 1), group="string", acl=_ACL_W_SLOW,
+         summary="Set the value and expiration in milliseconds of a key", since="2.6.0",
+         complexity="O(1)", syntax="key milliseconds value")
+def psetex(c, args: list[bytes]):
+    return _set_expiring(c, args, "psetex", A.PX)
+
+
+@command("get", 2, "readonly fast", (1, 1, 1), group="string", acl=_ACL_R_FAST,
+         summary="Get the value of a key", since="1.0.0", complexity="O(1)", syntax="key")
+def get(c, args: list[bytes]):
+    return _string_value(c.ks, args[1], db.now_ms())
+
+
+@command("getex", -2, "write fast", (1, 1, 1), group="string", acl=_ACL_W_FAST,
+         summary="Get the value of a key and optionally set its expiration", since="6.2.0",
+         complexity="O(1)", syntax="key " + _EXPIRE_SYNTAX + " | PERSIST]")
+def getex(c, args: list[bytes]):
+    flags, expire = A.parse_set_options(args, 2, for_set=False)
+    ks, key = c.ks, args[1]
+    now = db.now_ms()
+    rec = ks.string_record(key, now)
+    if rec is None:
+        return None
+    deadline = A.expire_deadline("getex", expire, flags, now) if expire is not None else 0
+    value = db.string_value(rec)
+    if flags & (A.EXAT | A.PXAT) and deadline <= now:
+        ks.delete(key, now)
+    elif expire is not None:
+        ks.set_ttl(key, deadline, now)
+    elif flags & A.PERSIST and env.ttl_of(rec):
+        ks.set_ttl(key, 0, now)
+    return value
+
+
+@command("getdel", 2, "write fast", (1, 1, 1), group="string", acl=_ACL_W_FAST,
+         summary="Get the value of a key and delete the key", since="6.2.0",
+         complexity="O(1)", syntax="key")
+def getdel(c, args: list[bytes]):
+    now = db.now_ms()
+    value = _string_value(c.ks, args[1], now)
+    if value is not None:
+        c.ks.delete(args[1], now)
+    return value
+
+
+@command("getset", 3, "write denyoom fast", (1, 1, 1), group="string", acl=_ACL_W_FAST,
+         summary="Set the string value of a key and return its old value", since="1.0.0",
+         complexity="O(1)", syntax="key value")
+def getset(c, args: list[bytes]):
+    now = db.now_ms()
+    old = _string_value(c.ks, args[1], now)
+    c.ks.set_string(args[1], args[2], 0, now)
+    return old
+
+
+@command("mget", -2, "readonly fast", (1, -1, 1), group="string", acl=_ACL_R_FAST,
+         summary="Get the values of all the given keys", since="1.0.0",
+         complexity="O(N) where N is the number of keys to retrieve.", syntax="key [key ...]")
+def mget(c, args: list[bytes]):
+    now = db.now_ms()
+    out = []
+    for key in args[1:]:
+        try:
+            out.append(_string_value(c.ks, key, now))
+        except CommandError:  # a collection reads as nil in MGET
+            out.append(None)
+    return out
+
+
+def _mset_records(c, args: list[bytes], name: str, now: int) -> list[tuple[bytes, bytes]]:
+    if len(args) % 2 == 0:
+        raise CommandError(errors.wrong_arity(name))
+    recs: list[tuple[bytes, bytes]] = []
+    for i in range(1, len(args), 2):
+        recs.extend(c.ks.string_records(args[i], args[i + 1], 0, now))
+    return recs
+
+
+@command("mset", -3, "write denyoom", (1, -1, 2), group="string", acl=_ACL_W_SLOW,
+         summary="Set multiple keys to multiple values", since="1.0.1",
+         complexity="O(N) where N is the number of keys to set.",
+         syntax="key value [key value ...]")
+def mset(c, args: list[bytes]):
+    now = db.now_ms()
+    c.ks.apply(_mset_records(c, args, "mset", now))
+    return resp.OK
+
+
+@command("msetnx", -3, "write denyoom", (1, -1, 2), group="string", acl=_ACL_W_SLOW,
+         summary="Set multiple keys to multiple values, only if none of the keys exist",
+         since="1.0.1", complexity="O(N) where N is the number of keys to set.",
+         syntax="key value [key value ...]")
+def msetnx(c, args: list[bytes]):
+    now = db.now_ms()
+    if len(args) % 2 == 0:
+        raise CommandError(errors.wrong_arity("msetnx"))
+    if any(c.ks.exists(args[i], now) for i in range(1, len(args), 2)):
+        return 0
+    c.ks.apply(_mset_records(c, args, "msetnx", now))
+    return 1
+
+
+@command("append", 3, "write denyoom fast", (1, 1, 1), group="string", acl=_ACL_W_FAST,
+         summary="Append a value to a key", since="2.0.0",
+         complexity="O(1). The amortized time complexity is O(1) assuming the appended "
+                    "value is small and the already present value is of any size, since "
+                    "the dynamic string library used by Redis will double the free space "
+                    "available on every reallocation.",
+         syntax="key value")
+def append(c, args: list[bytes]):
+    ks, key, tail = c.ks, args[1], args[2]
+    now = db.now_ms()
+    rec = ks.string_record(key, now)
+    if rec is None:
+        ks.set_string(key, tail, 0, now)
+        return len(tail)
+    cur = db.string_value(rec)
+    if len(cur) + len(tail) > A.proto_max_bulk_len(c):
+        raise CommandError(errors.STRING_TOO_LONG)
+    op_set_plain(ks, key, cur + tail, env.ttl_of(rec))
+    return len(cur) + len(tail)
+
+
+@command("strlen", 2, "readonly fast", (1, 1, 1), group="string", acl=_ACL_R_FAST,
+         summary="Get the length of the value stored in a key", since="2.2.0",
+         complexity="O(1)", syntax="key")
+def strlen(c, args: list[bytes]):
+    value = _string_value(c.ks, args[1], db.now_ms())
+    return 0 if value is None else len(value)
+
+
+@command("getrange", 4, "readonly", (1, 1, 1), group="string", acl=_ACL_R_SLOW,
+         summary="Get a substring of the string stored at a key", since="2.4.0",
+         complexity=_GETRANGE_COMPLEXITY, syntax="key start end")
+def getrange(c, args: list[bytes]):
+    start, end = A.int_arg(args[2]), A.int_arg(args[3])
+    value = _string_value(c.ks, args[1], db.now_ms())
+    return b"" if value is None else getrange_slice(value, start, end)
+
+
+@command("substr", 4, "readonly", (1, 1, 1), group="string", acl=_ACL_R_SLOW,
+         summary="Get a substring of the string stored at a key", since="1.0.0",
+         complexity=_GETRANGE_COMPLEXITY, syntax="key start end")
+def substr(c, args: list[bytes]):
+    return getrange(c, args)
+
+
+@command("setrange", 4, "write denyoom", (1, 1, 1), group="string", acl=_ACL_W_SLOW,
+         summary="Overwrite part of a string at key starting at the specified offset",
+         since="2.2.0",
+         complexity="O(1), not counting the time taken to copy the new string in place. "
+                    "Usually, this string is very small so the amortized complexity is "
+                    "O(1). Otherwise, complexity is O(M) with M being the length of the "
+                    "value argument.",
+         syntax="key offset value")
+def setrange(c, args: list[bytes]):
+    ks, key, part = c.ks, args[1], args[3]
+    offset = A.int_arg(args[2])
+    if offset < 0:
+        raise CommandError(errors.OFFSET_OUT_OF_RANGE)
+    now = db.now_ms()
+    rec = ks.string_record(key, now)
+    cur = b"" if rec is None else db.string_value(rec)
+    if not part:
+        return len(cur)
+    if offset + len(part) > A.proto_max_bulk_len(c):
+        raise CommandError(errors.STRING_TOO_LONG)
+    if offset > len(cur):
+        cur += bytes(offset - len(cur))  # zero padding
+    new = cur[:offset] + part + cur[offset + len(part):]
+    op_set_plain(ks, key, new, 0 if rec is None else env.ttl_of(rec))
+    return len(new)
+
+
+@command("incr", 2, "write denyoom fast", (1, 1, 1), group="string", acl=_ACL_W_FAST,
+         summary="Increment the integer value of a key by one", since="1.0.0",
+         complexity="O(1)", syntax="key")
+def incr(c, args: list[bytes]):
+    return op_incr(c.ks, args[1], 1, db.now_ms())
+
+
+@command("decr", 2, "write denyoom fast", (1, 1, 1), group="string", acl=_ACL_W_FAST,
+         summary="Decrement the integer value of a key by one", since="1.0.0",
+         complexity="O(1)", syntax="key")
+def decr(c, args: list[bytes]):
+    return op_incr(c.ks, args[1], -1, db.now_ms())
+
+
+@command("incrby", 3, "write denyoom fast", (1, 1, 1), group="string", acl=_ACL_W_FAST,
+         summary="Increment the integer value of a key by the given amount", since="1.0.0",
+         complexity="O(1)", syntax="key increment")
+def incrby(c, args: list[bytes]):
+    return op_incr(c.ks, args[1], A.int_arg(args[2]), db.now_ms())
+
+
+@command("decrby", 3, "write denyoom fast", (1, 1, 1), group="string", acl=_ACL_W_FAST,
+         summary="Decrement the integer value of a key by the given number", since="1.0.0",
+         complexity="O(1)", syntax="key decrement")
+def decrby(c, args: list[bytes]):
+    by = A.int_arg(args[2])
+    if by == A.LLONG_MIN:
+        raise CommandError(errors.DECREMENT_OVERFLOW)
+    return op_incr(c.ks, args[1], -by, db.now_ms())
+
+
+@command("incrbyfloat", 3, "write denyoom fast", (1, 1, 1), group="string", acl=_ACL_W_FAST,
+         summary="Increment the float value of a key by the given amount", since="2.6.0",
+         complexity="O(1)", syntax="key increment")
+def incrbyfloat(c, args: list[bytes]):
+    return op_incrbyfloat(c.ks, args[1], args[2], db.now_ms())
+
+
+@command("lcs", -3, "readonly", (1, 2, 1), group="string", acl=_ACL_R_SLOW,
+         summary="Find longest common substring", since="7.0.0",
+         complexity="O(N*M) where N and M are the lengths of s1 and s2, respectively",
+         syntax="key1 key2 [LEN] [IDX] [MINMATCHLEN len] [WITHMATCHLEN]")
+def lcs(c, args: list[bytes]):
+    now = db.now_ms()
+    try:
+        a = _string_value(c.ks, args[1], now) or b""
+        b = _string_value(c.ks, args[2], now) or b""
+    except CommandError:
+        raise CommandError(errors.LCS_NOT_STRINGS) from None
+    getlen = getidx = withmatchlen = False
+    minmatchlen = 0
+    j = 3
+    while j < len(args):
+        opt = args[j].upper()
+        if opt == b"IDX":
+            getidx = True
+        elif opt == b"LEN":
+            getlen = True
+        elif opt == b"WITHMATCHLEN":
+            withmatchlen = True
+        elif opt == b"MINMATCHLEN" and j + 1 < len(args):
+            minmatchlen = max(A.int_arg(args[j + 1]), 0)
+            j += 1
+        else:
+            raise CommandError(errors.SYNTAX)
+        j += 1
+    if getlen and getidx:
+        raise CommandError(errors.LCS_LEN_AND_IDX)
+    if (len(a) + 1) * (len(b) + 1) * 4 > A.proto_max_bulk_len(c):
+        raise CommandError(errors.LCS_TOO_MUCH_MEMORY)
+    t = LcsTable(a, b)
+    length = t(len(a), len(b))
+    if getlen:
+        return length
+    common, ranges = lcs_walk(a, b, t, minmatchlen, withmatchlen)
+    if getidx:
+        return resp.Map([b"matches", ranges, b"len", length])
+    return common
