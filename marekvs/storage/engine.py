@@ -42,6 +42,7 @@ processes.
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import struct
@@ -346,7 +347,14 @@ class Engine:
             self.db.flush_wal(True)
         finally:
             self.closed = True
+            # column-family handles keep the database (and its LOCK) alive: drop them
+            # first so the directory can be reopened, even by this process
+            self.data = self.replog = self.meta = None  # type: ignore[assignment]
+            self._h_data = self._h_replog = self._h_meta = None
+            self.cache.clear()
             self.db.close()
+            del self.db
+            gc.collect()
 
 
 def prefix_end(prefix: bytes) -> bytes | None:

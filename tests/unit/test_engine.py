@@ -1,0 +1,167 @@
+"""The storage engine: the one apply path, group commit, the log, the sweeper, identity."""
+
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from marekvs import config as cfgmod
+from marekvs.core import envelope as env
+from marekvs.core import keys as K
+from marekvs.core import lww
+from marekvs.core.envelope import RecordType
+from marekvs.storage.engine import Engine, StorageError, prefix_end, shard_of, shard_range
+from marekvs.storage.sweeper import Sweeper
+
+
+def rec(hlc, value=b"v", origin=1, ttl=0, tomb=False):
+    if tomb:
+        return lww.tombstone(RecordType.STRING, hlc, origin)
+    return lww.new(RecordType.STRING, hlc, origin, value, ttl)
+
+
+@pytest.fixture
+def engine(tmp_path):
+    e = Engine(str(tmp_path / "db"), node_id=1, durability="no")
+    yield e
+    e.close()
+
+
+def test_apply_merges_and_skips_what_does_not_change(engine):
+    k = K.encode_string_key(b"k")
+    assert engine.apply([(k, rec(10, b"new"))]) == [(k, rec(10, b"new"))]
+    assert engine.apply([(k, rec(5, b"old"))]) == []  # older version loses: nothing written
+    assert engine.apply([(k, rec(10, b"new"))]) == []  # same version: the same write
+    assert engine.get(k) == rec(10, b"new")
+    assert engine.apply([(k, rec(11, tomb=True))]) != []
+    assert env.is_tombstone(engine.get(k))
+
+
+def test_one_batch_one_log_entry_naming_changed_keys(engine):
+    a, b = K.encode_string_key(b"a"), K.encode_string_key(b"b")
+    engine.apply([(a, rec(1))])
+    engine.apply([(b, rec(2))])
+    engine.apply([(a, rec(0))])  # loses: not logged
+    assert engine.next_seq == engine.log_seq + 1
+    engine.commit()
+    entries = engine.read_log(0, 10)
+    assert [(seq, [k for k, _ in recs]) for seq, recs in entries] == [(1, [a, b])]
+    assert engine.next_seq == engine.log_seq == 1
+    engine.apply([(a, rec(3, b"x"))])
+    engine.commit()
+    (seq, recs), = engine.read_log(1, 10)
+    assert seq == 2 and recs == [(a, rec(3, b"x"))]  # shipping reads the current record
+
+
+def test_replication_apply_is_not_logged_but_metadata_commits_with_it(engine):
+    k = K.encode_string_key(b"r")
+    engine.apply([(k, rec(7, origin=2))], log_entry=False)
+    engine.put_meta(b"hwm:2:99", b"5")
+    engine.commit()
+    assert engine.read_log(0, 10) == []
+    assert engine.meta.get(b"hwm:2:99") == b"5"
+    assert engine.data.get(k) == rec(7, origin=2)
+
+
+def test_reads_see_pending_writes_and_survive_cache_eviction(tmp_path):
+    e = Engine(str(tmp_path / "db"), node_id=1, durability="no", cache_entries=10)
+    keys = [K.encode_string_key(b"k%d" % i) for i in range(50)]
+    for i, k in enumerate(keys):
+        e.apply([(k, rec(i + 1, b"%d" % i))])
+    assert all(e.get(k) == rec(i + 1, b"%d" % i) for i, k in enumerate(keys))  # before commit
+    e.commit()
+    assert len(e.cache) <= 10
+    assert all(e.get(k) == rec(i + 1, b"%d" % i) for i, k in enumerate(keys))
+    e.close()
+
+
+def test_data_survives_reopen_and_log_sequence_continues(tmp_path):
+    path = str(tmp_path / "db")
+    e = Engine(path, node_id=3, durability="always")
+    inc = e.incarnation
+    assert e.fresh
+    e.apply([(K.encode_string_key(b"k"), rec(1))])
+    e.commit()
+    e.close()
+    e = Engine(path, node_id=3, durability="always")
+    assert not e.fresh and e.incarnation == inc and e.log_seq == 1
+    assert e.get(K.encode_string_key(b"k")) == rec(1)
+    e.close()
+
+
+def test_data_dir_of_another_node_is_refused(tmp_path):
+    Engine(str(tmp_path / "db"), node_id=1).close()
+    with pytest.raises(StorageError, match="belongs to node 1"):
+        Engine(str(tmp_path / "db"), node_id=2)
+
+
+def test_trim_log_drops_entries_up_to(engine):
+    for i in range(5):
+        engine.apply([(K.encode_string_key(b"k%d" % i), rec(1))])
+        engine.commit()
+    engine.trim_log(3)
+    assert [s for s, _ in engine.read_log(0, 10)] == [4, 5]
+    assert engine.log_first == 4
+
+
+def test_durability_modes(tmp_path):
+    e = Engine(str(tmp_path / "db"), node_id=1, durability="everysec")
+    assert e._syncer is not None and e._syncer.is_alive()
+    e.set_durability("always")
+    assert e._wopts.sync
+    e.set_durability("no")
+    assert not e._wopts.sync
+    with pytest.raises(ValueError):
+        e.set_durability("sometimes")
+    e.close()
+
+
+def test_sweeper_removes_dead_records_only_after_gc_grace(engine):
+    now = time.time_ns() // 1_000_000
+    hlc_now = now << 16
+    live = K.encode_string_key(b"live")
+    fresh_tomb = K.encode_string_key(b"fresh-tomb")
+    old_tomb = K.encode_string_key(b"old-tomb")
+    expired_long_ago = K.encode_string_key(b"expired-long-ago")
+    expired_recently = K.encode_string_key(b"expired-recently")
+    engine.apply([
+        (live, rec(hlc_now)),
+        (fresh_tomb, rec(hlc_now, tomb=True)),
+        (old_tomb, rec((now - 20_000) << 16, tomb=True)),
+        (expired_long_ago, rec(hlc_now, ttl=now - 20_000)),
+        (expired_recently, rec(hlc_now, ttl=now - 1_000)),
+    ])
+    engine.commit()
+    sw = Sweeper(engine, SimpleNamespace(gc_grace=10, sweep_interval=0.1))
+    assert sw.sweep_all() == 2
+    engine.commit()
+    assert engine.data.get(old_tomb) is None and engine.data.get(expired_long_ago) is None
+    assert engine.get(old_tomb) is None
+    for k in (live, fresh_tomb, expired_recently):
+        assert engine.data.get(k) is not None
+    assert engine.read_log(1, 10) == []  # removal is not a replicated write
+
+
+def test_prefix_end_and_shards():
+    assert prefix_end(b"ab") == b"ac"
+    assert prefix_end(b"a\xff") == b"b"
+    assert prefix_end(b"\xff\xff") is None
+    for shards in (1, 3, 4, 7):
+        ranges = [shard_range(s, shards) for s in range(shards)]
+        assert ranges[0][0] == 0 and ranges[-1][1] == 4095
+        assert all(ranges[i][1] + 1 == ranges[i + 1][0] for i in range(shards - 1))
+        assert all(shard_of(p, shards) == s for s, (lo, hi) in enumerate(ranges) for p in (lo, hi))
+
+
+def test_config_precedence_file_env_flags(tmp_path):
+    f = tmp_path / "node.toml"
+    f.write_text('port = 7000\nnode_id = 4\ndurability = "always"\npeers = ["2@h:1"]\n')
+    cfg = cfgmod.load(str(f), env={"MAREKVS_PORT": "7001", "MAREKVS_GC_GRACE": "5"},
+                      overrides={"port": "7002"})
+    assert (cfg.port, cfg.node_id, cfg.durability, cfg.gc_grace, cfg.peers) == (7002, 4, "always", 5, ["2@h:1"])
+    assert cfgmod.load(None, env={}).bind == "127.0.0.1"
+    with pytest.raises(ValueError):
+        cfgmod.load(None, env={"MAREKVS_DURABILITY": "sometimes"})
+    f.write_text("no_such_option = 1\n")
+    with pytest.raises(ValueError, match="unknown option"):
+        cfgmod.load(str(f), env={})
