@@ -31,6 +31,7 @@ class Config:
     cluster_name: str = "marekvs"
     grpc_port: int = 0  # 0 = RESP port + 10000
     peers: list[str] = field(default_factory=list)  # id@host:grpc_port
+    advertise_host: str = ""  # host peers use to reach this node (default: bind)
     cluster_secret: str = ""
     replog_max_entries: int = 2_000_000
     tls_cert: str = ""
@@ -56,6 +57,7 @@ class Config:
         "cluster_name": "cluster name; peers with another name are refused",
         "grpc_port": "gRPC port for peer replication (0 = port + 10000)",
         "peers": "comma-separated peers, each id@host:grpc_port",
+        "advertise_host": "host name/address new peers use to reach this node (default: bind)",
         "cluster_secret": "shared secret peers authenticate with",
         "replog_max_entries": "replication log cap; peers further behind are marked for resync",
         "tls_cert": "PEM certificate for peer gRPC links (enables TLS)",

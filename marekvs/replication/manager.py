@@ -107,7 +107,8 @@ class ReplicationManager(pbg.ReplicationServicer):
         self.node_id = self.config.node_id
         self.incarnation = self.engine.incarnation
         self.grpc_port = self.config.grpc_port or self.config.port + 10000
-        self.grpc_addr = f"{self.config.bind}:{self.grpc_port}"
+        self.advertise_host = self.config.advertise_host or self.config.bind
+        self.grpc_addr = f"{self.advertise_host}:{self.grpc_port}"  # what peers are told
         self.peers: dict[int, PeerState] = {}
         self.tasks: dict[int, asyncio.Task] = {}
         self.bootstraps: dict[int, asyncio.Task] = {}
@@ -130,7 +131,7 @@ class ReplicationManager(pbg.ReplicationServicer):
     def info(self) -> pb.NodeInfo:
         return pb.NodeInfo(node_id=self.node_id, cluster_name=self.config.cluster_name,
                            format_version=FORMAT_VERSION, partitions=PARTITIONS,
-                           resp_addr=f"{self.config.bind}:{self.config.port}", grpc_addr=self.grpc_addr,
+                           resp_addr=f"{self.advertise_host}:{self.config.port}", grpc_addr=self.grpc_addr,
                            incarnation=self.incarnation)
 
     def check_peer_info(self, node: pb.NodeInfo, expect_id: int | None = None) -> None:
@@ -380,7 +381,13 @@ class ReplicationManager(pbg.ReplicationServicer):
             log.error("refused Hello from %s: %s", context.peer(), e)
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
         known = self.peers.get(node.node_id)
-        if known is None or known.grpc_addr != node.grpc_addr:
+        if known is None:
+            # A node we never heard of joins: reach it at the address it advertises.
+            # A known peer keeps the address it was configured (or first seen) with,
+            # so proxies, NAT and DNS names stay in the path and a Hello cannot
+            # re-point an existing peer.
+            if not node.grpc_addr:
+                await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "Hello without a grpc_addr")
             log.info("peer %d at %s joined", node.node_id, node.grpc_addr)
             p = self._add_peer(node.node_id, node.grpc_addr)
             self.engine.commit()
@@ -405,9 +412,16 @@ class ReplicationManager(pbg.ReplicationServicer):
                 log.error("refused a batch from unknown origin %d (%s)", origin, context.peer())
                 await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"origin {origin} is not a known peer")
             try:
+                hwm = self.hwm(origin, batch.incarnation)
+                prev = None
                 for entry in batch.entries:
+                    if prev is not None and entry.seq != prev + 1:
+                        raise BadRecord(f"entries {prev} and {entry.seq} are not consecutive")
+                    prev = entry.seq
                     for r in entry.records:
                         check_record(r.key, r.value)
+                if prev is not None and batch.entries[0].seq > hwm + 1:
+                    raise BadRecord(f"batch starts at {batch.entries[0].seq} but {hwm} is applied: a gap")
             except BadRecord as e:
                 self.refused_batches += 1
                 log.error("refused a batch from node %d: %s; nothing written", origin, e)
@@ -423,6 +437,8 @@ class ReplicationManager(pbg.ReplicationServicer):
         for entry in batch.entries:
             if entry.seq <= hwm:
                 continue  # at-least-once: already applied
+            if entry.seq != hwm + 1:
+                break  # a gap: never move the high-water mark past entries not applied
             recs = [(r.key, r.value) for r in entry.records]
             for _, v in recs:
                 h = int.from_bytes(v[1:9], "big")

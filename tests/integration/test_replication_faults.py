@@ -1,0 +1,181 @@
+"""Faults on a real cluster: SIGKILL under load, a broken link between two nodes (through
+fault-injecting proxies), and what WAIT reports when a replica is unreachable."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from tests.cluster import Cluster, Writer, missing_writes
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def test_sigkill_under_load_loses_no_acknowledged_write(tmp_path):
+    c = Cluster(tmp_path, n=3, durability="always")
+    try:
+        writers = [Writer(c, i, f"w{i}", max_ops=2500, max_s=15) for i in (1, 2, 3)]
+        for w in writers:
+            w.start()
+        time.sleep(1.0)
+        before = {w.node: len(w.acked) for w in writers}
+        c[2].kill9()
+        c[2].stop()  # reaps it and closes its log handle
+        time.sleep(0.7)  # nodes 1 and 3 keep taking writes while node 2 is dead
+        during = {w.node: len(w.acked) for w in writers}
+        c.start_node(2)
+        time.sleep(1.0)
+        for w in writers:
+            w.stop.set()
+        for w in writers:
+            w.join(30)
+        assert all(before[i] > 50 for i in (1, 2, 3)), before
+        assert during[1] > before[1] and during[3] > before[3], "nodes 1 and 3 stopped serving while node 2 was dead"
+        assert writers[1].failed >= 1, "the writer of node 2 never saw the kill"
+        assert len(writers[1].acked) > during[2], "node 2 took no writes after its restart"
+        c.wait_converged(40)
+        acked = {}
+        for w in writers:
+            acked.update(w.acked)
+        print(f"acknowledged writes per node: { {w.node: len(w.acked) for w in writers} }, "
+              f"failed during kill: {writers[1].failed}; converged in {c.last_converge_s:.2f}s")
+        for i in (1, 2, 3):
+            lost = missing_writes(c, i, acked)
+            assert not lost, f"node {i} lost {len(lost)} acknowledged writes, e.g. {list(lost.items())[:5]}"
+    finally:
+        c.stop()
+
+
+def test_configured_peer_address_is_kept_after_hello(tmp_path):
+    """A link configured in --peers through a proxy must keep using that address; the
+    peer's Hello (which advertises its own bind:grpc_port) must not re-point it."""
+    c = Cluster.with_proxies(tmp_path, [(1, 2), (2, 1)], n=2)
+    try:
+        c.wait_streaming(20)
+        r1 = c.client(1)
+        r1.set("x", "1")
+        assert r1.wait(1, 5000) == 1
+        time.sleep(0.5)
+        addr12 = c.peers(1)[2]["addr"]
+        addr21 = c.peers(2)[1]["addr"]
+        assert addr12 == f"127.0.0.1:{c.proxy(1, 2).port}", f"node 1 now dials node 2 at {addr12}"
+        assert addr21 == f"127.0.0.1:{c.proxy(2, 1).port}", f"node 2 now dials node 1 at {addr21}"
+        # and a cut of the proxy really cuts the link (no reconnect around it)
+        c.proxy(1, 2).cut()
+        time.sleep(1.5)
+        assert c.peers(1)[2]["state"] != "streaming"
+    finally:
+        c.stop()
+
+
+def test_broken_link_both_sides_keep_serving_then_converge(tmp_path):
+    c = Cluster.with_proxies(tmp_path, [(1, 2), (2, 1)], n=3)
+    try:
+        c.wait_streaming(20)
+        w1 = Writer(c, 1, "a1", max_ops=4000, max_s=20)
+        w2 = Writer(c, 2, "a2", max_ops=4000, max_s=20)
+        w1.start()
+        w2.start()
+        time.sleep(0.5)
+        c.proxy(1, 2).cut()
+        c.proxy(2, 1).cut()
+        cut_at = {1: len(w1.acked), 2: len(w2.acked)}
+        time.sleep(1.5)
+        p12 = c.peers(1)[2]
+        lag1 = int(p12["lag_entries"])
+        time.sleep(1.0)
+        p12b = c.peers(1)[2]
+        p21 = c.peers(2)[1]
+        during = {1: len(w1.acked), 2: len(w2.acked)}
+        # node 3 still hears from both: the cluster is only missing the 1<->2 link
+        assert c.peers(1)[3]["state"] == "streaming" and c.peers(2)[3]["state"] == "streaming"
+        c.proxy(1, 2).heal()
+        c.proxy(2, 1).heal()
+        time.sleep(0.5)
+        w1.stop.set()
+        w2.stop.set()
+        w1.join(30)
+        w2.join(30)
+        assert during[1] > cut_at[1] + 50 and during[2] > cut_at[2] + 50, "a side stopped serving writes"
+        assert p12["state"] != "streaming" and p21["state"] != "streaming", (p12, p21)
+        assert int(p12b["lag_entries"]) > lag1 > 0, (p12, p12b)
+        assert int(p12b["lag_ms"]) > 500, p12b
+        c.wait_streaming(20)
+        c.wait_converged(30)
+        print(f"lag at 1.5 s {lag1} entries, at 2.5 s {p12b['lag_entries']} entries / {p12b['lag_ms']} ms; "
+              f"converged {c.last_converge_s:.2f}s after heal + stop")
+        acked = {**w1.acked, **w2.acked}
+        for i in (1, 2, 3):
+            lost = missing_writes(c, i, acked)
+            assert not lost, f"node {i} misses {len(lost)} writes, e.g. {list(lost.items())[:5]}"
+    finally:
+        c.stop()
+
+
+# -- WAIT --------------------------------------------------------------------------------------
+@pytest.fixture
+def cluster3(tmp_path):
+    c = Cluster(tmp_path, n=3)
+    yield c
+    c.stop()
+
+
+def test_wait_counts_replicas_that_applied_the_write(cluster3):
+    c = cluster3
+    r1 = c.client(1)
+    c.wait_streaming(20)
+    t = time.monotonic()
+    n = r1.wait(0, 0)  # no write yet on this connection: immediate
+    assert time.monotonic() - t < 0.2 and 0 <= n <= 2, n
+    r1.set("w", "1")
+    assert r1.wait(2, 0) == 2
+    for i in (2, 3):
+        assert c.client(i).get("w") == b"1", "WAIT counted a replica that does not have the write"
+    r1.set("w", "2")
+    t = time.monotonic()
+    n = r1.wait(0, 0)
+    assert time.monotonic() - t < 0.2, "WAIT 0 0 must not block"
+    assert 0 <= n <= 2
+
+    # a replica that cannot ack (process stopped with SIGSTOP): WAIT 2 200 gives up at ~200 ms
+    os.kill(c[3].pid, signal.SIGSTOP)
+    try:
+        r1.set("w", "3")
+        t = time.monotonic()
+        n = r1.wait(2, 200)
+        took = time.monotonic() - t
+        assert n == 1, n
+        assert 0.18 <= took < 1.0, took
+    finally:
+        os.kill(c[3].pid, signal.SIGCONT)
+    assert r1.wait(2, 5000) == 2  # once it runs again it catches up and acks
+    assert c.client(3).get("w") == b"3"
+
+
+def test_wait_with_a_cut_link_times_out(tmp_path):
+    c = Cluster.with_proxies(tmp_path, [(1, 3), (3, 1)], n=3)
+    try:
+        c.wait_streaming(20)
+        r1 = c.client(1)
+        r1.set("w", "1")
+        assert r1.wait(2, 5000) == 2
+        c.proxy(1, 3).cut()
+        c.proxy(3, 1).cut()
+        time.sleep(0.3)
+        r1.set("w", "2")
+        t = time.monotonic()
+        n = r1.wait(2, 200)
+        took = time.monotonic() - t
+        assert n == 1, n
+        assert 0.18 <= took < 1.0, took
+        time.sleep(1.0)
+        r1.set("w", "3")
+        assert r1.wait(2, 200) == 1, "the cut link healed itself around the proxy"
+        c.proxy(1, 3).heal()
+        c.proxy(3, 1).heal()
+        assert r1.wait(2, 10000) == 2
+    finally:
+        c.stop()
