@@ -5,11 +5,29 @@ record type is checked by the lattice itself). Every lattice's ``merge`` is pure
 commutative, associative and idempotent (proved in tests/merge_laws), and returns
 one of its arguments *unchanged* (the same object) when that argument already is the
 join, so the apply path can tell "nothing changed, write nothing" with ``is``.
+
+    tag   records                       lattice
+    's'   strings, PN counters          pncounter.merge (plain LWW unless a counter)
+    'M'   collection heads              head.merge
+    'h'   hash fields                   orswot.merge
+    'S'   set members                   orswot.merge
+    'z'   zset members (score = value)  orswot.merge
+    'Z'   zset score index              lww.merge
+    'q'   list elements                 listelem.merge (LWW)
+    'H'   HLL registers                 hll.merge
+    'x'   stream entries                stream.merge (LWW)
+
+The zset score index ``'Z'`` is derived: the member record (``'z'``) is the source of
+truth for the score, the index key carries an envelope and no payload. It merges as an
+LWW register so a replica's index converges like any record, but the storage layer
+maintains it in the same batch as the member record (writing the new score's index
+key and an LWW tombstone at the old score's) and readers confirm a hit against the
+member record. Tags not listed (including the retired b'l') merge as LWW registers.
 """
 
 from __future__ import annotations
 
-from marekvs.core import lww, pncounter
+from marekvs.core import head, hll, listelem, lww, orswot, pncounter, stream
 from marekvs.core.envelope import RecordType
 
 _COUNTER = RecordType.COUNTER
@@ -18,12 +36,20 @@ _COUNTER = RecordType.COUNTER
 def _merge_string(a: bytes, b: bytes) -> bytes:
     if (a[0] >> 2) & 7 == _COUNTER or (b[0] >> 2) & 7 == _COUNTER:
         return pncounter.merge(a, b)
-    return b if b[1:11] > a[1:11] else a
+    return lww.merge(a, b)
 
 
 # tag byte -> merge(a, b). Tags not listed merge as LWW registers.
 MERGERS = {
     ord("s"): _merge_string,
+    ord("M"): head.merge,
+    ord("h"): orswot.merge,
+    ord("S"): orswot.merge,
+    ord("z"): orswot.merge,
+    ord("Z"): lww.merge,
+    ord("q"): listelem.merge,
+    ord("H"): hll.merge,
+    ord("x"): stream.merge,
 }
 
 

@@ -20,21 +20,38 @@ Merge against another record at the same string key (``merge``):
   (hlc, origin), a counter's (base_hlc, base_origin);
 - the higher base version wins wholesale (SET resets the counter; concurrent
   increments made on the older base are dropped, as the spec says);
-- equal base versions: two counters join their slots and keep the envelope with the
-  higher (hlc, origin) (so EXPIRE/PERSIST on a counter is LWW on the envelope); a
-  counter beats the plain string it was started from (it extends it).
+- equal base versions: two counters join their slots (pointwise max; base value max)
+  and keep the envelope with the higher (hlc, origin) (so EXPIRE/PERSIST on a counter
+  is LWW on the envelope); a counter beats the plain string it was started from (it
+  extends it); two non-counters merge as LWW registers.
+
+Why this is a lattice: records at one string key are ordered lexicographically by
+(base version, kind, rest): base versions form a chain; within one base version every
+plain record is below every counter, plain records among themselves are LWW (a chain,
+``lww.merge``), and counters are a product of an LWW envelope (ties broken on the
+header bytes), a max base value and pointwise-max slots. A lexicographic sum of
+join-semilattices over a chain is a join-semilattice, so ``merge`` is commutative,
+associative and idempotent byte for byte (canonical payloads: slots sorted by node).
+
+INCR on a dead key (absent, tombstoned or expired) starts a counter whose base is the
+dead record's version and value 0 (``(0, 0, 0)`` if absent), so concurrent INCRs after
+the same DEL all count, and the counter beats the record it replaced; INCR on a live
+integer string starts from that string's version and value and keeps its TTL.
 """
 
 from __future__ import annotations
 
+import re
 import struct
 
 from marekvs.core import envelope as env
+from marekvs.core import lww
 
 FMT = 1
 _HEAD = struct.Struct(">BQHqH")
 _SLOT = struct.Struct(">HQQ")
 FLAGS = env.make_flags(env.RecordType.COUNTER)
+_SIZE = env.ENVELOPE_SIZE
 INT64_MIN = -(1 << 63)
 INT64_MAX = (1 << 63) - 1
 
@@ -55,10 +72,10 @@ class PNCounter:
 
     # -- interface ---------------------------------------------------------------
     @classmethod
-    def new(cls, base_hlc: int = 0, base_origin: int = 0, base_value: int = 0) -> "PNCounter":
+    def new(cls, base_hlc: int = 0, base_origin: int = 0, base_value: int = 0) -> PNCounter:
         return cls(base_hlc, base_origin, base_value)
 
-    def apply(self, node: int, delta: int) -> "PNCounter":
+    def apply(self, node: int, delta: int) -> PNCounter:
         """Local increment by ``delta`` on ``node``'s slot (returns a new state)."""
         pos, neg = self.slots.get(node, (0, 0))
         if delta >= 0:
@@ -72,7 +89,7 @@ class PNCounter:
     def base_version(self) -> tuple[int, int]:
         return (self.base_hlc, self.base_origin)
 
-    def merge(self, other: "PNCounter") -> "PNCounter":
+    def merge(self, other: PNCounter) -> PNCounter:
         a, b = self.base_version(), other.base_version()
         if a > b:
             return self
@@ -95,7 +112,7 @@ class PNCounter:
         return b"".join(parts)
 
     @classmethod
-    def from_bytes(cls, b: bytes) -> "PNCounter":
+    def from_bytes(cls, b: bytes) -> PNCounter:
         if len(b) < _HEAD.size:
             raise CounterFormatError("counter payload too short")
         fmt, bh, bo, bv, n = _HEAD.unpack_from(b, 0)
@@ -139,20 +156,63 @@ def base_version_of(record_: bytes) -> bytes:
 
 
 def merge(a: bytes, b: bytes) -> bytes:
-    """Join two records at one string key, at least one of them a counter."""
+    """Join two records at one string key (any kind: counter, string, tombstone)."""
     va, vb = base_version_of(a), base_version_of(b)
     if va != vb:
         return a if va > vb else b
     ca, cb = is_counter(a), is_counter(b)
     if not cb:
-        return a if ca else (b if b[1:11] > a[1:11] else a)
+        return a if ca else lww.merge(a, b)
     if not ca:
         return b
-    joined = PNCounter.from_bytes(a[env.ENVELOPE_SIZE:]).merge(PNCounter.from_bytes(b[env.ENVELOPE_SIZE:]))
-    top = a if a[1:11] >= b[1:11] else b
-    merged = top[: env.ENVELOPE_SIZE] + joined.to_bytes()
+    joined = PNCounter.from_bytes(a[_SIZE:]).merge(PNCounter.from_bytes(b[_SIZE:]))
+    top = a if (a[1:11], a[:_SIZE]) >= (b[1:11], b[:_SIZE]) else b
+    merged = top[:_SIZE] + joined.to_bytes()
     if merged == a:
         return a
     if merged == b:
         return b
     return merged
+
+
+def to_bytes(counter: PNCounter) -> bytes:
+    return counter.to_bytes()
+
+
+def from_bytes(payload: bytes) -> PNCounter:
+    return PNCounter.from_bytes(payload)
+
+
+def value(record_: bytes, now_ms: int) -> bytes | None:
+    """What GET reads at a string key: a counter materialises as a decimal string;
+    None if the record is a tombstone or expired."""
+    if record_[0] & env.FLAG_TOMBSTONE or env.expired(record_, now_ms):
+        return None
+    if is_counter(record_):
+        return b"%d" % PNCounter.from_bytes(record_[_SIZE:]).value()
+    return record_[_SIZE:]
+
+
+_INT = re.compile(rb"0|-?[1-9][0-9]{0,19}")  # Redis string2ll: no '+', spaces, '-0'
+
+
+def incr(current: bytes | None, delta: int, hlc: int, origin: int, now_ms: int) -> bytes:
+    """INCRBY ``delta`` (negative for DECRBY) at ``origin``: the new counter record.
+
+    Raises ValueError if ``current`` is a live string that is not an integer, and
+    OverflowError if the result leaves the signed 64-bit range (Redis's errors)."""
+    if current is None:
+        c, ttl = PNCounter(), 0
+    elif current[0] & env.FLAG_TOMBSTONE or env.expired(current, now_ms):
+        c, ttl = PNCounter(env.hlc_of(current), env.origin_of(current), 0), 0
+    elif is_counter(current):
+        c, ttl = PNCounter.from_bytes(current[_SIZE:]), env.ttl_of(current)
+    else:
+        s = current[_SIZE:]
+        n = int(s) if _INT.fullmatch(s) else None
+        if n is None or not INT64_MIN <= n <= INT64_MAX:
+            raise ValueError("value is not an integer or out of range")
+        c, ttl = PNCounter(env.hlc_of(current), env.origin_of(current), n), env.ttl_of(current)
+    if not INT64_MIN <= c.value() + delta <= INT64_MAX:
+        raise OverflowError("increment or decrement would overflow")
+    return record(c.apply(origin, delta), hlc, origin, ttl)

@@ -194,6 +194,7 @@ class Server:
         self.hlc.observe(self.engine.max_hlc())
         self.ks = Keyspace(self.engine, self.hlc, config.node_id)
         self.table: CommandTable = build_table()
+        self.dispatch = self.table.dispatch
         self.clients: dict[int, Client] = {}
         self._client_seq = 0
         self.dirty: list[Client] = []
@@ -230,9 +231,9 @@ class Server:
     def execute(self, c: Client, args: list[bytes]) -> bytes:
         """Run one command; return its encoded reply."""
         self.total_commands += 1
-        cmd = self.table.commands.get(args[0])
+        cmd = self.dispatch.get(args[0])
         if cmd is None:
-            cmd = self.table.commands.get(args[0].lower())
+            cmd = self.dispatch.get(args[0].lower())
             if cmd is None:
                 self.error_replies += 1
                 return b"-%s\r\n" % _clean(errors.unknown_command(args))
