@@ -49,6 +49,7 @@ import grpc
 from marekvs.core.partition import PARTITIONS
 from marekvs.replication.gen import replication_v1_pb2 as pb
 from marekvs.replication.gen import replication_v1_pb2_grpc as pbg
+from marekvs.replication.codec import pack_entries, unpack_entries
 from marekvs.replication.validate import BadRecord, check_record
 from marekvs.storage.engine import FORMAT_VERSION
 
@@ -116,6 +117,7 @@ class ReplicationManager(pbg.ReplicationServicer):
         self.commit_times: collections.deque[tuple[int, float]] = collections.deque()
         self.stopping = False
         self.refused_batches = 0
+        self._batch_cache: dict[int, tuple] = {}  # after-seq -> (log_seq, entries, payload)
         self.bootstrapped_from: list[int] = []
         self._md = ((SECRET_HEADER, self.config.cluster_secret),)
         for spec in self.config.peers:
@@ -332,7 +334,7 @@ class ReplicationManager(pbg.ReplicationServicer):
                         pass
                     continue
                 p.wake.clear()
-                entries = e.read_log(sent, BATCH_ENTRIES)
+                entries = self._read(sent)
                 if not entries:
                     if sent + 1 < e.log_first:
                         p.needs_resync = True
@@ -347,18 +349,41 @@ class ReplicationManager(pbg.ReplicationServicer):
                     log.error("log entries %d..%d for peer %d were trimmed; it needs a resync",
                               sent + 1, entries[0][0] - 1, p.node_id)
                     return
-                batch = pb.Batch(origin=self.node_id, incarnation=self.incarnation, entries=[
-                    pb.Entry(seq=seq, records=[pb.Record(key=k, value=v) for k, v in recs])
-                    for seq, recs in entries])
-                await call.write(batch)
+                payload = self._encoded(sent, entries)
+                await call.write(pb.Batch(origin=self.node_id, incarnation=self.incarnation, entries=payload))
                 sent = entries[-1][0]
                 p.sent_seq = sent
                 p.batches_shipped += 1
                 p.entries_shipped += len(entries)
-                p.bytes_shipped += batch.ByteSize()
+                p.bytes_shipped += len(payload)
         finally:
             reader.cancel()
             call.cancel()
+
+    def _read(self, after: int) -> list:
+        """Log entries after ``after``; peers at the same position share one read."""
+        hit = self._batch_cache.get(after)
+        if hit is not None and hit[0] == self.engine.log_seq:
+            return hit[1]
+        entries = self.engine.read_log(after, BATCH_ENTRIES)
+        if entries:
+            self._remember(after, (self.engine.log_seq, entries, None))
+        return entries
+
+    def _encoded(self, after: int, entries: list) -> bytes:
+        """The wire form of ``entries``, encoded once for every peer."""
+        hit = self._batch_cache.get(after)
+        if hit is not None and hit[1] is entries and hit[2] is not None:
+            return hit[2]
+        payload = pack_entries(entries)
+        self._remember(after, (self.engine.log_seq, entries, payload))
+        return payload
+
+    def _remember(self, after: int, item: tuple) -> None:
+        cache = self._batch_cache
+        cache[after] = item
+        while len(cache) > 8:
+            del cache[next(iter(cache))]
 
     async def _read_acks(self, call: Any, p: PeerState) -> None:
         async for ack in call:
@@ -412,47 +437,37 @@ class ReplicationManager(pbg.ReplicationServicer):
                 log.error("refused a batch from unknown origin %d (%s)", origin, context.peer())
                 await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"origin {origin} is not a known peer")
             try:
+                entries = unpack_entries(batch.entries)
                 hwm = self.hwm(origin, batch.incarnation)
-                prev = None
-                for entry in batch.entries:
-                    if prev is not None and entry.seq != prev + 1:
-                        raise BadRecord(f"entries {prev} and {entry.seq} are not consecutive")
-                    prev = entry.seq
-                    for r in entry.records:
-                        check_record(r.key, r.value)
-                if prev is not None and batch.entries[0].seq > hwm + 1:
-                    raise BadRecord(f"batch starts at {batch.entries[0].seq} but {hwm} is applied: a gap")
+                if entries and entries[0][0] > hwm + 1:
+                    raise BadRecord(f"batch starts at {entries[0][0]} but {hwm} is applied: a gap")
             except BadRecord as e:
                 self.refused_batches += 1
                 log.error("refused a batch from node %d: %s; nothing written", origin, e)
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"bad record: {e}")
-            yield pb.Ack(applied_seq=self._apply_batch(origin, batch))
+            yield pb.Ack(applied_seq=self._apply_batch(origin, batch.incarnation, entries, len(batch.entries)))
 
-    def _apply_batch(self, origin: int, batch: pb.Batch) -> int:
+    def _apply_batch(self, origin: int, incarnation: int, entries: list, nbytes: int) -> int:
         e = self.engine
-        hkey = b"hwm:%d:%d" % (origin, batch.incarnation)
-        hwm = self.hwm(origin, batch.incarnation)
+        hwm = self.hwm(origin, incarnation)
         top = 0
         p = self.peers[origin]
-        for entry in batch.entries:
-            if entry.seq <= hwm:
+        for seq, recs in entries:
+            if seq <= hwm:
                 continue  # at-least-once: already applied
-            if entry.seq != hwm + 1:
-                break  # a gap: never move the high-water mark past entries not applied
-            recs = [(r.key, r.value) for r in entry.records]
             for _, v in recs:
                 h = int.from_bytes(v[1:9], "big")
                 if h > top:
                     top = h
             e.apply(recs, log_entry=False)
-            hwm = entry.seq
+            hwm = seq
             p.applied_entries += 1
         if top:
             self.hlc.update(top)
-        e.put_meta(hkey, b"%d" % hwm)
+        e.put_meta(b"hwm:%d:%d" % (origin, incarnation), b"%d" % hwm)
         e.commit()
         p.applied_seq = hwm
-        p.applied_bytes += batch.ByteSize()
+        p.applied_bytes += nbytes
         return hwm
 
     async def Snapshot(self, request: pb.SnapshotRequest, context: grpc.aio.ServicerContext):

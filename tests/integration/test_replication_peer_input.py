@@ -20,6 +20,7 @@ from marekvs.core.envelope import RecordType
 from marekvs.core.partition import PARTITIONS
 from marekvs.core.pncounter import PNCounter
 from marekvs.core.pncounter import record as counter_record
+from marekvs.replication.codec import pack_entries
 from marekvs.replication.gen import replication_v1_pb2 as pb
 from marekvs.replication.gen import replication_v1_pb2_grpc as pbg
 from marekvs.storage.engine import FORMAT_VERSION
@@ -43,9 +44,10 @@ def string_rec(key: bytes, value: bytes, hlc: int | None = None, origin: int = P
 def batch(*records: pb.Record, origin: int = PEER, seq: int = 1, one_entry: bool = False) -> pb.Batch:
     inc = int.from_bytes(os.urandom(7), "big")
     if one_entry:
-        return pb.Batch(origin=origin, incarnation=inc, entries=[pb.Entry(seq=seq, records=list(records))])
-    return pb.Batch(origin=origin, incarnation=inc,
-                    entries=[pb.Entry(seq=seq + i, records=[r]) for i, r in enumerate(records)])
+        entries = [(seq, [(r.key, r.value) for r in records])]
+    else:
+        entries = [(seq + i, [(r.key, r.value)]) for i, r in enumerate(records)]
+    return pb.Batch(origin=origin, incarnation=inc, entries=pack_entries(entries))
 
 
 @pytest.fixture(scope="module")
