@@ -124,6 +124,19 @@ class Keyspace:
     def set_string(self, key: bytes, value: bytes, ttl: int, now: int, found: object = _UNKNOWN) -> None:
         self.engine.apply(self.string_records(key, value, ttl, now, found))
 
+    def plain_string_records(self, key: bytes, value: bytes, ttl: int, now: int,
+                             out: list[tuple[bytes, bytes]]) -> None:
+        """Append to ``out`` the records of a plain SET of ``key`` (the hot path of SET
+        and MSET): the internal key is built once, and the collection head is only read
+        when no live string holds the key (a live string means no live head)."""
+        ik = _U16.pack(K.partition_of(key)) + b"s" + key
+        rec = self.engine.get(ik)
+        out.append((ik, env.pack(_STRING_FLAGS, self.hlc.now(), self.node_id, ttl, value)))
+        if rec is None or rec[0] & 1 or (rec[11:19] != _ZERO8 and int.from_bytes(rec[11:19], "big") <= now):
+            h = self.head_record(key, now)
+            if h is not None:
+                out.append(self._head_tombstone(key, h))
+
     def delete_records(self, key: bytes, now: int) -> list[tuple[bytes, bytes]]:
         """Tombstones for whatever live record holds ``key`` (none if absent)."""
         found = self.live_record(key, now)

@@ -56,6 +56,19 @@ INT64_MIN = -(1 << 63)
 INT64_MAX = (1 << 63) - 1
 
 
+# Parsed payloads, by their bytes. Counters are values (every operation returns a new
+# one and none mutates its receiver), so a parse can be shared: an INCR otherwise
+# parses the same payload three times (read, then both sides of the merge).
+_PARSED: dict[bytes, "PNCounter"] = {}
+_PARSED_MAX = 4096
+
+
+def _remember(b: bytes, c: "PNCounter") -> None:
+    if len(_PARSED) >= _PARSED_MAX:
+        _PARSED.clear()
+    _PARSED[b] = c
+
+
 class CounterFormatError(ValueError):
     pass
 
@@ -109,10 +122,15 @@ class PNCounter:
         for node in sorted(self.slots):
             p, n = self.slots[node]
             parts.append(_SLOT.pack(node, p, n))
-        return b"".join(parts)
+        out = b"".join(parts)
+        _remember(out, self)
+        return out
 
     @classmethod
     def from_bytes(cls, b: bytes) -> PNCounter:
+        hit = _PARSED.get(b)
+        if hit is not None:
+            return hit
         if len(b) < _HEAD.size:
             raise CounterFormatError("counter payload too short")
         fmt, bh, bo, bv, n = _HEAD.unpack_from(b, 0)
@@ -120,13 +138,10 @@ class PNCounter:
             raise CounterFormatError(f"unknown counter format {fmt}")
         if len(b) != _HEAD.size + n * _SLOT.size:
             raise CounterFormatError("counter payload length does not match its slot count")
-        slots = {}
-        off = _HEAD.size
-        for _ in range(n):
-            node, p, q = _SLOT.unpack_from(b, off)
-            slots[node] = (p, q)
-            off += _SLOT.size
-        return cls(bh, bo, bv, slots)
+        slots = {node: (p, q) for node, p, q in _SLOT.iter_unpack(b[_HEAD.size:])}
+        c = cls(bh, bo, bv, slots)
+        _remember(b, c)
+        return c
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, PNCounter) and (
@@ -165,14 +180,30 @@ def merge(a: bytes, b: bytes) -> bytes:
         return a if ca else lww.merge(a, b)
     if not ca:
         return b
-    joined = PNCounter.from_bytes(a[_SIZE:]).merge(PNCounter.from_bytes(b[_SIZE:]))
+    pa, pb = PNCounter.from_bytes(a[_SIZE:]), PNCounter.from_bytes(b[_SIZE:])
     top = a if (a[1:11], a[:_SIZE]) >= (b[1:11], b[:_SIZE]) else b
+    hi, lo = (pa, pb) if top is a else (pb, pa)
+    if _dominates(hi, lo):
+        return top  # the usual case of a local op built on the current record
+    joined = pa.merge(pb)
     merged = top[:_SIZE] + joined.to_bytes()
     if merged == a:
         return a
     if merged == b:
         return b
     return merged
+
+
+def _dominates(hi: PNCounter, lo: PNCounter) -> bool:
+    """``hi`` already is the join of ``hi`` and ``lo`` (same base, slots pointwise >=)."""
+    if hi.base_value != lo.base_value:
+        return False
+    hs = hi.slots
+    for node, (p, n) in lo.slots.items():
+        q = hs.get(node)
+        if q is None or q[0] < p or q[1] < n:
+            return False
+    return True
 
 
 def to_bytes(counter: PNCounter) -> bytes:

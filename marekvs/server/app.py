@@ -266,7 +266,8 @@ class Server:
             log.exception("command %s failed", cmd.fullname)
             return b"-ERR internal error executing '%s'\r\n" % cmd.fullname.encode()
         if cmd.write:
-            c.last_write_seq = self.engine.next_seq
+            e = self.engine
+            c.last_write_seq = e.log_seq + 1 if e.pending_log else e.log_seq  # Engine.next_seq
         t = type(r)
         if t is bytes:
             return b"$%d\r\n%s\r\n" % (len(r), r)

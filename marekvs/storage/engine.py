@@ -51,7 +51,7 @@ from itertools import islice
 from typing import Iterator
 
 import msgpack
-from rocksdict import Options, Rdict, ReadOptions, WriteBatch, WriteOptions
+from rocksdict import BlockBasedOptions, Options, Rdict, ReadOptions, WriteBatch, WriteOptions
 
 from marekvs.core import merge as _merge
 from marekvs.core.partition import PARTITIONS
@@ -83,6 +83,7 @@ class Engine:
         opts.increase_parallelism(2)
         opts.set_max_background_jobs(2)
         cf = {name: Options(raw_mode=True) for name in ("data", "replog", "meta")}
+        cf["data"] = data_options()
         self.db = Rdict(path, opts, column_families=cf)
         self.data = self.db.get_column_family("data")
         self.replog = self.db.get_column_family("replog")
@@ -355,6 +356,23 @@ class Engine:
             self.db.close()
             del self.db
             gc.collect()
+
+
+def data_options() -> Options:
+    """Options of the ``data`` column family. Point reads of absent keys are common
+    (every type lookup reads the string key, then the head key), so the SST files and
+    the memtable carry whole-key bloom filters: a miss costs a filter probe, not a
+    block read."""
+    o = Options(raw_mode=True)
+    table = BlockBasedOptions()
+    table.set_bloom_filter(10, False)
+    table.set_cache_index_and_filter_blocks(True)
+    table.set_pin_l0_filter_and_index_blocks_in_cache(True)
+    o.set_block_based_table_factory(table)
+    o.set_memtable_prefix_bloom_ratio(0.1)
+    o.set_memtable_whole_key_filtering(True)
+    o.set_optimize_filters_for_hits(False)
+    return o
 
 
 def prefix_end(prefix: bytes) -> bytes | None:
