@@ -7,6 +7,7 @@ import time
 
 from marekvs import REDIS_COMPAT_VERSION
 from marekvs.commands import errors
+from marekvs.commands.args import parse_ll
 from marekvs.commands.errors import CommandError
 from marekvs.commands.table import command, container
 from marekvs.server import resp
@@ -23,7 +24,7 @@ def ping(c, args):
     return resp.PONG if len(args) == 1 else args[1]
 
 
-@command("echo", 2, "fast", group="connection", summary="Returns the given string.", syntax="message")
+@command("echo", 2, "loading stale fast", group="connection", summary="Returns the given string.", syntax="message")
 def echo(c, args):
     return args[1]
 
@@ -37,7 +38,7 @@ def _password_ok(c, user: bytes, password: bytes) -> bool:
     return hmac.compare_digest(password, want.encode())
 
 
-@command("auth", -2, "noscript loading stale fast no-auth sentinel allow-busy", group="connection",
+@command("auth", -2, "noscript loading stale fast no_auth sentinel allow_busy", group="connection",
          summary="Authenticates the connection.", since="1.0.0", syntax="[username] password")
 def auth(c, args):
     if len(args) > 3:
@@ -55,17 +56,16 @@ def auth(c, args):
     return resp.OK
 
 
-@command("hello", -1, "noscript loading stale fast no-auth sentinel allow-busy", group="connection",
+@command("hello", -1, "noscript loading stale fast no_auth sentinel allow_busy", group="connection",
          summary="Handshakes with the Redis server.", since="6.0.0",
          syntax="[protover [AUTH username password] [SETNAME clientname]]")
 def hello(c, args):
     proto = c.proto
     i = 1
     if len(args) > 1:
-        try:
-            proto = int(args[1])
-        except ValueError:
-            raise CommandError("ERR Protocol version is not an integer or out of range") from None
+        proto = parse_ll(args[1])
+        if proto is None:
+            raise CommandError("ERR Protocol version is not an integer or out of range")
         if proto < 2 or proto > 3:
             raise CommandError(errors.NOPROTO)
         i = 2
@@ -89,7 +89,7 @@ def hello(c, args):
         c.parser.auth_required = False
     if not c.authed:
         raise CommandError("NOAUTH HELLO must be called with the client already authenticated, otherwise "
-                           "the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the "
+                           "the HELLO AUTH <user> <pass> option can be used to authenticate the "
                            "client and select the RESP protocol version at the same time")
     if name is not None:
         c.name = name
@@ -103,23 +103,24 @@ def hello(c, args):
 @command("select", 2, "loading stale fast", group="connection", summary="Changes the selected database.",
          syntax="index")
 def select(c, args):
-    try:
-        idx = int(args[1])
-    except ValueError:
-        raise CommandError(errors.NOT_INTEGER) from None
+    idx = parse_ll(args[1])
+    if idx is None:
+        raise CommandError(errors.NOT_INTEGER)
+    if not -2**31 <= idx < 2**31:
+        raise CommandError("ERR value is out of range, value must between -2147483648 and 2147483647")
     if idx != 0:
         raise CommandError(errors.SELECT_CLUSTER)
     return resp.OK
 
 
-@command("quit", -1, "noscript loading stale fast no-auth allow-busy", group="connection",
+@command("quit", -1, "noscript loading stale fast no_auth allow_busy", group="connection",
          summary="Closes the connection.")
 def quit_(c, args):
     c.close_after_reply()
     return resp.OK
 
 
-@command("reset", 1, "noscript loading stale fast no-auth allow-busy", group="connection",
+@command("reset", 1, "noscript loading stale fast no_auth allow_busy", group="connection",
          summary="Resets the connection.", since="6.2.0")
 def reset(c, args):
     c.proto = 2
@@ -186,10 +187,10 @@ def client_list(c, args):
         elif opt == b"ID" and i + 1 < len(args):
             ids = set()
             for a in args[i + 1:]:
-                try:
-                    ids.add(int(a))
-                except ValueError:
-                    raise CommandError("ERR Invalid client ID") from None
+                cid = parse_ll(a)
+                if cid is None or cid <= 0:
+                    raise CommandError("ERR Invalid client ID")
+                ids.add(cid)
             clients = [cl for cl in clients if cl.id in ids]
             i = len(args)
         else:
@@ -251,10 +252,9 @@ def client_kill(c, args):
     for i in range(2, len(args), 2):
         opt, val = args[i].upper(), args[i + 1]
         if opt == b"ID":
-            try:
-                want = int(val)
-            except ValueError:
-                raise CommandError("ERR client-id should be greater than 0") from None
+            want = parse_ll(val)
+            if want is None or want <= 0:
+                raise CommandError("ERR client-id should be greater than 0")
             clients = [cl for cl in clients if cl.id == want]
         elif opt == b"ADDR":
             clients = [cl for cl in clients if cl.addr == val.decode("utf-8", "replace")]

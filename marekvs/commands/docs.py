@@ -65,6 +65,12 @@ def _seq(p: _P, closing: str | None) -> list[dict]:
             if "multiple" in arg.get("flags", ()) and cur and cur[-1].get("name") == arg["name"]:
                 cur[-1] = arg  # "key [key ...]" is one argument: key, multiple
                 continue
+            if arg["type"] == "block" and _repeats(cur, arg["arguments"]):
+                # "key value [key value ...]" is one block of (key, value), multiple
+                k = len(arg["arguments"])
+                cur[-k:] = [{"name": "data", "type": "block", "flags": ["multiple"],
+                             "arguments": cur[-k:]}]
+                continue
             arg["flags"] = sorted(set(arg.get("flags", [])) | {"optional"})
             cur.append(arg)
         elif t == "...":
@@ -86,6 +92,15 @@ def _seq(p: _P, closing: str | None) -> list[dict]:
         return alts[0]
     choices = [a[0] if len(a) == 1 else {"name": "block", "type": "block", "arguments": a} for a in alts]
     return [{"name": "choice", "type": "oneof", "arguments": choices}]
+
+
+def _repeats(cur: list[dict], inner: list[dict]) -> bool:
+    """``inner`` (the bracketed part, its last item marked multiple by '...') repeats
+    the last ``len(inner)`` arguments of ``cur``."""
+    k = len(inner)
+    if k < 2 or len(cur) < k or "multiple" not in inner[-1].get("flags", ()):
+        return False
+    return [a["name"] for a in cur[-k:]] == [a["name"] for a in inner]
 
 
 def _is_token(word: str | None) -> bool:
@@ -134,11 +149,35 @@ def _key_specs(cmd: Command) -> list:
     ])]
 
 
+_INTERNAL_FLAGS = {"sentinel"}  # declared like Redis, not shown by COMMAND INFO
+_GROUP_CATEGORY = {"string": "string", "generic": "keyspace", "connection": "connection",
+                   "server": "admin", "hash": "hash", "set": "set", "sorted-set": "sortedset",
+                   "list": "list", "stream": "stream", "hyperloglog": "hyperloglog"}
+
+
+def acl_categories(cmd: Command) -> tuple[str, ...]:
+    """Declared ACL categories, or ones derived from the group and flags."""
+    if cmd.acl:
+        return cmd.acl
+    cats = [_GROUP_CATEGORY.get(cmd.group, "admin")]
+    if cmd.is_write:
+        cats.append("write")
+    elif "readonly" in cmd.flags:
+        cats.append("read")
+    if "admin" in cmd.flags and cats[0] != "admin":
+        cats.append("admin")
+    if "admin" in cmd.flags:
+        cats.append("dangerous")
+    cats.append("fast" if "fast" in cmd.flags else "slow")
+    return tuple(cats)
+
+
 def info_reply(cmd: Command) -> list:
     return [
-        cmd.fullname.encode(), cmd.arity, resp.SetReply(resp.Simple(f.encode()) for f in cmd.flags),
+        cmd.fullname.encode(), cmd.arity,
+        resp.SetReply(resp.Simple(f.replace("-", "_").encode()) for f in cmd.flags if f not in _INTERNAL_FLAGS),
         cmd.first_key, cmd.last_key, cmd.step,
-        resp.SetReply(resp.Simple(("@" + a).encode()) for a in (cmd.acl or (cmd.group,))),
+        resp.SetReply(resp.Simple(("@" + a).encode()) for a in acl_categories(cmd)),
         resp.SetReply(), _key_specs(cmd),
         [info_reply(s) for s in cmd.subcommands.values()],
     ]

@@ -38,19 +38,19 @@ def wrong_arity(fullname: str) -> str:
     return f"ERR wrong number of arguments for '{fullname}' command"
 
 
-def unknown_command(args: list[bytes]) -> str:
-    tail = ""
+def unknown_command(args: list[bytes]) -> bytes:
+    """Redis's text, echoing the client's bytes (the name cut at 128 bytes, the args
+    until 128 bytes of them are shown)."""
+    tail = b""
     for a in args[1:]:
         if len(tail) >= 128:
             break
-        tail += "'%s' " % a.decode("utf-8", "replace")[: 128 - len(tail)]
-    name = args[0].decode("utf-8", "replace")[:128]
-    return f"ERR unknown command '{name}', with args beginning with: {tail}"
+        tail += b"'%s' " % a[: 128 - len(tail)]
+    return b"ERR unknown command '%s', with args beginning with: %s" % (args[0][:128], tail)
 
 
-def unknown_subcommand(container: str, sub: bytes) -> str:
-    return "ERR unknown subcommand '%s'. Try %s HELP." % (
-        sub.decode("utf-8", "replace")[:128], container.upper())
+def unknown_subcommand(container: str, sub: bytes) -> bytes:
+    return b"ERR unknown subcommand '%s'. Try %s HELP." % (sub[:128], container.upper().encode())
 
 
 def invalid_expire(fullname: str) -> str:

@@ -37,8 +37,6 @@ def _int(b: bytes, err: str = errors.NOT_INTEGER) -> int:
          summary="Blocks until the asynchronous replication of all preceding write commands sent by the "
                  "connection is completed.", syntax="numreplicas timeout")
 def wait(c, args):
-    from marekvs.server.app import Blocking
-
     need = _int(args[1])
     timeout = _int(args[2], errors.TIMEOUT_NOT_INT)
     if timeout < 0:
@@ -64,7 +62,7 @@ def wait(c, args):
             except asyncio.TimeoutError:
                 return server.repl.acked_count(seq)
 
-    return Blocking(waiting())
+    return resp.Blocking(waiting())
 
 
 @command("role", 1, "noscript loading stale fast", group="server", since="2.8.12",
@@ -131,8 +129,6 @@ def debug_digest_value(c, args):
          summary="Blocks the server for the given number of seconds (0 = forever is not allowed).",
          syntax="seconds")
 def debug_sleep(c, args):
-    from marekvs.server.app import Blocking
-
     try:
         secs = float(args[2])
     except ValueError:
@@ -142,7 +138,7 @@ def debug_sleep(c, args):
         await asyncio.sleep(max(0.0, secs))
         return resp.OK
 
-    return Blocking(sleeping())
+    return resp.Blocking(sleeping())
 
 
 @command("help", 2, "loading stale", parent="debug", group="server",

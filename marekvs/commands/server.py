@@ -29,7 +29,8 @@ CONTAINERS = (
     container("config", group="server", summary="A container for server configuration commands.",
               since="2.0.0"),
     container("command", -1, "loading stale", group="server",
-              summary="Returns detailed information about all commands.", since="2.8.13"),
+              summary="Returns detailed information about all commands.", since="2.8.13",
+              handler=lambda c, args: [docs.info_reply(x) for x in _all_commands(c.server.table)]),
 )
 
 # Redis tuning parameters with no meaning for this engine: accepted, remembered and
@@ -93,14 +94,14 @@ def config_get(c, args):
          syntax="parameter value [parameter value ...]")
 def config_set(c, args):
     if len(args) % 2:
-        raise CommandError(errors.wrong_arity("config|set"))
+        raise CommandError(errors.SYNTAX)
     server = c.server
     pairs = [(args[i].decode("utf-8", "replace").lower(), args[i + 1].decode("utf-8", "replace"))
              for i in range(2, len(args), 2)]
     for name, value in pairs:  # validate all first: CONFIG SET is all-or-nothing
         if name in ("appendfsync",) and value not in ("always", "everysec", "no"):
             raise CommandError(f"ERR CONFIG SET failed (possibly related to argument '{name}') - "
-                               "argument(s) must be one of the following: always, everysec, no")
+                               "argument(s) must be one of the following: everysec, always, no")
         if name in ("gc-grace", "max-clock-drift"):
             if not value.isdigit():
                 raise CommandError(f"ERR CONFIG SET failed (possibly related to argument '{name}') - "
@@ -200,7 +201,7 @@ def save(c, args):
     return resp.OK
 
 
-@command("shutdown", -1, "admin noscript loading stale", group="server",
+@command("shutdown", -1, "admin noscript loading stale no_multi allow_busy", group="server",
          summary="Synchronously saves the database(s) to disk and shuts down the Redis server.",
          syntax="[NOSAVE | SAVE] [NOW] [FORCE] [ABORT]")
 def shutdown(c, args):
@@ -211,7 +212,7 @@ def shutdown(c, args):
         raise CommandError("ERR No shutdown in progress.")
     c.server.request_shutdown()
     c.close_after_reply()
-    return resp.OK
+    return resp.NO_REPLY  # Redis closes the connection without a reply
 
 
 # -- INFO -----------------------------------------------------------------------------
@@ -373,7 +374,7 @@ def command_list(c, args):
     return [x.name.encode() for x in cmds]
 
 
-@command("getkeys", -3, "loading stale", parent="command", group="server",
+@command("getkeys", -4, "loading stale", parent="command", group="server",
          summary="Extracts the key names from an arbitrary command.", since="2.8.13",
          syntax="command [arg [arg ...]]")
 def command_getkeys(c, args):

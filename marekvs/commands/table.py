@@ -78,10 +78,12 @@ def command(name: str, arity: int, flags: str = "", keys: tuple[int, int, int] =
 
 
 def container(name: str, arity: int = -2, flags: str = "", *, group: str = "generic",
-              summary: str = "", since: str = "1.0.0") -> Command:
-    """A command whose behaviour lives in its subcommands (CLIENT, CONFIG, ...)."""
-    return Command(name, None, arity, tuple(flags.split()), group=group, summary=summary,
-                   since=since, complexity="Depends on subcommand.")
+              summary: str = "", since: str = "1.0.0", acl: str = "",
+              handler: Callable[..., Any] | None = None) -> Command:
+    """A command whose behaviour lives in its subcommands (CLIENT, CONFIG, ...);
+    ``handler`` answers the bare command when it has a meaning (COMMAND)."""
+    return Command(name, handler, arity, tuple(flags.split()), group=group, summary=summary,
+                   since=since, complexity="Depends on subcommand.", acl=tuple(acl.split()))
 
 
 class CommandTable:
@@ -108,9 +110,12 @@ class CommandTable:
                 self.add(decl)
 
     def lookup(self, name: bytes) -> Command | None:
-        c = self.commands.get(name)
-        if c is None:
-            c = self.commands.get(name.lower())
+        """A command by name, or a subcommand by ``container|sub`` (any case)."""
+        name = name.lower()
+        parent, _, sub = name.partition(b"|")
+        c = self.commands.get(parent)
+        if c is not None and sub:
+            return c.subcommands.get(sub.decode("latin-1"))
         return c
 
     def __len__(self) -> int:

@@ -107,7 +107,7 @@ class ReplicationManager(pbg.ReplicationServicer):
         self.config = server.config
         self.node_id = self.config.node_id
         self.incarnation = self.engine.incarnation
-        self.grpc_port = self.config.grpc_port or self.config.port + 10000
+        self.grpc_port = self.config.grpc_port or default_grpc_port(self.config.port)
         self.advertise_host = self.config.advertise_host or self.config.bind
         self.grpc_addr = f"{self.advertise_host}:{self.grpc_port}"  # what peers are told
         self.peers: dict[int, PeerState] = {}
@@ -334,7 +334,7 @@ class ReplicationManager(pbg.ReplicationServicer):
                         pass
                     continue
                 p.wake.clear()
-                entries = self._read(sent)
+                entries = self._read_entries(sent)
                 if not entries:
                     if sent + 1 < e.log_first:
                         p.needs_resync = True
@@ -360,7 +360,7 @@ class ReplicationManager(pbg.ReplicationServicer):
             reader.cancel()
             call.cancel()
 
-    def _read(self, after: int) -> list:
+    def _read_entries(self, after: int) -> list:
         """Log entries after ``after``; peers at the same position share one read."""
         hit = self._batch_cache.get(after)
         if hit is not None and hit[0] == self.engine.log_seq:
@@ -591,6 +591,11 @@ class ReplicationManager(pbg.ReplicationServicer):
                     ("marekvs_peer_needs_resync", lab, 1.0 if p.needs_resync else 0.0),
                     ("marekvs_peer_applied_entries_total", lab, p.applied_entries)]
         return out
+
+
+def default_grpc_port(resp_port: int) -> int:
+    """RESP port + 10000, or - 10000 where + would leave the port range."""
+    return resp_port + 10000 if resp_port + 10000 <= 65535 else resp_port - 10000
 
 
 def new_incarnation() -> int:

@@ -41,6 +41,8 @@ _enc = resp._enc
 _Err = resp.Err
 _Simple = resp.Simple
 _R_OK = resp.R_OK
+Blocking = resp.Blocking
+NO_REPLY = resp.NO_REPLY
 
 
 class Client(asyncio.Protocol):
@@ -56,7 +58,7 @@ class Client(asyncio.Protocol):
         self.ks = server.ks
         self.transport: Any = None
         self.parser = resp.RequestParser()
-        self.parser.auth_required = bool(server.config.requirepass)
+        self.parser.auth_required = self.parser.gated = bool(server.config.requirepass)
         self.out: list[bytes] = []
         self.proto = 2
         self.authed = not server.config.requirepass
@@ -116,11 +118,19 @@ class Client(asyncio.Protocol):
 
     def _run(self, cmds: list[list[bytes]], err: str | None) -> None:
         server = self.server
-        if cmds:
+        while cmds:
             self.last_active = time.monotonic()
             execute = server.execute
             out = self.out
             for i, args in enumerate(cmds):
+                if i and self.parser.auth_required:
+                    # a RESET earlier in this batch restored the unauthenticated
+                    # limits: a request framed before it meets them now, as it would
+                    # have if parsed after it
+                    bad = self.parser.unauthenticated_error(args)
+                    if bad is not None:
+                        err = bad
+                        break
                 r = execute(self, args)
                 if type(r) is Blocking:
                     self.blocked = True
@@ -132,6 +142,11 @@ class Client(asyncio.Protocol):
                 out.append(r)
                 if self.closing:
                     break
+            if self.blocked or self.closing or err is not None:
+                break
+            # Before AUTH the parser hands over one command at a time, so a request
+            # pipelined behind a successful AUTH is judged by the limits that now apply.
+            cmds, err = self.parser.more()
         if err is not None:
             self.out.append(b"-ERR %s\r\n" % err.encode())
             self.closing = True
@@ -168,16 +183,6 @@ class Client(asyncio.Protocol):
         self.closing = True
         if self.transport is not None:
             self.transport.close()
-
-
-class Blocking:
-    """Returned by a handler that must wait (WAIT): the client's later commands are
-    held, in order, until ``awaitable`` yields the reply."""
-
-    __slots__ = ("awaitable",)
-
-    def __init__(self, awaitable: Any):
-        self.awaitable = awaitable
 
 
 class Server:
@@ -242,7 +247,7 @@ class Server:
         if (a > 0 and n != a) or n < -a:
             self.error_replies += 1
             return b"-%s\r\n" % _clean(errors.wrong_arity(cmd.fullname))
-        if cmd.subcommands:
+        if cmd.subcommands and (n > 1 or cmd.handler is None):
             sub = cmd.subcommands.get(args[1].lower().decode("latin-1"))
             if sub is None:
                 self.error_replies += 1
@@ -252,7 +257,7 @@ class Server:
             if (a > 0 and n != a) or n < -a:
                 self.error_replies += 1
                 return b"-%s\r\n" % _clean(errors.wrong_arity(cmd.fullname))
-        if not c.authed and "no-auth" not in cmd.flags:
+        if not c.authed and "no_auth" not in cmd.flags:
             self.error_replies += 1
             return b"-%s\r\n" % errors.NOAUTH.encode()
         c.last_cmd = cmd.fullname
@@ -277,6 +282,8 @@ class Server:
             return b":%d\r\n" % r
         if t is Blocking:
             return r  # type: ignore[return-value]
+        if r is NO_REPLY:
+            return b""
         return self.encode_reply(c, r)
 
     def encode_reply(self, c: Client, r: Any) -> bytes:
@@ -373,9 +380,12 @@ class Server:
         log.info("marekvs node %d stopped cleanly", self.config.node_id)
 
 
-def _clean(msg: str) -> bytes:
-    """Error text as Redis sends it: CR/LF in echoed input replaced by spaces."""
-    return msg.replace("\r", " ").replace("\n", " ").encode("utf-8", "replace")
+def _clean(msg: str | bytes) -> bytes:
+    """Error text as Redis sends it: CR/LF in echoed input replaced by spaces (echoed
+    user bytes are kept as they are)."""
+    if type(msg) is str:
+        msg = msg.encode("utf-8", "surrogateescape")
+    return msg.replace(b"\r", b" ").replace(b"\n", b" ")  # type: ignore[union-attr]
 
 
 def serve(config: Config, config_file: str | None = None) -> None:

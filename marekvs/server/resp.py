@@ -36,6 +36,8 @@ that must authenticate first are always parsed strictly.
 
 from __future__ import annotations
 
+import re
+
 import hiredis
 
 INT_MAX = 2**31 - 1
@@ -131,7 +133,7 @@ def _ishex(c: int) -> bool:
 class StrictParser:
     """The reference request parser. ``feed(data)`` returns (commands, error)."""
 
-    __slots__ = ("_buf", "_chunks", "_buffered", "_need", "_args", "_left", "auth_required")
+    __slots__ = ("_buf", "_chunks", "_buffered", "_need", "_args", "_left", "auth_required", "gated")
 
     def __init__(self) -> None:
         self._buf = b""
@@ -141,6 +143,7 @@ class StrictParser:
         self._args: list[bytes] | None = None  # multibulk in progress
         self._left = 0  # bulks still to read for it
         self.auth_required = False
+        self.gated = False  # a password is configured: AUTH/RESET may change the limits
 
     def pending_bytes(self) -> int:
         return len(self._buf) + self._buffered
@@ -195,6 +198,8 @@ class StrictParser:
                     pos = nl + 1
                     if parts:
                         out.append(parts)
+                        if self.gated or self.auth_required:
+                            break  # see below: one command at a time
                     continue
                 cr = find(b"\r", pos)
                 if cr < 0 or cr + 1 >= n:
@@ -240,13 +245,20 @@ class StrictParser:
                 break
             out.append(args)
             args = None
+            if self.gated or self.auth_required:
+                # AUTH may lift the unauthenticated limits for what follows, RESET may
+                # restore them: with a password set, hand over one command at a time
+                break
         self._args = args
         self._left = left
         return pos
 
 
 # Element types hiredis returns as bytes although Redis refuses them in a request.
-_SUSPECT = (b"\n+", b"\n=")
+_SUSPECT = (b"\n+", b"\n=", b"\n(")
+# A multibulk count this large goes to the strict parser: hiredis would allocate for
+# it before failing or waiting (seconds for *2147483647), Redis answers at once.
+_BIG_COUNT = re.compile(rb"\*[0-9]{6}")
 
 
 def canonical_len(args: list[bytes]) -> int:
@@ -284,8 +296,22 @@ class RequestParser:
     def auth_required(self, v: bool) -> None:
         self._strict.auth_required = v
 
+    @property
+    def gated(self) -> bool:
+        return self._strict.gated
+
+    @gated.setter
+    def gated(self, v: bool) -> None:
+        self._strict.gated = v
+
     def pending_bytes(self) -> int:
         return self._strict.pending_bytes()
+
+    def more(self) -> tuple[list[list[bytes]], str | None]:
+        """Parse what is still buffered (after a command changed the auth state)."""
+        if self._fast or self._strict.idle():
+            return [], None
+        return self.feed(b"")
 
     def _to_strict(self, rest: bytes, done: list[list[bytes]]) -> tuple[list[list[bytes]], str | None]:
         self._reader = hiredis.Reader()
@@ -294,6 +320,16 @@ class RequestParser:
         if err is None and self._strict.idle() and not self._strict.auth_required:
             self._fast = True
         return (done + cmds if done else cmds), err
+
+    @staticmethod
+    def unauthenticated_error(args: list[bytes]) -> str | None:
+        """The protocol error Redis gives ``args`` under the unauthenticated limits."""
+        if len(args) > UNAUTH_MAX_MULTIBULK:
+            return "Protocol error: unauthenticated multibulk length"
+        for a in args:
+            if len(a) > UNAUTH_MAX_BULK:
+                return "Protocol error: unauthenticated bulk length"
+        return None
 
     def feed(self, data: bytes) -> tuple[list[list[bytes]], str | None]:
         if not self._fast or data[:1] != b"*" or self._strict.auth_required:
@@ -307,6 +343,8 @@ class RequestParser:
         for sus in _SUSPECT:
             if sus in data:
                 return self._to_strict(data, [])
+        if _BIG_COUNT.search(data) is not None:
+            return self._to_strict(data, [])
         r = self._reader
         r.feed(data)
         out: list[list[bytes]] = []
@@ -326,7 +364,7 @@ class RequestParser:
                     n += (6 if la < 10 else 7 if la < 100 else 5 + len(str(la))) + la
                 consumed += n
                 out.append(o)
-        except hiredis.ProtocolError:
+        except Exception:  # hiredis.ProtocolError, or a RESP3 map of lists (TypeError)
             return self._to_strict(data[consumed:], out)
         if consumed == len(data):
             return out, None
@@ -370,6 +408,17 @@ class NullArray:
     """Null array: RESP2 '*-1', RESP3 '_'."""
 
 
+class Blocking:
+    """Returned by a handler that must wait (WAIT, DEBUG SLEEP): the connection holds
+    its later commands, in order, until ``awaitable`` yields the reply."""
+
+    __slots__ = ("awaitable",)
+
+    def __init__(self, awaitable: object):
+        self.awaitable = awaitable
+
+
+NO_REPLY = object()  # the handler closes the connection without a reply (SHUTDOWN)
 NULL_ARRAY = NullArray()
 OK = Simple(b"OK")
 PONG = Simple(b"PONG")
