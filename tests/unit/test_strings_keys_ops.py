@@ -59,14 +59,14 @@ class Node:
         args = [a if isinstance(a, bytes) else str(a).encode() for a in argv]
         cmd = TABLE.lookup(args[0])
         if cmd is None:
-            return Error(errors.unknown_command(args))
+            return Error(errors.unknown_command(args).decode("utf-8", "surrogateescape"))
         n = len(args)
         if (cmd.arity > 0 and n != cmd.arity) or n < -cmd.arity:
             return Error(errors.wrong_arity(cmd.fullname))
         if cmd.subcommands:
             sub = cmd.subcommands.get(args[1].lower().decode("latin-1"))
             if sub is None:
-                return Error(errors.unknown_subcommand(cmd.name, args[1]))
+                return Error(errors.unknown_subcommand(cmd.name, args[1]).decode("utf-8", "surrogateescape"))
             cmd = sub
             if (cmd.arity > 0 and n != cmd.arity) or n < -cmd.arity:
                 return Error(errors.wrong_arity(cmd.fullname))
