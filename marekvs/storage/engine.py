@@ -372,6 +372,12 @@ def data_options() -> Options:
     o.set_memtable_prefix_bloom_ratio(0.1)
     o.set_memtable_whole_key_filtering(True)
     o.set_optimize_filters_for_hits(False)
+    # Small memtables: an insert of a random key walks a skiplist whose size sets its
+    # cache misses (measured: 2.1 us/record at the 64 MB default, 1.4 us at 8 MB), and
+    # rocksdict holds the GIL while it writes. Reads rarely reach RocksDB (the record
+    # cache), so the extra L0 files cost little; flushes run on RocksDB's threads.
+    o.set_write_buffer_size(8 << 20)
+    o.set_max_write_buffer_number(4)
     return o
 
 
