@@ -1,5 +1,8 @@
 """Background expiry sweeper: physical removal of dead records.
 
+On the way it counts the live keys of each partition, which INFO keyspace reports
+(so INFO never scans the keyspace on the event loop; DBSIZE does, and is exact).
+
 A record past its TTL deadline already *reads* as a tombstone (the TTL rule); it is
 physically removed once ``deadline + gc_grace`` has passed, and a tombstone once it
 is older than ``gc_grace``. The grace period is what lets a lagging replica's stale
@@ -26,7 +29,7 @@ from marekvs.storage.engine import Engine
 
 log = logging.getLogger("marekvs.sweeper")
 _U16 = struct.Struct(">H")
-PIDS_PER_STEP = 16
+RECORDS_PER_STEP = 2000  # records read per step: bounds each step's pause
 
 
 class Sweeper:
@@ -37,6 +40,10 @@ class Sweeper:
         self.removed = 0
         self.cycles = 0
         self._task: asyncio.Task | None = None
+        # live keys (and those with a TTL) per partition as of the last visit: what
+        # INFO keyspace reports without scanning on the event loop
+        self.live_keys = [0] * PARTITIONS
+        self.expiring = [0] * PARTITIONS
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self._task = loop.create_task(self._run())
@@ -53,37 +60,48 @@ class Sweeper:
             except Exception:
                 log.exception("expiry sweep step failed")
 
-    def step(self, pids: int = PIDS_PER_STEP) -> int:
-        """Sweep the next ``pids`` partitions; return how many records were removed."""
+    def step(self, budget: int = RECORDS_PER_STEP) -> int:
+        """Sweep whole partitions from where the last step stopped until ``budget``
+        records were read (or the keyspace wraps); return how many were removed."""
         now = time.time_ns() // 1_000_000
         grace_ms = self.config.gc_grace * 1000
         tomb_before = (now - grace_ms) << 16
-        removed = 0
-        end_pid = min(self.next_pid + pids, PARTITIONS)
-        start = _U16.pack(self.next_pid)
-        end = _U16.pack(end_pid) if end_pid < PARTITIONS else None
+        live, expiring = self.live_keys, self.expiring
         dead = []
-        for ikey, rec in self.engine.scan(start, end):
-            if rec[0] & 1:
-                if int.from_bytes(rec[1:9], "big") < tomb_before:
+        pid = self.next_pid
+        seen = 0
+        while seen < budget:
+            n_live = n_exp = 0
+            for ikey, rec in self.engine.scan(_U16.pack(pid), _U16.pack(pid + 1) if pid + 1 < PARTITIONS else None):
+                seen += 1
+                tomb = rec[0] & 1
+                d = int.from_bytes(rec[11:19], "big")
+                if tomb:
+                    if int.from_bytes(rec[1:9], "big") < tomb_before:
+                        dead.append(ikey)
+                    continue
+                if d and d + grace_ms <= now:
                     dead.append(ikey)
-                continue
-            d = int.from_bytes(rec[11:19], "big")
-            if d and d + grace_ms <= now:
-                dead.append(ikey)
+                if (ikey[2] == 0x73 or ikey[2] == 0x4D) and (not d or d > now):  # a live key
+                    n_live += 1
+                    n_exp += d != 0
+            live[pid], expiring[pid] = n_live, n_exp
+            pid = (pid + 1) % PARTITIONS
+            if pid == 0:
+                self.cycles += 1
+            if pid == self.next_pid:
+                break  # the whole keyspace in one step
+        self.next_pid = pid
         for ikey in dead:
             self.engine.purge(ikey)
-            removed += 1
-        self.next_pid = end_pid % PARTITIONS
-        if self.next_pid == 0:
-            self.cycles += 1
-        self.removed += removed
-        return removed
+        self.removed += len(dead)
+        return len(dead)
 
     def sweep_all(self) -> int:
-        total = 0
+        """One whole cycle at once (tests, SAVE-like maintenance)."""
         self.next_pid = 0
-        while True:
-            total += self.step(256)
-            if self.next_pid == 0:
-                return total
+        cycles = self.cycles
+        total = 0
+        while self.cycles == cycles:
+            total += self.step(1 << 30)
+        return total

@@ -134,12 +134,26 @@ def test_sweeper_removes_dead_records_only_after_gc_grace(engine):
     engine.commit()
     sw = Sweeper(engine, SimpleNamespace(gc_grace=10, sweep_interval=0.1))
     assert sw.sweep_all() == 2
+    assert sum(sw.live_keys) == 1 and sum(sw.expiring) == 0  # only "live" is a live key
     engine.commit()
     assert engine.data.get(old_tomb) is None and engine.data.get(expired_long_ago) is None
     assert engine.get(old_tomb) is None
     for k in (live, fresh_tomb, expired_recently):
         assert engine.data.get(k) is not None
     assert engine.read_log(1, 10) == []  # removal is not a replicated write
+
+
+def test_sweeper_steps_are_bounded_by_records_and_count_live_keys(engine):
+    now = time.time_ns() // 1_000_000
+    engine.apply([(K.encode_string_key(b"k%d" % i), rec(now << 16, ttl=(now + 60_000) if i % 2 else 0))
+                  for i in range(500)])
+    engine.commit()
+    sw = Sweeper(engine, SimpleNamespace(gc_grace=10, sweep_interval=0.1))
+    sw.step(100)
+    assert 0 < sw.next_pid < 4096 and sw.cycles == 0  # stopped after ~100 records
+    while sw.cycles == 0:
+        sw.step(100)
+    assert sum(sw.live_keys) == 500 and sum(sw.expiring) == 250
 
 
 def test_prefix_end_and_shards():
