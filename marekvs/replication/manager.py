@@ -62,6 +62,23 @@ SECRET_HEADER = "x-marekvs-secret"
 LOG_KEEP_ALONE = 100_000
 
 
+class _Gap(Exception):
+    """Log entries a peer still needs were trimmed."""
+
+    def __init__(self, first: int, last: int):
+        super().__init__(f"entries {first}..{last} were trimmed")
+        self.first, self.last = first, last
+
+
+def _array_header(n: int) -> bytes:
+    """msgpack array header for ``n`` items (the entries follow, already packed)."""
+    if n < 16:
+        return bytes((0x90 | n,))
+    if n < 1 << 16:
+        return b"\xdc" + n.to_bytes(2, "big")
+    return b"\xdd" + n.to_bytes(4, "big")
+
+
 class PeerRefused(Exception):
     """The peer is not part of this cluster (name, id, format or partitions differ)."""
 
@@ -117,7 +134,7 @@ class ReplicationManager(pbg.ReplicationServicer):
         self.commit_times: collections.deque[tuple[int, float]] = collections.deque()
         self.stopping = False
         self.refused_batches = 0
-        self._batch_cache: dict[int, tuple] = {}  # after-seq -> (log_seq, entries, payload)
+        self._batch_cache: dict[int, tuple] = {}  # after-seq -> (log_seq, (last, n, payload))
         self.bootstrapped_from: list[int] = []
         self._md = ((SECRET_HEADER, self.config.cluster_secret),)
         for spec in self.config.peers:
@@ -324,8 +341,9 @@ class ReplicationManager(pbg.ReplicationServicer):
             e = self.engine
             while True:
                 if reader.done():
-                    reader.result()
-                    return
+                    reader.result()  # raises the stream's error: the link is down
+                    raise grpc.aio.AioRpcError(grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(),
+                                               grpc.aio.Metadata(), details="ack stream ended")
                 if sent - p.acked_seq >= WINDOW:
                     p.acked.clear()
                     try:
@@ -334,56 +352,58 @@ class ReplicationManager(pbg.ReplicationServicer):
                         pass
                     continue
                 p.wake.clear()
-                entries = self._read_entries(sent)
-                if not entries:
+                try:
+                    batch = self._next_batch(sent)
+                except _Gap as gap:
+                    p.needs_resync = True
+                    log.error("log entries %d..%d for peer %d were trimmed; it needs a resync",
+                              gap.first, gap.last, p.node_id)
+                    return
+                if batch is None:
                     if sent + 1 < e.log_first:
                         p.needs_resync = True
                         return
-                    try:
-                        await asyncio.wait_for(p.wake.wait(), 1.0)
-                    except asyncio.TimeoutError:
-                        pass
+                    # idle: wake on new entries, or at once if the stream breaks (the
+                    # ack reader ends), so a cut link shows as down without delay
+                    waiter = asyncio.ensure_future(p.wake.wait())
+                    await asyncio.wait((waiter, reader), timeout=1.0, return_when=asyncio.FIRST_COMPLETED)
+                    waiter.cancel()
                     continue
-                if entries[0][0] != sent + 1:
-                    p.needs_resync = True
-                    log.error("log entries %d..%d for peer %d were trimmed; it needs a resync",
-                              sent + 1, entries[0][0] - 1, p.node_id)
-                    return
-                payload = self._encoded(sent, entries)
+                last, n, payload = batch
                 await call.write(pb.Batch(origin=self.node_id, incarnation=self.incarnation, entries=payload))
-                sent = entries[-1][0]
+                sent = last
                 p.sent_seq = sent
                 p.batches_shipped += 1
-                p.entries_shipped += len(entries)
+                p.entries_shipped += n
                 p.bytes_shipped += len(payload)
         finally:
             reader.cancel()
             call.cancel()
 
-    def _read_entries(self, after: int) -> list:
-        """Log entries after ``after``; peers at the same position share one read."""
+    def _next_batch(self, after: int) -> tuple[int, int, bytes] | None:
+        """(last seq, entry count, wire payload) of the entries after ``after``, or
+        None if there are none. Recent entries come packed from the commit (spliced
+        into one msgpack array, no re-read, no re-encode); older ones are read from
+        the log on disk and encoded once for every peer at that position."""
+        e = self.engine
+        packed = e.recent_packed(after, BATCH_ENTRIES)
+        if packed:
+            n = len(packed)
+            return after + n, n, _array_header(n) + b"".join(packed)
         hit = self._batch_cache.get(after)
-        if hit is not None and hit[0] == self.engine.log_seq:
+        if hit is not None and hit[0] == e.log_seq:
             return hit[1]
-        entries = self.engine.read_log(after, BATCH_ENTRIES)
-        if entries:
-            self._remember(after, (self.engine.log_seq, entries, None))
-        return entries
-
-    def _encoded(self, after: int, entries: list) -> bytes:
-        """The wire form of ``entries``, encoded once for every peer."""
-        hit = self._batch_cache.get(after)
-        if hit is not None and hit[1] is entries and hit[2] is not None:
-            return hit[2]
-        payload = pack_entries(entries)
-        self._remember(after, (self.engine.log_seq, entries, payload))
-        return payload
-
-    def _remember(self, after: int, item: tuple) -> None:
+        entries = e.read_log(after, BATCH_ENTRIES)
+        if not entries:
+            return None
+        if entries[0][0] != after + 1:
+            raise _Gap(after + 1, entries[0][0] - 1)
+        item = (entries[-1][0], len(entries), pack_entries(entries))
         cache = self._batch_cache
-        cache[after] = item
+        cache[after] = (e.log_seq, item)
         while len(cache) > 8:
             del cache[next(iter(cache))]
+        return item
 
     async def _read_acks(self, call: Any, p: PeerState) -> None:
         async for ack in call:

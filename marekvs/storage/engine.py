@@ -62,6 +62,7 @@ MISSING = None  # cached absence is stored as None; a cache miss is _NOT_CACHED
 _NOT_CACHED = object()
 _U64 = struct.Struct(">Q")
 FORMAT_VERSION = 1
+RECENT_ENTRIES_BYTES = 32 << 20
 DURABILITY_MODES = ("always", "everysec", "no")
 
 
@@ -107,6 +108,10 @@ class Engine:
         self.set_durability(durability)
 
         self.commit_listeners: list = []  # called with log_seq after a batch with log entries
+        # The newest log entries in their wire form ([seq, [ikey, value, ...]] as the
+        # commit wrote them), so shipping does not re-read and re-encode them.
+        self.recent_entries: dict[int, bytes] = {}
+        self.recent_bytes = 0
         # stats
         self.batches = 0
         self.records_written = 0
@@ -233,7 +238,15 @@ class Engine:
                 wb.put(k, v, h)
         if plog:
             self.log_seq += 1
-            wb.put(_U64.pack(self.log_seq), msgpack.packb(list(plog)), self._h_replog)
+            keys = list(plog)
+            wb.put(_U64.pack(self.log_seq), msgpack.packb(keys), self._h_replog)
+            flat = []
+            for k in keys:
+                v = pending.get(k)
+                if v is not None:  # (a purge in the same batch leaves nothing to ship)
+                    flat.append(k)
+                    flat.append(v)
+            self._remember_entry(self.log_seq, msgpack.packb([self.log_seq, flat]))
         if pmeta:
             hm = self._h_meta
             for k, v in pmeta.items():
@@ -255,6 +268,27 @@ class Engine:
             for f in self.commit_listeners:
                 f(self.log_seq)
         return n
+
+    def _remember_entry(self, seq: int, packed: bytes) -> None:
+        ring = self.recent_entries
+        ring[seq] = packed
+        self.recent_bytes += len(packed)
+        while self.recent_bytes > RECENT_ENTRIES_BYTES and len(ring) > 1:
+            first = next(iter(ring))
+            self.recent_bytes -= len(ring.pop(first))
+
+    def recent_packed(self, after: int, limit: int) -> list[bytes] | None:
+        """Packed wire entries ``after+1 ..`` (up to ``limit``) if the in-memory ring
+        still holds ``after+1``; None sends the caller to ``read_log``."""
+        ring = self.recent_entries
+        if after + 1 not in ring:
+            return None
+        out = []
+        seq = after + 1
+        while seq in ring and len(out) < limit:
+            out.append(ring[seq])
+            seq += 1
+        return out
 
     def _evict(self) -> None:
         drop = len(self.cache) - self.cache_entries + self.cache_entries // 10
@@ -313,7 +347,8 @@ class Engine:
         return out
 
     def trim_log(self, upto: int) -> None:
-        """Drop log entries with seq <= ``upto``."""
+        """Drop log entries with seq <= ``upto`` (on disk; the in-memory ring of recent
+        entries is bounded by size on its own)."""
         if upto >= self.log_first:
             self.replog.delete_range(_U64.pack(self.log_first), _U64.pack(upto + 1))
             self.log_first = upto + 1
