@@ -261,6 +261,12 @@ _SUSPECT = (b"\n+", b"\n=", b"\n(")
 _BIG_COUNT = re.compile(rb"\*[0-9]{6}")
 
 
+def _consumed(cmds: list[list[bytes]]) -> int:
+    """Bytes the fast path consumed for ``cmds``: hiredis only accepts canonical
+    lengths, so each request's size follows from its arguments."""
+    return sum(canonical_len(a) for a in cmds)
+
+
 def canonical_len(args: list[bytes]) -> int:
     """Bytes of ``args`` as a canonical multibulk request."""
     n = 3 + len(str(len(args)))
@@ -348,30 +354,31 @@ class RequestParser:
         r = self._reader
         r.feed(data)
         out: list[list[bytes]] = []
-        consumed = 0
         try:
             while True:
                 o = r.gets()
                 if o is False:
                     break
                 if type(o) is not list or not o:
-                    return self._to_strict(data[consumed:], out)
-                n = 3 + len(str(len(o)))
+                    return self._to_strict(data[_consumed(out):], out)
                 for a in o:
                     if type(a) is not bytes:
-                        return self._to_strict(data[consumed:], out)
-                    la = len(a)
-                    n += (6 if la < 10 else 7 if la < 100 else 5 + len(str(la))) + la
-                consumed += n
+                        return self._to_strict(data[_consumed(out):], out)
                 out.append(o)
+            # Was the chunk consumed to its end? hiredis answers an empty multibulk
+            # with exactly [] only if it was between requests; mid-request the probe
+            # would be read as part of the pending request (then the reader is
+            # replaced anyway).
+            r.feed(b"*0\r\n")
+            probe = r.gets()
         except Exception:  # hiredis.ProtocolError, or a RESP3 map of lists (TypeError)
-            return self._to_strict(data[consumed:], out)
-        if consumed == len(data):
+            return self._to_strict(data[_consumed(out):], out)
+        if type(probe) is list and not probe:
             return out, None
         # A partial command: the strict parser judges its header at once (invalid or
         # oversized lengths fail now, as in Redis) and collects big values without
         # re-scanning; the fast path resumes at the next clean boundary.
-        return self._to_strict(data[consumed:], out)
+        return self._to_strict(data[_consumed(out):], out)
 
 
 # -- replies ---------------------------------------------------------------------------
