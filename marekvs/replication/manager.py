@@ -584,7 +584,8 @@ class ReplicationManager(pbg.ReplicationServicer):
         e = self.engine
         out: list[tuple[str, object]] = [
             ("role", "active-active"), ("node_id", self.node_id), ("incarnation", self.incarnation),
-            ("grpc_addr", self.grpc_addr), ("connected_peers", sum(p.state == "streaming" for p in self.peers.values())),
+            ("grpc_addr", self.grpc_addr),
+            ("connected_peers", sum(p.state == "streaming" for p in self.peers.values())),
             ("known_peers", len(self.peers)), ("log_first_seq", e.log_first), ("log_last_seq", e.log_seq),
             ("refused_batches", self.refused_batches),
             ("bootstrapping", 1 if self.bootstraps else 0),

@@ -462,7 +462,7 @@ def test_big_value_round_trip(r):
 def test_many_clients_interleaved(shared_node):
     clients = [shared_node.client(protocol=2 + (i % 2), single_connection_client=True) for i in range(20)]
     try:
-        for rnd in range(5):
+        for _rnd in range(5):
             for i, c in enumerate(clients):
                 c.incr(f"inter:{i}")
         assert [c.get(f"inter:{i}") for i, c in enumerate(clients)] == [b"5"] * 20

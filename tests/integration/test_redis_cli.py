@@ -48,7 +48,8 @@ def real_redis(tmp_path_factory):
     r.stop()
 
 
-def run(cli: str, port: int, *args: str, stdin: bytes | None = None, timeout: float = 30) -> subprocess.CompletedProcess:
+def run(cli: str, port: int, *args: str, stdin: bytes | None = None,
+        timeout: float = 30) -> subprocess.CompletedProcess:
     return subprocess.run([cli, "-p", str(port), *args], input=stdin, capture_output=True, timeout=timeout,
                           check=False)
 
