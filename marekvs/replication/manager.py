@@ -591,11 +591,14 @@ class ReplicationManager(pbg.ReplicationServicer):
             ("bootstrapping", 1 if self.bootstraps else 0),
         ]
         for i, p in enumerate(sorted(self.peers.values(), key=lambda x: x.node_id)):
+            ack_age = int((time.monotonic() - p.last_ack) * 1000) if p.last_ack else -1
             out.append((f"peer{i}", f"id={p.node_id},addr={p.grpc_addr},resp={p.resp_addr},state={p.state},"
-                                    f"acked_seq={p.acked_seq},lag_entries={max(0, e.log_seq - p.acked_seq)},"
-                                    f"lag_ms={self.lag_ms(p)},bytes_shipped={p.bytes_shipped},"
-                                    f"entries_shipped={p.entries_shipped},needs_resync={int(p.needs_resync)},"
-                                    f"applied_seq={p.applied_seq},applied_entries={p.applied_entries}"))
+                                    f"acked_seq={p.acked_seq},sent_seq={p.sent_seq},"
+                                    f"lag_entries={max(0, e.log_seq - p.acked_seq)},lag_ms={self.lag_ms(p)},"
+                                    f"last_ack_ms={ack_age},bytes_shipped={p.bytes_shipped},"
+                                    f"entries_shipped={p.entries_shipped},batches_shipped={p.batches_shipped},"
+                                    f"needs_resync={int(p.needs_resync)},applied_seq={p.applied_seq},"
+                                    f"applied_entries={p.applied_entries},applied_bytes={p.applied_bytes}"))
         return out
 
     def metrics(self) -> list[tuple[str, dict[str, str], float]]:
