@@ -103,6 +103,7 @@ class PeerState:
     applied_seq: int = 0
     applied_entries: int = 0
     applied_bytes: int = 0
+    incarnation: int = 0  # of the peer's data directory, from its last handshake
 
 
 def parse_peer(spec: str) -> tuple[int, str]:
@@ -295,6 +296,7 @@ class ReplicationManager(pbg.ReplicationServicer):
                                          metadata=self._md, timeout=5)
                 self.check_peer_info(reply.node, p.node_id)
                 p.resp_addr = reply.node.resp_addr
+                p.incarnation = reply.node.incarnation
                 p.acked_seq = reply.applied_seq
                 if p.acked_seq + 1 < self.engine.log_first:
                     if not p.needs_resync:
@@ -417,14 +419,27 @@ class ReplicationManager(pbg.ReplicationServicer):
         return sum(1 for p in self.peers.values() if p.acked_seq >= seq)
 
     # -- receiving (gRPC service) ----------------------------------------------------------
+    async def _admit(self, node: pb.NodeInfo, what: str, context: grpc.aio.ServicerContext) -> None:
+        """Refuse (FAILED_PRECONDITION, logged) a caller that is not a member of this
+        cluster, or that claims the id of another live member."""
+        try:
+            self.check_peer_info(node)
+            known = self.peers.get(node.node_id)
+            if (known is not None and known.state == "streaming" and known.incarnation
+                    and node.incarnation != known.incarnation and node.grpc_addr != known.grpc_addr):
+                # Another data directory, at another address, claims the id of a peer
+                # that is alive and streaming: two nodes share one id. (A node that lost
+                # its data comes back at its own address, and its old self is gone.)
+                raise PeerRefused(f"node id {node.node_id} is already in use by the live node at "
+                                  f"{known.grpc_addr}; refusing {node.grpc_addr}")
+        except PeerRefused as e:
+            log.error("refused %s from %s: %s", what, context.peer(), e)
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
+
     async def Hello(self, request: pb.HelloRequest, context: grpc.aio.ServicerContext) -> pb.HelloReply:
         await self._authorize(context)
         node = request.node
-        try:
-            self.check_peer_info(node)
-        except PeerRefused as e:
-            log.error("refused Hello from %s: %s", context.peer(), e)
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
+        await self._admit(node, "Hello", context)
         known = self.peers.get(node.node_id)
         if known is None:
             # A node we never heard of joins: reach it at the address it advertises.
@@ -492,10 +507,7 @@ class ReplicationManager(pbg.ReplicationServicer):
 
     async def Snapshot(self, request: pb.SnapshotRequest, context: grpc.aio.ServicerContext):
         await self._authorize(context)
-        try:
-            self.check_peer_info(request.node)
-        except PeerRefused as e:
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
+        await self._admit(request.node, "Snapshot", context)
         e = self.engine
         e.commit()
         positions = {f"{self.node_id}:{self.incarnation}": e.log_seq}

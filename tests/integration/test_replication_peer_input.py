@@ -107,7 +107,8 @@ def test_wrong_secret_is_unauthenticated_and_logged(cluster, stub, md):
     ({"format_version": FORMAT_VERSION + 1}, "format"),
     ({"partitions": 1024}, "partitions"),
     ({"node_id": 1}, "own id"),
-], ids=["cluster-name", "format-version", "partitions", "own-id"])
+    ({"node_id": 2}, "already in use"),  # node 2 is alive and streaming elsewhere
+], ids=["cluster-name", "format-version", "partitions", "own-id", "duplicate-id"])
 def test_hello_from_a_foreign_node_is_a_failed_precondition(cluster, stub, over, words):
     before_peers = cluster.info(1)["known_peers"]
     with pytest.raises(grpc.RpcError) as ei:
