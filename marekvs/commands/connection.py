@@ -13,7 +13,7 @@ from marekvs.commands.table import command, container
 from marekvs.server import resp
 
 CONTAINERS = (container("client", group="connection", summary="A container for client connection commands.",
-                        since="2.4.0"),)
+                        since="2.4.0", acl="slow"),)
 
 
 @command("ping", -1, "fast sentinel", group="connection", summary="Returns the server's liveliness response.",

@@ -27,8 +27,8 @@ from marekvs.storage.engine import shard_range
 
 CONTAINERS = (
     container("config", group="server", summary="A container for server configuration commands.",
-              since="2.0.0"),
-    container("command", -1, "loading stale", group="server",
+              since="2.0.0", acl="slow"),
+    container("command", -1, "loading stale", group="server", acl="connection slow",
               summary="Returns detailed information about all commands.", since="2.8.13",
               handler=lambda c, args: [docs.info_reply(x) for x in _all_commands(c.server.table)]),
 )
@@ -149,7 +149,7 @@ def _all_live_keys(ks, now):
     return ks.all_keys(now)
 
 
-@command("dbsize", 1, "readonly fast", group="server",
+@command("dbsize", 1, "readonly fast", group="server", acl="keyspace read fast",
          summary="Returns the number of keys in the database.")
 def dbsize(c, args):
     now = now_ms()
@@ -169,25 +169,27 @@ def _flush(c, args):
     return resp.OK
 
 
-@command("flushdb", -1, "write", group="server", summary="Removes all keys from the current database.",
+@command("flushdb", -1, "write", group="server", acl="keyspace write slow dangerous",
+         summary="Removes all keys from the current database.",
          syntax="[ASYNC | SYNC]")
 def flushdb(c, args):
     return _flush(c, args)
 
 
-@command("flushall", -1, "write", group="server", summary="Removes all keys from all databases.",
+@command("flushall", -1, "write", group="server", acl="keyspace write slow dangerous",
+         summary="Removes all keys from all databases.",
          syntax="[ASYNC | SYNC]")
 def flushall(c, args):
     return _flush(c, args)
 
 
-@command("time", 1, "loading stale fast", group="server", summary="Returns the server time.", since="2.6.0")
+@command("time", 1, "loading stale fast", group="server", acl="fast", summary="Returns the server time.", since="2.6.0")
 def time_(c, args):
     t = time.time_ns() // 1000
     return [b"%d" % (t // 1_000_000), b"%d" % (t % 1_000_000)]
 
 
-@command("lastsave", 1, "loading stale fast", group="server",
+@command("lastsave", 1, "loading stale fast", group="server", acl="admin fast dangerous",
          summary="Returns the Unix timestamp of the last successful save to disk.")
 def lastsave(c, args):
     return c.server.last_save
@@ -309,7 +311,7 @@ def info_text(server, names: list[str]) -> str:
     return "\r\n".join(parts)
 
 
-@command("info", -1, "loading stale sentinel", group="server",
+@command("info", -1, "loading stale sentinel", group="server", acl="slow dangerous",
          summary="Returns information and statistics about the server.", syntax="[section [section ...]]")
 def info(c, args):
     names = [a.decode("utf-8", "replace").lower() for a in args[1:]]
@@ -322,13 +324,13 @@ def _all_commands(table):
     return sorted(table, key=lambda x: x.name)
 
 
-@command("count", 2, "loading stale", parent="command", group="server",
+@command("count", 2, "loading stale", parent="command", group="server", acl="connection slow",
          summary="Returns a count of commands.", since="2.8.13")
 def command_count(c, args):
     return len(c.server.table)
 
 
-@command("info", -2, "loading stale", parent="command", group="server",
+@command("info", -2, "loading stale", parent="command", group="server", acl="connection slow",
          summary="Returns information about one, multiple or all commands.", since="2.8.13",
          syntax="[command-name [command-name ...]]")
 def command_info(c, args):
@@ -342,7 +344,7 @@ def command_info(c, args):
     return out
 
 
-@command("docs", -2, "loading stale", parent="command", group="server",
+@command("docs", -2, "loading stale", parent="command", group="server", acl="connection slow",
          summary="Returns documentary information about one, multiple or all commands.", since="7.0.0",
          syntax="[command-name [command-name ...]]")
 def command_docs(c, args):
@@ -356,7 +358,7 @@ def command_docs(c, args):
     return resp.Map(out)
 
 
-@command("list", -2, "loading stale", parent="command", group="server",
+@command("list", -2, "loading stale", parent="command", group="server", acl="connection slow",
          summary="Returns a list of command names.", since="7.0.0",
          syntax="[FILTERBY MODULE module-name | ACLCAT category | PATTERN pattern]")
 def command_list(c, args):
@@ -376,7 +378,7 @@ def command_list(c, args):
     return [x.name.encode() for x in cmds]
 
 
-@command("getkeys", -4, "loading stale", parent="command", group="server",
+@command("getkeys", -4, "loading stale", parent="command", group="server", acl="connection slow",
          summary="Extracts the key names from an arbitrary command.", since="2.8.13",
          syntax="command [arg [arg ...]]")
 def command_getkeys(c, args):
@@ -392,7 +394,7 @@ def command_getkeys(c, args):
     return keys
 
 
-@command("help", 2, "loading stale", parent="command", group="server",
+@command("help", 2, "loading stale", parent="command", group="server", acl="connection slow",
          summary="Returns helpful text about the different subcommands.", since="5.0.0")
 def command_help(c, args):
     return [resp.Simple(x.encode()) for x in (

@@ -254,9 +254,6 @@ def test_acl_categories_are_redis_categories():
     assert not bad, bad
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "known gap: connection/server/debug/wait/role commands derive their ACL categories from group and "
-    "flags (docs.acl_categories) instead of declaring Redis's exact list; all are valid categories"))
 def test_acl_categories_match_redis():
     bad = {}
     for name in NAMES:
