@@ -20,8 +20,7 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
         "serve", help="run one marekvs node",
         description="Run one marekvs node. Options also come from a TOML config file (--config) "
                     "and from MAREKVS_<OPTION> environment variables (e.g. MAREKVS_PORT=6380); "
-                    "flags win over environment, environment over the file.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                    "flags win over environment, environment over the file.")
     p.add_argument("--config", metavar="FILE", help="TOML config file with the options below as keys")
     defaults = cfgmod.Config()
     for f in fields(cfgmod.Config):
