@@ -571,12 +571,19 @@ def cmd_up(args: argparse.Namespace) -> int:
     return 1 if problems else 0
 
 
-def cmd_add(args: argparse.Namespace) -> int:
+def _cluster_dir(args: argparse.Namespace) -> Path | None:
+    """The cluster directory of ``args``, or None (reported) if no cluster was started there."""
     d = Path(args.dir).resolve()
     if not state_path(d).exists():
-        print(
-            f"marekvs cluster: no {state_path(d)}; start a cluster with `marekvs cluster up`", file=sys.stderr
-        )
+        print(f"marekvs cluster: no {state_path(d)}; start a cluster with `marekvs cluster up`",
+              file=sys.stderr)
+        return None
+    return d
+
+
+def cmd_add(args: argparse.Namespace) -> int:
+    d = _cluster_dir(args)
+    if d is None:
         return 1
     st, spec, problems = add_node(d, args.timeout)
     print(
@@ -588,9 +595,8 @@ def cmd_add(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    d = Path(args.dir).resolve()
-    if not state_path(d).exists():
-        print(f"marekvs cluster: no {state_path(d)}", file=sys.stderr)
+    d = _cluster_dir(args)
+    if d is None:
         return 1
     st = load_state(d)
     statuses = [node_status(n) for n in st["nodes"]]
@@ -636,9 +642,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_down(args: argparse.Namespace) -> int:
-    d = Path(args.dir).resolve()
-    if not state_path(d).exists():
-        print(f"marekvs cluster: no {state_path(d)}", file=sys.stderr)
+    d = _cluster_dir(args)
+    if d is None:
         return 1
     st = load_state(d)
     res = stop_nodes(st["nodes"], args.timeout)

@@ -33,6 +33,16 @@ def shared_node(tmp_path_factory):
     n.stop()
 
 
+@pytest.fixture(scope="module")
+def real_redis(tmp_path_factory):
+    """One stock redis-server for a whole module's side-by-side checks."""
+    if not RedisServer.available():
+        pytest.skip("redis-server is not installed")
+    r = RedisServer(tmp_path_factory.mktemp("redis")).start()
+    yield r
+    r.stop()
+
+
 @pytest.fixture
 def redis_server(tmp_path):
     if not RedisServer.available():

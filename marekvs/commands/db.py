@@ -102,40 +102,30 @@ class Keyspace:
     def stamp(self) -> int:
         return self.hlc.now()
 
-    def string_records(self, key: bytes, value: bytes, ttl: int, now: int,
-                       found: object = _UNKNOWN) -> list[tuple[bytes, bytes]]:
-        """Records that make ``key`` the string ``value`` (replacing any other type).
+    def string_records(self, key: bytes, value: bytes, ttl: int, now: int, found: object = _UNKNOWN,
+                       out: list[tuple[bytes, bytes]] | None = None) -> list[tuple[bytes, bytes]]:
+        """Records that make ``key`` the string ``value``, replacing any other type;
+        appended to ``out`` when given (MSET) and returned.
 
         ``found`` is what ``live_record(key, now)`` returned, when the caller already
-        looked: it saves the head lookup (a live string means no live head).
+        looked. Otherwise the collection head is only read when no live string holds
+        the key (a live string means no live head): the hot path of SET and MSET.
         """
-        recs = [(K.encode_string_key(key),
-                 env.pack(_STRING_FLAGS, self.hlc.now(), self.node_id, ttl, value))]
+        out = [] if out is None else out
+        ik = _U16.pack(K.partition_of(key)) + b"s" + key
         if found is _UNKNOWN:
-            h = self.head_record(key, now)
+            h = None if is_live(self.engine.get(ik), now) else self.head_record(key, now)
         elif found is not None and found[0][2:3] == K.TAG_HEAD:  # type: ignore[index]
             h = found[1]  # type: ignore[index]
         else:
             h = None
+        out.append((ik, env.pack(_STRING_FLAGS, self.hlc.now(), self.node_id, ttl, value)))
         if h is not None:
-            recs.append(self._head_tombstone(key, h))
-        return recs
+            out.append(self._head_tombstone(key, h))
+        return out
 
     def set_string(self, key: bytes, value: bytes, ttl: int, now: int, found: object = _UNKNOWN) -> None:
         self.engine.apply(self.string_records(key, value, ttl, now, found))
-
-    def plain_string_records(self, key: bytes, value: bytes, ttl: int, now: int,
-                             out: list[tuple[bytes, bytes]]) -> None:
-        """Append to ``out`` the records of a plain SET of ``key`` (the hot path of SET
-        and MSET): the internal key is built once, and the collection head is only read
-        when no live string holds the key (a live string means no live head)."""
-        ik = _U16.pack(K.partition_of(key)) + b"s" + key
-        rec = self.engine.get(ik)
-        out.append((ik, env.pack(_STRING_FLAGS, self.hlc.now(), self.node_id, ttl, value)))
-        if rec is None or rec[0] & 1 or (rec[11:19] != _ZERO8 and int.from_bytes(rec[11:19], "big") <= now):
-            h = self.head_record(key, now)
-            if h is not None:
-                out.append(self._head_tombstone(key, h))
 
     def delete_records(self, key: bytes, now: int) -> list[tuple[bytes, bytes]]:
         """Tombstones for whatever live record holds ``key`` (none if absent)."""

@@ -238,9 +238,7 @@ def set_(c, args: list[bytes]):
     ks, key = c.ks, args[1]
     now = db.now_ms()
     if len(args) == 3:  # the common case: no options to parse
-        recs: list[tuple[bytes, bytes]] = []
-        ks.plain_string_records(key, args[2], 0, now, recs)
-        ks.apply(recs)
+        ks.set_string(key, args[2], 0, now)
         return resp.OK
     flags, expire = A.parse_set_options(args, 3, for_set=True)
     deadline = A.expire_deadline("set", expire, flags, now) if expire is not None else 0
@@ -352,9 +350,9 @@ def _mset_records(c, args: list[bytes], name: str, now: int) -> list[tuple[bytes
     if len(args) % 2 == 0:
         raise CommandError(errors.wrong_arity(name))
     recs: list[tuple[bytes, bytes]] = []
-    add = c.ks.plain_string_records
+    add = c.ks.string_records
     for i in range(1, len(args), 2):
-        add(args[i], args[i + 1], 0, now, recs)
+        add(args[i], args[i + 1], 0, now, out=recs)
     return recs
 
 

@@ -271,8 +271,7 @@ class Server:
             log.exception("command %s failed", cmd.fullname)
             return b"-ERR internal error executing '%s'\r\n" % cmd.fullname.encode()
         if cmd.write:
-            e = self.engine
-            c.last_write_seq = e.log_seq + 1 if e.pending_log else e.log_seq  # Engine.next_seq
+            c.last_write_seq = self.engine.next_seq
         t = type(r)
         if t is bytes:
             return b"$%d\r\n%s\r\n" % (len(r), r)

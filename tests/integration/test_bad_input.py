@@ -35,15 +35,6 @@ def mvs(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def real_redis(tmp_path_factory):
-    if not RedisServer.available():
-        pytest.skip("redis-server is not installed")
-    r = RedisServer(tmp_path_factory.mktemp("redis")).start()
-    yield r
-    r.stop()
-
-
-@pytest.fixture(scope="module")
 def mvs_auth(tmp_path_factory):
     n = Node(tmp_path_factory.mktemp("badinput-auth") / "data", extra=["--requirepass", "secret"]).start()
     yield n

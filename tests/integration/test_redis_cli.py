@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from tests.helpers import Node, RedisServer
+from tests.helpers import Node
 
 pytestmark = pytest.mark.needs_redis_cli
 
@@ -37,15 +37,6 @@ def mvs(tmp_path_factory):
     n = Node(tmp_path_factory.mktemp("cli") / "data").start()
     yield n
     n.stop()
-
-
-@pytest.fixture(scope="module")
-def real_redis(tmp_path_factory):
-    if not RedisServer.available():
-        pytest.skip("redis-server is not installed")
-    r = RedisServer(tmp_path_factory.mktemp("cli-redis")).start()
-    yield r
-    r.stop()
 
 
 def run(cli: str, port: int, *args: str, stdin: bytes | None = None,
