@@ -304,7 +304,9 @@ class ReplicationManager(pbg.ReplicationServicer):
                                   p.node_id, p.acked_seq, self.engine.log_first)
                     p.needs_resync = True
                     p.state = "needs_resync"
-                    await asyncio.sleep(1.0)
+                    # the peer bootstraps from us on its own; ask again soon, so the flag
+                    # clears (and shipping resumes) right after it has caught up
+                    await asyncio.sleep(0.25)
                     continue
                 p.needs_resync = False
                 p.state = "streaming"
