@@ -108,8 +108,11 @@ def test_peer_behind_a_trimmed_log_resyncs_from_a_snapshot(tmp_path):
         r1 = c.client(1)
         for i in range(400):  # one round trip each: ~400 log entries on node 1, 8x the cap
             r1.set(f"t:{i}", f"v{i}")
+        # the trim loop (every 0.5 s) may first run while the writes are still going:
+        # wait for the flag and for a trim after the last write
         deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and c.peers(1)[3]["needs_resync"] != "1":
+        while time.monotonic() < deadline and (c.peers(1)[3]["needs_resync"] != "1"
+                                               or int(c.info(1)["log_first_seq"]) <= 100):
             time.sleep(0.1)
         info1 = c.info(1)
         assert c.peers(1)[3]["needs_resync"] == "1", info1
