@@ -154,10 +154,6 @@ def shared_integers(c) -> bool:
                     "the list, set, sorted set or hash. Removing a single key that holds a "
                     "string value is O(1).",
          syntax="key [key ...]")
-def del_(c, args: list[bytes]):
-    return op_delete_keys(c.ks, args[1:], db.now_ms())
-
-
 @command("unlink", -2, "write fast", (1, -1, 1), group="generic", acl=_ACL_W_FAST,
          summary="Delete a key asynchronously in another thread. Otherwise it is just as "
                  "DEL, but non blocking.", since="4.0.0",
@@ -165,7 +161,8 @@ def del_(c, args: list[bytes]):
                     "does O(N) work in a different thread in order to reclaim memory, where "
                     "N is the number of allocations the deleted objects where composed of.",
          syntax="key [key ...]")
-def unlink(c, args: list[bytes]):
+def del_(c, args: list[bytes]):
+    """DEL and UNLINK: a collection dies in one head tombstone, so both are O(1) per key."""
     return op_delete_keys(c.ks, args[1:], db.now_ms())
 
 
