@@ -40,6 +40,14 @@ def is_live(rec: bytes | None, now: int) -> bool:
     return d == _ZERO8 or int.from_bytes(d, "big") > now
 
 
+def head_key_of(string_ikey: bytes) -> bytes:
+    """The collection-head key of the user key whose string key is ``string_ikey``
+    (same partition: no second hash)."""
+    n = len(string_ikey) - 3
+    klen = bytes((n,)) if n < 0x80 else K.encode_varint(n)
+    return string_ikey[:2] + b"M" + klen + string_ikey[3:]
+
+
 def string_value(rec: bytes) -> bytes:
     """The string a live string-key record reads as (counters materialise)."""
     if (rec[0] >> 2) & 7 == RecordType.COUNTER:
@@ -59,14 +67,20 @@ class Keyspace:
     def string_record(self, key: bytes, now: int) -> bytes | None:
         """The live record at the string key, None if absent; WRONGTYPE if the key
         holds a collection."""
-        rec = self.engine.get(_U16.pack(K.partition_of(key)) + b"s" + key)
+        return self.string_lookup(key, now)[1]
+
+    def string_lookup(self, key: bytes, now: int) -> tuple[bytes, bytes | None]:
+        """(string ikey of ``key``, its live record or None); WRONGTYPE if the key
+        holds a collection. The hot path of every string command: one key build."""
+        ik = _U16.pack(K.partition_of(key)) + b"s" + key
+        rec = self.engine.get(ik)
         if rec is not None and not rec[0] & 1:
             d = rec[11:19]
             if d == _ZERO8 or int.from_bytes(d, "big") > now:
-                return rec
-        if is_live(self.engine.get(K.encode_head_key(key)), now):
+                return ik, rec
+        if is_live(self.engine.get(head_key_of(ik)), now):
             raise CommandError(WRONGTYPE)
-        return None
+        return ik, None
 
     def head_record(self, key: bytes, now: int) -> bytes | None:
         h = self.engine.get(K.encode_head_key(key))
@@ -78,7 +92,7 @@ class Keyspace:
         rec = self.engine.get(ik)
         if is_live(rec, now):
             return ik, rec  # type: ignore[return-value]
-        hk = K.encode_head_key(key)
+        hk = head_key_of(ik)
         h = self.engine.get(hk)
         if is_live(h, now):
             return hk, h  # type: ignore[return-value]
@@ -114,7 +128,11 @@ class Keyspace:
         out = [] if out is None else out
         ik = _U16.pack(K.partition_of(key)) + b"s" + key
         if found is _UNKNOWN:
-            h = None if is_live(self.engine.get(ik), now) else self.head_record(key, now)
+            h = None
+            if not is_live(self.engine.get(ik), now):
+                h = self.engine.get(head_key_of(ik))
+                if not is_live(h, now):
+                    h = None
         elif found is not None and found[0][2:3] == K.TAG_HEAD:  # type: ignore[index]
             h = found[1]  # type: ignore[index]
         else:

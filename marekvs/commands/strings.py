@@ -44,6 +44,9 @@ from marekvs.core.pncounter import PNCounter
 from marekvs.server import resp
 
 _SLOT_LIMIT = 1 << 63
+_COUNTER = env.RecordType.COUNTER
+_COUNTER_FLAGS = pncounter.FLAGS
+_COUNTER_ENV = env._ENV
 _ACL_W_SLOW = "write string slow"
 _ACL_W_FAST = "write string fast"
 _ACL_R_FAST = "read string fast"
@@ -78,9 +81,10 @@ def op_set_plain(ks: db.Keyspace, key: bytes, value: bytes, ttl: int) -> None:
     ks.apply([_plain_record(ks, key, value, ttl)])
 
 
-def counter_base(ks: db.Keyspace, key: bytes, live: bytes | None) -> tuple[PNCounter | None, int]:
-    """(counter to increment, deadline to keep) for an INCR on ``key``; the counter is
-    None when it must be based on the INCR's own version (see the module docstring).
+def counter_base(ks: db.Keyspace, ik: bytes, live: bytes | None) -> tuple[PNCounter | None, int]:
+    """(counter to increment, deadline to keep) for an INCR on the string key ``ik``;
+    the counter is None when it must be based on the INCR's own version (see the
+    module docstring).
 
     ``live`` is the live string record (or None); NOT_INTEGER if it is a plain string
     that is not an int64."""
@@ -92,7 +96,7 @@ def counter_base(ks: db.Keyspace, key: bytes, live: bytes | None) -> tuple[PNCou
         if v is None:
             raise CommandError(errors.NOT_INTEGER)
         return PNCounter.new(env.hlc_of(live), env.origin_of(live), v), ttl
-    dead = ks.get(K.encode_string_key(key))
+    dead = ks.get(ik)
     if dead is None:
         return PNCounter.new(0, 0, 0), 0
     origin = env.origin_of(dead)
@@ -106,18 +110,28 @@ def counter_base(ks: db.Keyspace, key: bytes, live: bytes | None) -> tuple[PNCou
 
 def op_incr(ks: db.Keyspace, key: bytes, delta: int, now: int) -> int:
     """INCRBY on ``key``: write the counter record, return the new value."""
-    counter, ttl = counter_base(ks, key, ks.string_record(key, now))
+    ik, live = ks.string_lookup(key, now)
+    node = ks.node_id
+    if live is not None and (live[0] >> 2) & 7 == _COUNTER:
+        try:
+            bumped = pncounter.bump(live, node, delta)  # this node's slot exists: bytes only
+        except OverflowError:
+            raise CommandError(errors.OVERFLOW) from None
+        if bumped is not None:
+            ks.apply([(ik, _COUNTER_ENV.pack(_COUNTER_FLAGS, ks.hlc.now(), node, env.ttl_of(live))
+                       + bumped[0])])
+            return bumped[1]
+    counter, ttl = counter_base(ks, ik, live)
     value = (counter.value() if counter is not None else 0) + delta
     if value > A.LLONG_MAX or value < A.LLONG_MIN:
         raise CommandError(errors.OVERFLOW)
-    node = ks.node_id
     hlc = ks.stamp()
     pos, neg = counter.slots.get(node, (0, 0)) if counter is not None else (0, 0)
     if counter is None or (pos + delta if delta >= 0 else neg - delta) >= _SLOT_LIMIT:
         counter = PNCounter.new(hlc, node, value)  # a fresh base at this op's version
     else:
         counter = counter.apply(node, delta)
-    ks.apply([(K.encode_string_key(key), pncounter.record(counter, hlc, node, ttl))])
+    ks.apply([(ik, pncounter.record(counter, hlc, node, ttl))])
     return value
 
 

@@ -96,3 +96,33 @@ def test_incr_moves_the_state_up(cur, delta, v):
 @given(counters())
 def test_roundtrip(c):
     assert pncounter.from_bytes(pncounter.to_bytes(c)) == c
+
+
+@given(counters(), st.sampled_from([1, 2, 3, 7]), st.integers(-(1 << 62), 1 << 62))
+def test_bump_on_the_bytes_is_apply(c, node, delta):
+    """INCR's byte-level fast path gives exactly the payload and value of the
+    general path, and declines (None) exactly when the general path must rebase or
+    add a slot."""
+    rec = pncounter.record(c, 10, node)
+    try:
+        got = pncounter.bump(rec, node, delta)
+    except OverflowError:
+        assert not pncounter.INT64_MIN <= c.value() + delta <= pncounter.INT64_MAX
+        return
+    if node not in c.slots:
+        assert got is None
+        return
+    pos, neg = c.slots[node]
+    if (pos + delta if delta >= 0 else neg - delta) >= 1 << 63:
+        assert got is None
+        return
+    want = c.apply(node, delta)
+    assert got == (want.to_bytes(), want.value())
+
+
+@given(counters(), counters(), VERSIONS, VERSIONS)
+def test_byte_level_dominance_agrees_with_the_parsed_one(a, b, va, vb):
+    ra, rb = pncounter.record(a, *va), pncounter.record(b, *vb)
+    if pncounter._dominates_bytes(ra, rb):
+        assert pncounter._dominates(a, b)
+        assert a.merge(b) == a
