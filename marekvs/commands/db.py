@@ -27,6 +27,7 @@ _ZERO8 = bytes(8)
 _UNKNOWN = object()  # "the caller did not look the key up"
 _STRING_FLAGS = env.make_flags(RecordType.STRING)
 _U16 = K._U16
+_ENV = env._ENV
 
 
 def now_ms() -> int:
@@ -117,9 +118,11 @@ class Keyspace:
         return self.hlc.now()
 
     def string_records(self, key: bytes, value: bytes, ttl: int, now: int, found: object = _UNKNOWN,
-                       out: list[tuple[bytes, bytes]] | None = None) -> list[tuple[bytes, bytes]]:
+                       out: list[tuple[bytes, bytes]] | None = None,
+                       stamp: int = 0) -> list[tuple[bytes, bytes]]:
         """Records that make ``key`` the string ``value``, replacing any other type;
-        appended to ``out`` when given (MSET) and returned.
+        appended to ``out`` when given (MSET) and returned. ``stamp`` is the HLC of
+        the string record when the caller reserved it (0: stamp it now).
 
         ``found`` is what ``live_record(key, now)`` returned, when the caller already
         looked. Otherwise the collection head is only read when no live string holds
@@ -137,7 +140,7 @@ class Keyspace:
             h = found[1]  # type: ignore[index]
         else:
             h = None
-        out.append((ik, env.pack(_STRING_FLAGS, self.hlc.now(), self.node_id, ttl, value)))
+        out.append((ik, _ENV.pack(_STRING_FLAGS, stamp or self.hlc.now(), self.node_id, ttl) + value))
         if h is not None:
             out.append(self._head_tombstone(key, h))
         return out

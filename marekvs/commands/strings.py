@@ -45,6 +45,7 @@ from marekvs.server import resp
 
 _SLOT_LIMIT = 1 << 63
 _COUNTER = env.RecordType.COUNTER
+_UNKNOWN = db._UNKNOWN
 _COUNTER_FLAGS = pncounter.FLAGS
 _COUNTER_ENV = env._ENV
 _ACL_W_SLOW = "write string slow"
@@ -364,9 +365,12 @@ def _mset_records(c, args: list[bytes], name: str, now: int) -> list[tuple[bytes
     if len(args) % 2 == 0:
         raise CommandError(errors.wrong_arity(name))
     recs: list[tuple[bytes, bytes]] = []
-    add = c.ks.string_records
+    ks = c.ks
+    add = ks.string_records
+    stamp = ks.hlc.reserve(len(args) // 2)  # one clock read for the command
     for i in range(1, len(args), 2):
-        add(args[i], args[i + 1], 0, now, out=recs)
+        add(args[i], args[i + 1], 0, now, _UNKNOWN, recs, stamp)
+        stamp += 1
     return recs
 
 

@@ -65,6 +65,17 @@ class HLC:
             self._last = n
             return n
 
+    def reserve(self, n: int) -> int:
+        """Stamp ``n`` local events at once (one multi-key command): returns the first
+        stamp; the others are the ``n - 1`` that follow it, all handed out."""
+        w = self._clock() << LOGICAL_BITS
+        with self._lock:
+            first = self._last + 1
+            if w > first:
+                first = w
+            self._last = first + n - 1
+            return first
+
     def update(self, remote: int) -> int:
         """Take the receive rule for a remote HLC; return the new local HLC."""
         wall = self._clock()

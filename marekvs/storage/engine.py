@@ -111,7 +111,7 @@ class Engine:
         self.commit_listeners: list = []  # called with log_seq after a batch with log entries
         # The newest log entries in their wire form ([seq, [ikey, value, ...]] as the
         # commit wrote them), so shipping does not re-read and re-encode them.
-        self.recent_entries: dict[int, bytes] = {}
+        self.recent_entries: dict[int, bytes | list[bytes]] = {}
         self.recent_bytes = 0
         # stats
         self.batches = 0
@@ -241,13 +241,9 @@ class Engine:
             self.log_seq += 1
             keys = list(plog)
             wb.put(_U64.pack(self.log_seq), msgpack.packb(keys), self._h_replog)
-            flat = []
-            for k in keys:
-                v = pending.get(k)
-                if v is not None:  # (a purge in the same batch leaves nothing to ship)
-                    flat.append(k)
-                    flat.append(v)
-            self._remember_entry(self.log_seq, msgpack.packb([self.log_seq, flat]))
+            # the wire form is packed when a sender first asks (recent_packed): a node
+            # with no peers never pays for it
+            self._remember_entry(self.log_seq, keys, pending)
         if pmeta:
             hm = self._h_meta
             for k, v in pmeta.items():
@@ -270,24 +266,37 @@ class Engine:
                 f(self.log_seq)
         return n
 
-    def _remember_entry(self, seq: int, packed: bytes) -> None:
+    def _remember_entry(self, seq: int, keys: list[bytes], pending: dict[bytes, bytes | None]) -> None:
+        flat = []
+        for k in keys:
+            v = pending[k]
+            if v is not None:  # (a purge in the same batch leaves nothing to ship)
+                flat.append(k)
+                flat.append(v)
         ring = self.recent_entries
-        ring[seq] = packed
-        self.recent_bytes += len(packed)
+        ring[seq] = flat
+        self.recent_bytes += 64 * len(flat) + sum(map(len, flat))
         while self.recent_bytes > RECENT_ENTRIES_BYTES and len(ring) > 1:
             first = next(iter(ring))
-            self.recent_bytes -= len(ring.pop(first))
+            self.recent_bytes -= _entry_bytes(ring.pop(first))
 
     def recent_packed(self, after: int, limit: int) -> list[bytes] | None:
         """Packed wire entries ``after+1 ..`` (up to ``limit``) if the in-memory ring
-        still holds ``after+1``; None sends the caller to ``read_log``."""
+        still holds ``after+1``; None sends the caller to ``read_log``. An entry is
+        packed (``[seq, [ikey, value, ...]]``) on first use and kept packed."""
         ring = self.recent_entries
         if after + 1 not in ring:
             return None
         out = []
         seq = after + 1
+        packb = msgpack.packb
         while seq in ring and len(out) < limit:
-            out.append(ring[seq])
+            e = ring[seq]
+            if type(e) is list:
+                b = packb([seq, e])
+                self.recent_bytes += len(b) - _entry_bytes(e)
+                ring[seq] = e = b
+            out.append(e)
             seq += 1
         return out
 
@@ -419,6 +428,11 @@ class Engine:
             self.db.close()
             del self.db
             gc.collect()
+
+
+def _entry_bytes(e: bytes | list[bytes]) -> int:
+    """What a ring entry is charged: its size packed, or an estimate of the list's."""
+    return len(e) if type(e) is bytes else 64 * len(e) + sum(map(len, e))
 
 
 def data_options() -> Options:

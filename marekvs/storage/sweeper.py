@@ -11,7 +11,11 @@ tombstone-GC design, e.g. Cassandra's gc_grace_seconds), so it must exceed the
 longest partition you expect between replicas.
 
 The sweeper walks the partitions a few at a time from the event loop (one small step
-every ``sweep_interval`` seconds), so it never blocks the server for long; each step
+every ``sweep_interval`` seconds), so it never blocks the server for long. A step reads
+enough records for a whole cycle to take about ``CYCLE_SECONDS`` (at least
+``MIN_STEP``, at most ``RECORDS_PER_STEP`` records), as measured by the last cycle: a
+small keyspace is re-swept every step, a big one costs a steady trickle of CPU rather
+than a continuous scan under load. Each step
 re-reads every record it removes within the same synchronous step, so it cannot race
 a write. Removal is not a user write: it is not replicated and not logged.
 """
@@ -30,6 +34,8 @@ from marekvs.storage.engine import Engine
 log = logging.getLogger("marekvs.sweeper")
 _U16 = struct.Struct(">H")
 RECORDS_PER_STEP = 2000  # records read per step: bounds each step's pause
+MIN_STEP = 400  # records read per step at least
+CYCLE_SECONDS = 30.0  # aimed-for time of one whole cycle over a big keyspace
 
 
 class Sweeper:
@@ -44,6 +50,13 @@ class Sweeper:
         # INFO keyspace reports without scanning on the event loop
         self.live_keys = [0] * PARTITIONS
         self.expiring = [0] * PARTITIONS
+        self.cycle_records = 0  # records read in the cycle under way
+        self.last_cycle_records = 0  # ... and in the last whole one
+
+    def budget(self) -> int:
+        """Records the next step reads (see the module docstring)."""
+        want = int(self.last_cycle_records * self.config.sweep_interval / CYCLE_SECONDS)
+        return max(MIN_STEP, min(RECORDS_PER_STEP, want))
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self._task = loop.create_task(self._run())
@@ -56,7 +69,7 @@ class Sweeper:
         while True:
             await asyncio.sleep(self.config.sweep_interval)
             try:
-                self.step()
+                self.step(self.budget())
             except Exception:
                 log.exception("expiry sweep step failed")
 
@@ -89,9 +102,12 @@ class Sweeper:
             pid = (pid + 1) % PARTITIONS
             if pid == 0:
                 self.cycles += 1
+                self.last_cycle_records = self.cycle_records + seen
+                self.cycle_records = -seen
             if pid == self.next_pid:
                 break  # the whole keyspace in one step
         self.next_pid = pid
+        self.cycle_records += seen
         for ikey in dead:
             self.engine.purge(ikey)
         self.removed += len(dead)

@@ -424,3 +424,22 @@ def test_hlc_observe_never_goes_back():
     hlc.observe(H.pack(BASE_MS - 50, 0))  # lower: ignored
     assert hlc.now() == H.pack(BASE_MS + 50, 10)
 
+
+
+@FAST
+@given(st.lists(st.tuples(st.integers(-3, 3), st.integers(1, 20)), min_size=1, max_size=30))
+def test_hlc_reserve_hands_out_a_run_of_fresh_stamps(steps):
+    """MSET reserves one stamp per key at once: the run starts after every earlier
+    stamp, never behind the wall clock, and the next stamp comes after the run."""
+    clock = FakeClock(BASE_MS)
+    hlc = H.HLC(clock=clock)
+    last = 0
+    for tick, n in steps:
+        clock.ms = max(0, clock.ms + tick)
+        first = hlc.reserve(n)
+        assert first > last and first >= clock.ms << 16
+        assert hlc.last == first + n - 1
+        last = hlc.last
+        nxt = hlc.now()
+        assert nxt > last
+        last = nxt

@@ -179,3 +179,25 @@ def test_config_precedence_file_env_flags(tmp_path):
     f.write_text("no_such_option = 1\n")
     with pytest.raises(ValueError, match="unknown option"):
         cfgmod.load(str(f), env={})
+
+
+def test_sweeper_paces_its_steps_by_the_size_of_the_last_cycle(engine):
+    from marekvs.storage import sweeper as S
+
+    now = time.time_ns() // 1_000_000
+    engine.apply([(K.encode_string_key(b"k%d" % i), rec(now << 16)) for i in range(3000)])
+    engine.commit()
+    sw = Sweeper(engine, SimpleNamespace(gc_grace=10, sweep_interval=0.1))
+    assert sw.budget() == S.MIN_STEP  # nothing measured yet
+    sw.step(700)
+    while sw.cycles == 0:
+        sw.step(700)
+    assert sw.last_cycle_records == 3000
+    assert sw.budget() == S.MIN_STEP  # 3000 records over a 30 s cycle: the floor
+    sw.last_cycle_records = 10_000_000
+    assert sw.budget() == S.RECORDS_PER_STEP  # a huge keyspace: the ceiling
+    sw.last_cycle_records = 600_000
+    assert sw.budget() == int(600_000 * 0.1 / S.CYCLE_SECONDS)
+    while sw.cycles == 1:  # the second cycle counts from the wrap on
+        sw.step(700)
+    assert sw.last_cycle_records == 3000
