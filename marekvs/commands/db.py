@@ -63,6 +63,7 @@ class Keyspace:
         self.node_id = node_id
         self.apply = engine.apply
         self.get = engine.get
+        self.head_pids = engine.head_pids
 
     # -- lookups -------------------------------------------------------------------
     def string_record(self, key: bytes, now: int) -> bytes | None:
@@ -73,26 +74,32 @@ class Keyspace:
     def string_lookup(self, key: bytes, now: int) -> tuple[bytes, bytes | None]:
         """(string ikey of ``key``, its live record or None); WRONGTYPE if the key
         holds a collection. The hot path of every string command: one key build."""
-        ik = _U16.pack(K.partition_of(key)) + b"s" + key
+        pid = K.partition_of(key)
+        ik = _U16.pack(pid) + b"s" + key
         rec = self.engine.get(ik)
         if rec is not None and not rec[0] & 1:
             d = rec[11:19]
             if d == _ZERO8 or int.from_bytes(d, "big") > now:
                 return ik, rec
-        if is_live(self.engine.get(head_key_of(ik)), now):
+        if self.head_pids[pid] and is_live(self.engine.get(head_key_of(ik)), now):
             raise CommandError(WRONGTYPE)
         return ik, None
 
     def head_record(self, key: bytes, now: int) -> bytes | None:
+        if not self.head_pids[K.partition_of(key)]:
+            return None
         h = self.engine.get(K.encode_head_key(key))
         return h if is_live(h, now) else None
 
     def live_record(self, key: bytes, now: int) -> tuple[bytes, bytes] | None:
         """(ikey, record) of the live record that holds ``key``, of any type."""
-        ik = K.encode_string_key(key)
+        pid = K.partition_of(key)
+        ik = _U16.pack(pid) + b"s" + key
         rec = self.engine.get(ik)
         if is_live(rec, now):
             return ik, rec  # type: ignore[return-value]
+        if not self.head_pids[pid]:
+            return None
         hk = head_key_of(ik)
         h = self.engine.get(hk)
         if is_live(h, now):
@@ -125,14 +132,16 @@ class Keyspace:
         the string record when the caller reserved it (0: stamp it now).
 
         ``found`` is what ``live_record(key, now)`` returned, when the caller already
-        looked. Otherwise the collection head is only read when no live string holds
-        the key (a live string means no live head): the hot path of SET and MSET.
+        looked. Otherwise the collection head is only read when the partition may
+        hold heads (``Engine.head_pids``) and no live string holds the key (a live
+        string means no live head): the hot path of SET and MSET.
         """
         out = [] if out is None else out
-        ik = _U16.pack(K.partition_of(key)) + b"s" + key
+        pid = K.partition_of(key)
+        ik = _U16.pack(pid) + b"s" + key
         if found is _UNKNOWN:
             h = None
-            if not is_live(self.engine.get(ik), now):
+            if self.head_pids[pid] and not is_live(self.engine.get(ik), now):
                 h = self.engine.get(head_key_of(ik))
                 if not is_live(h, now):
                     h = None

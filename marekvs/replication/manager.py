@@ -487,20 +487,20 @@ class ReplicationManager(pbg.ReplicationServicer):
     def _apply_batch(self, origin: int, incarnation: int, entries: list, nbytes: int) -> int:
         e = self.engine
         hwm = self.hwm(origin, incarnation)
-        top = 0
+        top = b""  # the highest HLC of the batch, as 8 big-endian bytes (they order alike)
         p = self.peers[origin]
         for seq, recs in entries:
             if seq <= hwm:
                 continue  # at-least-once: already applied
             for _, v in recs:
-                h = int.from_bytes(v[1:9], "big")
+                h = v[1:9]
                 if h > top:
                     top = h
             e.apply(recs, log_entry=False)
             hwm = seq
             p.applied_entries += 1
         if top:
-            self.hlc.update(top)
+            self.hlc.update(int.from_bytes(top, "big"))
         e.put_meta(b"hwm:%d:%d" % (origin, incarnation), b"%d" % hwm)
         e.commit()
         p.applied_seq = hwm

@@ -45,15 +45,18 @@ def check_record(key: bytes, value: bytes) -> None:
     if len(key) < 3:
         raise BadRecord(f"internal key of {len(key)} bytes is truncated")
     tag = key[2:3]
-    dec = _DECODERS.get(tag)
-    if dec is None:
-        raise BadRecord(f"unknown key tag {tag!r}")
-    try:
-        decoded = dec(key)
-    except (K.KeyDecodeError, ValueError) as e:
-        raise BadRecord(f"malformed {tag!r} key: {e}") from None
-    userkey = decoded if isinstance(decoded, bytes) else decoded[0]
-    if partition_of(userkey) != K.pid_of_ikey(key):
+    if tag == K.TAG_STRING:  # the common record: the rest of the key is the user key
+        userkey = key[3:]
+    else:
+        dec = _DECODERS.get(tag)
+        if dec is None:
+            raise BadRecord(f"unknown key tag {tag!r}")
+        try:
+            decoded = dec(key)
+        except (K.KeyDecodeError, ValueError) as e:
+            raise BadRecord(f"malformed {tag!r} key: {e}") from None
+        userkey = decoded if isinstance(decoded, bytes) else decoded[0]
+    if partition_of(userkey) != (key[0] << 8 | key[1]):
         raise BadRecord("key's partition id does not match its user key")
     if len(value) < env.ENVELOPE_SIZE:
         raise BadRecord(f"value of {len(value)} bytes is shorter than the 19-byte envelope")

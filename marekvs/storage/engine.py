@@ -33,6 +33,12 @@ written through. Entries are only evicted at commit time, so a pending record is
 always readable. ``MISSING`` caches absence, which keeps GET-miss and type lookups
 (one extra point read per command, as the spec says) off RocksDB.
 
+Head map: ``head_pids[pid]`` is 1 once partition ``pid`` may hold a collection head
+(any ``M`` record, tombstones included): set at open from the data, and by ``apply``
+before the record is readable. A string command on a key of a partition without one
+skips the head lookup (the spec's second point read of a TYPE check) and caches one
+record per key instead of two. It is never cleared while the engine is open.
+
 Shards: the 4096 partitions are split into ``shards`` contiguous ranges. Every
 operation on a partition runs to completion on the event-loop thread without
 yielding, which serialises everything on a shard (and makes multi-key commands on
@@ -100,6 +106,7 @@ class Engine:
         self.pending: dict[bytes, bytes | None] = {}  # None = physical delete
         self.pending_log: dict[bytes, None] = {}  # keys changed by local commands, in order
         self.pending_meta: dict[bytes, bytes | None] = {}
+        self.head_pids = self._find_head_partitions()
         self.log_seq = self._last_log_seq()
         self.log_first = self._first_log_seq()
 
@@ -136,6 +143,16 @@ class Engine:
         elif int(self.meta.get(b"format_version") or 0) != FORMAT_VERSION:
             raise StorageError(f"data directory {self.path} has another format version")
         self.incarnation = int(self.meta.get(b"incarnation"))
+
+    def _find_head_partitions(self) -> bytearray:
+        found = bytearray(PARTITIONS)
+        it = self.data.iter(ReadOptions())
+        for pid in range(PARTITIONS):
+            prefix = pid.to_bytes(2, "big") + b"M"
+            it.seek(prefix)
+            if it.valid() and it.key().startswith(prefix):
+                found[pid] = 1
+        return found
 
     def meta_items(self, prefix: bytes) -> list[tuple[bytes, bytes]]:
         """Committed metadata entries whose key starts with ``prefix``."""
@@ -192,6 +209,8 @@ class Engine:
             m = merge(ikey, cur, incoming)  # type: ignore[arg-type]
             if m is cur:
                 continue
+            if ikey[2] == 0x4D:  # b"M": a collection head
+                self.head_pids[(ikey[0] << 8) | ikey[1]] = 1
             cache[ikey] = m
             pending[ikey] = m
             changed.append((ikey, m))

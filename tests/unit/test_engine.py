@@ -201,3 +201,23 @@ def test_sweeper_paces_its_steps_by_the_size_of_the_last_cycle(engine):
     while sw.cycles == 1:  # the second cycle counts from the wrap on
         sw.step(700)
     assert sw.last_cycle_records == 3000
+
+
+def test_head_map_marks_partitions_that_may_hold_a_collection_head(tmp_path):
+    from marekvs.core import head as H
+    from marekvs.core.partition import partition_of
+
+    path = str(tmp_path / "db")
+    e = Engine(path, node_id=1, durability="no")
+    assert not any(e.head_pids)
+    e.apply([(K.encode_string_key(b"s"), rec(5 << 16))])
+    assert not any(e.head_pids)  # strings do not count
+    hk = K.encode_head_key(b"h")
+    e.apply([(hk, H.new(H.CollectionType.HASH, 6 << 16, 1))])
+    assert e.head_pids[partition_of(b"h")] == 1  # visible as soon as applied
+    assert sum(e.head_pids) == 1
+    e.apply([(hk, H.tombstone(e.get(hk), 7 << 16, 1))])
+    e.close()
+    e = Engine(path, node_id=1, durability="no")  # found again at open, tombstone or not
+    assert e.head_pids[partition_of(b"h")] == 1 and sum(e.head_pids) == 1
+    e.close()
