@@ -142,10 +142,11 @@ def _check_name(name: bytes) -> bytes:
 
 def client_line(cl) -> str:
     now = time.monotonic()
+    cmd = cl.last_cmd.fullname if cl.last_cmd is not None else "NULL"
     return (f"id={cl.id} addr={cl.addr} laddr={cl.laddr} fd={cl.fd} name={cl.name.decode('utf-8', 'replace')} "
             f"age={int(now - cl.created)} idle={int(now - cl.last_active)} flags={'e' if cl.no_evict else 'N'} "
             f"db=0 sub=0 psub=0 ssub=0 multi=-1 qbuf={cl.parser.pending_bytes()} qbuf-free=0 argv-mem=0 "
-            f"multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={cl.last_cmd} user=default "
+            f"multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={cmd} user=default "
             f"redir=-1 resp={cl.proto} lib-name={cl.lib_name.decode('utf-8', 'replace')} "
             f"lib-ver={cl.lib_ver.decode('utf-8', 'replace')}")
 

@@ -45,6 +45,7 @@ from marekvs.server import resp
 
 _SLOT_LIMIT = 1 << 63
 _COUNTER = env.RecordType.COUNTER
+_COUNTER_BITS = _COUNTER << 2  # the record-type bits of a counter's flags byte
 _UNKNOWN = db._UNKNOWN
 _COUNTER_FLAGS = pncounter.FLAGS
 _COUNTER_ENV = env._ENV
@@ -302,7 +303,12 @@ def psetex(c, args: list[bytes]):
 @command("get", 2, "readonly fast", (1, 1, 1), group="string", acl=_ACL_R_FAST,
          summary="Get the value of a key", since="1.0.0", complexity="O(1)", syntax="key")
 def get(c, args: list[bytes]):
-    return _string_value(c.ks, args[1], db.now_ms())
+    rec = c.ks.string_lookup(args[1], db.now_ms())[1]
+    if rec is None:
+        return None
+    if rec[0] & 0x1C == _COUNTER_BITS:
+        return db.string_value(rec)
+    return rec[19:]
 
 
 @command("getex", -2, "write fast", (1, 1, 1), group="string", acl=_ACL_W_FAST,

@@ -69,7 +69,7 @@ class Client(asyncio.Protocol):
         self.lib_name = self.lib_ver = b""
         self.closing = False
         self.scheduled = False
-        self.last_cmd = "NULL"
+        self.last_cmd: Any = None  # the Command last run (CLIENT LIST shows its name)
         self.paused = False
         self.no_evict = False
         self.db = 0
@@ -260,7 +260,7 @@ class Server:
         if not c.authed and "no_auth" not in cmd.flags:
             self.error_replies += 1
             return b"-%s\r\n" % errors.NOAUTH.encode()
-        c.last_cmd = cmd.fullname
+        c.last_cmd = cmd
         try:
             r = cmd.handler(c, args)  # type: ignore[misc]
         except CommandError as e:
