@@ -127,6 +127,11 @@ def op_incr(ks: db.Keyspace, key: bytes, delta: int, now: int) -> int:
     value = (counter.value() if counter is not None else 0) + delta
     if value > A.LLONG_MAX or value < A.LLONG_MIN:
         raise CommandError(errors.OVERFLOW)
+    if counter is not None and not counter.slots:  # a new counter (new, dead or plain key)
+        payload = pncounter.fresh(counter.base_hlc, counter.base_origin, counter.base_value, node, delta)
+        if payload is not None:
+            ks.apply([(ik, _COUNTER_ENV.pack(_COUNTER_FLAGS, ks.hlc.now(), node, ttl) + payload)])
+            return value
     hlc = ks.stamp()
     pos, neg = counter.slots.get(node, (0, 0)) if counter is not None else (0, 0)
     if counter is None or (pos + delta if delta >= 0 else neg - delta) >= _SLOT_LIMIT:

@@ -157,6 +157,15 @@ class PNCounter:
 
 # -- records at a string key ---------------------------------------------------------
 
+def fresh(base_hlc: int, base_origin: int, base_value: int, node: int, delta: int) -> bytes | None:
+    """The payload of ``PNCounter.new(base...).apply(node, delta)`` built on the bytes
+    (INCR of a new or dead key), or None if ``delta`` does not fit one slot."""
+    pos, neg = (delta, 0) if delta >= 0 else (0, -delta)
+    if pos >= _SLOT_LIMIT or neg >= _SLOT_LIMIT:
+        return None
+    return _HEAD.pack(FMT, base_hlc, base_origin, base_value, 1) + _SLOT.pack(node, pos, neg)
+
+
 def bump(record_: bytes, node: int, delta: int) -> tuple[bytes, int] | None:
     """INCRBY ``delta`` on ``node``'s existing slot of the live counter ``record_``,
     on the bytes: (new payload, new value), the payload ``apply(node, delta)`` would

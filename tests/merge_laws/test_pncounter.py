@@ -126,3 +126,13 @@ def test_byte_level_dominance_agrees_with_the_parsed_one(a, b, va, vb):
     if pncounter._dominates_bytes(ra, rb):
         assert pncounter._dominates(a, b)
         assert a.merge(b) == a
+
+
+@given(VERSIONS, st.integers(-3, 3), st.sampled_from([1, 2, 7]),
+       st.one_of(st.integers(-(1 << 63), (1 << 63) - 1), st.integers(-5, 5)))
+def test_fresh_on_the_bytes_is_new_then_apply(base, base_value, node, delta):
+    got = pncounter.fresh(base[0], base[1], base_value, node, delta)
+    if delta == -(1 << 63):
+        assert got is None  # -delta does not fit a slot: the general path rebases
+        return
+    assert got == pncounter.PNCounter.new(base[0], base[1], base_value).apply(node, delta).to_bytes()
