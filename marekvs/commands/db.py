@@ -27,7 +27,6 @@ _ZERO8 = bytes(8)
 _UNKNOWN = object()  # "the caller did not look the key up"
 _STRING_FLAGS = env.make_flags(RecordType.STRING)
 _U16 = K._U16
-_ENV = env._ENV
 
 
 def now_ms() -> int:
@@ -81,15 +80,18 @@ class Keyspace:
             d = rec[11:19]
             if d == _ZERO8 or int.from_bytes(d, "big") > now:
                 return ik, rec
-        if self.head_pids[pid] and is_live(self.engine.get(head_key_of(ik)), now):
+        if self._live_head(pid, ik, now) is not None:
             raise CommandError(WRONGTYPE)
         return ik, None
 
-    def head_record(self, key: bytes, now: int) -> bytes | None:
-        if not self.head_pids[K.partition_of(key)]:
+    def _live_head(self, pid: int, string_ik: bytes, now: int) -> tuple[bytes, bytes] | None:
+        """(head key, record) of the live collection head of the user key whose string
+        key is ``string_ik``, or None; no read in a partition that never held a head."""
+        if not self.head_pids[pid]:
             return None
-        h = self.engine.get(K.encode_head_key(key))
-        return h if is_live(h, now) else None
+        hk = head_key_of(string_ik)
+        h = self.engine.get(hk)
+        return (hk, h) if is_live(h, now) else None  # type: ignore[return-value]
 
     def live_record(self, key: bytes, now: int) -> tuple[bytes, bytes] | None:
         """(ikey, record) of the live record that holds ``key``, of any type."""
@@ -98,13 +100,7 @@ class Keyspace:
         rec = self.engine.get(ik)
         if is_live(rec, now):
             return ik, rec  # type: ignore[return-value]
-        if not self.head_pids[pid]:
-            return None
-        hk = head_key_of(ik)
-        h = self.engine.get(hk)
-        if is_live(h, now):
-            return hk, h  # type: ignore[return-value]
-        return None
+        return self._live_head(pid, ik, now)
 
     def type_name(self, key: bytes, now: int) -> str:
         found = self.live_record(key, now)
@@ -140,18 +136,11 @@ class Keyspace:
         pid = K.partition_of(key)
         ik = _U16.pack(pid) + b"s" + key
         if found is _UNKNOWN:
-            h = None
-            if self.head_pids[pid] and not is_live(self.engine.get(ik), now):
-                h = self.engine.get(head_key_of(ik))
-                if not is_live(h, now):
-                    h = None
-        elif found is not None and found[0][2:3] == K.TAG_HEAD:  # type: ignore[index]
-            h = found[1]  # type: ignore[index]
-        else:
-            h = None
-        out.append((ik, _ENV.pack(_STRING_FLAGS, stamp or self.hlc.now(), self.node_id, ttl) + value))
-        if h is not None:
-            out.append(self._head_tombstone(key, h))
+            found = (self._live_head(pid, ik, now)
+                     if self.head_pids[pid] and not is_live(self.engine.get(ik), now) else None)
+        out.append((ik, env.pack(_STRING_FLAGS, stamp or self.hlc.now(), self.node_id, ttl, value)))
+        if found is not None and found[0][2:3] == K.TAG_HEAD:  # type: ignore[index]
+            out.append(self._head_tombstone(*found))  # type: ignore[misc]
         return out
 
     def set_string(self, key: bytes, value: bytes, ttl: int, now: int, found: object = _UNKNOWN) -> None:
@@ -165,12 +154,12 @@ class Keyspace:
         ikey, rec = found
         if ikey[2:3] == K.TAG_STRING:
             return [(ikey, lww.tombstone(RecordType.STRING, self.hlc.now(), self.node_id))]
-        return [self._head_tombstone(key, rec)]
+        return [self._head_tombstone(ikey, rec)]
 
-    def _head_tombstone(self, key: bytes, head_rec: bytes) -> tuple[bytes, bytes]:
+    def _head_tombstone(self, hk: bytes, head_rec: bytes) -> tuple[bytes, bytes]:
         from marekvs.core import head
 
-        return K.encode_head_key(key), head.tombstone(head_rec, self.hlc.now(), self.node_id)
+        return hk, head.tombstone(head_rec, self.hlc.now(), self.node_id)
 
     def delete(self, key: bytes, now: int) -> bool:
         recs = self.delete_records(key, now)

@@ -44,11 +44,6 @@ from marekvs.core.pncounter import PNCounter
 from marekvs.server import resp
 
 _SLOT_LIMIT = 1 << 63
-_COUNTER = env.RecordType.COUNTER
-_COUNTER_BITS = _COUNTER << 2  # the record-type bits of a counter's flags byte
-_UNKNOWN = db._UNKNOWN
-_COUNTER_FLAGS = pncounter.FLAGS
-_COUNTER_ENV = env._ENV
 _ACL_W_SLOW = "write string slow"
 _ACL_W_FAST = "write string fast"
 _ACL_R_FAST = "read string fast"
@@ -114,32 +109,37 @@ def op_incr(ks: db.Keyspace, key: bytes, delta: int, now: int) -> int:
     """INCRBY on ``key``: write the counter record, return the new value."""
     ik, live = ks.string_lookup(key, now)
     node = ks.node_id
-    if live is not None and (live[0] >> 2) & 7 == _COUNTER:
-        try:
-            bumped = pncounter.bump(live, node, delta)  # this node's slot exists: bytes only
-        except OverflowError:
-            raise CommandError(errors.OVERFLOW) from None
-        if bumped is not None:
-            ks.apply([(ik, _COUNTER_ENV.pack(_COUNTER_FLAGS, ks.hlc.now(), node, env.ttl_of(live))
-                       + bumped[0])])
-            return bumped[1]
+    try:
+        bumped = pncounter.bump(live, node, delta) if live is not None and pncounter.is_counter(live) else None
+    except OverflowError:
+        raise CommandError(errors.OVERFLOW) from None
+    if bumped is not None:  # this node's slot exists: the new payload is built on the bytes
+        (payload, value), ttl, hlc = bumped, env.ttl_of(live), ks.stamp()  # type: ignore[arg-type]
+    else:
+        payload, value, ttl, hlc = _start_count(ks, ik, live, node, delta)
+    ks.apply([(ik, env.pack(pncounter.FLAGS, hlc, node, ttl, payload))])
+    return value
+
+
+def _start_count(ks: db.Keyspace, ik: bytes, live: bytes | None, node: int,
+                 delta: int) -> tuple[bytes, int, int, int]:
+    """(payload, value, deadline, hlc) of an INCR that starts a counter or this node's
+    slot in one (``counter_base``), or rebases a slot that would pass 2**63."""
     counter, ttl = counter_base(ks, ik, live)
     value = (counter.value() if counter is not None else 0) + delta
     if value > A.LLONG_MAX or value < A.LLONG_MIN:
         raise CommandError(errors.OVERFLOW)
-    if counter is not None and not counter.slots:  # a new counter (new, dead or plain key)
+    hlc = ks.stamp()
+    if counter is not None and not counter.slots:  # a new, dead or plain-integer key
         payload = pncounter.fresh(counter.base_hlc, counter.base_origin, counter.base_value, node, delta)
         if payload is not None:
-            ks.apply([(ik, _COUNTER_ENV.pack(_COUNTER_FLAGS, ks.hlc.now(), node, ttl) + payload)])
-            return value
-    hlc = ks.stamp()
+            return payload, value, ttl, hlc
     pos, neg = counter.slots.get(node, (0, 0)) if counter is not None else (0, 0)
     if counter is None or (pos + delta if delta >= 0 else neg - delta) >= _SLOT_LIMIT:
         counter = PNCounter.new(hlc, node, value)  # a fresh base at this op's version
     else:
         counter = counter.apply(node, delta)
-    ks.apply([(ik, pncounter.record(counter, hlc, node, ttl))])
-    return value
+    return counter.to_bytes(), value, ttl, hlc
 
 
 def op_incrbyfloat(ks: db.Keyspace, key: bytes, incr: bytes, now: int) -> bytes:
@@ -309,11 +309,7 @@ def psetex(c, args: list[bytes]):
          summary="Get the value of a key", since="1.0.0", complexity="O(1)", syntax="key")
 def get(c, args: list[bytes]):
     rec = c.ks.string_lookup(args[1], db.now_ms())[1]
-    if rec is None:
-        return None
-    if rec[0] & 0x1C == _COUNTER_BITS:
-        return db.string_value(rec)
-    return rec[19:]
+    return None if rec is None else db.string_value(rec)
 
 
 @command("getex", -2, "write fast", (1, 1, 1), group="string", acl=_ACL_W_FAST,
@@ -380,7 +376,7 @@ def _mset_records(c, args: list[bytes], name: str, now: int) -> list[tuple[bytes
     add = ks.string_records
     stamp = ks.hlc.reserve(len(args) // 2)  # one clock read for the command
     for i in range(1, len(args), 2):
-        add(args[i], args[i + 1], 0, now, _UNKNOWN, recs, stamp)
+        add(args[i], args[i + 1], 0, now, out=recs, stamp=stamp)
         stamp += 1
     return recs
 

@@ -57,13 +57,7 @@ class HLC:
 
     def now(self) -> int:
         """Stamp a local event."""
-        w = self._clock() << LOGICAL_BITS
-        with self._lock:
-            n = self._last + 1
-            if w > n:
-                n = w
-            self._last = n
-            return n
+        return self.reserve(1)
 
     def reserve(self, n: int) -> int:
         """Stamp ``n`` local events at once (one multi-key command): returns the first

@@ -31,7 +31,6 @@ from marekvs.core import head, hll, listelem, lww, orswot, pncounter, stream
 from marekvs.core.envelope import RecordType
 
 _COUNTER = RecordType.COUNTER
-_COUNTER_BITS = _COUNTER << 2  # the record-type bits of a counter's flags byte
 
 
 def _merge_string(a: bytes, b: bytes) -> bytes:
@@ -57,12 +56,6 @@ MERGERS = {
 def merge(ikey: bytes, current: bytes | None, incoming: bytes) -> bytes:
     if current is None:
         return incoming
-    if ikey[2] == 0x73 and current[0] & 0x1C != _COUNTER_BITS and incoming[0] & 0x1C != _COUNTER_BITS:
-        # two non-counter records at a string key (the hot path): lww.merge inline
-        va, vb = current[1:11], incoming[1:11]
-        if vb > va or (vb == va and incoming > current):
-            return incoming
-        return current
     f = MERGERS.get(ikey[2])
     if f is None:
         return lww.merge(current, incoming)

@@ -116,8 +116,9 @@ class Engine:
         self.set_durability(durability)
 
         self.commit_listeners: list = []  # called with log_seq after a batch with log entries
-        # The newest log entries in their wire form ([seq, [ikey, value, ...]] as the
-        # commit wrote them), so shipping does not re-read and re-encode them.
+        # The newest log entries as the commit wrote them ([ikey, value, ...]; packed
+        # to their wire form on a sender's first request), so shipping does not
+        # re-read and re-encode them.
         self.recent_entries: dict[int, bytes | list[bytes]] = {}
         self.recent_bytes = 0
         # stats
@@ -294,7 +295,7 @@ class Engine:
                 flat.append(v)
         ring = self.recent_entries
         ring[seq] = flat
-        self.recent_bytes += 64 * len(flat) + sum(map(len, flat))
+        self.recent_bytes += _entry_bytes(flat)
         while self.recent_bytes > RECENT_ENTRIES_BYTES and len(ring) > 1:
             first = next(iter(ring))
             self.recent_bytes -= _entry_bytes(ring.pop(first))

@@ -103,7 +103,7 @@ class Sweeper:
             if pid == 0:
                 self.cycles += 1
                 self.last_cycle_records = self.cycle_records + seen
-                self.cycle_records = -seen
+                self.cycle_records = -seen  # the rest of this step counts for the next cycle
             if pid == self.next_pid:
                 break  # the whole keyspace in one step
         self.next_pid = pid
