@@ -75,8 +75,8 @@ def test_broken_link_both_sides_keep_serving_then_converge(tmp_path):
     c = Cluster.with_proxies(tmp_path, [(1, 2), (2, 1)], n=3)
     try:
         c.wait_streaming(20)
-        w1 = Writer(c, 1, "a1", max_ops=4000, max_s=20)
-        w2 = Writer(c, 2, "a2", max_ops=4000, max_s=20)
+        w1 = Writer(c, 1, "a1", max_ops=12000, max_s=20)
+        w2 = Writer(c, 2, "a2", max_ops=12000, max_s=20)
         w1.start()
         w2.start()
         time.sleep(0.5)
