@@ -123,7 +123,7 @@ class Client(asyncio.Protocol):
             execute = server.execute
             out = self.out
             for i, args in enumerate(cmds):
-                if i and self.parser.auth_required:
+                if i and not self.authed and self.parser.auth_required:
                     # a RESET earlier in this batch restored the unauthenticated
                     # limits: a request framed before it meets them now, as it would
                     # have if parsed after it

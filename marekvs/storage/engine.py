@@ -108,6 +108,10 @@ class Engine:
         self.pending_meta: dict[bytes, bytes | None] = {}
         self.head_pids = self._find_head_partitions()
         self.log_seq = self._last_log_seq()
+        # The log sequence number the pending batch's entry will have (or the last
+        # committed one if nothing local is pending): what WAIT waits for. A plain
+        # attribute kept by apply and commit: every write command reads it.
+        self.next_seq = self.log_seq
         self.log_first = self._first_log_seq()
 
         self._wopts = WriteOptions()
@@ -216,16 +220,12 @@ class Engine:
             pending[ikey] = m
             changed.append((ikey, m))
         if changed and log_entry:
+            self.next_seq = self.log_seq + 1
             plog = self.pending_log
             for k, _ in changed:
                 plog[k] = None
         return changed
 
-    @property
-    def next_seq(self) -> int:
-        """The log sequence number the pending batch's entry will have (or the last
-        committed one if nothing local is pending): what WAIT waits for."""
-        return self.log_seq + 1 if self.pending_log else self.log_seq
 
     def put_meta(self, key: bytes, value: bytes | None) -> None:
         """Metadata written in the same batch as the pending data (e.g. a peer's

@@ -75,21 +75,35 @@ class Sweeper:
 
     def step(self, budget: int = RECORDS_PER_STEP) -> int:
         """Sweep whole partitions from where the last step stopped until ``budget``
-        records were read (or the keyspace wraps); return how many were removed."""
+        records were read (or the keyspace wraps); return how many were removed.
+
+        Partitions are contiguous in key order (the 2-byte pid prefix), so a step reads
+        them with one iterator up to the end of the keyspace (and a second one after a
+        wrap), not one per partition: creating an iterator seeks every memtable and L0
+        file, which cost more than the records a small partition holds."""
         now = time.time_ns() // 1_000_000
         grace_ms = self.config.gc_grace * 1000
         tomb_before = (now - grace_ms) << 16
-        live, expiring = self.live_keys, self.expiring
-        dead = []
-        pid = self.next_pid
-        seen = 0
-        while seen < budget:
+        self._dead: list[bytes] = []
+        self._seen = 0
+        self._budget = budget
+        self._first = self.next_pid
+        pid, stop = self.next_pid, False
+        dead = self._dead
+        while not stop:
             n_live = n_exp = 0
-            for ikey, rec in self.engine.scan(_U16.pack(pid), _U16.pack(pid + 1) if pid + 1 < PARTITIONS else None):
-                seen += 1
-                tomb = rec[0] & 1
+            for ikey, rec in self.engine.scan(_U16.pack(pid), None):
+                rpid = (ikey[0] << 8) | ikey[1]
+                while pid != rpid:  # partition pid is complete (as are empty ones up to rpid)
+                    pid, stop = self._close(pid, n_live, n_exp)
+                    n_live = n_exp = 0
+                    if stop:
+                        break
+                if stop:
+                    break
+                self._seen += 1
                 d = int.from_bytes(rec[11:19], "big")
-                if tomb:
+                if rec[0] & 1:  # a tombstone
                     if int.from_bytes(rec[1:9], "big") < tomb_before:
                         dead.append(ikey)
                     continue
@@ -98,20 +112,30 @@ class Sweeper:
                 if (ikey[2] == 0x73 or ikey[2] == 0x4D) and (not d or d > now):  # a live key
                     n_live += 1
                     n_exp += d != 0
-            live[pid], expiring[pid] = n_live, n_exp
-            pid = (pid + 1) % PARTITIONS
-            if pid == 0:
-                self.cycles += 1
-                self.last_cycle_records = self.cycle_records + seen
-                self.cycle_records = -seen  # the rest of this step counts for the next cycle
-            if pid == self.next_pid:
-                break  # the whole keyspace in one step
+            else:  # the end of the keyspace: close the partitions left, wrap to 0
+                while not stop:
+                    last = pid == PARTITIONS - 1
+                    pid, stop = self._close(pid, n_live, n_exp)
+                    n_live = n_exp = 0
+                    if last:
+                        break
         self.next_pid = pid
-        self.cycle_records += seen
+        self.cycle_records += self._seen
         for ikey in dead:
             self.engine.purge(ikey)
         self.removed += len(dead)
         return len(dead)
+
+    def _close(self, pid: int, n_live: int, n_exp: int) -> tuple[int, bool]:
+        """Record partition ``pid``'s counts; (the next pid, whether the step ends)."""
+        self.live_keys[pid], self.expiring[pid] = n_live, n_exp
+        pid = (pid + 1) % PARTITIONS
+        seen = self._seen
+        if pid == 0:
+            self.cycles += 1
+            self.last_cycle_records = self.cycle_records + seen
+            self.cycle_records = -seen  # the rest of this step counts for the next cycle
+        return pid, seen >= self._budget or pid == self._first
 
     def sweep_all(self) -> int:
         """One whole cycle at once (tests, SAVE-like maintenance)."""
