@@ -256,8 +256,9 @@ class StrictParser:
 
 # A newline followed by '+', '=' or '(' may start an element hiredis returns as bytes
 # although Redis refuses it in a request (simple, verbatim, big-number): such chunks
-# go to the strict parser (``RequestParser.feed``). A multibulk count this large goes to the strict parser: hiredis would allocate for
-# it before failing or waiting (seconds for *2147483647), Redis answers at once.
+# go to the strict parser (``RequestParser.feed``). So does a multibulk count this
+# large: hiredis would allocate for it before failing or waiting (seconds for
+# *2147483647), where Redis answers at once.
 _BIG_COUNT = re.compile(rb"\*[0-9]{6}")
 
 
