@@ -216,6 +216,12 @@ def base_version_of(record_: bytes) -> bytes:
 
 def merge(a: bytes, b: bytes) -> bytes:
     """Join two records at one string key (any kind: counter, string, tombstone)."""
+    if a[0] == FLAGS and b[0] == FLAGS and len(a) == len(b) and a[_SIZE:_PAYLOAD_SLOTS] == b[_SIZE:_PAYLOAD_SLOTS]:
+        # Two live counters with one base and the same nodes (the steady state, and
+        # every local INCR against the record it read): the branch below in one pass.
+        top, low = (a, b) if a[1:_SIZE] >= b[1:_SIZE] else (b, a)
+        if _slots_dominate(top, low):
+            return top
     va, vb = base_version_of(a), base_version_of(b)
     if va != vb:
         return a if va > vb else b
@@ -244,12 +250,18 @@ def _dominates_bytes(hi: bytes, lo: bytes) -> bool:
     """The byte-level form of ``_dominates`` for two counter records whose payloads
     list the same nodes with the same base (the steady state of a counter): every
     u64 is big-endian, so slot fields compare as bytes. False means "not shown"."""
-    n = len(hi)
-    if n != len(lo) or hi[_SIZE:_PAYLOAD_SLOTS] != lo[_SIZE:_PAYLOAD_SLOTS]:
+    if len(hi) != len(lo) or hi[_SIZE:_PAYLOAD_SLOTS] != lo[_SIZE:_PAYLOAD_SLOTS]:
         return False
-    for off in range(_PAYLOAD_SLOTS, n, 18):
-        if (hi[off:off + 2] != lo[off:off + 2] or hi[off + 2:off + 10] < lo[off + 2:off + 10]
-                or hi[off + 10:off + 18] < lo[off + 10:off + 18]):
+    return _slots_dominate(hi, lo)
+
+
+def _slots_dominate(hi: bytes, lo: bytes) -> bool:
+    """Slot by slot, the same node with pos and neg >= (records of equal length)."""
+    unpack = _SLOT.unpack_from
+    for off in range(_PAYLOAD_SLOTS, len(hi), 18):
+        hn, hp, hq = unpack(hi, off)
+        ln, lp, lq = unpack(lo, off)
+        if hn != ln or hp < lp or hq < lq:
             return False
     return True
 
