@@ -216,11 +216,13 @@ def base_version_of(record_: bytes) -> bytes:
 
 def merge(a: bytes, b: bytes) -> bytes:
     """Join two records at one string key (any kind: counter, string, tombstone)."""
-    if a[0] == FLAGS and b[0] == FLAGS and len(a) == len(b) and a[_SIZE:_PAYLOAD_SLOTS] == b[_SIZE:_PAYLOAD_SLOTS]:
-        # Two live counters with one base and the same nodes (the steady state, and
-        # every local INCR against the record it read): the branch below in one pass.
-        top, low = (a, b) if a[1:_SIZE] >= b[1:_SIZE] else (b, a)
-        if _slots_dominate(top, low):
+    if a[0] == FLAGS and b[0] == FLAGS:
+        # Two live counters: with one base and the same nodes (the steady state, and
+        # every local INCR against the record it read) the higher envelope usually
+        # already is the join. Equal flag bytes, so the envelope tails order the
+        # records as (version, envelope) does below.
+        top = a if a[1:_SIZE] >= b[1:_SIZE] else b
+        if _dominates_bytes(top, b if top is a else a):
             return top
     va, vb = base_version_of(a), base_version_of(b)
     if va != vb:
@@ -231,8 +233,6 @@ def merge(a: bytes, b: bytes) -> bytes:
     if not ca:
         return b
     top = a if (a[1:11], a[:_SIZE]) >= (b[1:11], b[:_SIZE]) else b
-    if _dominates_bytes(top, b if top is a else a):
-        return top  # the usual case of a local op built on the current record
     pa, pb = PNCounter.from_bytes(a[_SIZE:]), PNCounter.from_bytes(b[_SIZE:])
     hi, lo = (pa, pb) if top is a else (pb, pa)
     if _dominates(hi, lo):
@@ -248,15 +248,10 @@ def merge(a: bytes, b: bytes) -> bytes:
 
 def _dominates_bytes(hi: bytes, lo: bytes) -> bool:
     """The byte-level form of ``_dominates`` for two counter records whose payloads
-    list the same nodes with the same base (the steady state of a counter): every
-    u64 is big-endian, so slot fields compare as bytes. False means "not shown"."""
+    list the same nodes with the same base (the steady state of a counter): slot by
+    slot, the same node with pos and neg >=. False means "not shown"."""
     if len(hi) != len(lo) or hi[_SIZE:_PAYLOAD_SLOTS] != lo[_SIZE:_PAYLOAD_SLOTS]:
         return False
-    return _slots_dominate(hi, lo)
-
-
-def _slots_dominate(hi: bytes, lo: bytes) -> bool:
-    """Slot by slot, the same node with pos and neg >= (records of equal length)."""
     unpack = _SLOT.unpack_from
     for off in range(_PAYLOAD_SLOTS, len(hi), 18):
         hn, hp, hq = unpack(hi, off)

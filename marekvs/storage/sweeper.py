@@ -26,7 +26,7 @@ import asyncio
 import logging
 import struct
 import time
-from typing import Any
+from typing import Any, Iterator
 
 from marekvs.core.partition import PARTITIONS
 from marekvs.storage.engine import Engine
@@ -75,67 +75,62 @@ class Sweeper:
 
     def step(self, budget: int = RECORDS_PER_STEP) -> int:
         """Sweep whole partitions from where the last step stopped until ``budget``
-        records were read (or the keyspace wraps); return how many were removed.
-
-        Partitions are contiguous in key order (the 2-byte pid prefix), so a step reads
-        them with one iterator up to the end of the keyspace (and a second one after a
-        wrap), not one per partition: creating an iterator seeks every memtable and L0
-        file, which cost more than the records a small partition holds."""
+        records were read (or the keyspace wraps); return how many were removed."""
         now = time.time_ns() // 1_000_000
         grace_ms = self.config.gc_grace * 1000
         tomb_before = (now - grace_ms) << 16
-        self._dead: list[bytes] = []
-        self._seen = 0
-        self._budget = budget
-        self._first = self.next_pid
-        pid, stop = self.next_pid, False
-        dead = self._dead
-        while not stop:
-            n_live = n_exp = 0
-            for ikey, rec in self.engine.scan(_U16.pack(pid), None):
-                rpid = (ikey[0] << 8) | ikey[1]
-                while pid != rpid:  # partition pid is complete (as are empty ones up to rpid)
-                    pid, stop = self._close(pid, n_live, n_exp)
-                    n_live = n_exp = 0
-                    if stop:
-                        break
-                if stop:
-                    break
-                self._seen += 1
-                d = int.from_bytes(rec[11:19], "big")
-                if rec[0] & 1:  # a tombstone
-                    if int.from_bytes(rec[1:9], "big") < tomb_before:
-                        dead.append(ikey)
-                    continue
-                if d and d + grace_ms <= now:
+        first = pid = self.next_pid
+        seen = n_live = n_exp = 0
+        stop = False
+        dead = []
+        for ikey, rec in self._records_from(first):
+            rpid = (ikey[0] << 8) | ikey[1]
+            while pid != rpid and not stop:  # pid is complete (and any empty ones after it)
+                pid = self._close(pid, n_live, n_exp, seen)
+                n_live = n_exp = 0
+                stop = seen >= budget or pid == first
+            if stop:
+                break
+            seen += 1
+            d = int.from_bytes(rec[11:19], "big")
+            if rec[0] & 1:  # a tombstone
+                if int.from_bytes(rec[1:9], "big") < tomb_before:
                     dead.append(ikey)
-                if (ikey[2] == 0x73 or ikey[2] == 0x4D) and (not d or d > now):  # a live key
-                    n_live += 1
-                    n_exp += d != 0
-            else:  # the end of the keyspace: close the partitions left, wrap to 0
-                while not stop:
-                    last = pid == PARTITIONS - 1
-                    pid, stop = self._close(pid, n_live, n_exp)
-                    n_live = n_exp = 0
-                    if last:
-                        break
+                continue
+            if d and d + grace_ms <= now:
+                dead.append(ikey)
+            if (ikey[2] == 0x73 or ikey[2] == 0x4D) and (not d or d > now):  # a live key
+                n_live += 1
+                n_exp += d != 0
+        while not stop:  # no records left: the partitions up to ``first`` are empty
+            pid = self._close(pid, n_live, n_exp, seen)
+            n_live = n_exp = 0
+            stop = seen >= budget or pid == first
         self.next_pid = pid
-        self.cycle_records += self._seen
+        self.cycle_records += seen
         for ikey in dead:
             self.engine.purge(ikey)
         self.removed += len(dead)
         return len(dead)
 
-    def _close(self, pid: int, n_live: int, n_exp: int) -> tuple[int, bool]:
-        """Record partition ``pid``'s counts; (the next pid, whether the step ends)."""
+    def _records_from(self, pid: int) -> Iterator[tuple[bytes, bytes]]:
+        """Every record from partition ``pid`` on, then from 0 up to ``pid``. Partitions
+        are contiguous in key order (the 2-byte pid prefix), so that is one iterator
+        (two after a wrap), not one per partition: creating an iterator seeks every
+        memtable and L0 file, which costs more than a small partition's records."""
+        yield from self.engine.scan(_U16.pack(pid), None)
+        if pid:
+            yield from self.engine.scan(b"", _U16.pack(pid))
+
+    def _close(self, pid: int, n_live: int, n_exp: int, seen: int) -> int:
+        """Record partition ``pid``'s counts; return the next pid (a wrap ends a cycle)."""
         self.live_keys[pid], self.expiring[pid] = n_live, n_exp
         pid = (pid + 1) % PARTITIONS
-        seen = self._seen
         if pid == 0:
             self.cycles += 1
             self.last_cycle_records = self.cycle_records + seen
             self.cycle_records = -seen  # the rest of this step counts for the next cycle
-        return pid, seen >= self._budget or pid == self._first
+        return pid
 
     def sweep_all(self) -> int:
         """One whole cycle at once (tests, SAVE-like maintenance)."""
