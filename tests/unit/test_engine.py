@@ -53,6 +53,18 @@ def test_one_batch_one_log_entry_naming_changed_keys(engine):
     assert seq == 2 and recs == [(a, rec(3, b"x"))]  # shipping reads the current record
 
 
+def test_shipping_reads_stop_at_the_byte_cap_but_hold_at_least_one_entry(engine):
+    big = b"x" * 1000
+    for i in range(6):  # six entries of ~1 kB each
+        engine.apply([(K.encode_string_key(b"k%d" % i), rec(i + 1, big))])
+        engine.commit()
+    for read in (lambda cap: engine.recent_packed(0, 100, cap), lambda cap: engine.read_log(0, 100, cap)):
+        assert len(read(1 << 30)) == 6
+        assert len(read(2500)) == 3  # stops once it holds >= 2500 bytes
+        assert len(read(1)) == 1  # never empty: an entry bigger than the cap still goes
+    assert len(engine.recent_packed(3, 2)) == 2  # the entry limit still applies
+
+
 def test_replication_apply_is_not_logged_but_metadata_commits_with_it(engine):
     k = K.encode_string_key(b"r")
     engine.apply([(k, rec(7, origin=2))], log_entry=False)
