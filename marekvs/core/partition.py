@@ -11,7 +11,10 @@ from __future__ import annotations
 import xxhash
 
 PARTITIONS = 4096
-_xxh3 = xxhash.xxh3_64_intdigest
+# The hash of the partition function: pid = hash64(hashed bytes) >> 52 (for callers
+# that have already applied the hash-tag rule, e.g. to a key holding no "{").
+hash64 = xxhash.xxh3_64_intdigest
+_xxh3 = hash64
 
 
 def hash_tag(key: bytes) -> bytes:

@@ -3,14 +3,14 @@
 Wire form: ``[[seq, [ikey, value, ikey, value, ...]], ...]``. The decoder refuses
 anything that is not exactly that shape (types, pairing, ascending consecutive
 sequence numbers) with ``BadRecord``; record contents are checked by
-``validate.check_record``.
+``validate.check_flat`` (``check_record`` for each record).
 """
 
 from __future__ import annotations
 
 import msgpack
 
-from marekvs.replication.validate import BadRecord, check_record
+from marekvs.replication.validate import BadRecord, check_flat
 
 Entries = list[tuple[int, list[tuple[bytes, bytes]]]]
 
@@ -44,12 +44,5 @@ def unpack_entries(payload: bytes) -> Entries:
         if prev is not None and seq != prev + 1:
             raise BadRecord(f"entries {prev} and {seq} are not consecutive")
         prev = seq
-        recs = []
-        for i in range(0, len(flat), 2):
-            k, v = flat[i], flat[i + 1]
-            if type(k) is not bytes or type(v) is not bytes:
-                raise BadRecord("a record's key or value is not bytes")
-            check_record(k, v)
-            recs.append((k, v))
-        out.append((seq, recs))
+        out.append((seq, check_flat(flat)))
     return out

@@ -11,7 +11,7 @@ from __future__ import annotations
 from marekvs.core import envelope as env
 from marekvs.core import keys as K
 from marekvs.core.envelope import RecordType
-from marekvs.core.partition import partition_of
+from marekvs.core.partition import hash64, partition_of
 from marekvs.core.pncounter import PNCounter
 
 _DECODERS = {
@@ -75,3 +75,25 @@ def check_record(key: bytes, value: bytes) -> None:
             PNCounter.from_bytes(value[env.ENVELOPE_SIZE:])
         except ValueError as e:
             raise BadRecord(f"bad counter payload: {e}") from None
+
+
+def check_flat(flat: list) -> list[tuple[bytes, bytes]]:
+    """``check_record`` over ``[ikey, value, ikey, value, ...]``; returns the pairs.
+
+    The bulk of replication traffic is plain string records (tag ``s``, flags with at
+    most the tombstone bit: record type 0, no head, no reserved bits) whose key holds
+    no ``{`` (so the whole user key is hashed). They are checked inline here - the
+    same checks ``check_record`` makes for them; everything else goes through it.
+    """
+    keys = flat[0::2]
+    values = flat[1::2]
+    if len(keys) != len(values):
+        raise BadRecord("an entry's records are not ikey/value pairs")
+    for k, v in zip(keys, values):
+        if type(k) is not bytes or type(v) is not bytes:
+            raise BadRecord("a record's key or value is not bytes")
+        if (len(k) > 2 and k[2] == 0x73 and len(v) >= 19 and not v[0] & 0xFE and 0x7B not in k
+                and hash64(k[3:]) >> 52 == (k[0] << 8 | k[1])):
+            continue
+        check_record(k, v)
+    return list(zip(keys, values))
