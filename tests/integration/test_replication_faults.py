@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from marekvs.replication.manager import MAX_INFLIGHT_BATCHES
 from tests.cluster import Cluster, Writer, missing_writes
 
 pytestmark = pytest.mark.timeout(120)
@@ -116,8 +117,8 @@ def test_broken_link_both_sides_keep_serving_then_converge(tmp_path):
 
 
 def test_a_stalled_peer_gets_the_backlog_in_few_coalesced_batches(tmp_path):
-    """One batch in flight per peer: the commits made while a peer is stopped (SIGSTOP)
-    reach it in a few large batches after it resumes, not one message per commit."""
+    """A bounded number of batches in flight per peer: the commits made while a peer is
+    stopped (SIGSTOP) reach it in a few large batches, not one message per commit."""
     c = Cluster(tmp_path, n=2)
     try:
         c.wait_streaming(20)
@@ -139,7 +140,9 @@ def test_a_stalled_peer_gets_the_backlog_in_few_coalesced_batches(tmp_path):
         entries = int(after["entries_shipped"]) - int(before["entries_shipped"])
         batches = int(after["batches_shipped"]) - int(before["batches_shipped"])
         assert entries >= 400, (before, after)
-        assert batches <= 5, f"{entries} entries went out in {batches} batches"
+        # up to MAX_INFLIGHT_BATCHES go out while it is stopped, the rest in one or two
+        assert batches <= MAX_INFLIGHT_BATCHES + 2, f"{entries} entries went out in {batches} batches"
+        print(f"{entries} entries in {batches} batches")
         assert c.client(2).get("stalled:399") == b"399"
     finally:
         c.stop()
