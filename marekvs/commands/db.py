@@ -120,28 +120,48 @@ class Keyspace:
     def stamp(self) -> int:
         return self.hlc.now()
 
-    def string_records(self, key: bytes, value: bytes, ttl: int, now: int, found: object = _UNKNOWN,
-                       out: list[tuple[bytes, bytes]] | None = None,
-                       stamp: int = 0) -> list[tuple[bytes, bytes]]:
-        """Records that make ``key`` the string ``value``, replacing any other type;
-        appended to ``out`` when given (MSET) and returned. ``stamp`` is the HLC of
-        the string record when the caller reserved it (0: stamp it now).
+    def string_records(self, key: bytes, value: bytes, ttl: int, now: int,
+                       found: object = _UNKNOWN) -> list[tuple[bytes, bytes]]:
+        """Records that make ``key`` the string ``value``, replacing any other type.
 
         ``found`` is what ``live_record(key, now)`` returned, when the caller already
         looked. Otherwise the collection head is only read when the partition may
         hold heads (``Engine.head_pids``) and no live string holds the key (a live
-        string means no live head): the hot path of SET and MSET.
+        string means no live head): the hot path of SET (MSET: ``mset_records``).
         """
-        out = [] if out is None else out
         pid = K.partition_of(key)
         ik = _U16.pack(pid) + b"s" + key
         if found is _UNKNOWN:
-            found = (self._live_head(pid, ik, now)
-                     if self.head_pids[pid] and not is_live(self.engine.get(ik), now) else None)
-        out.append((ik, env.pack(_STRING_FLAGS, stamp or self.hlc.now(), self.node_id, ttl, value)))
+            found = self._head_under(pid, ik, now) if self.head_pids[pid] else None
+        out = [(ik, env.pack(_STRING_FLAGS, self.hlc.now(), self.node_id, ttl, value))]
         if found is not None and found[0][2:3] == K.TAG_HEAD:  # type: ignore[index]
             out.append(self._head_tombstone(*found))  # type: ignore[misc]
         return out
+
+    def mset_records(self, pairs: list[bytes], now: int) -> list[tuple[bytes, bytes]]:
+        """``string_records`` for every ``key, value`` of ``pairs`` (MSET's arguments
+        after its name), no TTL, stamped with consecutive HLCs of one clock read: one
+        call per command, the per-key work inlined."""
+        out: list[tuple[bytes, bytes]] = []
+        stamp = self.hlc.reserve(len(pairs) // 2)
+        pack, flags, node = env.pack, _STRING_FLAGS, self.node_id
+        head_pids, u16, partition_of = self.head_pids, _U16.pack, K.partition_of
+        it = iter(pairs)
+        for key, value in zip(it, it):
+            pid = partition_of(key)
+            ik = u16(pid) + b"s" + key
+            out.append((ik, pack(flags, stamp, node, 0, value)))
+            stamp += 1
+            if head_pids[pid]:
+                found = self._head_under(pid, ik, now)
+                if found is not None:
+                    out.append(self._head_tombstone(*found))
+        return out
+
+    def _head_under(self, pid: int, ik: bytes, now: int) -> tuple[bytes, bytes] | None:
+        """The live collection head a string write to the string key ``ik`` replaces
+        (a live string there means there is none)."""
+        return None if is_live(self.engine.get(ik), now) else self._live_head(pid, ik, now)
 
     def set_string(self, key: bytes, value: bytes, ttl: int, now: int, found: object = _UNKNOWN) -> None:
         self.engine.apply(self.string_records(key, value, ttl, now, found))

@@ -371,14 +371,7 @@ def mget(c, args: list[bytes]):
 def _mset_records(c, args: list[bytes], name: str, now: int) -> list[tuple[bytes, bytes]]:
     if len(args) % 2 == 0:
         raise CommandError(errors.wrong_arity(name))
-    recs: list[tuple[bytes, bytes]] = []
-    ks = c.ks
-    add = ks.string_records
-    stamp = ks.hlc.reserve(len(args) // 2)  # one clock read for the command
-    for i in range(1, len(args), 2):
-        add(args[i], args[i + 1], 0, now, out=recs, stamp=stamp)
-        stamp += 1
-    return recs
+    return c.ks.mset_records(args[1:], now)
 
 
 @command("mset", -3, "write denyoom", (1, -1, 2), group="string", acl=_ACL_W_SLOW,
