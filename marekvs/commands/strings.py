@@ -43,7 +43,6 @@ from marekvs.core import pncounter
 from marekvs.core.pncounter import PNCounter
 from marekvs.server import resp
 
-_SLOT_LIMIT = 1 << 63
 _ACL_W_SLOW = "write string slow"
 _ACL_W_FAST = "write string fast"
 _ACL_R_FAST = "read string fast"
@@ -62,7 +61,7 @@ _GETRANGE_COMPLEXITY = (
 
 def _string_value(ks: db.Keyspace, key: bytes, now: int) -> bytes | None:
     """The string at ``key`` (None if absent); WRONGTYPE for a collection."""
-    rec = ks.string_record(key, now)
+    rec = ks.string_lookup(key, now)[1]
     return None if rec is None else db.string_value(rec)
 
 
@@ -135,7 +134,7 @@ def _start_count(ks: db.Keyspace, ik: bytes, live: bytes | None, node: int,
         if payload is not None:
             return payload, value, ttl, hlc
     pos, neg = counter.slots.get(node, (0, 0)) if counter is not None else (0, 0)
-    if counter is None or (pos + delta if delta >= 0 else neg - delta) >= _SLOT_LIMIT:
+    if counter is None or (pos + delta if delta >= 0 else neg - delta) >= pncounter.SLOT_LIMIT:
         counter = PNCounter.new(hlc, node, value)  # a fresh base at this op's version
     else:
         counter = counter.apply(node, delta)
@@ -308,8 +307,7 @@ def psetex(c, args: list[bytes]):
 @command("get", 2, "readonly fast", (1, 1, 1), group="string", acl=_ACL_R_FAST,
          summary="Get the value of a key", since="1.0.0", complexity="O(1)", syntax="key")
 def get(c, args: list[bytes]):
-    rec = c.ks.string_lookup(args[1], db.now_ms())[1]
-    return None if rec is None else db.string_value(rec)
+    return _string_value(c.ks, args[1], db.now_ms())
 
 
 @command("getex", -2, "write fast", (1, 1, 1), group="string", acl=_ACL_W_FAST,

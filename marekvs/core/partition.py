@@ -14,7 +14,6 @@ PARTITIONS = 4096
 # The hash of the partition function: pid = hash64(hashed bytes) >> 52 (for callers
 # that have already applied the hash-tag rule, e.g. to a key holding no "{").
 hash64 = xxhash.xxh3_64_intdigest
-_xxh3 = hash64
 
 
 def hash_tag(key: bytes) -> bytes:
@@ -35,4 +34,4 @@ def partition_of(key: bytes) -> int:
         e = key.find(b"}", s + 1)
         if e > s + 1:
             key = key[s + 1 : e]
-    return _xxh3(key) >> 52
+    return hash64(key) >> 52

@@ -53,7 +53,7 @@ _SLOT = struct.Struct(">HQQ")
 FLAGS = env.make_flags(env.RecordType.COUNTER)
 _SIZE = env.ENVELOPE_SIZE
 _PAYLOAD_SLOTS = _SIZE + _HEAD.size  # record offset of the first slot
-_SLOT_LIMIT = 1 << 63
+SLOT_LIMIT = 1 << 63  # a slot that would reach this rebases the counter
 INT64_MIN = -(1 << 63)
 INT64_MAX = (1 << 63) - 1
 
@@ -161,7 +161,7 @@ def fresh(base_hlc: int, base_origin: int, base_value: int, node: int, delta: in
     """The payload of ``PNCounter.new(base...).apply(node, delta)`` built on the bytes
     (INCR of a new or dead key), or None if ``delta`` does not fit one slot."""
     pos, neg = (delta, 0) if delta >= 0 else (0, -delta)
-    if pos >= _SLOT_LIMIT or neg >= _SLOT_LIMIT:
+    if pos >= SLOT_LIMIT or neg >= SLOT_LIMIT:
         return None
     return _HEAD.pack(FMT, base_hlc, base_origin, base_value, 1) + _SLOT.pack(node, pos, neg)
 
@@ -190,11 +190,11 @@ def bump(record_: bytes, node: int, delta: int) -> tuple[bytes, int] | None:
         raise OverflowError("increment or decrement would overflow")
     if delta >= 0:
         pos += delta
-        if pos >= _SLOT_LIMIT:
+        if pos >= SLOT_LIMIT:
             return None
     else:
         neg -= delta
-        if neg >= _SLOT_LIMIT:
+        if neg >= SLOT_LIMIT:
             return None
     return record_[_SIZE:mine] + _SLOT.pack(node, pos, neg) + record_[mine + 18:], value
 

@@ -14,7 +14,7 @@ Shipping (sender side, one asyncio task per peer, on the node's event loop)
     Delivery is at-least-once; merges are idempotent.
 
 Applying (receiver side)
-    A batch is validated record by record (``validate.check_record``): one bad record
+    A batch is validated record by record (``validate.check_flat``): one bad record
     refuses the whole batch, logged, nothing written. Entries at or below the
     high-water mark are skipped; the rest go through the SAME ``Engine.apply`` as
     local commands (read current, merge, write if changed), and the new high-water
@@ -371,7 +371,7 @@ class ReplicationManager(pbg.ReplicationServicer):
                     p.acked.clear()
                     await p.acked.wait()  # an ack, or the ack reader ended (it sets it)
                     continue
-                if inflight and not held:
+                if inflight and not held and e.log_seq > sent:  # new entries wait for the ack
                     p.acked.clear()
                     try:
                         await asyncio.wait_for(p.acked.wait(), HOLD_SECONDS)

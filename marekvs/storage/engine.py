@@ -226,7 +226,6 @@ class Engine:
                 plog[k] = None
         return changed
 
-
     def put_meta(self, key: bytes, value: bytes | None) -> None:
         """Metadata written in the same batch as the pending data (e.g. a peer's
         high-water mark next to the records applied from it)."""
