@@ -10,7 +10,7 @@ from marekvs.core import envelope as env
 from marekvs.core import keys as K
 from marekvs.core import lww
 from marekvs.core.envelope import RecordType
-from marekvs.storage.engine import Engine, StorageError, prefix_end, shard_of, shard_range
+from marekvs.storage.engine import SORTED_COMMIT_MIN, Engine, StorageError, prefix_end, shard_of, shard_range
 from marekvs.storage.sweeper import Sweeper
 
 
@@ -98,6 +98,30 @@ def test_data_survives_reopen_and_log_sequence_continues(tmp_path):
     e = Engine(path, node_id=3, durability="always")
     assert not e.fresh and e.incarnation == inc and e.log_seq == 1
     assert e.get(K.encode_string_key(b"k")) == rec(1)
+    e.close()
+
+
+@pytest.mark.parametrize("n", [10, 3 * SORTED_COMMIT_MIN])  # both commits big or small
+def test_a_commit_writes_its_records_and_purges_in_any_order_of_size(tmp_path, n):
+    """Small commits write in arrival order, big ones in key order: both persist the
+    same records, purges included, and log the keys in the order they changed."""
+    path = str(tmp_path / "db")
+    e = Engine(path, node_id=1, durability="always")
+    keys = [K.encode_string_key(b"k%d" % (n - i)) for i in range(n)]  # descending
+    for i, k in enumerate(keys):
+        e.apply([(k, rec(i + 1, b"%d" % i))])
+    e.commit()
+    for k in keys[::3]:
+        e.apply([(k, rec(10 * n, b"new"))])
+    for k in keys[1::3]:
+        e.purge(k)
+    e.commit()
+    assert e.read_log(1, 10)[0][1] == [(k, rec(10 * n, b"new")) for k in keys[::3]]
+    e.close()
+    e = Engine(path, node_id=1, durability="always")
+    for i, k in enumerate(keys):
+        want = {0: rec(10 * n, b"new"), 1: None, 2: rec(i + 1, b"%d" % i)}[i % 3]
+        assert e.data.get(k) == want
     e.close()
 
 
