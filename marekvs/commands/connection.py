@@ -9,7 +9,7 @@ from marekvs import REDIS_COMPAT_VERSION
 from marekvs.commands import errors
 from marekvs.commands.args import parse_ll
 from marekvs.commands.errors import CommandError
-from marekvs.commands.table import command, container
+from marekvs.commands.table import command, container, help_subcommand
 from marekvs.server import resp
 
 CONTAINERS = (container("client", group="connection", summary="A container for client connection commands.",
@@ -289,19 +289,16 @@ def client_kill(c, args):
     return n
 
 
-@command("help", 2, "loading stale", parent="client", group="connection",
-         summary="Returns helpful text about the different subcommands.", since="5.0.0")
-def client_help(c, args):
-    return [resp.Simple(x.encode()) for x in (
-        "CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
-        "GETNAME", "    Return the name of the current connection.",
-        "ID", "    Return the ID of the current connection.",
-        "INFO", "    Return information about the current client connection.",
-        "KILL <ip:port>", "    Kill connection made from <ip:port>.",
-        "KILL <option> <value> [<option> <value> [...]]", "    Kill connections. Options are: ID, TYPE, USER,"
-        " ADDR, LADDR, SKIPME.",
-        "LIST [options ...]", "    Return information about client connections.",
-        "NO-EVICT (ON|OFF)", "    Protect current client connection from eviction.",
-        "SETINFO <option> <value>", "    Set client meta attr. Options are: LIB-NAME, LIB-VER.",
-        "SETNAME <name>", "    Assign the name <name> to the current connection.",
-        "HELP", "    Print this help.")]
+client_help = help_subcommand("client", (
+    "CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "GETNAME", "    Return the name of the current connection.",
+    "ID", "    Return the ID of the current connection.",
+    "INFO", "    Return information about the current client connection.",
+    "KILL <ip:port>", "    Kill connection made from <ip:port>.",
+    "KILL <option> <value> [<option> <value> [...]]", "    Kill connections. Options are: ID, TYPE, USER,"
+    " ADDR, LADDR, SKIPME.",
+    "LIST [options ...]", "    Return information about client connections.",
+    "NO-EVICT (ON|OFF)", "    Protect current client connection from eviction.",
+    "SETINFO <option> <value>", "    Set client meta attr. Options are: LIB-NAME, LIB-VER.",
+    "SETNAME <name>", "    Assign the name <name> to the current connection.",
+    "HELP", "    Print this help."), group="connection")

@@ -15,7 +15,7 @@ import hashlib
 from marekvs.commands import errors
 from marekvs.commands.db import is_live, now_ms, string_value
 from marekvs.commands.errors import CommandError
-from marekvs.commands.table import command, container
+from marekvs.commands.table import command, container, help_subcommand
 from marekvs.core import keys as K
 from marekvs.server import resp
 from marekvs.storage.engine import prefix_end
@@ -141,12 +141,9 @@ def debug_sleep(c, args):
     return resp.Blocking(sleeping())
 
 
-@command("help", 2, "loading stale", parent="debug", group="server",
-         summary="Returns helpful text about the different subcommands.")
-def debug_help(c, args):
-    return [resp.Simple(x.encode()) for x in (
-        "DEBUG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
-        "DIGEST", "    Output a hex signature representing the current DB content.",
-        "DIGEST-VALUE <key> [<key> ...]", "    Output a hex signature of the values of all the specified keys.",
-        "SLEEP <seconds>", "    Stop the client for <seconds> (the server keeps serving others).",
-        "HELP", "    Print this help.")]
+debug_help = help_subcommand("debug", (
+    "DEBUG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "DIGEST", "    Output a hex signature representing the current DB content.",
+    "DIGEST-VALUE <key> [<key> ...]", "    Output a hex signature of the values of all the specified keys.",
+    "SLEEP <seconds>", "    Stop the client for <seconds> (the server keeps serving others).",
+    "HELP", "    Print this help."), group="server", since="1.0.0")

@@ -20,7 +20,7 @@ from marekvs import REDIS_COMPAT_VERSION, __version__
 from marekvs.commands import docs, errors
 from marekvs.commands.db import now_ms
 from marekvs.commands.errors import CommandError
-from marekvs.commands.table import command, container
+from marekvs.commands.table import command, container, help_subcommand
 from marekvs.core.partition import PARTITIONS
 from marekvs.server import resp
 from marekvs.storage.engine import shard_range
@@ -132,15 +132,12 @@ def config_resetstat(c, args):
     return resp.OK
 
 
-@command("help", 2, "loading stale", parent="config", group="server",
-         summary="Returns helpful text about the different subcommands.", since="5.0.0")
-def config_help(c, args):
-    return [resp.Simple(x.encode()) for x in (
-        "CONFIG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
-        "GET <pattern>", "    Return parameters matching the glob-like <pattern> and their values.",
-        "SET <directive> <value>", "    Set the configuration <directive> to <value>.",
-        "RESETSTAT", "    Reset statistics reported by the INFO command.",
-        "HELP", "    Print this help.")]
+config_help = help_subcommand("config", (
+    "CONFIG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "GET <pattern>", "    Return parameters matching the glob-like <pattern> and their values.",
+    "SET <directive> <value>", "    Set the configuration <directive> to <value>.",
+    "RESETSTAT", "    Reset statistics reported by the INFO command.",
+    "HELP", "    Print this help."), group="server")
 
 
 # -- keyspace-wide ----------------------------------------------------------------------
@@ -394,15 +391,12 @@ def command_getkeys(c, args):
     return keys
 
 
-@command("help", 2, "loading stale", parent="command", group="server", acl="connection slow",
-         summary="Returns helpful text about the different subcommands.", since="5.0.0")
-def command_help(c, args):
-    return [resp.Simple(x.encode()) for x in (
-        "COMMAND <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
-        "(no subcommand)", "    Return details about all Redis commands.",
-        "COUNT", "    Return the total number of commands in this Redis server.",
-        "LIST", "    Return a list of all commands in this Redis server.",
-        "INFO [<command-name> ...]", "    Return details about multiple Redis commands.",
-        "DOCS [<command-name> ...]", "    Return documentation details about multiple Redis commands.",
-        "GETKEYS <full-command>", "    Return the keys from a full Redis command.",
-        "HELP", "    Print this help.")]
+command_help = help_subcommand("command", (
+    "COMMAND <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "(no subcommand)", "    Return details about all Redis commands.",
+    "COUNT", "    Return the total number of commands in this Redis server.",
+    "LIST", "    Return a list of all commands in this Redis server.",
+    "INFO [<command-name> ...]", "    Return details about multiple Redis commands.",
+    "DOCS [<command-name> ...]", "    Return documentation details about multiple Redis commands.",
+    "GETKEYS <full-command>", "    Return the keys from a full Redis command.",
+    "HELP", "    Print this help."), group="server", acl="connection slow")

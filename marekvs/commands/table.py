@@ -77,6 +77,23 @@ def command(name: str, arity: int, flags: str = "", keys: tuple[int, int, int] =
     return deco
 
 
+def help_subcommand(parent: str, lines: tuple[str, ...], *, group: str, since: str = "5.0.0",
+                    acl: str = "") -> Callable[..., Any]:
+    """The HELP subcommand of the container ``parent``: ``lines`` as an array of simple
+    strings, as Redis prints them. Assign the result to a module-level name so the
+    table finds it."""
+    from marekvs.server.resp import Simple
+
+    reply = [Simple(x.encode()) for x in lines]
+
+    def handler(c: Any, args: list[bytes]) -> list[Simple]:
+        return list(reply)
+
+    handler.__name__ = f"{parent}_help"
+    return command("help", 2, "loading stale", parent=parent, group=group, since=since, acl=acl,
+                   summary="Returns helpful text about the different subcommands.")(handler)
+
+
 def container(name: str, arity: int = -2, flags: str = "", *, group: str = "generic",
               summary: str = "", since: str = "1.0.0", acl: str = "",
               handler: Callable[..., Any] | None = None) -> Command:

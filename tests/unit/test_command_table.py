@@ -362,3 +362,22 @@ def test_parse_syntax_repeated_group():
     assert len(got) == 1, got
     assert got[0]["type"] == "block" and "multiple" in got[0]["flags"]
     assert [a["name"] for a in got[0]["arguments"]] == ["key", "value"]
+
+
+@pytest.mark.parametrize("name", ["client", "config", "command", "debug", "object"])
+def test_help_lists_every_subcommand_as_redis_formats_it(name):
+    """``<CONTAINER> HELP``: simple strings, Redis's first and last lines, and a line
+    for every subcommand the table declares (a help that forgets one fails)."""
+    from marekvs.server.resp import Simple
+
+    help_ = TABLE.lookup(name.encode()).subcommands["help"]
+    assert (help_.arity, help_.flags) == (2, ("loading", "stale"))
+    lines = help_.handler(None, [name.encode(), b"help"])
+    assert all(type(x) is Simple for x in lines)
+    text = [x.decode() for x in lines]
+    assert text[0] == f"{name.upper()} <subcommand> [<arg> [value] [opt] ...]. Subcommands are:"
+    assert text[-2] == "HELP" and text[-1].strip() in ("Print this help.", "Prints this help.")
+    listed = {t.split()[0] for t in text[1:] if not t.startswith((" ", "("))}  # "(no subcommand)"
+    assert listed == {s.upper() for s in TABLE.lookup(name.encode()).subcommands}
+    lines.append(Simple(b"x"))  # the reply is the caller's: the next call is unchanged
+    assert help_.handler(None, [name.encode(), b"help"]) == lines[:-1]
