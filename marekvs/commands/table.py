@@ -14,6 +14,8 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from marekvs.server.resp import Simple
+
 FAMILIES = (
     "marekvs.commands.connection",
     "marekvs.commands.server",
@@ -82,8 +84,6 @@ def help_subcommand(parent: str, lines: tuple[str, ...], *, group: str, since: s
     """The HELP subcommand of the container ``parent``: ``lines`` as an array of simple
     strings, as Redis prints them. Assign the result to a module-level name so the
     table finds it."""
-    from marekvs.server.resp import Simple
-
     reply = [Simple(x.encode()) for x in lines]
 
     def handler(c: Any, args: list[bytes]) -> list[Simple]:

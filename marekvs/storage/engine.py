@@ -253,24 +253,17 @@ class Engine:
             return 0
         wb = WriteBatch(raw_mode=True)
         h = self._h_data
-        put = wb.put
-        if len(pending) < SORTED_COMMIT_MIN:
-            for k, v in pending.items():
-                if v is None:
-                    wb.delete(k, h)
-                else:
-                    put(k, v, h)
-        else:
-            # RocksDB inserts a batch into the memtable in batch order and reuses its
-            # skiplist position between inserts: in key order, each insert searches
-            # near the last one instead of from the top (measured: 1.4 -> 0.75 us per
-            # record for 5-10k records; nothing gained under ~1k, where sorting costs)
-            for k in sorted(pending):
-                v = pending[k]
-                if v is None:
-                    wb.delete(k, h)
-                else:
-                    put(k, v, h)
+        # RocksDB inserts a batch into the memtable in batch order and reuses its
+        # skiplist position between inserts: in key order, each insert searches near
+        # the last one instead of from the top (measured: 1.4 -> 0.75 us per record for
+        # 5-10k records; nothing gained under ~1k, where sorting costs)
+        items = (pending.items() if len(pending) < SORTED_COMMIT_MIN
+                 else [(k, pending[k]) for k in sorted(pending)])
+        for k, v in items:
+            if v is None:
+                wb.delete(k, h)
+            else:
+                wb.put(k, v, h)
         if plog:
             self.log_seq += 1
             keys = list(plog)
