@@ -215,6 +215,7 @@ class ReplicationManager(pbg.ReplicationServicer):
         if p is None:
             p = self.peers[nid] = PeerState(nid, addr)
         p.grpc_addr = addr
+        self.engine.keep_recent = True  # a sender will ship from the ring of recent entries
         if persist:
             self.engine.put_meta(b"peer:%d" % nid, addr.encode())
         return p

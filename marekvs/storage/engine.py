@@ -70,8 +70,6 @@ _NOT_CACHED = object()
 _U64 = struct.Struct(">Q")
 FORMAT_VERSION = 1
 RECENT_ENTRIES_BYTES = 32 << 20
-# A commit of at least this many records writes them in key order (see ``commit``).
-SORTED_COMMIT_MIN = 2048
 DURABILITY_MODES = ("always", "everysec", "no")
 
 
@@ -124,7 +122,10 @@ class Engine:
         self.commit_listeners: list = []  # called with log_seq after a batch with log entries
         # The newest log entries as the commit wrote them ([ikey, value, ...]; packed
         # to their wire form on a sender's first request), so shipping does not
-        # re-read and re-encode them.
+        # re-read and re-encode them. Kept only once the node has a peer
+        # (``keep_recent``, set by replication): a lone node never pays for them, and
+        # a sender that starts later reads older entries from the log on disk.
+        self.keep_recent = False
         self.recent_entries: dict[int, bytes | list[bytes]] = {}
         self.recent_bytes = 0
         # stats
@@ -253,13 +254,10 @@ class Engine:
             return 0
         wb = WriteBatch(raw_mode=True)
         h = self._h_data
-        # RocksDB inserts a batch into the memtable in batch order and reuses its
-        # skiplist position between inserts: in key order, each insert searches near
-        # the last one instead of from the top (measured: 1.4 -> 0.75 us per record for
-        # 5-10k records; nothing gained under ~1k, where sorting costs)
-        items = (pending.items() if len(pending) < SORTED_COMMIT_MIN
-                 else [(k, pending[k]) for k in sorted(pending)])
-        for k, v in items:
+        # (Writing a big batch in key order makes RocksDB's memtable inserts ~2x
+        # cheaper, but sorting scattered keys in Python costs as much: no gain, see
+        # bench/README_cluster.md, "Sixth reading".)
+        for k, v in pending.items():
             if v is None:
                 wb.delete(k, h)
             else:
@@ -268,9 +266,9 @@ class Engine:
             self.log_seq += 1
             keys = list(plog)
             wb.put(_U64.pack(self.log_seq), msgpack.packb(keys), self._h_replog)
-            # the wire form is packed when a sender first asks (recent_packed): a node
-            # with no peers never pays for it
-            self._remember_entry(self.log_seq, keys, pending)
+            # the wire form is packed when a sender first asks (recent_packed)
+            if self.keep_recent:
+                self._remember_entry(self.log_seq, keys, pending)
         if pmeta:
             hm = self._h_meta
             for k, v in pmeta.items():

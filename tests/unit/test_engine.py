@@ -3,6 +3,7 @@
 import time
 from types import SimpleNamespace
 
+import msgpack
 import pytest
 
 from marekvs import config as cfgmod
@@ -10,7 +11,7 @@ from marekvs.core import envelope as env
 from marekvs.core import keys as K
 from marekvs.core import lww
 from marekvs.core.envelope import RecordType
-from marekvs.storage.engine import SORTED_COMMIT_MIN, Engine, StorageError, prefix_end, shard_of, shard_range
+from marekvs.storage.engine import Engine, StorageError, prefix_end, shard_of, shard_range
 from marekvs.storage.sweeper import Sweeper
 
 
@@ -54,6 +55,7 @@ def test_one_batch_one_log_entry_naming_changed_keys(engine):
 
 
 def test_shipping_reads_stop_at_the_byte_cap_but_hold_at_least_one_entry(engine):
+    engine.keep_recent = True  # as replication sets it once the node has a peer
     big = b"x" * 1000
     for i in range(6):  # six entries of ~1 kB each
         engine.apply([(K.encode_string_key(b"k%d" % i), rec(i + 1, big))])
@@ -63,6 +65,20 @@ def test_shipping_reads_stop_at_the_byte_cap_but_hold_at_least_one_entry(engine)
         assert len(read(2500)) == 3  # stops once it holds >= 2500 bytes
         assert len(read(1)) == 1  # never empty: an entry bigger than the cap still goes
     assert len(engine.recent_packed(3, 2)) == 2  # the entry limit still applies
+
+
+def test_a_node_without_peers_keeps_no_ring_and_shipping_reads_the_log(engine):
+    a, b = K.encode_string_key(b"a"), K.encode_string_key(b"b")
+    engine.apply([(a, rec(1))])
+    engine.commit()
+    assert engine.recent_entries == {} and engine.recent_packed(0, 10) is None
+    engine.keep_recent = True  # a peer appears: later commits are kept
+    engine.apply([(b, rec(2))])
+    engine.commit()
+    assert engine.recent_packed(0, 10) is None  # entry 1 only on disk
+    assert engine.read_log(0, 10) == [(1, [(a, rec(1))]), (2, [(b, rec(2))])]
+    (packed,) = engine.recent_packed(1, 10)
+    assert msgpack.unpackb(packed) == [2, [b, rec(2)]]
 
 
 def test_replication_apply_is_not_logged_but_metadata_commits_with_it(engine):
@@ -101,10 +117,10 @@ def test_data_survives_reopen_and_log_sequence_continues(tmp_path):
     e.close()
 
 
-@pytest.mark.parametrize("n", [10, 3 * SORTED_COMMIT_MIN])  # both commits big or small
+@pytest.mark.parametrize("n", [10, 6000])
 def test_a_commit_writes_its_records_and_purges_in_any_order_of_size(tmp_path, n):
-    """Small commits write in arrival order, big ones in key order: both persist the
-    same records, purges included, and log the keys in the order they changed."""
+    """Small and big commits persist their records, purges included, and log the
+    keys in the order they changed."""
     path = str(tmp_path / "db")
     e = Engine(path, node_id=1, durability="always")
     keys = [K.encode_string_key(b"k%d" % (n - i)) for i in range(n)]  # descending
