@@ -109,7 +109,8 @@ def op_incr(ks: db.Keyspace, key: bytes, delta: int, now: int) -> int:
     ik, live = ks.string_lookup(key, now)
     node = ks.node_id
     try:
-        bumped = pncounter.bump(live, node, delta) if live is not None and pncounter.is_counter(live) else None
+        # (a live record's flags byte is FLAGS exactly when it is a counter)
+        bumped = pncounter.bump(live, node, delta) if live is not None and live[0] == pncounter.FLAGS else None
     except OverflowError:
         raise CommandError(errors.OVERFLOW) from None
     if bumped is not None:  # this node's slot exists: the new payload is built on the bytes

@@ -28,20 +28,11 @@ member record. Tags not listed (including the retired b'l') merge as LWW registe
 from __future__ import annotations
 
 from marekvs.core import head, hll, listelem, lww, orswot, pncounter, stream
-from marekvs.core.envelope import RecordType
-
-_COUNTER = RecordType.COUNTER
-
-
-def _merge_string(a: bytes, b: bytes) -> bytes:
-    if (a[0] >> 2) & 7 == _COUNTER or (b[0] >> 2) & 7 == _COUNTER:
-        return pncounter.merge(a, b)
-    return lww.merge(a, b)
 
 
 # tag byte -> merge(a, b). Tags not listed merge as LWW registers.
 MERGERS = {
-    ord("s"): _merge_string,
+    ord("s"): pncounter.merge,  # any two string-key records (plain pairs: inlined below)
     ord("M"): head.merge,
     ord("h"): orswot.merge,
     ord("S"): orswot.merge,
