@@ -33,6 +33,7 @@ from marekvs.storage.engine import Engine
 
 log = logging.getLogger("marekvs.sweeper")
 _U16 = struct.Struct(">H")
+_END = b"\xff\xff"  # ends _records_from: pid 65535 is no partition (there are 4096)
 RECORDS_PER_STEP = 2000  # records read per step: bounds each step's pause
 MIN_STEP = 400  # records read per step at least
 CYCLE_SECONDS = 30.0  # aimed-for time of one whole cycle over a big keyspace
@@ -85,7 +86,9 @@ class Sweeper:
         dead = []
         for ikey, rec in self._records_from(first):
             rpid = (ikey[0] << 8) | ikey[1]
-            while pid != rpid and not stop:  # pid is complete (and any empty ones after it)
+            # pid is complete (and any empty ones after it; the end marker closes every
+            # partition left, up to the budget or back to ``first``)
+            while pid != rpid and not stop:
                 pid = self._close(pid, n_live, n_exp, seen)
                 n_live = n_exp = 0
                 stop = seen >= budget or pid == first
@@ -102,10 +105,6 @@ class Sweeper:
             if (ikey[2] == 0x73 or ikey[2] == 0x4D) and (not d or d > now):  # a live key
                 n_live += 1
                 n_exp += d != 0
-        while not stop:  # no records left: the partitions up to ``first`` are empty
-            pid = self._close(pid, n_live, n_exp, seen)
-            n_live = n_exp = 0
-            stop = seen >= budget or pid == first
         self.next_pid = pid
         self.cycle_records += seen
         for ikey in dead:
@@ -117,10 +116,12 @@ class Sweeper:
         """Every record from partition ``pid`` on, then from 0 up to ``pid``. Partitions
         are contiguous in key order (the 2-byte pid prefix), so that is one iterator
         (two after a wrap), not one per partition: creating an iterator seeks every
-        memtable and L0 file, which costs more than a small partition's records."""
+        memtable and L0 file, which costs more than a small partition's records. Ends
+        with ``_END``, a key of no partition."""
         yield from self.engine.scan(_U16.pack(pid), None)
         if pid:
             yield from self.engine.scan(b"", _U16.pack(pid))
+        yield _END, b""
 
     def _close(self, pid: int, n_live: int, n_exp: int, seen: int) -> int:
         """Record partition ``pid``'s counts; return the next pid (a wrap ends a cycle)."""
