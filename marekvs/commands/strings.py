@@ -61,7 +61,7 @@ _GETRANGE_COMPLEXITY = (
 
 def _string_value(ks: db.Keyspace, key: bytes, now: int) -> bytes | None:
     """The string at ``key`` (None if absent); WRONGTYPE for a collection."""
-    rec = ks.string_lookup(key, now)[1]
+    rec = ks.string_record(key, now)
     return None if rec is None else db.string_value(rec)
 
 
