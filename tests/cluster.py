@@ -411,7 +411,7 @@ class Cluster:
                 report.append(f"node {i} INFO replication: {rep}")
             except (redis.RedisError, OSError) as e:
                 report.append(f"node {i}: INFO failed: {e!r}")
-        raise ConvergenceTimeout("\n".join(report))
+        raise ConvergenceTimeout("\n".join(report) + self.exited_report())
 
     def info(self, i: int, section: str = "replication") -> dict[str, str]:
         with self.client(i) as c:
@@ -432,7 +432,15 @@ class Cluster:
                     set(st) >= set(ids) - {i} for i, st in states.items()):
                 return
             time.sleep(0.1)
-        raise AssertionError(f"links not all streaming after {timeout}s: {states}")
+        raise AssertionError(f"links not all streaming after {timeout}s: {states}{self.exited_report()}")
+
+    def exited_report(self) -> str:
+        """Exit code and log tail of every started node that is no longer running."""
+        out = []
+        for i, n in self.nodes.items():
+            if n.proc is not None and n.proc.poll() is not None:
+                out.append(f"\n--- node {i} exited with {n.proc.returncode}; its log ---\n{n.log_text()[-3000:]}")
+        return "".join(out)
 
 
 # -- load ----------------------------------------------------------------------------------

@@ -17,10 +17,51 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def _port_candidates() -> list[int]:
+    """Loopback ports below (or above) the kernel's ephemeral range, walked from an offset
+    that depends on the pid so that two test runs on one machine start far apart."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low, high = (int(x) for x in f.read().split())
+    except (OSError, ValueError):
+        low, high = 32768, 60999
+    ports = [p for p in range(10000, 65536) if not low <= p <= high]
+    if not ports:
+        return []
+    start = (os.getpid() * 7919) % len(ports)
+    return ports[start:] + ports[:start]
+
+
+_CANDIDATES = iter(_port_candidates())
+_GIVEN: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port nothing listens on that this test run has not handed out before.
+
+    A node binds its ports some time after the test picked them. Picking with ``bind(0)``
+    let two picks of one run return the same port, and let a node's outgoing connection
+    (which takes an ephemeral port) occupy a port picked for a node not yet started; the
+    node then exited at once while another process answered its port. So ports come from
+    outside the ephemeral range and are never handed out twice (``bind(0)`` only when that
+    range covers every port)."""
+    for port in _CANDIDATES:
+        if port in _GIVEN:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _GIVEN.add(port)
+        return port
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _GIVEN:
+            _GIVEN.add(port)
+            return port
 
 
 def wait_port(port: int, proc: subprocess.Popen | None = None, timeout: float = 20.0) -> None:
@@ -63,9 +104,18 @@ class Node:
         if self.env:
             env.update(self.env)
         self._log = open(self.log_path, "ab")
+        logged = self._log.tell()
         self.proc = subprocess.Popen(self.args(), cwd=str(ROOT), env=env, stdout=self._log,
                                      stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout
         wait_port(self.port, self.proc, timeout)
+        # the port answering is not proof: make sure it is this process that listens there
+        line = f"listening on 127.0.0.1:{self.port} ".encode()
+        while line not in self.log_bytes(logged):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"node {self.node_id} (pid {self.proc.pid}, exit {self.proc.poll()}) did "
+                                   f"not log that it listens on {self.port}, though the port answers")
+            time.sleep(0.02)
         return self
 
     @property
@@ -92,10 +142,15 @@ class Node:
         return self.proc.returncode
 
     def log_text(self) -> str:
+        return self.log_bytes().decode(errors="replace")
+
+    def log_bytes(self, offset: int = 0) -> bytes:
         try:
-            return self.log_path.read_text(errors="replace")
+            with open(self.log_path, "rb") as f:
+                f.seek(offset)
+                return f.read()
         except OSError:
-            return ""
+            return b""
 
     def client(self, **kw):
         import redis

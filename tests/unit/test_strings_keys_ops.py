@@ -30,6 +30,7 @@ from marekvs.core.hlc import HLC
 from marekvs.core.partition import PARTITIONS
 from marekvs.server import resp
 from marekvs.storage.engine import Engine
+from tests.helpers import free_port
 
 
 class Error(str):
@@ -1107,12 +1108,6 @@ def test_declarations_are_complete():
 # Differential: the same sequences against a real redis-server 7.0
 # =========================================================================================
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class RawRedis:
     """A bare RESP connection: sends a command, returns the reply's exact bytes."""
 
@@ -1148,7 +1143,7 @@ def redis_port():
     exe = shutil.which("redis-server")
     if exe is None:
         pytest.skip("redis-server is not installed")
-    port = _free_port()
+    port = free_port()
     workdir = tempfile.mkdtemp(prefix="marekvs-redis-")
     proc = subprocess.Popen([exe, "--save", "", "--appendonly", "no", "--port", str(port),
                              "--bind", "127.0.0.1", "--dir", workdir],
