@@ -162,7 +162,7 @@ def test_wait_counts_replicas_that_applied_the_write(cluster3):
     c.wait_streaming(20)
     t = time.monotonic()
     n = r1.wait(0, 0)  # no write yet on this connection: immediate
-    assert time.monotonic() - t < 0.2 and 0 <= n <= 2, n
+    assert time.monotonic() - t < 2.0 and 0 <= n <= 2, n
     r1.set("w", "1")
     assert r1.wait(2, 0) == 2
     for i in (2, 3):
@@ -170,7 +170,7 @@ def test_wait_counts_replicas_that_applied_the_write(cluster3):
     r1.set("w", "2")
     t = time.monotonic()
     n = r1.wait(0, 0)
-    assert time.monotonic() - t < 0.2, "WAIT 0 0 must not block"
+    assert time.monotonic() - t < 2.0, "WAIT 0 0 must not block (timeout 0 would block for ever)"
     assert 0 <= n <= 2
 
     # a replica that cannot ack (process stopped with SIGSTOP): WAIT 2 200 gives up at ~200 ms
