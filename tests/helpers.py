@@ -5,6 +5,7 @@ Every process is started by the test that needs it and stopped by its own pid.
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import signal
@@ -32,7 +33,15 @@ def _port_candidates() -> list[int]:
     return ports[start:] + ports[:start]
 
 
-_CANDIDATES = iter(_port_candidates())
+def _ephemeral_ports():
+    """Ports the kernel picks (``bind(0)``): only when the ephemeral range covers them all."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            yield s.getsockname()[1]
+
+
+_CANDIDATES = itertools.chain(_port_candidates(), _ephemeral_ports())
 _GIVEN: set[int] = set()
 
 
@@ -45,23 +54,18 @@ def free_port() -> int:
     node then exited at once while another process answered its port. So ports come from
     outside the ephemeral range and are never handed out twice (``bind(0)`` only when that
     range covers every port)."""
-    for port in _CANDIDATES:
-        if port in _GIVEN:
-            continue
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-        _GIVEN.add(port)
-        return port
-    while True:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port not in _GIVEN:
-            _GIVEN.add(port)
-            return port
+    port = next(p for p in _CANDIDATES if p not in _GIVEN and _bindable(p))
+    _GIVEN.add(port)
+    return port
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def wait_port(port: int, proc: subprocess.Popen | None = None, timeout: float = 20.0) -> None:
