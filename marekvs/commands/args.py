@@ -14,9 +14,10 @@ Long doubles (``parse_ld`` / ``ld_add`` / ``format_ld``)
     type, so values are exact ``Fraction``s rounded to that format after every
     operation (round half to even, as the FPU does). ``parse_ld`` follows
     ``string2ld``: ``strtold`` grammar (decimal, hex ``0x1p3``, ``inf``/``infinity``),
-    the whole string must be consumed, no leading space, no NaN, and overflow or
-    underflow to zero is refused. ``format_ld`` is ``ld2string(LD_STR_HUMAN)``: ``%.17Lf``
-    with trailing zeros (and a bare '.') removed, ``-0`` printed as ``0``.
+    the whole string must be consumed (an embedded NUL fails that), no leading space,
+    no NaN, and overflow or underflow to zero is refused. ``format_ld`` is
+    ``ld2string(LD_STR_HUMAN)``: ``%.17Lf`` with trailing zeros (and a bare '.')
+    removed, ``-0`` printed as ``0``.
 
 Expire times (``parse_set_options``, ``expire_deadline``, ``parse_expire_flags``)
     SET / GETEX options as ``parseExtendedStringArgumentsOrReply``; the deadline rule
@@ -159,7 +160,7 @@ def parse_ld(b: bytes) -> Ld | None:
     """Redis ``string2ld``: the long double ``b`` spells, or None."""
     if not b or len(b) >= MAX_LONG_DOUBLE_CHARS:
         return None
-    b = b.split(b"\0", 1)[0]  # strtold stops at an embedded NUL, as in C
+    # (_LD_RE has no NUL: a string with one is refused, as string2ld's length check does)
     m = _LD_RE.fullmatch(b)
     if m is None:
         return None

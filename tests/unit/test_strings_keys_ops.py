@@ -609,7 +609,8 @@ def test_incrbyfloat_keeps_ttl_and_writes_plain_string(r, clock):
 
 def test_long_double_helpers():
     assert A.format_ld(A.parse_ld(b"1.5")) == b"1.5"
-    assert A.parse_ld(b"1\x00junk") == 1  # strtold stops at the NUL, as in C
+    assert A.parse_ld(b"1\x00junk") is None  # strtold stops at the NUL: not all consumed
+    assert A.parse_ld(b"1\x00") is None  # (redis-server 7.0.15: "value is not a valid float")
     assert A.parse_ld(b"0x") is None
     assert A.parse_ld(b"1." + b"0" * 5117) == 1  # long but valid
     assert A.parse_ld(b"1." + b"0" * 5118) is None  # MAX_LONG_DOUBLE_CHARS
