@@ -68,6 +68,11 @@ def _bindable(port: int) -> bool:
     return True
 
 
+def mb(*args: bytes) -> bytes:
+    """One command as a RESP multibulk request."""
+    return b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in args)
+
+
 def wait_port(port: int, proc: subprocess.Popen | None = None, timeout: float = 20.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

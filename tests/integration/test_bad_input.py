@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from tests.helpers import Node, RedisServer
+from tests.helpers import Node, RedisServer, mb
 
 SENTINEL_KEY = b"bad-input:sentinel:\x00\xff"
 SENTINEL_VAL = b"acknowledged \r\n value"
@@ -137,10 +137,6 @@ def assert_healthy(node: Node) -> None:
     finally:
         s.close()
     assert node.proc is not None and node.proc.poll() is None, "node died"
-
-
-def mb(*args: bytes) -> bytes:
-    return b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in args)
 
 
 # -- protocol errors: exact text and the connection closed ---------------------------------
