@@ -17,7 +17,7 @@ import sys
 import time
 
 from marekvs import REDIS_COMPAT_VERSION, __version__
-from marekvs.commands import docs, errors
+from marekvs.commands import docs, errors, tunables
 from marekvs.commands.db import now_ms
 from marekvs.commands.errors import CommandError
 from marekvs.commands.table import command, container, help_subcommand
@@ -33,32 +33,6 @@ CONTAINERS = (
               handler=lambda c, args: [docs.info_reply(x) for x in _all_commands(c.server.table)]),
 )
 
-# Redis tuning parameters with no meaning for this engine: accepted, remembered and
-# returned by CONFIG GET so tools and harnesses that set them keep working (docs/).
-NOOP_PARAMS = {
-    "save": "", "appendonly": "yes", "appendfilename": "appendonly.aof", "dbfilename": "dump.rdb",
-    "databases": "1", "maxmemory": "0", "maxmemory-policy": "noeviction", "maxmemory-samples": "5",
-    "hash-max-listpack-entries": "128", "hash-max-listpack-value": "64",
-    "hash-max-ziplist-entries": "128", "hash-max-ziplist-value": "64",
-    "list-max-listpack-size": "-2", "list-max-ziplist-size": "-2", "list-compress-depth": "0",
-    "set-max-intset-entries": "512", "set-max-listpack-entries": "128",
-    "zset-max-listpack-entries": "128", "zset-max-listpack-value": "64",
-    "zset-max-ziplist-entries": "128", "zset-max-ziplist-value": "64",
-    "stream-node-max-bytes": "4096", "stream-node-max-entries": "100", "hll-sparse-max-bytes": "3000",
-    "activerehashing": "yes", "activedefrag": "no", "lazyfree-lazy-eviction": "no",
-    "lazyfree-lazy-expire": "no", "lazyfree-lazy-server-del": "no", "lazyfree-lazy-user-del": "no",
-    "lazyfree-lazy-user-flush": "no", "hz": "10", "dynamic-hz": "yes", "latency-tracking": "yes",
-    "notify-keyspace-events": "", "slowlog-log-slower-than": "10000", "slowlog-max-len": "128",
-    "latency-monitor-threshold": "0", "lua-time-limit": "5000", "busy-reply-threshold": "5000",
-    "tcp-keepalive": "300", "maxclients": "10000", "client-output-buffer-limit":
-    "normal 0 0 0 slave 268435456 67108864 60 pubsub 33554432 8388608 60",
-    "no-appendfsync-on-rewrite": "no", "auto-aof-rewrite-percentage": "100",
-    "auto-aof-rewrite-min-size": "67108864", "rdbcompression": "yes", "rdbchecksum": "yes",
-    "stop-writes-on-bgsave-error": "yes", "protected-mode": "yes", "loglevel": "notice",
-    "timeout": "0", "tcp-backlog": "511", "repl-diskless-sync": "yes", "enable-debug-command": "no",
-}
-
-
 def _live_params(server) -> dict[str, str]:
     cfg = server.config
     return {
@@ -70,12 +44,21 @@ def _live_params(server) -> dict[str, str]:
     }
 
 
+# CONFIG SET parameters of marekvs itself, with their parsers (the tunables: ``tunables``)
+_OWN_PARAMS = {
+    "appendfsync": tunables.one_of("everysec", "always", "no"),
+    "requirepass": str,
+    "gc-grace": tunables.int_between(0, tunables.LLONG_MAX),
+    "max-clock-drift": tunables.int_between(0, tunables.LLONG_MAX),
+}
+
+
 @command("get", -3, "admin noscript loading stale", parent="config", group="server",
          summary="Returns the effective values of configuration parameters.", since="2.0.0",
          syntax="parameter [parameter ...]")
 def config_get(c, args):
     server = c.server
-    params = dict(NOOP_PARAMS)
+    params = tunables.defaults()
     params.update(server.config_extra)
     params.update(_live_params(server))
     out: list = []
@@ -96,19 +79,35 @@ def config_set(c, args):
     if len(args) % 2:
         raise CommandError(errors.SYNTAX)
     server = c.server
-    pairs = [(args[i].decode("utf-8", "replace").lower(), args[i + 1].decode("utf-8", "replace"))
+    pairs = [(args[i].decode("utf-8", "replace"), args[i + 1].decode("utf-8", "replace"))
              for i in range(2, len(args), 2)]
-    for name, value in pairs:  # validate all first: CONFIG SET is all-or-nothing
-        if name in ("appendfsync",) and value not in ("always", "everysec", "no"):
-            raise CommandError(f"ERR CONFIG SET failed (possibly related to argument '{name}') - "
-                               "argument(s) must be one of the following: everysec, always, no")
-        if name in ("gc-grace", "max-clock-drift"):
-            if not value.isdigit():
-                raise CommandError(f"ERR CONFIG SET failed (possibly related to argument '{name}') - "
-                                   "argument couldn't be parsed into an integer")
-        elif name not in NOOP_PARAMS and name not in ("requirepass", "appendfsync"):
+    # As Redis: every name must exist and be changeable, and appear once, then every
+    # value must be valid, before anything is set (all or nothing).
+    # The first pass stops at the first unknown, unchangeable or repeated name.
+    names: list[str] = []
+    for i, (name, _) in enumerate(pairs):
+        canon = name.lower() if name.lower() in _OWN_PARAMS else tunables.canonical_name(name.lower())
+        if canon is None:
             raise CommandError(f"ERR Unknown option or number of arguments for CONFIG SET - '{name}'")
-    for name, value in pairs:
+        try:
+            if canon not in _OWN_PARAMS:
+                tunables.check_settable(canon)
+            if any(name.lower() == earlier.lower() for earlier, _ in pairs[:i]):
+                raise tunables.TunableError("duplicate parameter")  # (two names of one: fine)
+        except tunables.TunableError as e:
+            raise _set_failed(name, e) from None
+        names.append(canon)
+    changes: list[tuple[str, str]] = []
+    for canon, (name, value) in zip(names, pairs):
+        try:
+            if canon in _OWN_PARAMS:
+                value = _OWN_PARAMS[canon](value)
+            else:
+                value = tunables.check(canon, value, server.config_extra.get(canon, tunables.PARAMS[canon][0]))
+        except tunables.TunableError as e:
+            raise _set_failed(name, e) from None
+        changes.append((canon, value))
+    for name, value in changes:
         if name == "appendfsync":
             server.set_durability(value)
         elif name == "requirepass":
@@ -120,7 +119,12 @@ def config_set(c, args):
             server.hlc.max_drift_ms = int(value)
         else:
             server.config_extra[name] = value
+            server.config_extra.update({a: value for a, target in tunables.ALIASES.items() if target == name})
     return resp.OK
+
+
+def _set_failed(name: str, e: Exception) -> CommandError:
+    return CommandError(f"ERR CONFIG SET failed (possibly related to argument '{name}') - {e}")
 
 
 @command("resetstat", 2, "admin noscript loading stale", parent="config", group="server",

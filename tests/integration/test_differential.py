@@ -201,3 +201,55 @@ def test_random_string_and_key_commands_answer_like_redis(shared_node, real_redi
     finally:
         mvs.close()
         red.close()
+
+
+# CONFIG SET of Redis's tuning parameters (no-ops here): the same verdicts and error texts,
+# and CONFIG GET prints the values back as Redis does. (Not ``activedefrag yes``: Redis
+# refuses it when built without its own jemalloc. Limits for normal clients stay 0, and
+# maxmemory goes back to 0, so the stock server keeps answering.)
+CONFIG_CASES = [
+    "hz 5", "hz +5", "hz 05", "hz -0", "hz 1k", "hz 2147483647", "hz 2147483648", "hz -1", "hz",
+    "HZ 7", "hz 7 HZ 8", "hz x hz 5", "hz 5 hz x", "hz x nosuch 8", "nosuch 8 hz x", "hz x maxmemory y",
+    "maxmemory 1 hz x", "hz 5 databases 3", "hz x databases 3", "databases 3 nosuch 1", "dbfilename x.rdb",
+    "appendfilename a.aof", "rdbchecksum no", "tcp-backlog 10", "enable-debug-command yes",
+    "maxmemory 1k", "maxmemory 1KB", "maxmemory 1gb", "maxmemory 1b", "maxmemory 1 k", "maxmemory -0",
+    "maxmemory +1k", "maxmemory 1.5k", "maxmemory k", "maxmemory 1t", "maxmemory 18446744073709551616",
+    "maxmemory 99999999999999999999999", "maxmemory 0",
+    "hash-max-listpack-value 1k", "hash-max-listpack-value 9223372036854775808", "hash-max-listpack-value -1",
+    "hash-max-ziplist-value 2mb", "hash-max-listpack-entries 7 hash-max-ziplist-entries 8",
+    "hash-max-ziplist-entries 9", "list-max-listpack-size -2147483648", "list-max-ziplist-size -2147483649",
+    "slowlog-log-slower-than -1", "slowlog-log-slower-than -2", "maxclients 0", "maxclients 4294967295",
+    "maxclients 4294967296", "maxmemory-samples 0", "tcp-keepalive 99999999999999999999",
+    "activedefrag No", "activedefrag 1", "lazyfree-lazy-expire YES", "protected-mode maybe",
+    "loglevel NOTICE", "loglevel nothing", "maxmemory-policy ALLKEYS-LRU", "maxmemory-policy lru",
+    "save", "save 3600", "save 3600|1", "save 3600|1|300|100", "save x|1", "save 0|0", "save -1|1",
+    "save 3600||1", "save |", "save +60|+1", "save |60|1",
+    "client-output-buffer-limit slave|1mb|2mb|60", "client-output-buffer-limit replica|1|1|1|pubsub|2kb|2|2",
+    "client-output-buffer-limit bogus|0|0|0", "client-output-buffer-limit master|0|0|0",
+    "client-output-buffer-limit normal|0|0", "client-output-buffer-limit normal|x|0|0",
+    "client-output-buffer-limit pubsub|0|0|-1", "client-output-buffer-limit normal|0|0|0",
+    "notify-keyspace-events KEA", "notify-keyspace-events Ex", "notify-keyspace-events g$",
+    "notify-keyspace-events kx", "notify-keyspace-events An", "notify-keyspace-events nKm",
+    "notify-keyspace-events lshzxetdg$", "notify-keyspace-events",
+]
+CONFIG_GETS = ["hz", "maxmemory", "hash-max-*", "list-max-*", "slowlog-log-slower-than", "maxclients",
+               "activedefrag", "lazyfree-lazy-expire", "loglevel", "maxmemory-policy", "save",
+               "client-output-buffer-limit", "notify-keyspace-events"]
+
+
+def test_config_set_of_redis_tunables_answers_like_redis(shared_node, real_redis):
+    mvs, red = Conn(shared_node.port), Conn(real_redis.port)
+    try:
+        for case in CONFIG_CASES:
+            # "|" is a space inside one argument ("save 3600|1" sets save to "3600 1")
+            args = [b"CONFIG", b"SET"] + [w.replace("|", " ").encode() for w in case.split(" ")]
+            want = red.call(args)
+            assert mvs.call(args) == want, case
+            for pattern in CONFIG_GETS:
+                get = [b"CONFIG", b"GET", pattern.encode()]
+                want = normalise([b"KEYS"], red.call(get))  # (map order: compare sorted)
+                assert normalise([b"KEYS"], mvs.call(get)) == want, (case, pattern)
+    finally:
+        red.call([b"CONFIG", b"SET", b"maxmemory", b"0"])
+        mvs.close()
+        red.close()
