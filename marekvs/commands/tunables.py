@@ -93,8 +93,6 @@ class _Fixed:
         raise TunableError(f"can't set {self.kind} config")
 
 
-_fixed = _Fixed
-
 
 def _save(value: str) -> str:
     """``save``: pairs of "seconds changes" separated by single spaces, or empty."""
@@ -157,6 +155,11 @@ def _notify_keyspace_events(value: str) -> str:
     return out + "".join(ch for ch in "KEm" if ch in flags)
 
 
+def _hz(value: str) -> str:
+    """``hz``: any int in 0..INT_MAX is accepted, then clamped to 1..500 (``updateHZ``)."""
+    return str(min(max(int(int_between(0, INT_MAX)(value)), 1), 500))
+
+
 # -- the table -------------------------------------------------------------------------------
 
 _MEM_LL = _memory(LLONG_MAX)
@@ -166,9 +169,9 @@ _COUNT = int_between(0, LLONG_MAX)
 PARAMS: dict[str, tuple[str, Callable[[str], str]]] = {
     "save": ("", _save),
     "appendonly": ("yes", _bool),
-    "appendfilename": ("appendonly.aof", _fixed("immutable")),
-    "dbfilename": ("dump.rdb", _fixed("protected")),
-    "databases": ("1", _fixed("immutable")),
+    "appendfilename": ("appendonly.aof", _Fixed("immutable")),
+    "dbfilename": ("dump.rdb", _Fixed("protected")),
+    "databases": ("1", _Fixed("immutable")),
     "maxmemory": ("0", _memory(ULLONG_MAX)),
     "maxmemory-policy": ("noeviction", one_of("volatile-lru", "volatile-lfu", "volatile-random", "volatile-ttl",
                                              "allkeys-lru", "allkeys-lfu", "allkeys-random", "noeviction")),
@@ -191,7 +194,7 @@ PARAMS: dict[str, tuple[str, Callable[[str], str]]] = {
     "lazyfree-lazy-server-del": ("no", _bool),
     "lazyfree-lazy-user-del": ("no", _bool),
     "lazyfree-lazy-user-flush": ("no", _bool),
-    "hz": ("10", lambda v: str(min(max(int(int_between(0, INT_MAX)(v)), 1), 500))),  # Redis clamps to 1..500
+    "hz": ("10", _hz),
     "dynamic-hz": ("yes", _bool),
     "latency-tracking": ("yes", _bool),
     "notify-keyspace-events": ("", _notify_keyspace_events),
@@ -208,14 +211,14 @@ PARAMS: dict[str, tuple[str, Callable[[str], str]]] = {
     "auto-aof-rewrite-percentage": ("100", int_between(0, INT_MAX)),
     "auto-aof-rewrite-min-size": ("67108864", _MEM_LL),
     "rdbcompression": ("yes", _bool),
-    "rdbchecksum": ("yes", _fixed("immutable")),
+    "rdbchecksum": ("yes", _Fixed("immutable")),
     "stop-writes-on-bgsave-error": ("yes", _bool),
     "protected-mode": ("yes", _bool),
     "loglevel": ("notice", one_of("debug", "verbose", "notice", "warning")),
     "timeout": ("0", int_between(0, INT_MAX)),
-    "tcp-backlog": ("511", _fixed("immutable")),
+    "tcp-backlog": ("511", _Fixed("immutable")),
     "repl-diskless-sync": ("yes", _bool),
-    "enable-debug-command": ("no", _fixed("immutable")),
+    "enable-debug-command": ("no", _Fixed("immutable")),
 }
 
 # Redis 7.0's old names: one parameter under two names (set one, both read the new value)
