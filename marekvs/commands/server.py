@@ -58,8 +58,7 @@ _OWN_PARAMS = {
          syntax="parameter [parameter ...]")
 def config_get(c, args):
     server = c.server
-    params = tunables.defaults()
-    params.update(server.config_extra)
+    params = tunables.values(server.config_extra)
     params.update(_live_params(server))
     out: list = []
     seen = set()
@@ -119,7 +118,6 @@ def config_set(c, args):
             server.hlc.max_drift_ms = int(value)
         else:
             server.config_extra[name] = value
-            server.config_extra.update({a: value for a, target in tunables.ALIASES.items() if target == name})
     return resp.OK
 
 

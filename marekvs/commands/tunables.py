@@ -6,7 +6,7 @@ Redis 7.0's ``config.c`` validates them, with its error texts: a value Redis wou
 is refused here too, and CONFIG GET returns the value as Redis prints it back (``1k`` ->
 ``1024``, ``YES`` -> ``yes``, ``KEA`` -> ``AKE``). Pure functions, no I/O.
 
-``check(name, value)`` returns the canonical text or raises ``TunableError`` with the
+``check(name, value, current)`` returns the canonical text or raises ``TunableError`` with the
 message that follows Redis's ``CONFIG SET failed (possibly related to argument ...) - ``.
 """
 
@@ -43,14 +43,15 @@ def one_of(*choices: str) -> Callable[[str], str]:
     return parse
 
 
-_LL = re.compile(r"-?(0|[1-9][0-9]*)\Z")  # string2ll: no '+', spaces or leading zeros
+_LL = re.compile(r"(0|-?[1-9][0-9]*)\Z")  # string2ll: no '+', spaces, leading zeros or "-0"
+_STRTOLL = re.compile(r"\s*[+-]?[0-9]+\Z")  # C strtoll, whole string: leading space and a sign
 
 
 def int_between(lo: int, hi: int) -> Callable[[str], str]:
     def parse(value: str) -> str:
-        if not _LL.match(value) or value == "-0" or not -(1 << 63) <= int(value) <= LLONG_MAX:
+        v = int(value) if _LL.match(value) else None
+        if v is None or not -(1 << 63) <= v <= LLONG_MAX:
             raise TunableError("argument couldn't be parsed into an integer")
-        v = int(value)
         if not lo <= v <= hi:
             raise TunableError(f"argument must be between {lo} and {hi} inclusive")
         return str(v)
@@ -93,7 +94,6 @@ class _Fixed:
         raise TunableError(f"can't set {self.kind} config")
 
 
-
 def _save(value: str) -> str:
     """``save``: pairs of "seconds changes" separated by single spaces, or empty."""
     if value == "":
@@ -103,8 +103,7 @@ def _save(value: str) -> str:
         raise TunableError("Invalid save parameters")
     out = []
     for i, p in enumerate(parts):
-        m = re.match(r"\s*([+-]?[0-9]+)\Z", p)  # strtoll: leading space and a sign
-        v = int(m.group(1)) if m else None
+        v = int(p) if _STRTOLL.match(p) else None
         if v is None or (i % 2 == 0 and v < 1) or (i % 2 == 1 and v < 0):
             raise TunableError("Invalid save parameters")
         out.append(str(v))
@@ -129,7 +128,7 @@ def _client_output_buffer_limit(value: str, current: str) -> str:
             raise TunableError("Invalid client class specified in buffer limit configuration.")
         hard, soft = memtoull(args[i + 1]), memtoull(args[i + 2])
         secs = args[i + 3]
-        if hard is None or soft is None or not re.match(r"\s*[+-]?[0-9]+\Z", secs) or int(secs) < 0:
+        if hard is None or soft is None or not _STRTOLL.match(secs) or int(secs) < 0:
             raise TunableError("Error in hard, soft or soft_seconds setting in buffer limit configuration.")
         limits[cls] = [str(hard), str(soft), str(int(secs))]
     return " ".join(" ".join([c] + limits.get(c, ["0", "0", "0"])) for c in ("normal", "slave", "pubsub"))
@@ -221,7 +220,8 @@ PARAMS: dict[str, tuple[str, Callable[[str], str]]] = {
     "enable-debug-command": ("no", _Fixed("immutable")),
 }
 
-# Redis 7.0's old names: one parameter under two names (set one, both read the new value)
+# Redis 7.0's old names: one parameter under two names (values are kept under the new
+# name only; CONFIG GET shows them under both)
 ALIASES = {
     "hash-max-ziplist-entries": "hash-max-listpack-entries",
     "hash-max-ziplist-value": "hash-max-listpack-value",
@@ -237,10 +237,11 @@ def canonical_name(name: str) -> str | None:
     return name if name in PARAMS else None
 
 
-def defaults() -> dict[str, str]:
-    """Every tunable under every name, at its default."""
-    out = {name: d for name, (d, _) in PARAMS.items()}
-    out.update({alias: PARAMS[name][0] for alias, name in ALIASES.items()})
+def values(changed: dict[str, str]) -> dict[str, str]:
+    """Every tunable under every name: its value in ``changed`` (by canonical name),
+    else its default."""
+    out = {name: changed.get(name, d) for name, (d, _) in PARAMS.items()}
+    out.update({alias: out[name] for alias, name in ALIASES.items()})
     return out
 
 
