@@ -375,6 +375,7 @@ class Server:
             self.flush()
         for c in list(self.clients.values()):
             c.kill()
+        self.engine.save_hlc(self.hlc.last)
         self.engine.close()
         log.info("marekvs node %d stopped cleanly", self.config.node_id)
 

@@ -335,3 +335,48 @@ def test_head_map_marks_partitions_that_may_hold_a_collection_head(tmp_path):
     e = Engine(path, node_id=1, durability="no")  # found again at open, tombstone or not
     assert e.head_pids[partition_of(b"h")] == 1 and sum(e.head_pids) == 1
     e.close()
+
+
+class CountingReads:
+    """Stands in for a column family: counts point reads, delegates everything."""
+
+    def __init__(self, cf):
+        self.cf = cf
+        self.gets = 0
+
+    def get(self, k):
+        self.gets += 1
+        return self.cf.get(k)
+
+    def __getattr__(self, name):
+        return getattr(self.cf, name)
+
+
+def test_restart_clock_reads_a_bounded_sample_of_the_newest_log_entries(tmp_path):
+    """After a bulk load the newest log entries name every key of big batches; the
+    start-up clock reads the keys at both ends of each, not all of them (it read every
+    one, and a restart after loading a million keys took minutes)."""
+    e = Engine(str(tmp_path / "db"), node_id=1, durability="no")
+    for batch in range(3):
+        e.apply([(K.encode_string_key(b"k%d:%d" % (batch, i)), rec(1000 + batch * 10_000 + i))
+                 for i in range(10_000)])
+        e.commit()
+    e.close()
+    e = Engine(str(tmp_path / "db"), node_id=1, durability="no")
+    e.data = counting = CountingReads(e.data)
+    assert e.max_hlc() == 1000 + 2 * 10_000 + 9_999  # the last key of the newest entry
+    assert counting.gets == 3 * 32
+    e.data = counting.cf
+    e.close()
+
+
+def test_a_clean_shutdown_keeps_the_clock_for_the_next_start(tmp_path):
+    """Remote clocks taken in by the receive rule are in no local record: the clock is
+    saved at shutdown so a restarted node does not stamp below them."""
+    e = Engine(str(tmp_path / "db"), node_id=1, durability="no")
+    e.apply([(K.encode_string_key(b"a"), rec(50))])
+    e.save_hlc(7_000_000)
+    e.close()
+    e = Engine(str(tmp_path / "db"), node_id=1, durability="no")
+    assert e.max_hlc() == 7_000_000
+    e.close()
