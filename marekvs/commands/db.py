@@ -21,7 +21,7 @@ from marekvs.core import lww, pncounter
 from marekvs.core.envelope import RecordType
 from marekvs.core.hlc import HLC
 from marekvs.commands.errors import WRONGTYPE, CommandError
-from marekvs.storage.engine import Engine, prefix_end
+from marekvs.storage.engine import Engine
 
 _ZERO8 = bytes(8)
 _UNKNOWN = object()  # "the caller did not look the key up"
@@ -197,18 +197,62 @@ class Keyspace:
         return True
 
     # -- iteration -------------------------------------------------------------------
+    # A user key can have a live string record and a live collection head at once (a
+    # SET and a collection write made concurrently on two nodes). It reads as the
+    # string (the spec's type check reads the string key first), so the iterations
+    # below list it once, as the string: a live head is held back until the strings
+    # of its partition have been seen ('M' sorts before 's' within a partition).
+    STEP_RECORDS = 1024  # records scanned per step of a whole-keyspace pass
+
     def all_keys(self, now: int) -> Iterator[tuple[bytes, bytes, bytes]]:
-        """(user key, ikey, record) of every live key, in partition order, from one
-        pass over the data (heads before strings within a partition)."""
+        """(user key, ikey, record) of every live key, in partition order."""
+        for step in self.all_keys_in_steps(now):
+            yield from step
+
+    def all_keys_in_steps(self, now: int) -> Iterator[list[tuple[bytes, bytes, bytes]]]:
+        """``all_keys`` as one list per ``STEP_RECORDS`` records scanned (possibly
+        empty), so that a caller can pause between them (``commands/stepwise.py``).
+        One iterator, opened at the first step, reads one snapshot of the data."""
+        out: list[tuple[bytes, bytes, bytes]] = []
+        heads: dict[bytes, tuple[bytes, bytes, bytes]] = {}
+        heads_pid = b""
+        n = 0
+        step = self.STEP_RECORDS
         for ikey, rec in self.engine.scan(b"", None):
+            if heads and ikey[:2] != heads_pid:  # past the partition of the held heads
+                out.extend(heads.values())
+                heads = {}
             tag = ikey[2]
-            if (tag == 0x73 or tag == 0x4D) and is_live(rec, now):  # b's', b'M'
-                yield K.user_key_of(ikey), ikey, rec
+            if tag == 0x73:  # b's'
+                if is_live(rec, now):
+                    key = ikey[3:]
+                    if heads:
+                        heads.pop(key, None)
+                    out.append((key, ikey, rec))
+            elif tag == 0x4D and is_live(rec, now):  # b'M'
+                key = K.user_key_of(ikey)
+                heads[key] = (key, ikey, rec)
+                heads_pid = ikey[:2]
+            n += 1
+            if n == step:
+                yield out
+                out = []
+                n = 0
+        out.extend(heads.values())
+        yield out
 
     def partition_keys(self, pid: int, now: int) -> Iterator[tuple[bytes, bytes, bytes]]:
         """(user key, ikey, record) of every live key in partition ``pid``."""
-        for tag in (K.TAG_HEAD, K.TAG_STRING):
-            prefix = _U16.pack(pid) + tag
-            for ikey, rec in self.engine.scan(prefix, prefix_end(prefix)):
-                if is_live(rec, now):
-                    yield K.user_key_of(ikey), ikey, rec
+        p = _U16.pack(pid)
+        heads = {}
+        for ikey, rec in self.engine.scan_prefix(p + K.TAG_HEAD):
+            if is_live(rec, now):
+                key = K.user_key_of(ikey)
+                heads[key] = (key, ikey, rec)
+        for ikey, rec in self.engine.scan_prefix(p + K.TAG_STRING):
+            if is_live(rec, now):
+                key = ikey[3:]
+                if heads:
+                    heads.pop(key, None)
+                yield key, ikey, rec
+        yield from heads.values()

@@ -29,6 +29,7 @@ import random
 from marekvs.commands import args as A
 from marekvs.commands import db, errors, table
 from marekvs.commands.errors import CommandError
+from marekvs.commands.stepwise import in_steps
 from marekvs.commands.table import command
 from marekvs.core import envelope as env
 from marekvs.core import keys as K
@@ -63,15 +64,6 @@ _HEAD_ENCODINGS = {"hash": b"hashtable", "set": b"hashtable", "zset": b"skiplist
 
 def is_string_ikey(ikey: bytes) -> bool:
     return ikey[2:3] == K.TAG_STRING
-
-
-def iter_keys(ks: db.Keyspace, first_pid: int, now: int):
-    """(user key, ikey, record) of every live key, partition by partition."""
-    if first_pid == 0:
-        yield from ks.all_keys(now)
-        return
-    for pid in range(first_pid, PARTITIONS):
-        yield from ks.partition_keys(pid, now)
 
 
 def op_scan(ks: db.Keyspace, cursor: int, count: int, now: int) -> tuple[int, list[bytes]]:
@@ -308,9 +300,16 @@ def persist(c, args: list[bytes]):
                     "have limited length.",
          syntax="pattern")
 def keys(c, args: list[bytes]):
-    pattern = args[1]
+    return in_steps(_matching_keys(c.ks, args[1], db.now_ms()))
+
+
+def _matching_keys(ks: db.Keyspace, pattern: bytes, now: int):
     match = A.stringmatch
-    return [k for k, _, _ in iter_keys(c.ks, 0, db.now_ms()) if match(pattern, k)]
+    out: list[bytes] = []
+    for step in ks.all_keys_in_steps(now):
+        out += [k for k, _, _ in step if match(pattern, k)]
+        yield
+    return out
 
 
 @command("scan", -2, "readonly", (0, 0, 0), group="generic", acl=_ACL_R_SLOW,

@@ -15,6 +15,7 @@ import hashlib
 from marekvs.commands import errors
 from marekvs.commands.db import is_live, now_ms, string_value
 from marekvs.commands.errors import CommandError
+from marekvs.commands.stepwise import in_steps
 from marekvs.commands.table import command, container, help_subcommand
 from marekvs.core import keys as K
 from marekvs.server import resp
@@ -95,20 +96,23 @@ def key_digest(ks, key: bytes, ikey: bytes, rec: bytes, now: int) -> bytes:
     return h.digest()
 
 
-def dataset_digest(ks) -> bytes:
+def dataset_digest(ks):
+    """DEBUG DIGEST's reply, in steps (``stepwise``)."""
     now = now_ms()
     acc = 0
     n = 0
-    for key, ikey, rec in ks.all_keys(now):
-        acc ^= int.from_bytes(key_digest(ks, key, ikey, rec, now), "big")
-        n += 1
-    return b"0" * 40 if n == 0 else b"%040x" % acc
+    for step in ks.all_keys_in_steps(now):
+        for key, ikey, rec in step:
+            acc ^= int.from_bytes(key_digest(ks, key, ikey, rec, now), "big")
+        n += len(step)
+        yield
+    return resp.Simple(b"0" * 40 if n == 0 else b"%040x" % acc)
 
 
 @command("digest", 2, "admin noscript loading stale", parent="debug", group="server",
          summary="Outputs a hash of the whole dataset.")
 def debug_digest(c, args):
-    return resp.Simple(dataset_digest(c.ks))
+    return in_steps(dataset_digest(c.ks))
 
 
 @command("digest-value", -2, "admin noscript loading stale", parent="debug", group="server",

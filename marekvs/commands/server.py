@@ -20,6 +20,7 @@ from marekvs import REDIS_COMPAT_VERSION, __version__
 from marekvs.commands import docs, errors, tunables
 from marekvs.commands.db import now_ms
 from marekvs.commands.errors import CommandError
+from marekvs.commands.stepwise import in_steps
 from marekvs.commands.table import command, container, help_subcommand
 from marekvs.core.partition import PARTITIONS
 from marekvs.server import resp
@@ -144,15 +145,18 @@ config_help = help_subcommand("config", (
 
 # -- keyspace-wide ----------------------------------------------------------------------
 
-def _all_live_keys(ks, now):
-    return ks.all_keys(now)
-
-
 @command("dbsize", 1, "readonly fast", group="server", acl="keyspace read fast",
          summary="Returns the number of keys in the database.")
 def dbsize(c, args):
-    now = now_ms()
-    return sum(1 for _ in _all_live_keys(c.ks, now))
+    return in_steps(_count_keys(c.ks, now_ms()))
+
+
+def _count_keys(ks, now):
+    n = 0
+    for step in ks.all_keys_in_steps(now):
+        n += len(step)
+        yield
+    return n
 
 
 def _flush(c, args):
@@ -161,7 +165,7 @@ def _flush(c, args):
     ks = c.ks
     now = now_ms()
     recs = []
-    for key, _, _ in list(_all_live_keys(ks, now)):
+    for key, _, _ in list(ks.all_keys(now)):
         recs += ks.delete_records(key, now)
     if recs:
         ks.apply(recs)

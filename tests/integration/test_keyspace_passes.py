@@ -1,0 +1,82 @@
+"""DBSIZE, KEYS and DEBUG DIGEST over a big keyspace leave the node serving others.
+
+They read every record (O(N); commands/stepwise.py). On 200,000 keys each takes a few
+hundred ms; run in one go that stalled every other client. Now a pass runs a few ms per
+event-loop turn: another connection's commands are answered while it runs, and the
+commands pipelined behind it on its own connection still come back in order.
+"""
+
+from __future__ import annotations
+
+import select
+import socket
+import time
+
+import hiredis
+import pytest
+
+from tests.helpers import mb
+
+KEYS = 200_000
+
+
+@pytest.fixture(scope="module")
+def big(tmp_path_factory):
+    from tests.helpers import Node
+
+    n = Node(tmp_path_factory.mktemp("big") / "data").start()
+    r = n.client()
+    pipe = r.pipeline(transaction=False)
+    for start in range(0, KEYS, 2000):
+        pipe.mset({b"key:%07d" % i: b"v%d" % i for i in range(start, start + 2000)})
+    pipe.execute()
+    yield n
+    n.stop()
+
+
+def read_replies(sock: socket.socket, n: int, timeout: float = 60.0) -> list:
+    reader = hiredis.Reader()
+    out = []
+    deadline = time.monotonic() + timeout
+    while len(out) < n:
+        sock.settimeout(max(0.01, deadline - time.monotonic()))
+        data = sock.recv(1 << 20)
+        assert data, "connection closed"
+        reader.feed(data)
+        while (r := reader.gets()) is not False:
+            out.append(r)
+    return out
+
+
+@pytest.mark.parametrize("command", [[b"DBSIZE"], [b"KEYS", b"*"], [b"DEBUG", b"DIGEST"]],
+                         ids=["dbsize", "keys", "digest"])
+def test_other_clients_are_served_while_a_whole_keyspace_pass_runs(big, command):
+    a = socket.create_connection(("127.0.0.1", big.port))
+    b = big.client()
+    try:
+        a.sendall(mb(*command))
+        time.sleep(0.02)  # the pass has started
+        for i in range(5):
+            assert b.ping()
+            assert b.set(b"other:%d" % i, b"x")
+        # five round trips of another client, and the pass is still running
+        assert select.select([a], [], [], 0)[0] == [], "the pass blocked the other client"
+        (reply,) = read_replies(a, 1)
+        if command[0] == b"DBSIZE":
+            assert reply == KEYS or reply == KEYS + 5  # (the other client's keys: 0 or 5 made it)
+    finally:
+        b.delete(*[b"other:%d" % i for i in range(5)])
+        a.close()
+
+
+def test_commands_pipelined_behind_a_pass_keep_their_order(big):
+    a = socket.create_connection(("127.0.0.1", big.port))
+    try:
+        a.sendall(mb(b"DBSIZE") + mb(b"PING") + mb(b"KEYS", b"key:000012?")
+                  + mb(b"DEBUG", b"DIGEST") + mb(b"DEBUG", b"DIGEST") + mb(b"GET", b"key:0000007"))
+        size, pong, found, d1, d2, value = read_replies(a, 6)
+        assert (size, pong, value) == (KEYS, b"PONG", b"v7")
+        assert sorted(found) == [b"key:%07d" % i for i in range(120, 130)]
+        assert d1 == d2 and d1 != b"0" * 40
+    finally:
+        a.close()
