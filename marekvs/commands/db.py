@@ -200,9 +200,40 @@ class Keyspace:
     # A user key can have a live string record and a live collection head at once (a
     # SET and a collection write made concurrently on two nodes). It reads as the
     # string (the spec's type check reads the string key first), so the iterations
-    # below list it once, as the string: a live head is held back until the strings
-    # of its partition have been seen ('M' sorts before 's' within a partition).
-    STEP_RECORDS = 1024  # records scanned per step of a whole-keyspace pass
+    # below list it once, as the string ('M' sorts before 's' within a partition: a
+    # partition's heads are held until its strings have been seen).
+    STEP_RECORDS = 1024  # key records read per step of a whole-keyspace pass
+
+    def key_runs(self, first_pid: int, now: int) -> Iterator[tuple[int, int, list[tuple[bytes, bytes, bytes]]]]:
+        """(pid, key records read, live keys as (user key, ikey, record)) of every
+        partition from ``first_pid`` on that holds a string or head record, live or
+        not, in order. One iterator (``Engine.scan_tags``): element records and empty
+        partitions are skipped by seeks."""
+        cur = -1
+        n = 0
+        keys: list[tuple[bytes, bytes, bytes]] = []
+        heads: dict[bytes, tuple[bytes, bytes, bytes]] = {}
+        for ikey, rec in self.engine.scan_tags(first_pid, K.TAG_HEAD + K.TAG_STRING):
+            pid = (ikey[0] << 8) | ikey[1]
+            if pid != cur:
+                if n:
+                    keys.extend(heads.values())
+                    yield cur, n, keys
+                cur, n, keys, heads = pid, 0, [], {}
+            n += 1
+            if not is_live(rec, now):
+                continue
+            if ikey[2] == 0x73:  # b's'
+                key = ikey[3:]
+                if heads:
+                    heads.pop(key, None)
+                keys.append((key, ikey, rec))
+            else:
+                key = K.user_key_of(ikey)
+                heads[key] = (key, ikey, rec)
+        if n:
+            keys.extend(heads.values())
+            yield cur, n, keys
 
     def all_keys(self, now: int) -> Iterator[tuple[bytes, bytes, bytes]]:
         """(user key, ikey, record) of every live key, in partition order."""
@@ -210,49 +241,18 @@ class Keyspace:
             yield from step
 
     def all_keys_in_steps(self, now: int) -> Iterator[list[tuple[bytes, bytes, bytes]]]:
-        """``all_keys`` as one list per ``STEP_RECORDS`` records scanned (possibly
-        empty), so that a caller can pause between them (``commands/stepwise.py``).
-        One iterator, opened at the first step, reads one snapshot of the data."""
+        """``all_keys`` as one list per step of whole partitions holding at least
+        ``STEP_RECORDS`` key records (the last one fewer), so that a caller can pause
+        between them (``commands/stepwise.py``). One iterator, opened at the first
+        step, reads one snapshot of the data."""
         out: list[tuple[bytes, bytes, bytes]] = []
-        heads: dict[bytes, tuple[bytes, bytes, bytes]] = {}
-        heads_pid = b""
         n = 0
         step = self.STEP_RECORDS
-        for ikey, rec in self.engine.scan(b"", None):
-            if heads and ikey[:2] != heads_pid:  # past the partition of the held heads
-                out.extend(heads.values())
-                heads = {}
-            tag = ikey[2]
-            if tag == 0x73:  # b's'
-                if is_live(rec, now):
-                    key = ikey[3:]
-                    if heads:
-                        heads.pop(key, None)
-                    out.append((key, ikey, rec))
-            elif tag == 0x4D and is_live(rec, now):  # b'M'
-                key = K.user_key_of(ikey)
-                heads[key] = (key, ikey, rec)
-                heads_pid = ikey[:2]
-            n += 1
-            if n == step:
+        for _, records, keys in self.key_runs(0, now):
+            out += keys
+            n += records
+            if n >= step:
                 yield out
                 out = []
                 n = 0
-        out.extend(heads.values())
         yield out
-
-    def partition_keys(self, pid: int, now: int) -> Iterator[tuple[bytes, bytes, bytes]]:
-        """(user key, ikey, record) of every live key in partition ``pid``."""
-        p = _U16.pack(pid)
-        heads = {}
-        for ikey, rec in self.engine.scan_prefix(p + K.TAG_HEAD):
-            if is_live(rec, now):
-                key = K.user_key_of(ikey)
-                heads[key] = (key, ikey, rec)
-        for ikey, rec in self.engine.scan_prefix(p + K.TAG_STRING):
-            if is_live(rec, now):
-                key = ikey[3:]
-                if heads:
-                    heads.pop(key, None)
-                yield key, ikey, rec
-        yield from heads.values()

@@ -7,8 +7,9 @@ envelope (an LWW write with the payload unchanged) and a deadline at or before n
 deletes the key instead, as Redis does.
 
 Iteration (KEYS, SCAN, RANDOMKEY) walks the 4096 partitions in order with
-``Keyspace.partition_keys``. The SCAN cursor is the next partition id to visit (0 when
-done) and a call always finishes the partitions it starts, so a key that exists for
+``Keyspace.key_runs`` (one iterator; empty partitions cost nothing). The SCAN cursor is
+the next partition id to visit (0 when done) and a call always finishes the partitions
+it starts, so a key that exists for
 the whole scan is returned at least once, and COUNT bounds the keys visited as in
 Redis (MATCH and TYPE filter afterwards).
 
@@ -67,23 +68,27 @@ def is_string_ikey(ikey: bytes) -> bool:
 
 
 def op_scan(ks: db.Keyspace, cursor: int, count: int, now: int) -> tuple[int, list[bytes]]:
-    """Visit whole partitions from ``cursor`` until ``count`` keys are collected."""
+    """Visit whole partitions from ``cursor`` until ``count`` keys are collected; the
+    next cursor is the next partition holding keys (the empty ones between hold no key
+    present for the whole scan)."""
     found: list[bytes] = []
-    pid = cursor
-    while pid < PARTITIONS and len(found) < count:
-        found.extend(k for k, _, _ in ks.partition_keys(pid, now))
-        pid += 1
-    return (pid if pid < PARTITIONS else 0), found
+    for pid, _, keys in ks.key_runs(cursor, now):
+        if len(found) >= count:
+            return pid, found
+        found.extend(k for k, _, _ in keys)
+    return 0, found
 
 
 def op_random_key(ks: db.Keyspace, now: int) -> bytes | None:
-    """A random live key: a random non-empty partition (starting at a random pid and
-    walking on), then a random key in it."""
+    """A random live key: the first partition with live keys from a random pid on
+    (wrapping around), then a random key in it."""
     start = random.randrange(PARTITIONS)
-    for i in range(PARTITIONS):
-        keys = [k for k, _, _ in ks.partition_keys((start + i) % PARTITIONS, now)]
-        if keys:
-            return random.choice(keys)
+    for first in (start, 0):
+        for pid, _, keys in ks.key_runs(first, now):
+            if first == 0 and pid >= start:
+                return None
+            if keys:
+                return random.choice(keys)[0]
     return None
 
 

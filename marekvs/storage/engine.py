@@ -68,6 +68,7 @@ log = logging.getLogger("marekvs.storage")
 MISSING = None  # cached absence is stored as None; a cache miss is _NOT_CACHED
 _NOT_CACHED = object()
 _U64 = struct.Struct(">Q")
+_U16 = struct.Struct(">H")
 FORMAT_VERSION = 1
 RECENT_ENTRIES_BYTES = 32 << 20
 # A WAL file is deleted only once every column family has flushed what it holds, and
@@ -206,8 +207,33 @@ class Engine:
             yield k, it.value()
             it.next()
 
-    def scan_prefix(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
-        return self.scan(prefix, prefix_end(prefix))
+    def scan_tags(self, first_pid: int, tags: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """Records of partitions ``first_pid`` on whose tag byte (the byte after the
+        pid) is in ``tags``, in key order, from ONE iterator that seeks over everything
+        else: the records of other tags (a big hash's fields), and empty partitions,
+        cost one seek each instead of one read per record, or a new iterator per
+        partition (which seeks every memtable and L0 file: ~3 us, 14 ms for all 4096)."""
+        if self.pending or self.pending_log:
+            self.commit()
+        wanted = bytes(sorted(set(tags)))
+        first = wanted[:1]
+        it = self.data.iter(ReadOptions())
+        it.seek(_U16.pack(first_pid) + first)
+        while it.valid():
+            k = it.key()
+            t = k[2]
+            if t in wanted:
+                yield k, it.value()
+                it.next()
+                continue
+            after = [w for w in wanted if w > t]
+            if after:  # the next wanted tag of this partition
+                it.seek(k[:2] + bytes((after[0],)))
+            else:
+                pid = ((k[0] << 8) | k[1]) + 1
+                if pid >= PARTITIONS:
+                    return
+                it.seek(_U16.pack(pid) + first)
 
     # -- the apply path --------------------------------------------------------------
     def apply(self, records: list[tuple[bytes, bytes]], log_entry: bool = True) -> list[tuple[bytes, bytes]]:

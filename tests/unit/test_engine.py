@@ -380,3 +380,21 @@ def test_a_clean_shutdown_keeps_the_clock_for_the_next_start(tmp_path):
     e = Engine(str(tmp_path / "db"), node_id=1, durability="no")
     assert e.max_hlc() == 7_000_000
     e.close()
+
+
+def test_scan_tags_reads_only_the_wanted_tags_from_a_partition_on(engine):
+    """One iterator over the key records: other tags and empty partitions are sought
+    past, and the partitions before ``first_pid`` are not read."""
+    def ik(pid, tag, rest=b"k"):
+        return pid.to_bytes(2, "big") + tag + rest
+    keys = [ik(3, b"s"), ik(5, b"H"), ik(5, b"M"), ik(5, b"h", b"f1"), ik(5, b"h", b"f2"),
+            ik(5, b"s", b"a"), ik(5, b"s", b"b"), ik(5, b"z"), ik(6, b"h"), ik(4095, b"S"),
+            ik(4095, b"s")]
+    for k in keys:
+        engine.data.put(k, rec(1))
+    assert [k for k, _ in engine.scan_tags(4, b"sM")] == [
+        ik(5, b"M"), ik(5, b"s", b"a"), ik(5, b"s", b"b"), ik(4095, b"s")]
+    assert [k for k, _ in engine.scan_tags(0, b"s")] == [
+        ik(3, b"s"), ik(5, b"s", b"a"), ik(5, b"s", b"b"), ik(4095, b"s")]
+    assert [k for k, _ in engine.scan_tags(6, b"Mh")] == [ik(6, b"h")]
+    assert list(engine.scan_tags(4095, b"M")) == []

@@ -917,15 +917,15 @@ def test_a_key_with_a_live_string_and_a_live_head_is_listed_once_as_the_string(r
 
 
 def test_a_whole_keyspace_pass_steps_through_the_records(r, monkeypatch):
-    """all_keys_in_steps hands out one list per STEP_RECORDS records scanned, and the
-    steps together are all_keys, whatever the step size."""
+    """all_keys_in_steps hands out one list per STEP_RECORDS key records read (whole
+    partitions), and the steps together are all_keys, whatever the step size."""
     for i in range(50):
         put_string(r, b"k%d" % i, b"v", ttl=1 if i % 5 == 0 else 0)  # 10 expired
     put_head(r, b"h")
     now = db.now_ms()
     monkeypatch.setattr(db.Keyspace, "STEP_RECORDS", 7)
     steps = list(r.ks.all_keys_in_steps(now))
-    assert len(steps) == 51 // 7 + 1
+    assert 5 <= len(steps) <= 51 // 7 + 1  # (two keys may share a partition)
     assert sorted(k for step in steps for k, _, _ in step) == sorted(
         [b"k%d" % i for i in range(50) if i % 5] + [b"h"])
     # 8 steps: more than one event-loop turn's worth, so KEYS finishes as a blocking
