@@ -68,14 +68,19 @@ def is_string_ikey(ikey: bytes) -> bool:
 
 
 def op_scan(ks: db.Keyspace, cursor: int, count: int, now: int) -> tuple[int, list[bytes]]:
-    """Visit whole partitions from ``cursor`` until ``count`` keys are collected; the
-    next cursor is the next partition holding keys (the empty ones between hold no key
-    present for the whole scan)."""
+    """Visit whole partitions from ``cursor`` until ``count`` keys are collected, or
+    ``10 * count`` key records were read (Redis's bound on the empty buckets one call
+    visits: after a FLUSHALL the tombstones stay until gc_grace, and a call must not read
+    them all); the next cursor is the next partition holding key records (the empty ones
+    between hold no key present for the whole scan)."""
     found: list[bytes] = []
-    for pid, _, keys in ks.key_runs(cursor, now):
-        if len(found) >= count:
+    budget = 10 * count
+    read = 0
+    for pid, records, keys in ks.key_runs(cursor, now):
+        if len(found) >= count or read >= budget:
             return pid, found
         found.extend(k for k, _, _ in keys)
+        read += records
     return 0, found
 
 

@@ -958,6 +958,23 @@ def test_scan_visits_every_key_once(r):
     assert calls > 5  # COUNT bounds the work per call
 
 
+def test_scan_reads_at_most_ten_times_count_dead_records_per_call(r):
+    """Like Redis's bound on the empty buckets a call visits: a keyspace of tombstones
+    and expired records (after FLUSHALL, until gc_grace) is not read in one call."""
+    for i in range(400):
+        put_string(r, b"dead%d" % i, b"v", ttl=1)  # expired
+    put_string(r, b"live", b"v")
+    seen, calls, cursor = [], 0, b"0"
+    while True:
+        cursor, batch = r("SCAN", cursor, "COUNT", "2")
+        calls += 1
+        seen += batch
+        if cursor == b"0":
+            break
+    assert seen == [b"live"]
+    assert calls >= 400 // 22  # each call read about 20 records (whole partitions)
+
+
 def test_scan_options(r):
     r("MSET", "a1", "x", "a2", "x", "b1", "x")
     put_head(r, b"a3")
