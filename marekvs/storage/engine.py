@@ -29,9 +29,10 @@ Durability (like Redis's appendfsync): ``always`` syncs the WAL with every batch
 the OS.
 
 Cache: a bounded dict of ikey -> stored bytes (or ``MISSING``) in front of RocksDB,
-written through. Entries are only evicted at commit time, so a pending record is
-always readable. ``MISSING`` caches absence, which keeps GET-miss and type lookups
-(one extra point read per command, as the spec says) off RocksDB.
+written through. Entries are only evicted when nothing is pending (at commit time, or
+by a read when no write waits), so a pending record is always readable. ``MISSING``
+caches absence, which keeps GET-miss and type lookups (one extra point read per
+command, as the spec says) off RocksDB.
 
 Head map: ``head_pids[pid]`` is 1 once partition ``pid`` may hold a collection head
 (any ``M`` record, tombstones included): set at open from the data, and by ``apply``
@@ -190,7 +191,12 @@ class Engine:
         if v is not _NOT_CACHED:
             return v  # type: ignore[return-value]
         v = self.data.get(ikey)
-        self.cache[ikey] = v
+        cache = self.cache
+        cache[ikey] = v
+        if len(cache) > self.cache_entries and not self.pending:
+            # reads alone fill the cache too (a read-only load never commits); with
+            # nothing pending no entry is a pending record, so this may evict
+            self._evict()
         return v
 
     def scan(self, start: bytes, end: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
