@@ -10,6 +10,7 @@ every key; writes made after the flush (higher HLC) survive it everywhere.
 from __future__ import annotations
 
 import fnmatch
+import logging
 import os
 import platform
 import resource
@@ -26,6 +27,8 @@ from marekvs.core.partition import PARTITIONS
 from marekvs.server import resp
 from marekvs.storage.engine import shard_range
 
+log = logging.getLogger("marekvs.server")
+
 CONTAINERS = (
     container("config", group="server", summary="A container for server configuration commands.",
               since="2.0.0", acl="slow"),
@@ -41,16 +44,19 @@ def _live_params(server) -> dict[str, str]:
         "requirepass": cfg.requirepass, "appendfsync": server.engine.durability,
         "proto-max-bulk-len": str(512 * 1024 * 1024), "gc-grace": str(cfg.gc_grace),
         "max-clock-drift": str(cfg.max_clock_drift), "node-id": str(cfg.node_id),
-        "shards": str(cfg.shards),
+        "shards": str(cfg.shards), "maxclients": str(server.maxclients),
     }
 
 
 # CONFIG SET parameters of marekvs itself, with their parsers (the tunables: ``tunables``)
+RESERVED_FDS = 32  # Redis's CONFIG_MIN_RESERVED_FDS: descriptors kept for everything but clients
+
 _OWN_PARAMS = {
     "appendfsync": tunables.one_of("everysec", "always", "no"),
     "requirepass": str,
     "gc-grace": tunables.int_between(0, tunables.LLONG_MAX),
     "max-clock-drift": tunables.int_between(0, tunables.LLONG_MAX),
+    "maxclients": tunables.int_between(1, tunables.UINT_MAX),
 }
 
 
@@ -108,6 +114,9 @@ def config_set(c, args):
             raise _set_failed(name, e) from None
         changes.append((canon, value))
     for name, value in changes:
+        if name == "maxclients":  # the one change that can fail: before any other
+            _set_maxclients(server, int(value))
+    for name, value in changes:
         if name == "appendfsync":
             server.set_durability(value)
         elif name == "requirepass":
@@ -117,9 +126,81 @@ def config_set(c, args):
         elif name == "max-clock-drift":
             server.config.max_clock_drift = int(value)
             server.hlc.max_drift_ms = int(value)
+        elif name == "maxclients":
+            pass  # set above
         else:
             server.config_extra[name] = value
     return resp.OK
+
+
+def _set_maxclients(server, n: int) -> None:
+    """CONFIG SET maxclients: as Redis, the open-files limit is raised if it must be; if
+    it cannot be raised enough the old value stays and the error says what would fit."""
+    fits = fit_open_files(n)
+    if fits != n:
+        raise _set_failed("maxclients", ValueError(
+            f"The operating system is not able to handle the specified number of clients, try with {fits}"))
+    server.maxclients = n
+
+
+def fit_open_files(maxclients: int) -> int:
+    """Raise the open-files limit for ``maxclients`` clients as Redis's
+    ``adjustOpenFilesLimit`` does, and return how many clients the limit allows:
+    ``maxclients`` itself, or the limit less ``RESERVED_FDS`` when it cannot be raised
+    that far (logged, as Redis logs it).
+
+    Redis computes the descriptors needed as a 32-bit unsigned sum (so ``maxclients
+    4294967295`` needs 31) and, when the soft limit is lower, sets soft and hard limit
+    to the first value that works, stepping down by 16 from the need: the largest
+    ``need - 16k`` at or under what the process may set (``fs.nr_open`` with the
+    privilege, else the hard limit). That value is computed here, not searched."""
+    need = (maxclients + RESERVED_FDS) & 0xFFFFFFFF
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= need:
+        return maxclients
+    best = soft
+    for ceiling in (need, _nr_open(), hard):
+        if ceiling == resource.RLIM_INFINITY or ceiling >= need:
+            step = need
+        else:
+            step = need - -(-(need - ceiling) // 16) * 16
+        if step <= soft:
+            continue
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (step, step))
+        except (ValueError, OSError):
+            continue
+        best = step
+        break
+    if best >= need:
+        log.info("Increased maximum number of open files to %d (it was originally set to %d).",
+                 best, soft)
+        return maxclients
+    log.warning("You requested maxclients of %d requiring at least %d max file descriptors. "
+                "Current maximum open files is %d. maxclients has been reduced to %d to "
+                "compensate for low ulimit. If you need higher maxclients increase 'ulimit -n'.",
+                maxclients, need, best, best - RESERVED_FDS)
+    return max(1, best - RESERVED_FDS)
+
+
+def raise_soft_open_files() -> None:
+    """At start: the soft open-files limit up to the hard one. RocksDB's files (every SST
+    stays open) share the limit with the clients, so the node takes what it may; the
+    client count itself stays bounded by maxclients."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and (hard == resource.RLIM_INFINITY or soft < hard):
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError):
+            pass
+
+
+def _nr_open() -> int:
+    try:
+        with open("/proc/sys/fs/nr_open") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return 1 << 20
 
 
 def _set_failed(name: str, e: Exception) -> CommandError:
@@ -238,7 +319,7 @@ def _section_server(s) -> list[tuple[str, object]]:
 
 def _section_clients(s):
     return [("connected_clients", len(s.clients)), ("blocked_clients", 0), ("tracking_clients", 0),
-            ("maxclients", 10000)]
+            ("maxclients", s.maxclients)]
 
 
 def _section_memory(s):

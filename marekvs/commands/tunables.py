@@ -203,7 +203,6 @@ PARAMS: dict[str, tuple[str, Callable[[str], str]]] = {
     "lua-time-limit": ("5000", _COUNT),
     "busy-reply-threshold": ("5000", _COUNT),
     "tcp-keepalive": ("300", int_between(0, INT_MAX)),
-    "maxclients": ("10000", int_between(1, UINT_MAX)),
     "client-output-buffer-limit": ("normal 0 0 0 slave 268435456 67108864 60 pubsub 33554432 8388608 60",
                                    _client_output_buffer_limit),  # type: ignore[dict-item]
     "no-appendfsync-on-rewrite": ("no", _bool),

@@ -28,6 +28,7 @@ from marekvs import __version__
 from marekvs.commands import errors
 from marekvs.commands.db import Keyspace
 from marekvs.commands.errors import CommandError
+from marekvs.commands.server import fit_open_files, raise_soft_open_files
 from marekvs.commands.table import CommandTable, build_table
 from marekvs.config import Config
 from marekvs.core.hlc import HLC, wall_ms
@@ -41,6 +42,8 @@ _enc = resp._enc
 _Err = resp.Err
 _Simple = resp.Simple
 _R_OK = resp.R_OK
+_MAXCLIENTS_REACHED = b"-ERR max number of clients reached\r\n"
+DEFAULT_MAXCLIENTS = 10000
 Blocking = resp.Blocking
 NO_REPLY = resp.NO_REPLY
 
@@ -82,6 +85,14 @@ class Client(asyncio.Protocol):
     # -- asyncio.Protocol ----------------------------------------------------------
     def connection_made(self, transport: Any) -> None:
         self.transport = transport
+        server = self.server
+        if len(server.clients) >= server.maxclients:
+            # as Redis: the error is written at once and the connection closed
+            server.rejected_connections += 1
+            self.closing = True
+            transport.write(_MAXCLIENTS_REACHED)
+            transport.close()
+            return
         peer = transport.get_extra_info("peername")
         sock = transport.get_extra_info("sockname")
         s = transport.get_extra_info("socket")
@@ -221,6 +232,8 @@ class Server:
         self.error_replies = 0
         self.last_save = int(time.time())
         self.config_extra: dict[str, str] = {}  # accepted Redis no-op tunables
+        raise_soft_open_files()
+        self.maxclients = fit_open_files(DEFAULT_MAXCLIENTS)
         self.version = __version__
 
     def set_durability(self, mode: str) -> None:

@@ -474,3 +474,65 @@ def test_many_clients_interleaved(shared_node):
         for i, c in enumerate(clients):
             c.delete(f"inter:{i}")
             c.close()
+
+
+def _raw(port: int) -> socket.socket:
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    return s
+
+
+def _call(s: socket.socket, line: bytes) -> bytes:
+    s.sendall(line + b"\r\n")
+    return s.recv(65536)
+
+
+def _maxclients_story(port: int) -> list:
+    """What a client sees of maxclients 3 on a server: the answers, in order."""
+    seen = []
+    admin = _raw(port)
+    seen.append(_call(admin, b"CONFIG SET maxclients 3"))
+    others = [_raw(port), _raw(port)]
+    seen += [_call(s, b"PING") for s in others]  # 3 clients now
+    extra = _raw(port)
+    got = b""
+    while True:  # the error, then the server closes the connection
+        chunk = extra.recv(65536)
+        if not chunk:
+            break
+        got += chunk
+    seen.append(got)
+    extra.close()
+    info = _call(admin, b"INFO stats").decode()
+    seen.append([ln for ln in info.split("\r\n") if ln.startswith("rejected_connections:")])
+    clients = _call(admin, b"INFO clients").decode()
+    seen.append([ln for ln in clients.split("\r\n") if ln.startswith("maxclients:")])
+    others.pop().close()
+    deadline = time.monotonic() + 5
+    while True:  # the server notices the close on its next loop turn
+        again = _raw(port)
+        answer = _call(again, b"PING")
+        again.close()
+        if answer == b"+PONG\r\n" or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    seen.append(answer)
+    seen.append(_call(admin, b"CONFIG SET maxclients 4294967295"))  # needs 31 fds: 32-bit sum
+    # more than the hard limit allows: "try with N" and the old value stays (or, with the
+    # privilege to raise the hard limit, OK; the same for both servers either way)
+    seen.append(_call(admin, b"CONFIG SET maxclients 1000000"))
+    seen.append(_call(admin, b"CONFIG GET maxclients"))
+    seen.append(_call(admin, b"CONFIG SET maxclients 0"))
+    seen.append(_call(admin, b"CONFIG SET maxclients 10000"))
+    admin.close()
+    for s in others:
+        s.close()
+    return seen
+
+
+def test_maxclients_refuses_connections_beyond_it_as_redis_does(node, redis_server):
+    mine = _maxclients_story(node.port)
+    assert mine[1:3] == [b"+PONG\r\n", b"+PONG\r\n"]
+    assert mine[3] == b"-ERR max number of clients reached\r\n"
+    assert mine[4] == ["rejected_connections:1"] and mine[5] == ["maxclients:3"]
+    assert mine[6] == b"+PONG\r\n"
+    assert mine == _maxclients_story(redis_server.port)
