@@ -101,6 +101,9 @@ class Client(asyncio.Protocol):
         self.laddr = f"{sock[0]}:{sock[1]}" if isinstance(sock, tuple) else str(sock)
         if s is not None and s.family in (socket.AF_INET, socket.AF_INET6):
             s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            keepalive = int(server.config_extra.get("tcp-keepalive", "300"))
+            if keepalive:
+                keep_alive(s, keepalive)
         self.server.clients[self.id] = self
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -179,6 +182,7 @@ class Client(asyncio.Protocol):
             log.exception("blocking command failed")
             reply = b"-ERR internal error\r\n"
         self.blocked = False
+        self.last_active = time.monotonic()  # (an idle timeout counts from here)
         if self.closing:
             return
         self.out.append(reply)
@@ -194,6 +198,17 @@ class Client(asyncio.Protocol):
         self.closing = True
         if self.transport is not None:
             self.transport.close()
+
+
+def keep_alive(s: socket.socket, interval: int) -> None:
+    """tcp-keepalive, as Redis's anetKeepAlive: probes after ``interval`` idle seconds,
+    then every third of it, three times, so a dead peer is dropped (and stops counting
+    against maxclients) within about twice ``interval``."""
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    if hasattr(socket, "TCP_KEEPIDLE"):
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, interval)
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, max(1, interval // 3))
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 3)
 
 
 class Server:
@@ -224,6 +239,7 @@ class Server:
         self.repl = ReplicationManager(self)
         self.ack_event: asyncio.Event | None = None
         self.metrics_server: asyncio.AbstractServer | None = None
+        self.idle_task: asyncio.Task | None = None
         # stats (INFO stats / CONFIG RESETSTAT)
         self.total_commands = 0
         self.total_connections = 0
@@ -358,6 +374,7 @@ class Server:
         self.tcp_server = await self.loop.create_server(
             lambda: Client(self), self.config.bind, self.config.port, reuse_address=True, backlog=511)
         self.sweeper.start(self.loop)
+        self.idle_task = self.loop.create_task(self._close_idle_clients())
         log.info("marekvs %s node %d listening on %s:%d (data %s, durability %s)", __version__,
                  self.config.node_id, self.config.bind, self.config.port,
                  os.path.abspath(self.config.data_dir), self.config.durability)
@@ -373,12 +390,28 @@ class Server:
         await self.stopping.wait()
         await self.stop()
 
+    async def _close_idle_clients(self) -> None:
+        """CONFIG SET timeout N: as Redis, a client idle for more than N seconds is closed
+        without a reply, unless it waits in a blocking command (checked every second)."""
+        while True:
+            await asyncio.sleep(1.0)
+            limit = int(self.config_extra.get("timeout", "0"))
+            if not limit:
+                continue
+            now = time.monotonic()
+            for c in list(self.clients.values()):
+                if not c.blocked and now - c.last_active > limit:
+                    log.debug("closing idle client %s", c.addr)
+                    c.kill()
+
     def request_shutdown(self) -> None:
         if self.stopping is not None:
             self.stopping.set()
 
     async def stop(self) -> None:
         self.sweeper.stop()
+        if self.idle_task is not None:
+            self.idle_task.cancel()
         if self.tcp_server is not None:
             self.tcp_server.close()
         if self.metrics_server is not None:

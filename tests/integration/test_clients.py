@@ -5,6 +5,8 @@ server commands, INFO, CONFIG, COMMAND, SHUTDOWN, and string round trips.
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import socket
 import time
 
@@ -536,3 +538,50 @@ def test_maxclients_refuses_connections_beyond_it_as_redis_does(node, redis_serv
     assert mine[4] == ["rejected_connections:1"] and mine[5] == ["maxclients:3"]
     assert mine[6] == b"+PONG\r\n"
     assert mine == _maxclients_story(redis_server.port)
+
+
+def test_timeout_closes_idle_clients_only(node):
+    admin = _raw(node.port)
+    assert _call(admin, b"CONFIG SET timeout 1") == b"+OK\r\n"
+    idle = _raw(node.port)
+    assert _call(idle, b"PING") == b"+PONG\r\n"
+    waiting = _raw(node.port)
+    waiting.sendall(b"DEBUG SLEEP 4\r\n")  # blocked: not idle
+    idle.settimeout(6)
+    start = time.monotonic()
+    while time.monotonic() - start < 3.5:  # admin stays busy
+        assert _call(admin, b"PING") == b"+PONG\r\n"
+        time.sleep(0.3)
+    assert idle.recv(100) == b""  # closed without a reply
+    assert waiting.recv(100) == b"+OK\r\n"
+    assert _call(admin, b"CONFIG GET timeout") == b"*2\r\n$7\r\ntimeout\r\n$1\r\n1\r\n"
+    assert _call(admin, b"CONFIG SET timeout 0") == b"+OK\r\n"
+    for s in (admin, idle, waiting):
+        s.close()
+
+
+def _server_side_timer(port: int, client: socket.socket) -> str:
+    """The timer column `ss` shows for the node's end of ``client``'s connection."""
+    import subprocess
+
+    out = subprocess.run(["ss", "-tno", "state", "established", f"( sport = :{port} )"],
+                         capture_output=True, text=True, check=True).stdout
+    me = f"127.0.0.1:{client.getsockname()[1]}"
+    lines = [ln for ln in out.splitlines() if me in ln.split()]
+    assert len(lines) == 1, out
+    return lines[0]
+
+
+@pytest.mark.skipif(shutil.which("ss") is None, reason="needs ss (iproute2)")
+def test_tcp_keepalive_is_set_on_client_connections(node):
+    first = _raw(node.port)
+    assert _call(first, b"PING") == b"+PONG\r\n"
+    # the first probe within 300 s (Redis's default): ss prints 5min or 4min59sec...
+    assert re.search(r"timer:\(keepalive,(5min|4min\d*sec)", _server_side_timer(node.port, first))
+    assert _call(first, b"CONFIG SET tcp-keepalive 0") == b"+OK\r\n"
+    later = _raw(node.port)
+    assert _call(later, b"PING") == b"+PONG\r\n"
+    assert "keepalive" not in _server_side_timer(node.port, later)
+    assert _call(first, b"CONFIG SET tcp-keepalive 300") == b"+OK\r\n"
+    first.close()
+    later.close()
