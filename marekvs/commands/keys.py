@@ -9,9 +9,8 @@ deletes the key instead, as Redis does.
 Iteration (KEYS, SCAN, RANDOMKEY) walks the 4096 partitions in order with
 ``Keyspace.key_runs`` (one iterator; empty partitions cost nothing). The SCAN cursor is
 the next partition id to visit (0 when done) and a call always finishes the partitions
-it starts, so a key that exists for
-the whole scan is returned at least once, and COUNT bounds the keys visited as in
-Redis (MATCH and TYPE filter afterwards).
+it starts, so a key that exists for the whole scan is returned at least once, and COUNT
+bounds the keys visited as in Redis (MATCH and TYPE filter afterwards).
 
 RENAME / COPY move strings and counters (the destination gets a plain string record
 with a new version; a counter is materialised, which reads the same). Moving a

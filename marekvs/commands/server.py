@@ -48,9 +48,9 @@ def _live_params(server) -> dict[str, str]:
     }
 
 
-# CONFIG SET parameters of marekvs itself, with their parsers (the tunables: ``tunables``)
 RESERVED_FDS = 32  # Redis's CONFIG_MIN_RESERVED_FDS: descriptors kept for everything but clients
 
+# CONFIG SET parameters of marekvs itself, with their parsers (the tunables: ``tunables``)
 _OWN_PARAMS = {
     "appendfsync": tunables.one_of("everysec", "always", "no"),
     "requirepass": str,
@@ -109,15 +109,15 @@ def config_set(c, args):
             if canon in _OWN_PARAMS:
                 value = _OWN_PARAMS[canon](value)
             else:
-                value = tunables.check(canon, value, server.config_extra.get(canon, tunables.PARAMS[canon][0]))
+                value = tunables.check(canon, value, tunables.value(server.config_extra, canon))
         except tunables.TunableError as e:
             raise _set_failed(name, e) from None
         changes.append((canon, value))
-    for name, value in changes:
-        if name == "maxclients":  # the one change that can fail: before any other
+    # maxclients first: the one change that can fail, before any other is made
+    for name, value in sorted(changes, key=lambda change: change[0] != "maxclients"):
+        if name == "maxclients":
             _set_maxclients(server, int(value))
-    for name, value in changes:
-        if name == "appendfsync":
+        elif name == "appendfsync":
             server.set_durability(value)
         elif name == "requirepass":
             server.config.requirepass = value
@@ -126,8 +126,6 @@ def config_set(c, args):
         elif name == "max-clock-drift":
             server.config.max_clock_drift = int(value)
             server.hlc.max_drift_ms = int(value)
-        elif name == "maxclients":
-            pass  # set above
         else:
             server.config_extra[name] = value
     return resp.OK

@@ -1,28 +1,26 @@
 """Commands that visit the whole keyspace without stopping the node.
 
-DBSIZE, KEYS, FLUSHDB/FLUSHALL and DEBUG DIGEST read every record. Redis answers
-DBSIZE in O(1) and blocks everything for the others; here all of them are O(N) (there
-is no key count kept beside the records: see docs/divergences.md), and a pass over a
-million keys takes about a second of the event loop. Run in one go, that second would
-stall every other client (and the replication links) of the node.
+DBSIZE, KEYS and DEBUG DIGEST read every record. Redis answers DBSIZE in O(1) and
+blocks everything for the others; here all three are O(N) (there is no key count kept
+beside the records: see docs/divergences.md), and a pass over a million keys takes about
+a second of the event loop. Run in one go, that second would stall every other client
+(and the replication links) of the node.
 
 So such a command is written as a generator, ``work``, that does one step (whole
 partitions, about ``Keyspace.STEP_RECORDS`` key records) and yields, and returns the
-reply at the end.
-``in_steps(work)`` runs up to ``FIRST_STEPS`` steps at once: a keyspace that small
-(about 4,000 records) is answered at once, exactly as before. Otherwise the command
-becomes blocking (``resp.Blocking``, as WAIT): the client's later commands wait behind
-it in order, and the rest runs as many steps as fit in ``TURN_SECONDS`` per event-loop
-turn, so other clients are served between turns. Measured on a million keys: DBSIZE
-0.75 s, KEYS 1.5 s, DEBUG DIGEST 1.55 s, while another client's PINGs took 5-7 ms
+reply at the end. ``in_steps(work)`` runs up to ``FIRST_STEPS`` steps at once: a keyspace
+that small (about 4,000 records) is answered at once, exactly as before. Otherwise the
+command becomes blocking (``resp.Blocking``, as WAIT): the client's later commands wait
+behind it in order, and the rest runs as many steps as fit in ``TURN_SECONDS`` per
+event-loop turn, so other clients are served between turns. Measured on a million keys:
+DBSIZE 0.75 s, KEYS 1.5 s, DEBUG DIGEST 1.55 s, while another client's PINGs took 5-7 ms
 (p50; max 11 ms) instead of waiting for the whole pass.
 
 What a long pass sees: the iterator is opened once, on a RocksDB snapshot taken when the
 command starts (after the pending batch is committed), so DBSIZE, KEYS and DEBUG DIGEST
-answer for the dataset as it was at that moment, however long they run. FLUSHALL
-tombstones what it found in that snapshot, step by step; keys written by other clients
-while it runs are deleted if the pass has not reached them yet (their records are read
-again when the tombstone is made) and kept if it has.
+answer for the dataset as it was at that moment, however long they run. FLUSHDB and
+FLUSHALL do not run in steps: they stay one atomic batch (a crash never leaves half a
+flush), blocking the node for their duration as Redis's FLUSHALL SYNC does.
 """
 
 from __future__ import annotations

@@ -236,6 +236,11 @@ def canonical_name(name: str) -> str | None:
     return name if name in PARAMS else None
 
 
+def value(changed: dict[str, str], name: str) -> str:
+    """The tunable ``name`` (canonical): its value in ``changed``, else its default."""
+    return changed.get(name, PARAMS[name][0])
+
+
 def values(changed: dict[str, str]) -> dict[str, str]:
     """Every tunable under every name: its value in ``changed`` (by canonical name),
     else its default."""

@@ -25,7 +25,7 @@ import time
 from typing import Any
 
 from marekvs import __version__
-from marekvs.commands import errors
+from marekvs.commands import errors, tunables
 from marekvs.commands.db import Keyspace
 from marekvs.commands.errors import CommandError
 from marekvs.commands.server import fit_open_files, raise_soft_open_files
@@ -101,7 +101,7 @@ class Client(asyncio.Protocol):
         self.laddr = f"{sock[0]}:{sock[1]}" if isinstance(sock, tuple) else str(sock)
         if s is not None and s.family in (socket.AF_INET, socket.AF_INET6):
             s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            keepalive = int(server.config_extra.get("tcp-keepalive", "300"))
+            keepalive = int(tunables.value(server.config_extra, "tcp-keepalive"))
             if keepalive:
                 keep_alive(s, keepalive)
         self.server.clients[self.id] = self
@@ -395,7 +395,7 @@ class Server:
         without a reply, unless it waits in a blocking command (checked every second)."""
         while True:
             await asyncio.sleep(1.0)
-            limit = int(self.config_extra.get("timeout", "0"))
+            limit = int(tunables.value(self.config_extra, "timeout"))
             if not limit:
                 continue
             now = time.monotonic()
