@@ -59,12 +59,6 @@ _GETRANGE_COMPLEXITY = (
 # Internal API: operations on string records
 # =========================================================================================
 
-def _string_value(ks: db.Keyspace, key: bytes, now: int) -> bytes | None:
-    """The string at ``key`` (None if absent); WRONGTYPE for a collection."""
-    rec = ks.string_record(key, now)
-    return None if rec is None else db.string_value(rec)
-
-
 def _plain_record(ks: db.Keyspace, key: bytes, value: bytes, ttl: int) -> tuple[bytes, bytes]:
     """A plain string record for ``key`` (the caller knows no collection holds it)."""
     return K.encode_string_key(key), env.pack(env.make_flags(env.RecordType.STRING),
@@ -114,9 +108,11 @@ def op_incr(ks: db.Keyspace, key: bytes, delta: int, now: int) -> int:
     except OverflowError:
         raise CommandError(errors.OVERFLOW) from None
     if bumped is not None:  # this node's slot exists: the new payload is built on the bytes
-        (payload, value), ttl, hlc = bumped, env.ttl_of(live), ks.stamp()  # type: ignore[arg-type]
-    else:
-        payload, value, ttl, hlc = _start_count(ks, ik, live, node, delta)
+        payload, value = bumped
+        ttl = int.from_bytes(live[11:19], "big")  # type: ignore[index]
+        ks.apply([(ik, env.pack(pncounter.FLAGS, ks.hlc.now(), node, ttl, payload))])
+        return value
+    payload, value, ttl, hlc = _start_count(ks, ik, live, node, delta)
     ks.apply([(ik, env.pack(pncounter.FLAGS, hlc, node, ttl, payload))])
     return value
 
@@ -256,14 +252,14 @@ def lcs_walk(a: bytes, b: bytes, t: LcsTable, minmatchlen: int,
          summary="Set the string value of a key", since="1.0.0", complexity="O(1)",
          syntax="key value [NX | XX] [GET] " + _EXPIRE_SYNTAX + " | KEEPTTL]")
 def set_(c, args: list[bytes]):
+    if len(args) == 3:  # the common case: no options to parse, no clock read
+        c.ks.set_string(args[1], args[2], 0)
+        return resp.OK
     ks, key = c.ks, args[1]
     now = db.now_ms()
-    if len(args) == 3:  # the common case: no options to parse
-        ks.set_string(key, args[2], 0, now)
-        return resp.OK
     flags, expire = A.parse_set_options(args, 3, for_set=True)
     deadline = A.expire_deadline("set", expire, flags, now) if expire is not None else 0
-    old = _string_value(ks, key, now) if flags & A.GET else None
+    old = ks.read_string(key, now) if flags & A.GET else None
     found = ks.live_record(key, now)
     if (flags & A.NX and found) or (flags & A.XX and not found):
         return old
@@ -308,7 +304,7 @@ def psetex(c, args: list[bytes]):
 @command("get", 2, "readonly fast", (1, 1, 1), group="string", acl=_ACL_R_FAST,
          summary="Get the value of a key", since="1.0.0", complexity="O(1)", syntax="key")
 def get(c, args: list[bytes]):
-    return _string_value(c.ks, args[1], db.now_ms())
+    return c.ks.read_string(args[1])
 
 
 @command("getex", -2, "write fast", (1, 1, 1), group="string", acl=_ACL_W_FAST,
@@ -337,7 +333,7 @@ def getex(c, args: list[bytes]):
          complexity="O(1)", syntax="key")
 def getdel(c, args: list[bytes]):
     now = db.now_ms()
-    value = _string_value(c.ks, args[1], now)
+    value = c.ks.read_string(args[1], now)
     if value is not None:
         c.ks.delete(args[1], now)
     return value
@@ -348,7 +344,7 @@ def getdel(c, args: list[bytes]):
          complexity="O(1)", syntax="key value")
 def getset(c, args: list[bytes]):
     now = db.now_ms()
-    old = _string_value(c.ks, args[1], now)
+    old = c.ks.read_string(args[1], now)
     c.ks.set_string(args[1], args[2], 0, now)
     return old
 
@@ -361,7 +357,7 @@ def mget(c, args: list[bytes]):
     out = []
     for key in args[1:]:
         try:
-            out.append(_string_value(c.ks, key, now))
+            out.append(c.ks.read_string(key, now))
         except CommandError:  # a collection reads as nil in MGET
             out.append(None)
     return out
@@ -422,7 +418,7 @@ def append(c, args: list[bytes]):
          summary="Get the length of the value stored in a key", since="2.2.0",
          complexity="O(1)", syntax="key")
 def strlen(c, args: list[bytes]):
-    value = _string_value(c.ks, args[1], db.now_ms())
+    value = c.ks.read_string(args[1])
     return 0 if value is None else len(value)
 
 
@@ -431,7 +427,7 @@ def strlen(c, args: list[bytes]):
          complexity=_GETRANGE_COMPLEXITY, syntax="key start end")
 def getrange(c, args: list[bytes]):
     start, end = A.int_arg(args[2]), A.int_arg(args[3])
-    value = _string_value(c.ks, args[1], db.now_ms())
+    value = c.ks.read_string(args[1])
     return b"" if value is None else getrange_slice(value, start, end)
 
 
@@ -514,8 +510,8 @@ def incrbyfloat(c, args: list[bytes]):
 def lcs(c, args: list[bytes]):
     now = db.now_ms()
     try:
-        a = _string_value(c.ks, args[1], now) or b""
-        b = _string_value(c.ks, args[2], now) or b""
+        a = c.ks.read_string(args[1], now) or b""
+        b = c.ks.read_string(args[2], now) or b""
     except CommandError:
         raise CommandError(errors.LCS_NOT_STRINGS) from None
     getlen = getidx = withmatchlen = False

@@ -58,8 +58,11 @@ class HLC:
         return self._last
 
     def now(self) -> int:
-        """Stamp a local event."""
-        return self.reserve(1)
+        """Stamp a local event: ``reserve(1)``, inlined (one stamp per write)."""
+        w = self._clock() << LOGICAL_BITS
+        last = self._last + 1
+        self._last = w if w > last else last
+        return self._last
 
     def reserve(self, n: int) -> int:
         """Stamp ``n`` local events at once (one multi-key command): returns the first

@@ -252,6 +252,51 @@ def test_setnx_setex_psetex(r, clock):
 # GET family
 # =========================================================================================
 
+def test_read_string_cases(r, clock):
+    """Keyspace.read_string (GET's flat path) against the general lookup, case by case."""
+    ks, now = r.ks, clock["now"]
+    assert ks.read_string(b"nope") is None
+    r("SET", "s", "v")
+    assert ks.read_string(b"s") == b"v"
+    r("INCRBY", "n", "-7")
+    assert ks.read_string(b"n") == b"-7"
+    r("SET", "t", "v", "PX", "100")
+    assert ks.read_string(b"t") == b"v"
+    clock["now"] = now + 100  # at the deadline: gone
+    assert ks.read_string(b"t") is None
+    assert ks.read_string(b"t", now) == b"v"  # a caller's own clock reading wins
+    put_head(r, b"h")
+    with pytest.raises(CommandError, match="WRONGTYPE"):
+        ks.read_string(b"h")
+    r("SET", "h2", "v", "PX", "50")  # a dead string over a live head: WRONGTYPE
+    put_head(r, b"h2")
+    clock["now"] += 50
+    with pytest.raises(CommandError, match="WRONGTYPE"):
+        ks.read_string(b"h2")
+    for key in (b"s", b"n", b"t", b"nope", b"h", b"h2"):  # the same as string_record
+        try:
+            rec = ks.string_record(key, clock["now"])
+            expected = None if rec is None else db.string_value(rec)
+        except CommandError as e:
+            expected = e
+        try:
+            got = ks.read_string(key)
+        except CommandError as e:
+            got = e
+        assert type(got) is type(expected) and (got == expected or isinstance(got, CommandError))
+
+
+def test_read_string_reads_the_clock_only_when_needed(r, monkeypatch):
+    r("SET", "s", "v")
+    r("SET", "t", "v", "EX", "100")
+    calls = []
+    real = db.now_ms
+    monkeypatch.setattr(db, "now_ms", lambda: calls.append(1) or real())
+    assert r("GET", "s") == b"v" and calls == []  # no deadline, no partition with heads
+    assert r("GET", "t") == b"v" and calls == [1]
+    assert r("SET", "u", "w") == b"OK" and calls == [1]
+
+
 def test_getex_options(r, clock):
     now = clock["now"]
     r("SET", "k", "v")
