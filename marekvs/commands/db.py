@@ -27,6 +27,7 @@ _ZERO8 = bytes(8)
 _UNKNOWN = object()  # "the caller did not look the key up"
 _STRING_FLAGS = env.make_flags(RecordType.STRING)
 _U16 = K._U16
+_ENV_PACK = env.pack_envelope
 _NOT_CACHED = object()
 
 
@@ -189,7 +190,15 @@ class Keyspace:
 
     def set_string(self, key: bytes, value: bytes, ttl: int, now: int = 0,
                    found: object = _UNKNOWN) -> None:
-        """``string_records`` applied; ``now`` 0 reads the clock only if needed."""
+        """``string_records`` applied; ``now`` 0 reads the clock only if needed. The
+        common case (nothing looked up, a partition that never held a collection
+        head) builds its one record here: SET's hot path, flat like ``read_string``."""
+        if found is _UNKNOWN:
+            pid = K.partition_of(key)
+            if not self.head_pids[pid]:
+                self.engine.apply([(_U16.pack(pid) + b"s" + key,
+                                    _ENV_PACK(_STRING_FLAGS, self.hlc.now(), self.node_id, ttl) + value)])
+                return
         self.engine.apply(self.string_records(key, value, ttl, now, found))
 
     def delete_records(self, key: bytes, now: int) -> list[tuple[bytes, bytes]]:

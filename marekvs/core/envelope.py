@@ -79,6 +79,11 @@ def pack(flags: int, hlc: int, origin: int, ttl_deadline_ms: int = 0, payload: b
     return _ENV.pack(flags, hlc, origin, ttl_deadline_ms) + payload
 
 
+# The envelope alone, (flags, hlc, origin, ttl_deadline_ms) -> 19 bytes: for hot paths
+# that append the payload themselves (one call fewer than ``pack``).
+pack_envelope = _ENV.pack
+
+
 def unpack(value: bytes) -> tuple[Envelope, bytes]:
     if len(value) < ENVELOPE_SIZE:
         raise EnvelopeError(f"value of {len(value)} bytes is shorter than the envelope")
