@@ -20,6 +20,7 @@ from marekvs.core import keys as K
 from marekvs.core import lww, pncounter
 from marekvs.core.envelope import RecordType
 from marekvs.core.hlc import HLC
+from marekvs.core.partition import hash64
 from marekvs.commands.errors import WRONGTYPE, CommandError
 from marekvs.storage.engine import Engine
 
@@ -169,13 +170,13 @@ class Keyspace:
         call per command, the per-key work inlined."""
         out: list[tuple[bytes, bytes]] = []
         stamp = self.hlc.reserve(len(pairs) // 2)
-        pack, flags, node = env.pack, _STRING_FLAGS, self.node_id
+        pack, flags, node = _ENV_PACK, _STRING_FLAGS, self.node_id
         head_pids, u16, partition_of = self.head_pids, _U16.pack, K.partition_of
         it = iter(pairs)
         for key, value in zip(it, it):
-            pid = partition_of(key)
+            pid = partition_of(key) if 123 in key else hash64(key) >> 52  # 123: b"{"
             ik = u16(pid) + b"s" + key
-            out.append((ik, pack(flags, stamp, node, 0, value)))
+            out.append((ik, pack(flags, stamp, node, 0) + value))
             stamp += 1
             if head_pids[pid]:
                 found = self._head_under(pid, ik, now)

@@ -363,6 +363,15 @@ def test_mget_mset_msetnx(r):
     assert r("MGET", "x", "y") == [b"1", b"2"]
 
 
+def test_mset_keys_land_in_their_partitions(r):
+    """MSET computes partition ids inline: hash tags must follow the Redis rule there too."""
+    keys = [b"{user1}.a", b"x{user1}y", b"{}b", b"a{}{b}", b"{", b"plain", b"{user1"]
+    r("MSET", *[x for k in keys for x in (k, b"v-" + k)])
+    for k in keys:
+        assert r.engine.get(K.encode_string_key(k))[19:] == b"v-" + k  # the spec's ikey
+        assert r("GET", k) == b"v-" + k
+
+
 def test_multi_key_writes_are_one_apply(r):
     """A command's records go through ONE engine.apply (one replication-log unit)."""
     calls = []
