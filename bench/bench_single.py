@@ -260,6 +260,14 @@ def marekvs_proc(port: int, workdir: str, profile_out: str | None, profile_forma
     return ServerProc("marekvs", argv, port, workdir, cwd=ROOT, wrapped=wrapped)
 
 
+def floor_proc(port: int, workdir: str, model: str) -> ServerProc:
+    """``bench/floor_server.py`` in marekvs's place (its column in the table): what the
+    stack itself allows, with (``data``) or without (``bare``) the data model's work."""
+    argv = [sys.executable, os.path.join(ROOT, "bench", "floor_server.py"), "--port", str(port),
+            "--data-dir", os.path.join(workdir, "floor-data"), "--model", model]
+    return ServerProc("marekvs", argv, port, workdir, cwd=ROOT)
+
+
 # -- workload ------------------------------------------------------------------------------
 
 def prefill(port: int, keyspace: int, size: int) -> dict[str, Any]:
@@ -630,6 +638,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--repeat", type=int, default=1, help="measured runs per row; the median (by rps) is kept")
     p.add_argument("--keep", action="store_true", help="keep the temp dirs (server logs, data)")
     p.add_argument("--strict", action="store_true", help="exit 1 when a target fails")
+    p.add_argument("--floor", choices=("bare", "data"), default=None,
+                   help="benchmark bench/floor_server.py --model FLOOR in marekvs's column: the "
+                        "leanest server on this stack, to read marekvs's ratios against")
     p.add_argument("--marekvs-arg", action="append", default=[], metavar="ARG",
                    help="extra argument for 'marekvs serve' (repeatable, e.g. --marekvs-arg=--shards=1)")
     a = p.parse_args(argv)
@@ -677,7 +688,10 @@ def main(argv: list[str] | None = None) -> int:
         plan = []
         if not args.marekvs_only:
             plan.append(redis_server_proc(free_port(), workdir))
-        if not args.redis_only:
+        if not args.redis_only and args.floor:
+            print(f"bench: the marekvs column is bench/floor_server.py --model {args.floor}", flush=True)
+            plan.append(floor_proc(free_port(), workdir, args.floor))
+        elif not args.redis_only:
             plan.append(marekvs_proc(free_port_pair(), workdir, profile_out, args.profile_format,
                                      args.profile_rate, args.marekvs_arg))
         rows = [(p, t) for p in args.pipelines for t in args.tests]
