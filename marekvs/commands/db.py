@@ -29,7 +29,6 @@ _UNKNOWN = object()  # "the caller did not look the key up"
 _STRING_FLAGS = env.make_flags(RecordType.STRING)
 _U16 = K._U16
 _ENV_PACK = env.pack_envelope
-_NOT_CACHED = object()
 
 
 def now_ms() -> int:
@@ -98,10 +97,7 @@ class Keyspace:
         (README.md, "Performance", tenth session)."""
         pid = K.partition_of(key)
         ik = _U16.pack(pid) + b"s" + key
-        engine = self.engine
-        rec = engine.cache.get(ik, _NOT_CACHED)
-        if rec is _NOT_CACHED:
-            rec = engine.get(ik)
+        rec = self.get(ik)
         if rec is not None and not rec[0] & 1:
             d = rec[11:19]
             if d == _ZERO8 or int.from_bytes(d, "big") > (now or now_ms()):
@@ -157,9 +153,11 @@ class Keyspace:
         """
         pid = K.partition_of(key)
         ik = _U16.pack(pid) + b"s" + key
+        out = [(ik, _ENV_PACK(_STRING_FLAGS, self.hlc.now(), self.node_id, ttl) + value)]
         if found is _UNKNOWN:
-            found = self._head_under(pid, ik, now or now_ms()) if self.head_pids[pid] else None
-        out = [(ik, env.pack(_STRING_FLAGS, self.hlc.now(), self.node_id, ttl, value))]
+            if not self.head_pids[pid]:
+                return out  # the common case: no head to read
+            found = self._head_under(pid, ik, now or now_ms())
         if found is not None and found[0][2:3] == K.TAG_HEAD:  # type: ignore[index]
             out.append(self._head_tombstone(*found))  # type: ignore[misc]
         return out
@@ -191,15 +189,7 @@ class Keyspace:
 
     def set_string(self, key: bytes, value: bytes, ttl: int, now: int = 0,
                    found: object = _UNKNOWN) -> None:
-        """``string_records`` applied; ``now`` 0 reads the clock only if needed. The
-        common case (nothing looked up, a partition that never held a collection
-        head) builds its one record here: SET's hot path, flat like ``read_string``."""
-        if found is _UNKNOWN:
-            pid = K.partition_of(key)
-            if not self.head_pids[pid]:
-                self.engine.apply([(_U16.pack(pid) + b"s" + key,
-                                    _ENV_PACK(_STRING_FLAGS, self.hlc.now(), self.node_id, ttl) + value)])
-                return
+        """``string_records`` applied; ``now`` 0 reads the clock only if needed."""
         self.engine.apply(self.string_records(key, value, ttl, now, found))
 
     def delete_records(self, key: bytes, now: int) -> list[tuple[bytes, bytes]]:
