@@ -92,13 +92,14 @@ def config_set(c, args):
     # The first pass stops at the first unknown, unchangeable or repeated name.
     names: list[str] = []
     for i, (name, _) in enumerate(pairs):
-        canon = name.lower() if name.lower() in _OWN_PARAMS else tunables.canonical_name(name.lower())
+        low = name.lower()
+        canon = low if low in _OWN_PARAMS else tunables.canonical_name(low)
         if canon is None:
             raise CommandError(f"ERR Unknown option or number of arguments for CONFIG SET - '{name}'")
         try:
             if canon not in _OWN_PARAMS:
                 tunables.check_settable(canon)
-            if any(name.lower() == earlier.lower() for earlier, _ in pairs[:i]):
+            if any(low == earlier.lower() for earlier, _ in pairs[:i]):
                 raise tunables.TunableError("duplicate parameter")  # (two names of one: fine)
         except tunables.TunableError as e:
             raise _set_failed(name, e) from None
