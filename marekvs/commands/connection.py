@@ -83,7 +83,7 @@ def hello(c, args):
             name = _check_name(args[i + 1])
             i += 2
         else:
-            raise CommandError("ERR Syntax error in HELLO option '%s'" % args[i].decode("utf-8", "replace"))
+            raise CommandError("ERR Syntax error in HELLO option '%s'" % errors.echo(args[i]))
     if authed:
         c.authed = True
         c.parser.auth_required = False
@@ -181,7 +181,7 @@ def client_list(c, args):
         if opt == b"TYPE" and i + 1 < len(args):
             t = args[i + 1].lower()
             if t not in (b"normal", b"master", b"replica", b"slave", b"pubsub"):
-                raise CommandError("ERR Unknown client type '%s'" % args[i + 1].decode("utf-8", "replace"))
+                raise CommandError("ERR Unknown client type '%s'" % errors.echo(args[i + 1]))
             if t != b"normal":
                 clients = []
             i += 2
@@ -214,13 +214,13 @@ def client_setinfo(c, args):
     val = args[3]
     if any(ch < 33 or ch > 126 for ch in val):
         raise CommandError("ERR %s cannot contain spaces, newlines or special characters."
-                           % attr.decode("utf-8", "replace").lower())
+                           % errors.echo(attr).lower())
     if attr == b"LIB-NAME":
         c.lib_name = val
     elif attr == b"LIB-VER":
         c.lib_ver = val
     else:
-        raise CommandError("ERR Unrecognized option '%s'" % args[2].decode("utf-8", "replace"))
+        raise CommandError("ERR Unrecognized option '%s'" % errors.echo(args[2]))
     return resp.OK
 
 
@@ -264,7 +264,7 @@ def client_kill(c, args):
         elif opt == b"TYPE":
             t = val.lower()
             if t not in (b"normal", b"master", b"replica", b"slave", b"pubsub"):
-                raise CommandError("ERR Unknown client type '%s'" % val.decode("utf-8", "replace"))
+                raise CommandError("ERR Unknown client type '%s'" % errors.echo(val))
             if t != b"normal":
                 clients = []
         elif opt == b"USER":

@@ -38,19 +38,31 @@ def wrong_arity(fullname: str) -> str:
     return f"ERR wrong number of arguments for '{fullname}' command"
 
 
+def c_str(b: bytes) -> bytes:
+    """User bytes as Redis echoes them with ``%s``: a C string, cut at the first NUL."""
+    z = b.find(b"\x00")
+    return b if z < 0 else b[:z]
+
+
+def echo(b: bytes) -> str:
+    """User bytes echoed in an error text (``%s`` in Redis): cut at the first NUL, raw
+    bytes kept (the dispatcher encodes the text back with surrogateescape)."""
+    return c_str(b).decode("utf-8", "surrogateescape")
+
+
 def unknown_command(args: list[bytes]) -> bytes:
-    """Redis's text, echoing the client's bytes (the name cut at 128 bytes, the args
-    until 128 bytes of them are shown)."""
+    """Redis's text, echoing the client's bytes as C strings (the name cut at 128 bytes,
+    the args until 128 bytes of them are shown)."""
     tail = b""
     for a in args[1:]:
         if len(tail) >= 128:
             break
-        tail += b"'%s' " % a[: 128 - len(tail)]
-    return b"ERR unknown command '%s', with args beginning with: %s" % (args[0][:128], tail)
+        tail += b"'%s' " % c_str(a)[: 128 - len(tail)]
+    return b"ERR unknown command '%s', with args beginning with: %s" % (c_str(args[0])[:128], tail)
 
 
 def unknown_subcommand(container: str, sub: bytes) -> bytes:
-    return b"ERR unknown subcommand '%s'. Try %s HELP." % (sub[:128], container.upper().encode())
+    return b"ERR unknown subcommand '%s'. Try %s HELP." % (c_str(sub)[:128], container.upper().encode())
 
 
 def invalid_expire(fullname: str) -> str:
@@ -58,7 +70,7 @@ def invalid_expire(fullname: str) -> str:
 
 
 def unsupported_option(opt: bytes) -> str:
-    return "ERR Unsupported option %s" % opt.decode("utf-8", "replace")
+    return "ERR Unsupported option %s" % echo(opt)
 
 
 # -- strings and keyspace (strings.py, keys.py) -------------------------------------------

@@ -42,7 +42,7 @@ def _live_params(server) -> dict[str, str]:
     return {
         "port": str(cfg.port), "bind": cfg.bind, "dir": os.path.abspath(cfg.data_dir),
         "requirepass": cfg.requirepass, "appendfsync": server.engine.durability,
-        "proto-max-bulk-len": str(512 * 1024 * 1024), "gc-grace": str(cfg.gc_grace),
+        "gc-grace": str(cfg.gc_grace),
         "max-clock-drift": str(cfg.max_clock_drift), "node-id": str(cfg.node_id),
         "shards": str(cfg.shards), "maxclients": str(server.maxclients),
     }
@@ -129,6 +129,10 @@ def config_set(c, args):
             server.hlc.max_drift_ms = int(value)
         else:
             server.config_extra[name] = value
+            if name == "proto-max-bulk-len":
+                server.limits.max_bulk = int(value)
+            elif name == "client-query-buffer-limit":
+                server.limits.max_query = int(value)
     return resp.OK
 
 

@@ -73,13 +73,13 @@ def memtoull(value: str) -> int | None:
     return (n * _UNIT[(m.group(2) or "").lower()]) & ULLONG_MAX
 
 
-def _memory(hi: int) -> Callable[[str], str]:
+def _memory(hi: int, lo: int = 0) -> Callable[[str], str]:
     def parse(value: str) -> str:
         v = memtoull(value)
         if v is None:
             raise TunableError("argument must be a memory value")
-        if v > hi:
-            raise TunableError(f"argument must be between 0 and {hi} inclusive")
+        if not lo <= v <= hi:
+            raise TunableError(f"argument must be between {lo} and {hi} inclusive")
         return str(v)
     return parse
 
@@ -203,6 +203,9 @@ PARAMS: dict[str, tuple[str, Callable[[str], str]]] = {
     "lua-time-limit": ("5000", _COUNT),
     "busy-reply-threshold": ("5000", _COUNT),
     "tcp-keepalive": ("300", int_between(0, INT_MAX)),
+    # request limits: the RESP parser reads them (server.limits), see server/resp.py
+    "proto-max-bulk-len": ("536870912", _memory(LLONG_MAX, 1024 * 1024)),
+    "client-query-buffer-limit": ("1073741824", _memory(LLONG_MAX, 1024 * 1024)),
     "client-output-buffer-limit": ("normal 0 0 0 slave 268435456 67108864 60 pubsub 33554432 8388608 60",
                                    _client_output_buffer_limit),  # type: ignore[dict-item]
     "no-appendfsync-on-rewrite": ("no", _bool),

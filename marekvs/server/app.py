@@ -60,7 +60,7 @@ class Client(asyncio.Protocol):
         self.server = server
         self.ks = server.ks
         self.transport: Any = None
-        self.parser = resp.RequestParser()
+        self.parser = resp.RequestParser(server.limits)
         self.parser.auth_required = self.parser.gated = bool(server.config.requirepass)
         self.out: list[bytes] = []
         self.proto = 2
@@ -123,6 +123,13 @@ class Client(asyncio.Protocol):
         if self.closing:
             return
         cmds, err = self.parser.feed(data)
+        if self.parser.pending_bytes() > self.server.limits.max_query:
+            # as Redis: the client is closed without a reply, its requests dropped
+            log.warning("closing client %s that reached max query buffer length (%d bytes)",
+                        self.addr, self.parser.pending_bytes())
+            self.server.query_buffer_closes += 1
+            self.kill()
+            return
         if self.blocked:
             self.backlog += cmds
             if err is not None:
@@ -248,6 +255,8 @@ class Server:
         self.error_replies = 0
         self.last_save = int(time.time())
         self.config_extra: dict[str, str] = {}  # accepted Redis no-op tunables
+        self.limits = resp.Limits()  # request limits (CONFIG SET proto-max-bulk-len, ...)
+        self.query_buffer_closes = 0
         raise_soft_open_files()
         self.maxclients = fit_open_files(DEFAULT_MAXCLIENTS)
         self.version = __version__

@@ -11,7 +11,20 @@ The request parser follows Redis's ``processMultibulkBuffer`` / ``processInlineB
   got 'X'``), lengths must be canonical, >= 0 and <= proto-max-bulk-len
   (``invalid bulk length``); header lines longer than 64 KB are ``too big ...``;
 - before AUTH (when a password is set) more than 10 arguments or bulks over 16 KB are
-  refused (``unauthenticated multibulk length`` / ``unauthenticated bulk length``).
+  refused (``unauthenticated multibulk length`` / ``unauthenticated bulk length``);
+- a NUL byte ends every line search, as Redis's ``strchr`` does: an inline request, a
+  count line or a bulk header with a NUL before its line end is never complete, so it
+  waits (Redis answers nothing either) until more than 64 KB are buffered, then fails
+  with the ``too big ...`` error of its kind. ``split_inline`` reads its line as a C
+  string for the same reason (``sdssplitargs`` stops at a NUL).
+
+Every parse step either consumes bytes or stops (waits for more, or fails): no input
+makes a loop spin in place (tests/unit/test_resp_fuzz.py checks it with hypothesis
+over arbitrary bytes in arbitrary splits). Memory is bounded per connection: a bulk
+by ``Limits.max_bulk`` (proto-max-bulk-len), and what a connection holds of requests
+not yet complete (buffered bytes plus the arguments of a multibulk still arriving) is
+``pending_bytes()``, which the server keeps under ``Limits.max_query``
+(client-query-buffer-limit) by closing the connection, as Redis does.
 
 After a protocol error the commands parsed before it are still returned; the caller
 replies to them, then sends the error and closes the connection, as Redis does.
@@ -43,6 +56,7 @@ import hiredis
 INT_MAX = 2**31 - 1
 PROTO_INLINE_MAX_SIZE = 64 * 1024
 PROTO_MAX_BULK_LEN = 512 * 1024 * 1024
+CLIENT_QUERY_BUFFER_LIMIT = 1024 * 1024 * 1024
 UNAUTH_MAX_MULTIBULK = 10
 UNAUTH_MAX_BULK = 16384
 
@@ -63,14 +77,17 @@ def _canon_int(b: bytes) -> int | None:
 
 
 def split_inline(line: bytes) -> list[bytes] | None:
-    """``sdssplitargs``: None on unbalanced quotes."""
-    if b'"' not in line and b"'" not in line and b"\x0b" not in line and b"\x0c" not in line \
-            and b"\x00" not in line:
+    """``sdssplitargs``: None on unbalanced quotes. The line is read as a C string: a NUL
+    ends it (the parser never hands over a line with one; see the module docstring)."""
+    z = line.find(b"\x00")
+    if z >= 0:
+        line = line[:z]
+    if b'"' not in line and b"'" not in line and b"\x0b" not in line and b"\x0c" not in line:
         return line.split()
     args: list[bytes] = []
     i, n = 0, len(line)
     ws = b" \n\r\t\x0b\x0c"  # isspace(): skipped between tokens, checked after quotes
-    ends = b" \n\r\t\x00"  # what ends an unquoted token
+    ends = b" \n\r\t"  # what ends an unquoted token (and the end of the line)
     while True:
         while i < n and line[i] in ws:
             i += 1
@@ -130,27 +147,66 @@ def _ishex(c: int) -> bool:
     return 48 <= c <= 57 or 65 <= c <= 70 or 97 <= c <= 102
 
 
+class Limits:
+    """The request limits of one server, shared by its connections' parsers and changed
+    by CONFIG SET: proto-max-bulk-len and client-query-buffer-limit."""
+
+    __slots__ = ("max_bulk", "max_query")
+
+    def __init__(self, max_bulk: int = PROTO_MAX_BULK_LEN, max_query: int = CLIENT_QUERY_BUFFER_LIMIT):
+        self.max_bulk = max_bulk
+        self.max_query = max_query
+
+
+DEFAULT_LIMITS = Limits()
+# what an argument of a multibulk still arriving is charged beyond its bytes (a bytes
+# object and its list slot), so a request of many tiny arguments is bounded too
+ARG_OVERHEAD = 48
+
+
+def _line_end(buf: bytes, ch: bytes, pos: int, n: int) -> int:
+    """Redis's ``strchr(buf + pos, ch)``: the index of ``ch`` from ``pos``, or -1 if there
+    is none or a NUL comes first (C strings end there)."""
+    i = buf.find(ch, pos)
+    z = buf.find(b"\x00", pos, n if i < 0 else i)
+    return -1 if z >= 0 else i
+
+
 class StrictParser:
     """The reference request parser. ``feed(data)`` returns (commands, error)."""
 
-    __slots__ = ("_buf", "_chunks", "_buffered", "_need", "_args", "_left", "auth_required", "gated")
+    __slots__ = ("_buf", "_chunks", "_buffered", "_need", "_args", "_left", "_args_bytes", "_scanned",
+                 "_stuck", "auth_required", "gated", "limits")
 
-    def __init__(self) -> None:
+    def __init__(self, limits: Limits = DEFAULT_LIMITS) -> None:
         self._buf = b""
         self._chunks: list[bytes] = []
         self._buffered = 0
         self._need = 0  # bytes the pending bulk needs before parsing can resume
         self._args: list[bytes] | None = None  # multibulk in progress
         self._left = 0  # bulks still to read for it
+        self._args_bytes = 0  # what its arguments so far are charged (pending_bytes)
+        self._scanned = 0  # bytes of the buffered inline line already searched for its end
+        self._stuck = False  # the buffered line has a NUL before its end: it never completes
         self.auth_required = False
         self.gated = False  # a password is configured: AUTH/RESET may change the limits
+        self.limits = limits
 
     def pending_bytes(self) -> int:
-        return len(self._buf) + self._buffered
+        """What this connection holds of requests not yet complete: buffered bytes and
+        the arguments of a multibulk still arriving."""
+        return len(self._buf) + self._buffered + self._args_bytes
 
     def idle(self) -> bool:
         """No partial request buffered."""
         return not self._buf and not self._need and self._args is None
+
+    def _reset(self) -> None:
+        self._buf = b""
+        self._chunks = []
+        self._buffered = self._need = self._left = self._args_bytes = self._scanned = 0
+        self._args = None
+        self._stuck = False
 
     def feed(self, data: bytes) -> tuple[list[list[bytes]], str | None]:
         if self._need:
@@ -171,8 +227,7 @@ class StrictParser:
         try:
             pos = self._parse(buf, out)
         except ProtocolError as e:
-            self._buf = b""
-            self._args = None
+            self._reset()
             return out, str(e)
         self._buf = buf[pos:] if pos < len(buf) else b""
         return out, None
@@ -183,14 +238,20 @@ class StrictParser:
         args = self._args
         left = self._left
         find = buf.find
+        max_bulk = self.limits.max_bulk
         while pos < n:
             if args is None:
                 if buf[pos] != 42:  # inline
-                    nl = find(b"\n", pos)
+                    # (the line end is searched once per byte: a line arriving in many
+                    # reads is not re-scanned from its start every time)
+                    nl = -1 if self._stuck else _line_end(buf, b"\n", pos + self._scanned, n)
                     if nl < 0:
                         if n - pos > PROTO_INLINE_MAX_SIZE:
                             raise ProtocolError("Protocol error: too big inline request")
+                        self._stuck = self._stuck or find(b"\x00", pos + self._scanned) >= 0
+                        self._scanned = n - pos
                         break
+                    self._scanned = 0
                     end = nl - 1 if nl > pos and buf[nl - 1] == 13 else nl
                     parts = split_inline(buf[pos:end])
                     if parts is None:
@@ -201,7 +262,7 @@ class StrictParser:
                         if self.gated or self.auth_required:
                             break  # see below: one command at a time
                     continue
-                cr = find(b"\r", pos)
+                cr = _line_end(buf, b"\r", pos, n)
                 if cr < 0 or cr + 1 >= n:
                     if n - pos > PROTO_INLINE_MAX_SIZE:
                         raise ProtocolError("Protocol error: too big mbulk count string")
@@ -220,7 +281,7 @@ class StrictParser:
             while left:
                 if pos >= n:
                     break
-                cr = find(b"\r", pos)
+                cr = _line_end(buf, b"\r", pos, n)
                 if cr < 0 or cr + 1 >= n:
                     if n - pos > PROTO_INLINE_MAX_SIZE:
                         raise ProtocolError("Protocol error: too big bulk count string")
@@ -228,7 +289,7 @@ class StrictParser:
                 if buf[pos] != 36:
                     raise ProtocolError("Protocol error: expected '$', got '%s'" % chr(buf[pos]))
                 ln = _canon_int(buf[pos + 1 : cr])
-                if ln is None or ln < 0 or ln > PROTO_MAX_BULK_LEN:
+                if ln is None or ln < 0 or ln > max_bulk:
                     raise ProtocolError("Protocol error: invalid bulk length")
                 if ln > UNAUTH_MAX_BULK and self.auth_required:
                     raise ProtocolError("Protocol error: unauthenticated bulk length")
@@ -239,12 +300,14 @@ class StrictParser:
                     self._need = end + 2 - pos
                     break
                 args.append(buf[start:end])
+                self._args_bytes += ln + ARG_OVERHEAD
                 pos = end + 2
                 left -= 1
             if left:
                 break
             out.append(args)
             args = None
+            self._args_bytes = 0
             if self.gated or self.auth_required:
                 # AUTH may lift the unauthenticated limits for what follows, RESET may
                 # restore them: with a password set, hand over one command at a time
@@ -290,9 +353,9 @@ class RequestParser:
 
     __slots__ = ("_reader", "_strict", "_fast")
 
-    def __init__(self) -> None:
+    def __init__(self, limits: Limits = DEFAULT_LIMITS) -> None:
         self._reader = hiredis.Reader()
-        self._strict = StrictParser()
+        self._strict = StrictParser(limits)
         self._fast = True
 
     @property
@@ -375,6 +438,12 @@ class RequestParser:
         except Exception:  # hiredis.ProtocolError, or a RESP3 map of lists (TypeError)
             return self._to_strict(data[_consumed(out):], out)
         if type(probe) is list and not probe:
+            if len(data) > self._strict.limits.max_bulk:
+                # a bulk in this chunk may be over proto-max-bulk-len (CONFIG SET can
+                # lower it below what hiredis accepts): the strict parser judges it
+                for i, cmd in enumerate(out):
+                    if any(len(a) > self._strict.limits.max_bulk for a in cmd):
+                        return self._to_strict(data[_consumed(out[:i]):], out[:i])
             return out, None
         # A partial command: the strict parser judges its header at once (invalid or
         # oversized lengths fail now, as in Redis) and collects big values without

@@ -196,6 +196,91 @@ def test_protocol_errors_exact_and_close(mvs, real_redis, data, reply, closed):
     assert_healthy(mvs)
 
 
+# -- NUL and other control bytes (checked against redis-server 7.0.15) -----------------------
+# Redis finds line ends with strchr, which stops at a NUL: a line with a NUL before its end
+# is never complete (no reply, the connection waits) until more than 64 KB are buffered.
+CONTROL_CASES = [
+    (b"GET a\x00b\r\n", b"", False),
+    (b"PING\r\nGET a\x00b\r\nPING\r\n", b"+PONG\r\n", False),
+    (b"\x00\r\nPING\r\n", b"", False),
+    (b"*1\x00\r\n$4\r\nPING\r\n", b"", False),
+    (b"*1\r\n$4\x00\r\nPING\r\n", b"", False),
+    (b'ECHO "a\x00b"\r\n', b"", False),
+    (b"*1\r\n$4\r\nPI\x00G\r\n", b"-ERR unknown command 'PI', with args beginning with: \r\n", False),
+    (b"*2\r\n$3\r\nFOO\r\n$3\r\na\x00b\r\n", b"-ERR unknown command 'FOO', with args beginning with: 'a' \r\n",
+     False),
+    (b"ECHO a\x0bb\r\n", b"$3\r\na\x0bb\r\n", False),
+    (b"ECHO \x0b a\r\n", b"$1\r\na\r\n", False),
+    (b"ECHO a\x01b\x7f\xff\r\n", b"$5\r\na\x01b\x7f\xff\r\n", False),
+    (b"ECHO a\tb\r\n", b"-ERR wrong number of arguments for 'echo' command\r\n", False),
+    (b"ECHO a\rb\r\n", b"-ERR wrong number of arguments for 'echo' command\r\n", False),
+    (b"GET a\x00" + b"x" * 70_000 + b"\r\n", E + b"too big inline request\r\n", True),
+    (b"*1\x00" + b"1" * 70_000, E + b"too big mbulk count string\r\n", True),
+]
+
+
+@pytest.mark.parametrize("data,reply,closed", [
+    pytest.param(*c, id=repr(c[0])[:40]) for c in CONTROL_CASES])
+def test_nul_and_control_bytes_as_redis(mvs, real_redis, data, reply, closed):
+    got, want = side_by_side(mvs.port, real_redis.port, data, complete=False)
+    assert want == (reply, closed), "redis-server disagrees with the expectation"
+    assert got == want
+    assert_healthy(mvs)
+
+
+def test_inline_nul_request_leaves_every_other_client_served(mvs):
+    # printf 'GET a\x00b\r\n' | nc 127.0.0.1 PORT used to spin the event loop forever,
+    # appending empty arguments until the kernel killed the node (24 GB)
+    stuck = [socket.create_connection(("127.0.0.1", mvs.port), timeout=5) for _ in range(8)]
+    try:
+        for s in stuck:
+            s.sendall(b"GET a\x00b\r\n")
+        for _ in range(3):
+            t0 = time.monotonic()
+            s2 = socket.create_connection(("127.0.0.1", mvs.port), timeout=1.0)
+            try:
+                s2.sendall(b"PING\r\n")
+                assert s2.recv(100) == b"+PONG\r\n"
+            finally:
+                s2.close()
+            assert time.monotonic() - t0 < 1.0
+        assert_healthy(mvs)
+    finally:
+        for s in stuck:
+            s.close()
+
+
+def test_query_buffer_limit_closes_the_client_and_keeps_serving(node_factory, real_redis):
+    # client-query-buffer-limit (1 MB here): past it Redis closes the client without a
+    # reply; a multibulk of many small arguments counts too (marekvs also charges the
+    # arguments of a request still arriving: Redis 7.0 counts only its query buffer)
+    node = node_factory()
+    c = node.client()
+    assert c.config_set("client-query-buffer-limit", "1mb")
+    assert c.config_get("client-query-buffer-limit") == {"client-query-buffer-limit": "1048576"}
+    big = b"*2\r\n$3\r\nSET\r\n$2000000\r\n" + b"x" * 1_500_000
+    assert talk(node.port, big) == (b"", True)
+    many = b"*1000000\r\n" + b"$1\r\na\r\n" * 30_000
+    assert talk(node.port, many) == (b"", True)
+    assert c.ping()
+    rc = real_redis.client()
+    rc.config_set("client-query-buffer-limit", "1mb")
+    try:
+        assert talk(real_redis.port, big) == (b"", True)
+    finally:
+        rc.config_set("client-query-buffer-limit", "1gb")
+    c.config_set("proto-max-bulk-len", "1mb")
+    for port in (node.port, real_redis.port):
+        if port == real_redis.port:
+            rc.config_set("proto-max-bulk-len", "1mb")
+        assert talk(port, b"*2\r\n$4\r\nECHO\r\n$1048577\r\n") == (E + b"invalid bulk length\r\n", True)
+    rc.config_set("proto-max-bulk-len", "512mb")
+    # a whole request in one piece, over the lowered limit, is refused too (the fast path)
+    assert talk(node.port, mb(b"ECHO", b"y" * 1_100_000)) == (E + b"invalid bulk length\r\n", True)
+    assert c.ping()
+    c.close()
+
+
 def test_huge_multibulk_count_does_not_stall_the_server(node_factory):
     # 13 bytes declaring 2**31-1 arguments: Redis reserves min(count, 1024) slots and
     # waits; the event loop must stay responsive for everybody else.
