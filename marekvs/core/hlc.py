@@ -58,6 +58,10 @@ class HLC:
     def last(self) -> int:
         return self._last
 
+    def wall(self) -> int:
+        """The wall clock this HLC reads, in ms."""
+        return time.time_ns() // 1_000_000 if self._wall else self._clock()
+
     def now(self) -> int:
         """Stamp a local event: ``reserve(1)``, inlined (one stamp per write)."""
         w = (time.time_ns() // 1_000_000 if self._wall else self._clock()) << LOGICAL_BITS

@@ -27,6 +27,18 @@ Log retention
     the disk: past it the log is trimmed anyway and the peers that fell behind are
     marked ``needs_resync`` (INFO, logged): never silently skipped.
 
+A data directory behind its peers
+    A peer keeps, with its high-water mark of our log, the epoch of the entry there
+    (``storage/replog.py``: each opening of a data directory writes its entries under a
+    new random epoch). At every Hello the sender compares it with its own entry at that
+    position. A high-water mark past this log's end, or another epoch there, means this
+    directory lost entries peers applied (it was restored from an older copy, or a disk
+    lost its newest files) and that this process now writes positions peers would skip
+    as already applied. The node then says so (ERROR in its log, ``incarnation_changes``
+    and ``last_incarnation_change`` in INFO replication), takes a new incarnation, so
+    peers take every entry again from position 1 or bootstrap from it, and pulls a
+    snapshot from every peer to get back what it lost (``_take_new_incarnation``).
+
 Bootstrap
     A new node (fresh data directory) pulls a snapshot from every reachable peer
     before it serves: all records, merged through the apply path, then the snapshot's
@@ -114,6 +126,7 @@ class PeerState:
     applied_seq: int = 0
     applied_entries: int = 0
     applied_bytes: int = 0
+    skipped_entries: int = 0  # received at or below the high-water mark (at-least-once)
     incarnation: int = 0  # of the peer's data directory, from its last handshake
 
 
@@ -148,6 +161,8 @@ class ReplicationManager(pbg.ReplicationServicer):
         self.refused_batches = 0
         self._batch_cache: dict[int, tuple] = {}  # after-seq -> (log_seq, (last, n, payload))
         self.bootstrapped_from: list[int] = []
+        self.incarnation_changes = 0
+        self.last_incarnation_change = ""
         self._md = ((SECRET_HEADER, self.config.cluster_secret),)
         for spec in self.config.peers:
             nid, addr = parse_peer(spec)
@@ -271,7 +286,7 @@ class ReplicationManager(pbg.ReplicationServicer):
         the newest ``LOG_KEEP_ALONE`` entries for a node that joins later)."""
         e = self.engine
         if self.peers:
-            floor = min(p.acked_seq for p in self.peers.values())
+            floor = min(min(p.acked_seq for p in self.peers.values()), e.log_seq)
         else:
             floor = e.log_seq - LOG_KEEP_ALONE
         cap = self.config.replog_max_entries
@@ -304,11 +319,16 @@ class ReplicationManager(pbg.ReplicationServicer):
             channel = self._channel(p.grpc_addr)
             try:
                 stub = pbg.ReplicationStub(channel)
-                reply = await stub.Hello(pb.HelloRequest(node=self.info(), log_first=self.engine.log_first),
+                reply = await stub.Hello(pb.HelloRequest(node=self.info(), log_first=self.engine.log_first,
+                                                         log_last=self.engine.log_seq),
                                          metadata=self._md, timeout=5)
                 self.check_peer_info(reply.node, p.node_id)
                 p.resp_addr = reply.node.resp_addr
                 p.incarnation = reply.node.incarnation
+                if reply.node.incarnation and self._lost_entries(reply.applied_seq, reply.applied_epoch):
+                    p.state = "behind"
+                    self._take_new_incarnation(p, reply.applied_seq)
+                    continue  # Hello again under the new incarnation
                 p.acked_seq = reply.applied_seq
                 if p.acked_seq + 1 < self.engine.log_first:
                     if not p.needs_resync:
@@ -348,6 +368,41 @@ class ReplicationManager(pbg.ReplicationServicer):
                 await channel.close(grace=None)
             await asyncio.sleep(delay)
             delay = min(delay * 2, 2.0)
+
+    def _lost_entries(self, acked: int, acked_epoch: int) -> bool:
+        """A peer has applied our log up to ``acked`` (its entry there of epoch
+        ``acked_epoch``): True if this data directory does not hold that entry (see
+        the module docstring)."""
+        log_ = self.engine.log
+        if not acked:
+            return False
+        if acked > log_.last:
+            return True
+        mine = log_.epoch_of(acked)
+        return bool(acked_epoch and mine and mine != acked_epoch)
+
+    def _take_new_incarnation(self, p: PeerState, acked: int) -> None:
+        old = self.incarnation
+        inc = new_incarnation()
+        self.last_incarnation_change = (f"peer {p.node_id} had applied this node's log up to {acked} of "
+                                        f"incarnation {old}; this log ends at {self.engine.log_seq}")
+        log.error("DATA DIRECTORY BEHIND ITS PEERS: %s, or holds other entries there: the data directory "
+                  "was restored from an older copy or lost its newest files. Taking incarnation %d (was %d) "
+                  "so peers do not skip this node's writes, and pulling what was lost from every peer.",
+                  self.last_incarnation_change, inc, old)
+        self.engine.new_incarnation(inc)
+        self.incarnation = inc
+        self.incarnation_changes += 1
+        loop = asyncio.get_running_loop()
+        for q in self.peers.values():
+            q.acked_seq = q.sent_seq = 0
+            if q.node_id != p.node_id:  # the other senders Hello again too
+                t = self.tasks.pop(q.node_id, None)
+                if t is not None:
+                    t.cancel()
+                self._start_sender(q)
+            if q.node_id not in self.bootstraps:
+                self.bootstraps[q.node_id] = loop.create_task(self._bootstrap_task(q.node_id, q.grpc_addr))
 
     async def _ship(self, stub: pbg.ReplicationStub, p: PeerState) -> None:
         call = stub.Ship(metadata=self._md)
@@ -399,7 +454,8 @@ class ReplicationManager(pbg.ReplicationServicer):
                     waiter.cancel()
                     continue
                 last, n, payload = batch
-                await call.write(pb.Batch(origin=self.node_id, incarnation=self.incarnation, entries=payload))
+                await call.write(pb.Batch(origin=self.node_id, incarnation=self.incarnation, entries=payload,
+                                          last_epoch=e.log.epoch_of(last) or 0))
                 sent = last
                 inflight.append(last)
                 p.sent_seq = sent
@@ -483,17 +539,30 @@ class ReplicationManager(pbg.ReplicationServicer):
             p = self._add_peer(node.node_id, node.grpc_addr)
             self.engine.commit()
             self._start_sender(p)
-        hwm = self.hwm(node.node_id, node.incarnation)
-        if hwm + 1 < request.log_first and node.node_id not in self.bootstraps:
+        hwm, epoch = self.hwm_of(node.node_id, node.incarnation)
+        if hwm > request.log_last:
+            log.warning("peer %d's log ends at %d but this node applied %d of it: the peer will take a new "
+                        "incarnation", node.node_id, request.log_last, hwm)
+        elif hwm + 1 < request.log_first and node.node_id not in self.bootstraps:
             log.warning("peer %d trimmed log entries %d..%d this node never applied: bootstrapping from it",
                         node.node_id, hwm + 1, request.log_first - 1)
             self.bootstraps[node.node_id] = asyncio.get_running_loop().create_task(
                 self._bootstrap_task(node.node_id, node.grpc_addr))
-        return pb.HelloReply(node=self.info(), applied_seq=hwm)
+        return pb.HelloReply(node=self.info(), applied_seq=hwm, applied_epoch=epoch)
+
+    def hwm_of(self, origin: int, incarnation: int) -> tuple[int, int]:
+        """(high-water mark, epoch of the entry there; 0 if unknown) of ``origin``'s log."""
+        v = self.engine.get_meta(b"hwm:%d:%d" % (origin, incarnation))
+        if not v:
+            return 0, 0
+        seq, _, epoch = v.partition(b":")
+        return int(seq), int(epoch or 0)
 
     def hwm(self, origin: int, incarnation: int) -> int:
-        v = self.engine.get_meta(b"hwm:%d:%d" % (origin, incarnation))
-        return int(v) if v else 0
+        return self.hwm_of(origin, incarnation)[0]
+
+    def _put_hwm(self, origin: int, incarnation: int, seq: int, epoch: int) -> None:
+        self.engine.put_meta(b"hwm:%d:%d" % (origin, incarnation), b"%d:%d" % (seq, epoch))
 
     async def Ship(self, request_iterator: Any, context: grpc.aio.ServicerContext):
         await self._authorize(context)
@@ -511,16 +580,18 @@ class ReplicationManager(pbg.ReplicationServicer):
                 self.refused_batches += 1
                 log.error("refused a batch from node %d: %s; nothing written", origin, e)
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"bad record: {e}")
-            yield pb.Ack(applied_seq=self._apply_batch(origin, batch.incarnation, entries, len(batch.entries)))
+            yield pb.Ack(applied_seq=self._apply_batch(origin, batch.incarnation, entries, len(batch.entries),
+                                                       batch.last_epoch))
 
-    def _apply_batch(self, origin: int, incarnation: int, entries: list, nbytes: int) -> int:
+    def _apply_batch(self, origin: int, incarnation: int, entries: list, nbytes: int, last_epoch: int) -> int:
         e = self.engine
-        hwm = self.hwm(origin, incarnation)
+        hwm, epoch = self.hwm_of(origin, incarnation)
         top = b""  # the highest HLC of the batch, as 8 big-endian bytes (they order alike)
         p = self.peers[origin]
         for seq, recs in entries:
             if seq <= hwm:
-                continue  # at-least-once: already applied
+                p.skipped_entries += 1  # at-least-once: already applied
+                continue
             for _, v in recs:
                 h = v[1:9]
                 if h > top:
@@ -530,7 +601,9 @@ class ReplicationManager(pbg.ReplicationServicer):
             p.applied_entries += 1
         if top:
             self.hlc.update(int.from_bytes(top, "big"))
-        e.put_meta(b"hwm:%d:%d" % (origin, incarnation), b"%d" % hwm)
+        if entries and entries[-1][0] == hwm:
+            epoch = last_epoch  # (otherwise the whole batch was at or below the mark)
+        self._put_hwm(origin, incarnation, hwm, epoch)
         e.commit()
         p.applied_seq = hwm
         p.applied_bytes += nbytes
@@ -541,9 +614,13 @@ class ReplicationManager(pbg.ReplicationServicer):
         await self._admit(request.node, "Snapshot", context)
         e = self.engine
         e.commit()
-        positions = {f"{self.node_id}:{self.incarnation}": e.log_seq}
+        own = f"{self.node_id}:{self.incarnation}"
+        positions = {own: e.log_seq}
+        epochs = {own: e.log.epoch_of(e.log_seq) or 0}
         for k, v in e.meta_items(b"hwm:"):
-            positions[k[4:].decode()] = int(v)
+            seq, _, epoch = v.partition(b":")
+            positions[k[4:].decode()] = int(seq)
+            epochs[k[4:].decode()] = int(epoch or 0)
         log.info("streaming a snapshot to node %d", request.node.node_id)
         start = b""
         first = True
@@ -554,7 +631,8 @@ class ReplicationManager(pbg.ReplicationServicer):
                 if len(chunk) >= SNAPSHOT_CHUNK:
                     break
             done = len(chunk) < SNAPSHOT_CHUNK
-            yield pb.SnapshotChunk(records=chunk, positions=positions if first else {}, last=done)
+            yield pb.SnapshotChunk(records=chunk, positions=positions if first else {},
+                                   position_epochs=epochs if first else {}, last=done)
             first = False
             if done:
                 return
@@ -586,6 +664,7 @@ class ReplicationManager(pbg.ReplicationServicer):
         e = self.engine
         n = 0
         positions: dict[str, int] = {}
+        epochs: dict[str, int] = {}
         channel = self._channel(addr)
         try:
             stub = pbg.ReplicationStub(channel)
@@ -594,6 +673,7 @@ class ReplicationManager(pbg.ReplicationServicer):
             async for chunk in stub.Snapshot(pb.SnapshotRequest(node=self.info()), metadata=self._md):
                 if chunk.positions:
                     positions = dict(chunk.positions)
+                    epochs = dict(chunk.position_epochs)
                 recs = [(r.key, r.value) for r in chunk.records]
                 for k, v in recs:
                     check_record(k, v)
@@ -611,13 +691,11 @@ class ReplicationManager(pbg.ReplicationServicer):
         finally:
             await channel.close(grace=None)
         for key, seq in positions.items():
-            origin, inc = key.split(":")
-            if int(origin) == self.node_id and int(inc) == self.incarnation:
-                continue
-            hk = b"hwm:%s:%s" % (origin.encode(), inc.encode())
-            cur = e.get_meta(hk)
-            if cur is None or int(cur) < seq:
-                e.put_meta(hk, b"%d" % seq)
+            origin, inc = (int(x) for x in key.split(":"))
+            if origin == self.node_id:
+                continue  # our own log: peers keep their marks of it
+            if self.hwm(origin, inc) < seq:
+                self._put_hwm(origin, inc, seq, epochs.get(key, 0))
         e.commit()
         self.bootstrapped_from.append(nid)
         return n
@@ -632,6 +710,8 @@ class ReplicationManager(pbg.ReplicationServicer):
             ("known_peers", len(self.peers)), ("log_first_seq", e.log_first), ("log_last_seq", e.log_seq),
             ("refused_batches", self.refused_batches),
             ("bootstrapping", 1 if self.bootstraps else 0),
+            ("log_epoch", e.log.epoch), ("incarnation_changes", self.incarnation_changes),
+            ("last_incarnation_change", self.last_incarnation_change.replace(" ", "_")),
         ]
         for i, p in enumerate(sorted(self.peers.values(), key=lambda x: x.node_id)):
             ack_age = int((time.monotonic() - p.last_ack) * 1000) if p.last_ack else -1
@@ -641,7 +721,8 @@ class ReplicationManager(pbg.ReplicationServicer):
                                     f"last_ack_ms={ack_age},bytes_shipped={p.bytes_shipped},"
                                     f"entries_shipped={p.entries_shipped},batches_shipped={p.batches_shipped},"
                                     f"needs_resync={int(p.needs_resync)},applied_seq={p.applied_seq},"
-                                    f"applied_entries={p.applied_entries},applied_bytes={p.applied_bytes}"))
+                                    f"applied_entries={p.applied_entries},applied_bytes={p.applied_bytes},"
+                                    f"skipped_entries={p.skipped_entries}"))
         return out
 
     def metrics(self) -> list[tuple[str, dict[str, str], float]]:

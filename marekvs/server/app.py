@@ -228,7 +228,8 @@ class Server:
         offset = config.clock_offset_ms
         self.hlc = HLC(clock=(lambda: wall_ms() + offset) if offset else wall_ms,
                        max_drift_ms=config.max_clock_drift)
-        self.engine = Engine(config.data_dir, config.node_id, config.durability, config.cache_entries)
+        self.engine = Engine(config.data_dir, config.node_id, config.durability, config.cache_entries,
+                             hlc=self.hlc)
         self.hlc.observe(self.engine.max_hlc())
         self.ks = Keyspace(self.engine, self.hlc, config.node_id)
         self.table: CommandTable = build_table()

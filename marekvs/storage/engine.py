@@ -3,12 +3,11 @@
 Column families
     ``data``    internal key -> envelope + payload (the records of the data model)
     ``replog``  local sequence number (u64 BE) -> one replication-log entry: the
-                internal keys the local commands of one committed batch changed,
-                msgpack ``[ikey, ...]``. Shipping reads each key's *current* record:
-                it dominates the one the command wrote (every later record is a join
-                over it), so peers converge to the same state while the log stays
-                small and one batch costs one extra RocksDB put, not one per record.
-    ``meta``    node metadata: node id, peers' high-water marks, format version
+                internal keys the local commands of one committed batch changed
+                (``storage/replog.py`` owns it: positions, epochs, trimming, the
+                ring of recent entries)
+    ``meta``    node metadata: node id, peers' high-water marks, format version,
+                the log's trim floor, the clock
 
 The one apply path
     ``apply(records)`` takes records (internal key, envelope + payload), reads the
@@ -56,22 +55,26 @@ import struct
 import threading
 import time
 from itertools import islice
-from typing import Iterator
+from typing import Any, Iterator
 
-import msgpack
 from rocksdict import BlockBasedOptions, Options, Rdict, ReadOptions, WriteBatch, WriteOptions
 
 from marekvs.core import merge as _merge
+from marekvs.core.hlc import LOGICAL_BITS
 from marekvs.core.partition import PARTITIONS
+from marekvs.storage.replog import ReplicationLog
 
 log = logging.getLogger("marekvs.storage")
 
 MISSING = None  # cached absence is stored as None; a cache miss is _NOT_CACHED
 _NOT_CACHED = object()
-_U64 = struct.Struct(">Q")
 _U16 = struct.Struct(">H")
 FORMAT_VERSION = 1
-RECENT_ENTRIES_BYTES = 32 << 20
+# A commit also saves the clock when the clock runs this far ahead of the wall clock (it
+# took a peer's stamp from a clock that leads ours): a restart, which takes far longer,
+# would otherwise stamp below records it already holds once the log that named them is
+# trimmed (``max_hlc``).
+HLC_LEAD_MS = 100
 # A WAL file is deleted only once every column family has flushed what it holds, and
 # ``replog`` and ``meta`` take a small write with every commit but fill their memtables
 # slowly: left to RocksDB's default (four times all the memtables, ~1.1 GB here) the WAL
@@ -90,7 +93,8 @@ class StorageError(RuntimeError):
 
 class Engine:
     def __init__(self, path: str, node_id: int, durability: str = "everysec",
-                 cache_entries: int = 500_000, max_total_wal_bytes: int = MAX_TOTAL_WAL_BYTES):
+                 cache_entries: int = 500_000, max_total_wal_bytes: int = MAX_TOTAL_WAL_BYTES,
+                 hlc: Any = None):
         if durability not in DURABILITY_MODES:
             raise ValueError(f"durability must be one of {DURABILITY_MODES}")
         self.path = path
@@ -119,12 +123,12 @@ class Engine:
         self.pending_log: dict[bytes, None] = {}  # keys changed by local commands, in order
         self.pending_meta: dict[bytes, bytes | None] = {}
         self.head_pids = self._find_head_partitions()
-        self.log_seq = self._last_log_seq()
+        self.log = ReplicationLog(self.db, self.replog, self._h_replog, self.meta, self._h_meta)
         # The log sequence number the pending batch's entry will have (or the last
         # committed one if nothing local is pending): what WAIT waits for. A plain
         # attribute kept by apply and commit: every write command reads it.
-        self.next_seq = self.log_seq
-        self.log_first = self._first_log_seq()
+        self.next_seq = self.log.last
+        self.hlc = hlc  # the node's clock (core.hlc.HLC), saved by commit when it leads
 
         self._wopts = WriteOptions()
         self._stop = threading.Event()
@@ -132,14 +136,6 @@ class Engine:
         self.set_durability(durability)
 
         self.commit_listeners: list = []  # called with log_seq after a batch with log entries
-        # The newest log entries as the commit wrote them ([ikey, value, ...]; packed
-        # to their wire form on a sender's first request), so shipping does not
-        # re-read and re-encode them. Kept only once the node has a peer
-        # (``keep_recent``, set by replication): a lone node never pays for them, and
-        # a sender that starts later reads older entries from the log on disk.
-        self.keep_recent = False
-        self.recent_entries: dict[int, bytes | list[bytes]] = {}
-        self.recent_bytes = 0
         # stats
         self.batches = 0
         self.records_written = 0
@@ -163,6 +159,44 @@ class Engine:
         elif int(self.meta.get(b"format_version") or 0) != FORMAT_VERSION:
             raise StorageError(f"data directory {self.path} has another format version")
         self.incarnation = int(self.meta.get(b"incarnation"))
+
+    def new_incarnation(self, incarnation: int) -> None:
+        """Take a new incarnation (replication found this directory behind its peers)."""
+        self.put_meta(b"incarnation", b"%d" % incarnation)
+        self.commit()
+        self.db.flush_wal(True)
+        self.incarnation = incarnation
+
+    # -- the replication log (storage/replog.py) ------------------------------------
+    @property
+    def log_seq(self) -> int:
+        return self.log.last
+
+    @property
+    def log_first(self) -> int:
+        return self.log.first
+
+    @property
+    def keep_recent(self) -> bool:
+        return self.log.keep_recent
+
+    @keep_recent.setter
+    def keep_recent(self, v: bool) -> None:
+        self.log.keep_recent = v
+
+    @property
+    def recent_entries(self) -> dict[int, bytes | list[bytes]]:
+        return self.log.recent
+
+    def recent_packed(self, after: int, limit: int, max_bytes: int = 1 << 62) -> list[bytes] | None:
+        return self.log.recent_packed(after, limit, max_bytes)
+
+    def read_log(self, after: int, limit: int,
+                 max_bytes: int = 1 << 62) -> list[tuple[int, list[tuple[bytes, bytes]]]]:
+        return self.log.read(after, limit, max_bytes, self.get)
+
+    def trim_log(self, upto: int) -> None:
+        self.log.trim(upto, self._wopts)
 
     def _find_head_partitions(self) -> bytearray:
         found = bytearray(PARTITIONS)
@@ -265,7 +299,7 @@ class Engine:
             pending[ikey] = m
             changed.append((ikey, m))
         if changed and log_entry:
-            self.next_seq = self.log_seq + 1
+            self.next_seq = self.log.last + 1
             plog = self.pending_log
             for k, _ in changed:
                 plog[k] = None
@@ -304,13 +338,10 @@ class Engine:
                 wb.delete(k, h)
             else:
                 wb.put(k, v, h)
-        if plog:
-            self.log_seq += 1
-            keys = list(plog)
-            wb.put(_U64.pack(self.log_seq), msgpack.packb(keys), self._h_replog)
-            # the wire form is packed when a sender first asks (recent_packed)
-            if self.keep_recent:
-                self._remember_entry(self.log_seq, keys, pending)
+        seq = self.log.append(wb, list(plog), pending) if plog else 0
+        hlc = self.hlc
+        if hlc is not None and (hlc.last >> LOGICAL_BITS) > hlc.wall() + HLC_LEAD_MS:
+            pmeta[b"hlc"] = b"%d" % hlc.last
         if pmeta:
             hm = self._h_meta
             for k, v in pmeta.items():
@@ -328,47 +359,10 @@ class Engine:
         self.pending_meta = {}
         if len(self.cache) > self.cache_entries:
             self._evict()
-        if plog:
+        if seq:
             for f in self.commit_listeners:
-                f(self.log_seq)
+                f(seq)
         return n
-
-    def _remember_entry(self, seq: int, keys: list[bytes], pending: dict[bytes, bytes | None]) -> None:
-        flat = []
-        for k in keys:
-            v = pending[k]
-            if v is not None:  # (a purge in the same batch leaves nothing to ship)
-                flat.append(k)
-                flat.append(v)
-        ring = self.recent_entries
-        ring[seq] = flat
-        self.recent_bytes += _entry_bytes(flat)
-        while self.recent_bytes > RECENT_ENTRIES_BYTES and len(ring) > 1:
-            first = next(iter(ring))
-            self.recent_bytes -= _entry_bytes(ring.pop(first))
-
-    def recent_packed(self, after: int, limit: int, max_bytes: int = 1 << 62) -> list[bytes] | None:
-        """Packed wire entries ``after+1 ..`` (up to ``limit`` entries, and no more once
-        they reach ``max_bytes``; always at least one) if the in-memory ring still holds
-        ``after+1``; None sends the caller to ``read_log``. An entry is packed
-        (``[seq, [ikey, value, ...]]``) on first use and kept packed."""
-        ring = self.recent_entries
-        if after + 1 not in ring:
-            return None
-        out = []
-        seq = after + 1
-        size = 0
-        packb = msgpack.packb
-        while seq in ring and len(out) < limit and size < max_bytes:
-            e = ring[seq]
-            if type(e) is list:
-                b = packb([seq, e])
-                self.recent_bytes += len(b) - _entry_bytes(e)
-                ring[seq] = e = b
-            out.append(e)
-            size += len(e)
-            seq += 1
-        return out
 
     def _evict(self) -> None:
         drop = len(self.cache) - self.cache_entries + self.cache_entries // 10
@@ -425,45 +419,6 @@ class Engine:
         self.commit()
         self.db.flush_wal(True)
 
-    # -- replication log ---------------------------------------------------------------
-    def _last_log_seq(self) -> int:
-        it = self.replog.iter(ReadOptions())
-        it.seek_to_last()
-        return _U64.unpack(it.key())[0] if it.valid() else 0
-
-    def _first_log_seq(self) -> int:
-        it = self.replog.iter(ReadOptions())
-        it.seek_to_first()
-        return _U64.unpack(it.key())[0] if it.valid() else self.log_seq + 1
-
-    def read_log(self, after: int, limit: int,
-                 max_bytes: int = 1 << 62) -> list[tuple[int, list[tuple[bytes, bytes]]]]:
-        """Up to ``limit`` committed log entries with seq > ``after`` (no more once their
-        records reach ``max_bytes``; always at least one), each with the current record
-        of every key it names (keys purged since are left out)."""
-        out = []
-        it = self.replog.iter(ReadOptions())
-        it.seek(_U64.pack(after + 1))
-        get = self.get
-        size = 0
-        while it.valid() and len(out) < limit and size < max_bytes:
-            recs = []
-            for k in msgpack.unpackb(it.value()):
-                v = get(k)
-                if v is not None:
-                    recs.append((k, v))
-                    size += len(k) + len(v)
-            out.append((_U64.unpack(it.key())[0], recs))
-            it.next()
-        return out
-
-    def trim_log(self, upto: int) -> None:
-        """Drop log entries with seq <= ``upto`` (on disk; the in-memory ring of recent
-        entries is bounded by size on its own)."""
-        if upto >= self.log_first:
-            self.replog.delete_range(_U64.pack(self.log_first), _U64.pack(upto + 1))
-            self.log_first = upto + 1
-
     # -- misc ------------------------------------------------------------------------
     def max_hlc(self) -> int:
         """The highest HLC this node is known to have used, for a restart (a node never
@@ -476,20 +431,11 @@ class Engine:
         the newest ``_HLC_ENTRIES`` entries are read (keys are in the order the batch
         first changed them, and stamps grow within a batch): at most 2,048 reads."""
         best = int(self.meta.get(b"hlc") or 0)
-        it = self.replog.iter(ReadOptions())
-        it.seek_to_last()
         get = self.data.get
-        for _ in range(_HLC_ENTRIES):
-            if not it.valid():
-                break
-            keys = msgpack.unpackb(it.value())
-            if len(keys) > 2 * _HLC_PROBES:
-                keys = keys[:_HLC_PROBES] + keys[-_HLC_PROBES:]
-            for k in keys:
-                v = get(k)
-                if v is not None:
-                    best = max(best, int.from_bytes(v[1:9], "big"))
-            it.prev()
+        for k in self.log.newest_keys(_HLC_ENTRIES, _HLC_PROBES):
+            v = get(k)
+            if v is not None:
+                best = max(best, int.from_bytes(v[1:9], "big"))
         return best
 
     def save_hlc(self, hlc: int) -> None:
@@ -518,15 +464,11 @@ class Engine:
             # first so the directory can be reopened, even by this process
             self.data = self.replog = self.meta = None  # type: ignore[assignment]
             self._h_data = self._h_replog = self._h_meta = None
+            self.log.close()
             self.cache.clear()
             self.db.close()
             del self.db
             gc.collect()
-
-
-def _entry_bytes(e: bytes | list[bytes]) -> int:
-    """What a ring entry is charged: its size packed, or an estimate of the list's."""
-    return len(e) if type(e) is bytes else 64 * len(e) + sum(map(len, e))
 
 
 def data_options() -> Options:

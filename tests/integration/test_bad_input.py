@@ -665,3 +665,30 @@ def test_wrongtype(mvs, real_redis):
     got, want = side_by_side(mvs.port, real_redis.port, data)
     assert b"-WRONGTYPE Operation against a key holding the wrong kind of value\r\n" in want[0]
     assert got == want
+
+
+def test_long_numeric_arguments_do_not_stall_the_event_loop(mvs):
+    # INCRBYFLOAT's number grammar was a backtracking regex: 5,000 digits and an 'x' took
+    # 0.4 s of the event loop each, so one pipelined burst stalled every client
+    c = mvs.client()
+    bad = b"1" * 5000 + b"x"
+    burst = mb(b"INCRBYFLOAT", b"ld-stall", bad) * 50
+    s = socket.create_connection(("127.0.0.1", mvs.port), timeout=30)
+    try:
+        s.sendall(burst)
+        time.sleep(0.05)
+        s2 = socket.create_connection(("127.0.0.1", mvs.port), timeout=1.0)
+        try:
+            s2.sendall(b"PING\r\n")
+            assert s2.recv(100) == b"+PONG\r\n"
+        finally:
+            s2.close()
+        want = b"-ERR value is not a valid float\r\n" * 50
+        got = b""
+        while len(got) < len(want):
+            got += s.recv(65536)
+        assert got == want
+    finally:
+        s.close()
+    assert c.get(b"ld-stall") is None
+    c.close()
