@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         logging.basicConfig(level=config.log_level.upper(),
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-        from marekvs.server.app import serve
+        from marekvs.process import serve
 
         serve(config, args.config)
         return 0

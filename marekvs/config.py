@@ -13,6 +13,22 @@ import tomllib
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+PROTO_MAX_BULK_LEN = 512 * 1024 * 1024
+CLIENT_QUERY_BUFFER_LIMIT = 1024 * 1024 * 1024
+
+
+class Limits:
+    """The request limits of one server, shared by its connections' parsers and changed
+    by CONFIG SET: proto-max-bulk-len and client-query-buffer-limit."""
+
+    __slots__ = ("max_bulk", "max_query")
+
+    def __init__(self, max_bulk: int = PROTO_MAX_BULK_LEN, max_query: int = CLIENT_QUERY_BUFFER_LIMIT):
+        self.max_bulk = max_bulk
+        self.max_query = max_query
+
+
+
 
 @dataclass
 class Config:

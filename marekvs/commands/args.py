@@ -45,7 +45,6 @@ LLONG_MIN = -(1 << 63)
 INT_MAX = (1 << 31) - 1
 INT_MIN = -(1 << 31)
 ULONG_MAX = (1 << 64) - 1
-PROTO_MAX_BULK_LEN = 512 * 1024 * 1024
 
 
 # -- integers ----------------------------------------------------------------------------
@@ -323,36 +322,10 @@ def expire_when(fullname: str, arg: bytes, seconds: bool, basetime: int) -> int:
     return when + basetime
 
 
-# -- server configuration ------------------------------------------------------------------
+# -- limits that depend on the server's configuration ---------------------------------------
 
-def config_value(c, name: str, default: str) -> str:
-    """A configuration parameter as text: a runtime value set with CONFIG SET
-    (``server.config_extra``), else the server's Config attribute, else ``default``
-    (tests run handlers with no server config at all)."""
-    srv = getattr(c, "server", None)
-    extra = getattr(srv, "config_extra", None)
-    v = extra.get(name) if isinstance(extra, dict) else None
-    cfg = getattr(srv, "config", None)
-    if v is None and isinstance(cfg, dict):
-        v = cfg.get(name)
-    elif v is None and cfg is not None:
-        v = getattr(cfg, name.replace("-", "_"), None)
-    if v is None:
-        return default
-    if isinstance(v, bytes):
-        v = v.decode()
-    return str(v)
-
-
-def config_int(c, name: str, default: int) -> int:
-    try:
-        return int(config_value(c, name, str(default)))
-    except ValueError:
-        return default
-
-
-def proto_max_bulk_len(c) -> int:
-    return config_int(c, "proto-max-bulk-len", PROTO_MAX_BULK_LEN)
+def proto_max_bulk_len(ctx) -> int:
+    return ctx.node.limits.max_bulk
 
 
 # -- glob (stringmatchlen) ------------------------------------------------------------------

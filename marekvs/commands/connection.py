@@ -10,7 +10,7 @@ from marekvs.commands import errors
 from marekvs.commands.args import parse_ll
 from marekvs.commands.errors import CommandError
 from marekvs.commands.table import command, container, help_subcommand
-from marekvs.server import resp
+from marekvs.commands import reply
 
 CONTAINERS = (container("client", group="connection", summary="A container for client connection commands.",
                         since="2.4.0", acl="slow"),)
@@ -18,19 +18,19 @@ CONTAINERS = (container("client", group="connection", summary="A container for c
 
 @command("ping", -1, "fast sentinel", group="connection", summary="Returns the server's liveliness response.",
          syntax="[message]")
-def ping(c, args):
+def ping(ctx, args):
     if len(args) > 2:
         raise CommandError(errors.wrong_arity("ping"))
-    return resp.PONG if len(args) == 1 else args[1]
+    return reply.PONG if len(args) == 1 else args[1]
 
 
 @command("echo", 2, "loading stale fast", group="connection", summary="Returns the given string.", syntax="message")
-def echo(c, args):
+def echo(ctx, args):
     return args[1]
 
 
-def _password_ok(c, user: bytes, password: bytes) -> bool:
-    want = c.server.config.requirepass
+def _password_ok(ctx, user: bytes, password: bytes) -> bool:
+    want = ctx.node.config.requirepass
     if user != b"default":
         return False
     if not want:
@@ -40,27 +40,26 @@ def _password_ok(c, user: bytes, password: bytes) -> bool:
 
 @command("auth", -2, "noscript loading stale fast no_auth sentinel allow_busy", group="connection",
          summary="Authenticates the connection.", since="1.0.0", syntax="[username] password")
-def auth(c, args):
+def auth(ctx, args):
     if len(args) > 3:
         raise CommandError(errors.SYNTAX)
     if len(args) == 2:
-        if not c.server.config.requirepass:
+        if not ctx.node.config.requirepass:
             raise CommandError(errors.AUTH_NOT_CONFIGURED)
         user, password = b"default", args[1]
     else:
         user, password = args[1], args[2]
-    if not _password_ok(c, user, password):
+    if not _password_ok(ctx, user, password):
         raise CommandError(errors.WRONGPASS)
-    c.authed = True
-    c.parser.auth_required = False
-    return resp.OK
+    ctx.set_authed(True)
+    return reply.OK
 
 
 @command("hello", -1, "noscript loading stale fast no_auth sentinel allow_busy", group="connection",
          summary="Handshakes with the Redis server.", since="6.0.0",
          syntax="[protover [AUTH username password] [SETNAME clientname]]")
-def hello(c, args):
-    proto = c.proto
+def hello(ctx, args):
+    proto = ctx.proto
     i = 1
     if len(args) > 1:
         proto = parse_ll(args[1])
@@ -75,7 +74,7 @@ def hello(c, args):
         opt = args[i].upper()
         more = len(args) - i - 1
         if opt == b"AUTH" and more >= 2:
-            if not _password_ok(c, args[i + 1], args[i + 2]):
+            if not _password_ok(ctx, args[i + 1], args[i + 2]):
                 raise CommandError(errors.WRONGPASS)
             authed = True
             i += 3
@@ -85,24 +84,23 @@ def hello(c, args):
         else:
             raise CommandError("ERR Syntax error in HELLO option '%s'" % errors.echo(args[i]))
     if authed:
-        c.authed = True
-        c.parser.auth_required = False
-    if not c.authed:
+        ctx.set_authed(True)
+    if not ctx.authed:
         raise CommandError("NOAUTH HELLO must be called with the client already authenticated, otherwise "
                            "the HELLO AUTH <user> <pass> option can be used to authenticate the "
                            "client and select the RESP protocol version at the same time")
     if name is not None:
-        c.name = name
-    c.proto = proto
-    return resp.Map([
+        ctx.name = name
+    ctx.proto = proto
+    return reply.Map([
         b"server", b"redis", b"version", REDIS_COMPAT_VERSION.encode(), b"proto", proto,
-        b"id", c.id, b"mode", b"standalone", b"role", b"master", b"modules", [],
+        b"id", ctx.id, b"mode", b"standalone", b"role", b"master", b"modules", [],
     ])
 
 
 @command("select", 2, "loading stale fast", group="connection", summary="Changes the selected database.",
          syntax="index")
-def select(c, args):
+def select(ctx, args):
     idx = parse_ll(args[1])
     if idx is None:
         raise CommandError(errors.NOT_INTEGER)
@@ -110,26 +108,25 @@ def select(c, args):
         raise CommandError("ERR value is out of range, value must between -2147483648 and 2147483647")
     if idx != 0:
         raise CommandError(errors.SELECT_CLUSTER)
-    return resp.OK
+    return reply.OK
 
 
 @command("quit", -1, "noscript loading stale fast no_auth allow_busy", group="connection",
          summary="Closes the connection.")
-def quit_(c, args):
-    c.close_after_reply()
-    return resp.OK
+def quit_(ctx, args):
+    ctx.close_after_reply()
+    return reply.OK
 
 
 @command("reset", 1, "noscript loading stale fast no_auth allow_busy", group="connection",
          summary="Resets the connection.", since="6.2.0")
-def reset(c, args):
-    c.proto = 2
-    c.name = b""
-    c.no_evict = False
-    if c.server.config.requirepass:
-        c.authed = False
-        c.parser.auth_required = True
-    return resp.Simple(b"RESET")
+def reset(ctx, args):
+    ctx.proto = 2
+    ctx.name = b""
+    ctx.no_evict = False
+    if ctx.node.config.requirepass:
+        ctx.set_authed(False)
+    return reply.Simple(b"RESET")
 
 
 # -- CLIENT ---------------------------------------------------------------------------
@@ -145,7 +142,7 @@ def client_line(cl) -> str:
     cmd = cl.last_cmd.fullname if cl.last_cmd is not None else "NULL"
     return (f"id={cl.id} addr={cl.addr} laddr={cl.laddr} fd={cl.fd} name={cl.name.decode('utf-8', 'replace')} "
             f"age={int(now - cl.created)} idle={int(now - cl.last_active)} flags={'e' if cl.no_evict else 'N'} "
-            f"db=0 sub=0 psub=0 ssub=0 multi=-1 qbuf={cl.parser.pending_bytes()} qbuf-free=0 argv-mem=0 "
+            f"db=0 sub=0 psub=0 ssub=0 multi=-1 qbuf={cl.query_buffer()} qbuf-free=0 argv-mem=0 "
             f"multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={cmd} user=default "
             f"redir=-1 resp={cl.proto} lib-name={cl.lib_name.decode('utf-8', 'replace')} "
             f"lib-ver={cl.lib_ver.decode('utf-8', 'replace')}")
@@ -153,28 +150,28 @@ def client_line(cl) -> str:
 
 @command("id", 2, "noscript loading stale", parent="client", group="connection",
          summary="Returns the unique client ID of the connection.", since="5.0.0")
-def client_id(c, args):
-    return c.id
+def client_id(ctx, args):
+    return ctx.id
 
 
 @command("setname", 3, "noscript loading stale", parent="client", group="connection",
          summary="Sets the connection name.", since="2.6.9", syntax="connection-name")
-def client_setname(c, args):
-    c.name = _check_name(args[2])
-    return resp.OK
+def client_setname(ctx, args):
+    ctx.name = _check_name(args[2])
+    return reply.OK
 
 
 @command("getname", 2, "noscript loading stale", parent="client", group="connection",
          summary="Returns the name of the connection.", since="2.6.9")
-def client_getname(c, args):
-    return c.name or None
+def client_getname(ctx, args):
+    return ctx.name or None
 
 
 @command("list", -2, "admin noscript loading stale", parent="client", group="connection",
          summary="Lists open connections.", since="2.4.0",
          syntax="[TYPE NORMAL | MASTER | REPLICA | PUBSUB] [ID client-id [client-id ...]]")
-def client_list(c, args):
-    clients = list(c.server.clients.values())
+def client_list(ctx, args):
+    clients = list(ctx.node.clients.values())
     i = 2
     while i < len(args):
         opt = args[i].upper()
@@ -197,56 +194,56 @@ def client_list(c, args):
         else:
             raise CommandError(errors.SYNTAX)
     text = "".join(client_line(cl) + "\n" for cl in sorted(clients, key=lambda x: x.id)).encode()
-    return resp.Verbatim(text)
+    return reply.Verbatim(text)
 
 
 @command("info", 2, "noscript loading stale", parent="client", group="connection",
          summary="Returns information about the connection.", since="6.2.0")
-def client_info(c, args):
-    return resp.Verbatim((client_line(c) + "\n").encode())
+def client_info(ctx, args):
+    return reply.Verbatim((client_line(ctx) + "\n").encode())
 
 
 @command("setinfo", 4, "noscript loading stale", parent="client", group="connection",
          summary="Sets information specific to the client or connection.", since="7.2.0",
          syntax="LIB-NAME libname | LIB-VER libver")
-def client_setinfo(c, args):
+def client_setinfo(ctx, args):
     attr = args[2].upper()
     val = args[3]
     if any(ch < 33 or ch > 126 for ch in val):
         raise CommandError("ERR %s cannot contain spaces, newlines or special characters."
                            % errors.echo(attr).lower())
     if attr == b"LIB-NAME":
-        c.lib_name = val
+        ctx.lib_name = val
     elif attr == b"LIB-VER":
-        c.lib_ver = val
+        ctx.lib_ver = val
     else:
         raise CommandError("ERR Unrecognized option '%s'" % errors.echo(args[2]))
-    return resp.OK
+    return reply.OK
 
 
 @command("no-evict", 3, "admin noscript loading stale", parent="client", group="connection",
          summary="Sets the client eviction mode of the connection.", since="7.0.0", syntax="ON | OFF")
-def client_no_evict(c, args):
+def client_no_evict(ctx, args):
     v = args[2].upper()
     if v not in (b"ON", b"OFF"):
         raise CommandError(errors.SYNTAX)
-    c.no_evict = v == b"ON"
-    return resp.OK
+    ctx.no_evict = v == b"ON"
+    return reply.OK
 
 
 @command("kill", -3, "admin noscript loading stale", parent="client", group="connection",
          summary="Terminates open connections.", since="2.4.0",
          syntax="ip:port | [ID client-id] [TYPE NORMAL | MASTER | SLAVE | REPLICA | PUBSUB] "
                 "[USER username] [ADDR ip:port] [LADDR ip:port] [SKIPME YES | NO]")
-def client_kill(c, args):
-    clients = list(c.server.clients.values())
+def client_kill(ctx, args):
+    clients = list(ctx.node.clients.values())
     if len(args) == 3:  # old form: CLIENT KILL addr:port
         addr = args[2].decode("utf-8", "replace")
         victims = [cl for cl in clients if cl.addr == addr]
         if not victims:
             raise CommandError("ERR No such client")
         victims[0].kill()
-        return resp.OK
+        return reply.OK
     skipme = True
     if (len(args) - 2) % 2:
         raise CommandError(errors.SYNTAX)
@@ -279,9 +276,9 @@ def client_kill(c, args):
             raise CommandError(errors.SYNTAX)
     n = 0
     for cl in clients:
-        if skipme and cl is c:
+        if skipme and cl is ctx:
             continue
-        if cl is c:
+        if cl is ctx:
             cl.close_after_reply()
         else:
             cl.kill()

@@ -1,6 +1,13 @@
-"""Every error reply text, exactly as Redis 7.0 words it. Nothing else spells errors."""
+"""Every error reply text, exactly as Redis 7.0 words it. Nothing else spells errors.
+
+Handlers raise ``CommandError(text)``; keyspace operations raise typed statuses
+(``keyspace/status.py``), which ``status_text`` maps to their texts here. User bytes echoed
+in a text go through ``echo`` (Redis prints them with ``%s``: cut at a NUL).
+"""
 
 from __future__ import annotations
+
+from marekvs.keyspace import status as st
 
 
 class CommandError(Exception):
@@ -32,6 +39,10 @@ NX_XX_GT_LT = "ERR NX and XX, GT or LT options at the same time are not compatib
 GT_LT = "ERR GT and LT options at the same time are not compatible"
 TIMEOUT_NEGATIVE = "ERR timeout is negative"
 TIMEOUT_NOT_INT = "ERR timeout is not an integer or out of range"
+NO_SHUTDOWN = "ERR No shutdown in progress."
+INVALID_COMMAND = "ERR Invalid command specified"
+INVALID_COMMAND_ARITY = "ERR Invalid number of arguments specified for command"
+NO_KEY_ARGUMENTS = "ERR The command has no key arguments"
 
 
 def wrong_arity(fullname: str) -> str:
@@ -50,7 +61,7 @@ def echo(b: bytes) -> str:
     return c_str(b).decode("utf-8", "surrogateescape")
 
 
-def unknown_command(args: list[bytes]) -> bytes:
+def unknown_command(args: list[bytes]) -> str:
     """Redis's text, echoing the client's bytes as C strings (the name cut at 128 bytes,
     the args until 128 bytes of them are shown)."""
     tail = b""
@@ -58,11 +69,17 @@ def unknown_command(args: list[bytes]) -> bytes:
         if len(tail) >= 128:
             break
         tail += b"'%s' " % c_str(a)[: 128 - len(tail)]
-    return b"ERR unknown command '%s', with args beginning with: %s" % (c_str(args[0])[:128], tail)
+    return (b"ERR unknown command '%s', with args beginning with: %s"
+            % (c_str(args[0])[:128], tail)).decode("utf-8", "surrogateescape")
 
 
-def unknown_subcommand(container: str, sub: bytes) -> bytes:
-    return b"ERR unknown subcommand '%s'. Try %s HELP." % (c_str(sub)[:128], container.upper().encode())
+def unknown_subcommand(container: str, sub: bytes) -> str:
+    return (b"ERR unknown subcommand '%s'. Try %s HELP."
+            % (c_str(sub)[:128], container.upper().encode())).decode("utf-8", "surrogateescape")
+
+
+def config_set_failed(name: str, why: str) -> str:
+    return f"ERR CONFIG SET failed (possibly related to argument '{name}') - {why}"
 
 
 def invalid_expire(fullname: str) -> str:
@@ -93,3 +110,20 @@ COPY_COLLECTION = "ERR COPY of a collection is not supported yet"
 
 def value_out_of_range(lo: int, hi: int) -> str:
     return f"ERR value is out of range, value must between {lo} and {hi}"
+
+
+# -- typed statuses of the keyspace (keyspace/status.py) -----------------------------------
+_STATUS_TEXT: dict[type[st.KeyspaceError], str] = {
+    st.WrongType: WRONGTYPE,
+    st.NotInteger: NOT_INTEGER,
+    st.NotFloat: NOT_FLOAT,
+    st.Overflow: OVERFLOW,
+    st.NanOrInf: NAN_OR_INF,
+    st.NoSuchKey: NO_SUCH_KEY,
+    st.TooLong: STRING_TOO_LONG,
+}
+
+
+def status_text(e: st.KeyspaceError) -> str:
+    """The Redis error text of a keyspace status."""
+    return _STATUS_TEXT[type(e)]

@@ -27,7 +27,7 @@ from __future__ import annotations
 import random
 
 from marekvs.commands import args as A
-from marekvs.commands import db, errors, table
+from marekvs.commands import errors, reply, table
 from marekvs.commands.errors import CommandError
 from marekvs.commands.stepwise import in_steps
 from marekvs.commands.table import command
@@ -35,7 +35,8 @@ from marekvs.core import envelope as env
 from marekvs.core import keys as K
 from marekvs.core import pncounter
 from marekvs.core.partition import PARTITIONS
-from marekvs.server import resp
+from marekvs.keyspace import Keyspace
+from marekvs.keyspace import strings as kstr
 
 
 def _object_container() -> table.Command:
@@ -63,10 +64,10 @@ _HEAD_ENCODINGS = {"hash": b"hashtable", "set": b"hashtable", "zset": b"skiplist
 # =========================================================================================
 
 def is_string_ikey(ikey: bytes) -> bool:
-    return ikey[2:3] == K.TAG_STRING
+    return ikey[K.TAG_AT] == K.ORD_STRING
 
 
-def op_scan(ks: db.Keyspace, cursor: int, count: int, now: int) -> tuple[int, list[bytes]]:
+def op_scan(ks: Keyspace, cursor: int, count: int, now: int) -> tuple[int, list[bytes]]:
     """Visit whole partitions from ``cursor`` until ``count`` keys are collected, or
     ``10 * count`` key records were read (Redis's bound on the empty buckets one call
     visits: after a FLUSHALL the tombstones stay until gc_grace, and a call must not read
@@ -83,7 +84,7 @@ def op_scan(ks: db.Keyspace, cursor: int, count: int, now: int) -> tuple[int, li
     return 0, found
 
 
-def op_random_key(ks: db.Keyspace, now: int) -> bytes | None:
+def op_random_key(ks: Keyspace, now: int) -> bytes | None:
     """A random live key: the first partition with live keys from a random pid on
     (wrapping around), then a random key in it."""
     start = random.randrange(PARTITIONS)
@@ -96,7 +97,7 @@ def op_random_key(ks: db.Keyspace, now: int) -> bytes | None:
     return None
 
 
-def op_delete_keys(ks: db.Keyspace, keys: list[bytes], now: int) -> int:
+def op_delete_keys(ks: Keyspace, keys: list[bytes], now: int) -> int:
     """DEL: tombstone every live key (repeats count once) in one apply."""
     recs: list[tuple[bytes, bytes]] = []
     deleted = 0
@@ -110,37 +111,27 @@ def op_delete_keys(ks: db.Keyspace, keys: list[bytes], now: int) -> int:
     return deleted
 
 
-def op_copy_string(ks: db.Keyspace, src_rec: bytes, dst: bytes, now: int,
-                   delete_src: bytes | None = None) -> None:
-    """Write ``src_rec``'s string (and deadline) at ``dst``, optionally deleting the
-    key ``delete_src``, as one apply (one replication-log entry)."""
-    recs = ks.string_records(dst, db.string_value(src_rec), env.ttl_of(src_rec), now)
-    if delete_src is not None:
-        recs.extend(ks.delete_records(delete_src, now))
-    ks.apply(recs)
-
-
 def string_encoding(rec: bytes) -> bytes:
     if pncounter.is_counter(rec):
         return b"int"
-    v = rec[env.ENVELOPE_SIZE:]
+    v = rec[env.HEADER:]
     if len(v) <= 20 and A.parse_ll(v) is not None:
         return b"int"
     return b"embstr" if len(v) <= 44 else b"raw"
 
 
-def _policy(c) -> str:
-    return A.config_value(c, "maxmemory-policy", "noeviction").lower()
+def _policy(ctx) -> str:
+    return ctx.node.tunable("maxmemory-policy").lower()
 
 
-def _lfu(c) -> bool:
-    return _policy(c).endswith("-lfu")
+def _lfu(ctx) -> bool:
+    return _policy(ctx).endswith("-lfu")
 
 
-def shared_integers(c) -> bool:
+def shared_integers(ctx) -> bool:
     """Redis shares small integer objects unless maxmemory is set with an LRU/LFU
     policy (MAXMEMORY_FLAG_NO_SHARED_INTEGERS)."""
-    return A.config_int(c, "maxmemory", 0) == 0 or not _policy(c).endswith(("-lru", "-lfu"))
+    return int(ctx.node.tunable("maxmemory")) == 0 or not _policy(ctx).endswith(("-lru", "-lfu"))
 
 
 # =========================================================================================
@@ -162,17 +153,17 @@ def shared_integers(c) -> bool:
                     "does O(N) work in a different thread in order to reclaim memory, where "
                     "N is the number of allocations the deleted objects where composed of.",
          syntax="key [key ...]")
-def del_(c, args: list[bytes]):
+def del_(ctx, args: list[bytes]):
     """DEL and UNLINK: a collection dies in one head tombstone, so both are O(1) per key."""
-    return op_delete_keys(c.ks, args[1:], db.now_ms())
+    return op_delete_keys(ctx.ks, args[1:], ctx.ks.now())
 
 
 @command("exists", -2, "readonly fast", (1, -1, 1), group="generic", acl=_ACL_R_FAST,
          summary="Determine if a key exists", since="1.0.0",
          complexity="O(N) where N is the number of keys to check.", syntax="key [key ...]")
-def exists(c, args: list[bytes]):
-    now = db.now_ms()
-    return sum(1 for key in args[1:] if c.ks.exists(key, now))
+def exists(ctx, args: list[bytes]):
+    now = ctx.ks.now()
+    return sum(1 for key in args[1:] if ctx.ks.exists(key, now))
 
 
 @command("touch", -2, "readonly fast", (1, -1, 1), group="generic", acl=_ACL_R_FAST,
@@ -180,24 +171,24 @@ def exists(c, args: list[bytes]):
                  "keys specified.", since="3.2.1",
          complexity="O(N) where N is the number of keys that will be touched.",
          syntax="key [key ...]")
-def touch(c, args: list[bytes]):
-    return exists(c, args)
+def touch(ctx, args: list[bytes]):
+    return exists(ctx, args)
 
 
 @command("type", 2, "readonly fast", (1, 1, 1), group="generic", acl=_ACL_R_FAST,
          summary="Determine the type stored at key", since="1.0.0", complexity="O(1)",
          syntax="key")
-def type_(c, args: list[bytes]):
-    return resp.Simple(c.ks.type_name(args[1], db.now_ms()).encode())
+def type_(ctx, args: list[bytes]):
+    return reply.Simple(ctx.ks.type_name(args[1], ctx.ks.now()).encode())
 
 
 # -- expiry --------------------------------------------------------------------------------
 
-def _expire(c, args: list[bytes], name: str, seconds: bool, relative: bool):
+def _expire(ctx, args: list[bytes], name: str, seconds: bool, relative: bool):
     flags = A.parse_expire_flags(args, 3)
-    now = db.now_ms()
+    now = ctx.ks.now()
     when = A.expire_when(name, args[2], seconds, now if relative else 0)
-    ks, key = c.ks, args[1]
+    ks, key = ctx.ks, args[1]
     found = ks.live_record(key, now)
     if found is None:
         return 0
@@ -220,36 +211,36 @@ def _expire(c, args: list[bytes], name: str, seconds: bool, relative: bool):
 @command("expire", -3, "write fast", (1, 1, 1), group="generic", acl=_ACL_W_FAST,
          summary="Set a key's time to live in seconds", since="1.0.0", complexity="O(1)",
          syntax="key seconds" + _EXPIRE_FLAGS_SYNTAX)
-def expire(c, args: list[bytes]):
-    return _expire(c, args, "expire", seconds=True, relative=True)
+def expire(ctx, args: list[bytes]):
+    return _expire(ctx, args, "expire", seconds=True, relative=True)
 
 
 @command("pexpire", -3, "write fast", (1, 1, 1), group="generic", acl=_ACL_W_FAST,
          summary="Set a key's time to live in milliseconds", since="2.6.0",
          complexity="O(1)", syntax="key milliseconds" + _EXPIRE_FLAGS_SYNTAX)
-def pexpire(c, args: list[bytes]):
-    return _expire(c, args, "pexpire", seconds=False, relative=True)
+def pexpire(ctx, args: list[bytes]):
+    return _expire(ctx, args, "pexpire", seconds=False, relative=True)
 
 
 @command("expireat", -3, "write fast", (1, 1, 1), group="generic", acl=_ACL_W_FAST,
          summary="Set the expiration for a key as a UNIX timestamp", since="1.2.0",
          complexity="O(1)", syntax="key unix-time-seconds" + _EXPIRE_FLAGS_SYNTAX)
-def expireat(c, args: list[bytes]):
-    return _expire(c, args, "expireat", seconds=True, relative=False)
+def expireat(ctx, args: list[bytes]):
+    return _expire(ctx, args, "expireat", seconds=True, relative=False)
 
 
 @command("pexpireat", -3, "write fast", (1, 1, 1), group="generic", acl=_ACL_W_FAST,
          summary="Set the expiration for a key as a UNIX timestamp specified in "
                  "milliseconds", since="2.6.0",
          complexity="O(1)", syntax="key unix-time-milliseconds" + _EXPIRE_FLAGS_SYNTAX)
-def pexpireat(c, args: list[bytes]):
-    return _expire(c, args, "pexpireat", seconds=False, relative=False)
+def pexpireat(ctx, args: list[bytes]):
+    return _expire(ctx, args, "pexpireat", seconds=False, relative=False)
 
 
-def _ttl(c, key: bytes, ms: bool, absolute: bool) -> int:
+def _ttl(ctx, key: bytes, ms: bool, absolute: bool) -> int:
     """``ttlGenericCommand``: -2 absent, -1 persistent, else the (rounded) TTL."""
-    now = db.now_ms()
-    found = c.ks.live_record(key, now)
+    now = ctx.ks.now()
+    found = ctx.ks.live_record(key, now)
     if found is None:
         return -2
     deadline = env.ttl_of(found[1])
@@ -262,40 +253,40 @@ def _ttl(c, key: bytes, ms: bool, absolute: bool) -> int:
 @command("ttl", 2, "readonly fast", (1, 1, 1), group="generic", acl=_ACL_R_FAST,
          summary="Get the time to live for a key in seconds", since="1.0.0",
          complexity="O(1)", syntax="key")
-def ttl(c, args: list[bytes]):
-    return _ttl(c, args[1], ms=False, absolute=False)
+def ttl(ctx, args: list[bytes]):
+    return _ttl(ctx, args[1], ms=False, absolute=False)
 
 
 @command("pttl", 2, "readonly fast", (1, 1, 1), group="generic", acl=_ACL_R_FAST,
          summary="Get the time to live for a key in milliseconds", since="2.6.0",
          complexity="O(1)", syntax="key")
-def pttl(c, args: list[bytes]):
-    return _ttl(c, args[1], ms=True, absolute=False)
+def pttl(ctx, args: list[bytes]):
+    return _ttl(ctx, args[1], ms=True, absolute=False)
 
 
 @command("expiretime", 2, "readonly fast", (1, 1, 1), group="generic", acl=_ACL_R_FAST,
          summary="Get the expiration Unix timestamp for a key", since="7.0.0",
          complexity="O(1)", syntax="key")
-def expiretime(c, args: list[bytes]):
-    return _ttl(c, args[1], ms=False, absolute=True)
+def expiretime(ctx, args: list[bytes]):
+    return _ttl(ctx, args[1], ms=False, absolute=True)
 
 
 @command("pexpiretime", 2, "readonly fast", (1, 1, 1), group="generic", acl=_ACL_R_FAST,
          summary="Get the expiration Unix timestamp for a key in milliseconds",
          since="7.0.0", complexity="O(1)", syntax="key")
-def pexpiretime(c, args: list[bytes]):
-    return _ttl(c, args[1], ms=True, absolute=True)
+def pexpiretime(ctx, args: list[bytes]):
+    return _ttl(ctx, args[1], ms=True, absolute=True)
 
 
 @command("persist", 2, "write fast", (1, 1, 1), group="generic", acl=_ACL_W_FAST,
          summary="Remove the expiration from a key", since="2.2.0", complexity="O(1)",
          syntax="key")
-def persist(c, args: list[bytes]):
-    now = db.now_ms()
-    found = c.ks.live_record(args[1], now)
+def persist(ctx, args: list[bytes]):
+    now = ctx.ks.now()
+    found = ctx.ks.live_record(args[1], now)
     if found is None or not env.ttl_of(found[1]):
         return 0
-    c.ks.set_ttl(args[1], 0, now)
+    ctx.ks.set_ttl(args[1], 0, now)
     return 1
 
 
@@ -308,11 +299,11 @@ def persist(c, args: list[bytes]):
                     "assumption that the key names in the database and the given pattern "
                     "have limited length.",
          syntax="pattern")
-def keys(c, args: list[bytes]):
-    return in_steps(_matching_keys(c.ks, args[1], db.now_ms()))
+def keys(ctx, args: list[bytes]):
+    return in_steps(ctx, _matching_keys(ctx.ks, args[1], ctx.ks.now()))
 
 
-def _matching_keys(ks: db.Keyspace, pattern: bytes, now: int):
+def _matching_keys(ks: Keyspace, pattern: bytes, now: int):
     match = A.stringmatch
     out: list[bytes] = []
     for step in ks.all_keys_in_steps(now):
@@ -327,7 +318,7 @@ def _matching_keys(ks: db.Keyspace, pattern: bytes, now: int):
                     "command calls for the cursor to return back to 0. N is the number of "
                     "elements inside the collection.",
          syntax="cursor [MATCH pattern] [COUNT count] [TYPE type]")
-def scan(c, args: list[bytes]):
+def scan(ctx, args: list[bytes]):
     cursor = A.parse_cursor(args[1])
     count, pattern, typename = 10, None, None
     i = 2
@@ -347,52 +338,52 @@ def scan(c, args: list[bytes]):
         i += 2
     if cursor >= PARTITIONS:  # a cursor marekvs never returned: nothing is left
         return [b"0", []]
-    now = db.now_ms()
-    nxt, found = op_scan(c.ks, cursor, count, now)
+    now = ctx.ks.now()
+    nxt, found = op_scan(ctx.ks, cursor, count, now)
     if pattern is not None:
         found = [k for k in found if A.stringmatch(pattern, k)]
     if typename is not None:
-        found = [k for k in found if c.ks.type_name(k, now) == typename]
+        found = [k for k in found if ctx.ks.type_name(k, now) == typename]
     return [b"%d" % nxt, found]
 
 
 @command("randomkey", 1, "readonly", (0, 0, 0), group="generic", acl=_ACL_R_SLOW,
          summary="Return a random key from the keyspace", since="1.0.0", complexity="O(1)",
          syntax="")
-def randomkey(c, args: list[bytes]):
-    return op_random_key(c.ks, db.now_ms())
+def randomkey(ctx, args: list[bytes]):
+    return op_random_key(ctx.ks, ctx.ks.now())
 
 
 # -- moving keys ---------------------------------------------------------------------------
 
-def _rename(c, args: list[bytes], nx: bool):
-    ks, src, dst = c.ks, args[1], args[2]
-    now = db.now_ms()
+def _rename(ctx, args: list[bytes], nx: bool):
+    ks, src, dst = ctx.ks, args[1], args[2]
+    now = ctx.ks.now()
     found = ks.live_record(src, now)
     if found is None:
         raise CommandError(errors.NO_SUCH_KEY)
     if src == dst:
-        return 0 if nx else resp.OK
+        return 0 if nx else reply.OK
     if nx and ks.exists(dst, now):
         return 0
     ikey, rec = found
     if not is_string_ikey(ikey):
         raise CommandError(errors.RENAME_COLLECTION)
-    op_copy_string(ks, rec, dst, now, delete_src=src)
-    return 1 if nx else resp.OK
+    kstr.copy(ks, rec, dst, now, delete_src=src)
+    return 1 if nx else reply.OK
 
 
 @command("rename", 3, "write", (1, 2, 1), group="generic", acl=_ACL_W_SLOW,
          summary="Rename a key", since="1.0.0", complexity="O(1)", syntax="key newkey")
-def rename(c, args: list[bytes]):
-    return _rename(c, args, nx=False)
+def rename(ctx, args: list[bytes]):
+    return _rename(ctx, args, nx=False)
 
 
 @command("renamenx", 3, "write fast", (1, 2, 1), group="generic", acl=_ACL_W_FAST,
          summary="Rename a key, only if the new key does not exist", since="1.0.0",
          complexity="O(1)", syntax="key newkey")
-def renamenx(c, args: list[bytes]):
-    return _rename(c, args, nx=True)
+def renamenx(ctx, args: list[bytes]):
+    return _rename(ctx, args, nx=True)
 
 
 @command("copy", -3, "write denyoom", (1, 2, 1), group="generic", acl=_ACL_W_SLOW,
@@ -400,8 +391,8 @@ def renamenx(c, args: list[bytes]):
          complexity="O(N) worst case for collections, where N is the number of nested "
                     "items. O(1) for string values.",
          syntax="source destination [DB destination-db] [REPLACE]")
-def copy(c, args: list[bytes]):
-    ks, src, dst = c.ks, args[1], args[2]
+def copy(ctx, args: list[bytes]):
+    ks, src, dst = ctx.ks, args[1], args[2]
     replace = False
     j = 3
     while j < len(args):
@@ -417,7 +408,7 @@ def copy(c, args: list[bytes]):
         j += 1
     if src == dst:
         raise CommandError(errors.SAME_OBJECT)
-    now = db.now_ms()
+    now = ctx.ks.now()
     found = ks.live_record(src, now)
     if found is None:
         return 0
@@ -426,7 +417,7 @@ def copy(c, args: list[bytes]):
     ikey, rec = found
     if not is_string_ikey(ikey):
         raise CommandError(errors.COPY_COLLECTION)
-    op_copy_string(ks, rec, dst, now)
+    kstr.copy(ks, rec, dst, now)
     return 1
 
 
@@ -455,32 +446,32 @@ _OBJECT_HELP = (
          acl="keyspace slow",
          summary="Show helpful text about the different subcommands", since="6.2.0",
          complexity="O(1)", syntax="")
-def object_help(c, args: list[bytes]):
-    return [resp.Simple(line.encode()) for line in _OBJECT_HELP]
+def object_help(ctx, args: list[bytes]):
+    return [reply.Simple(line.encode()) for line in _OBJECT_HELP]
 
 
 @command("encoding", 3, "readonly", (2, 2, 1), group="generic", parent="object",
          acl=_ACL_R_SLOW, summary="Inspect the internal encoding of a Redis object",
          since="2.2.3", complexity="O(1)", syntax="key")
-def object_encoding(c, args: list[bytes]):
-    now = db.now_ms()
-    found = c.ks.live_record(args[2], now)
+def object_encoding(ctx, args: list[bytes]):
+    now = ctx.ks.now()
+    found = ctx.ks.live_record(args[2], now)
     if found is None:
         return None
     ikey, rec = found
     if is_string_ikey(ikey):
         return string_encoding(rec)
-    return _HEAD_ENCODINGS.get(c.ks.type_name(args[2], now), b"raw")
+    return _HEAD_ENCODINGS.get(ctx.ks.type_name(args[2], now), b"raw")
 
 
 @command("freq", 3, "readonly", (2, 2, 1), group="generic", parent="object",
          acl=_ACL_R_SLOW,
          summary="Get the logarithmic access frequency counter of a Redis object",
          since="4.0.0", complexity="O(1)", syntax="key")
-def object_freq(c, args: list[bytes]):
-    if c.ks.live_record(args[2], db.now_ms()) is None:
+def object_freq(ctx, args: list[bytes]):
+    if ctx.ks.live_record(args[2], ctx.ks.now()) is None:
         return None
-    if not _lfu(c):
+    if not _lfu(ctx):
         raise CommandError(errors.LFU_NOT_SELECTED)
     return 0  # access frequency is not tracked
 
@@ -488,10 +479,10 @@ def object_freq(c, args: list[bytes]):
 @command("idletime", 3, "readonly", (2, 2, 1), group="generic", parent="object",
          acl=_ACL_R_SLOW, summary="Get the time since a Redis object was last accessed",
          since="2.2.3", complexity="O(1)", syntax="key")
-def object_idletime(c, args: list[bytes]):
-    if c.ks.live_record(args[2], db.now_ms()) is None:
+def object_idletime(ctx, args: list[bytes]):
+    if ctx.ks.live_record(args[2], ctx.ks.now()) is None:
         return None
-    if _lfu(c):
+    if _lfu(ctx):
         raise CommandError(errors.LFU_SELECTED)
     return 0  # access time is not tracked
 
@@ -500,13 +491,13 @@ def object_idletime(c, args: list[bytes]):
          acl=_ACL_R_SLOW,
          summary="Get the number of references to the value of the key", since="2.2.3",
          complexity="O(1)", syntax="key")
-def object_refcount(c, args: list[bytes]):
-    found = c.ks.live_record(args[2], db.now_ms())
+def object_refcount(ctx, args: list[bytes]):
+    found = ctx.ks.live_record(args[2], ctx.ks.now())
     if found is None:
         return None
     ikey, rec = found
-    if is_string_ikey(ikey) and string_encoding(rec) == b"int" and shared_integers(c):
-        v = int(db.string_value(rec))
+    if is_string_ikey(ikey) and string_encoding(rec) == b"int" and shared_integers(ctx):
+        v = int(kstr.string_value(rec))
         if 0 <= v < _OBJ_SHARED_INTEGERS:
             return _OBJ_SHARED_REFCOUNT
     return 1

@@ -29,7 +29,7 @@ import asyncio
 import time
 from typing import Any, Generator
 
-from marekvs.server import resp
+from marekvs.commands import reply
 
 FIRST_STEPS = 4
 TURN_SECONDS = 0.002
@@ -37,15 +37,19 @@ TURN_SECONDS = 0.002
 Work = Generator[None, None, Any]
 
 
-def in_steps(work: Work) -> Any:
-    """The reply of ``work`` if it ends within ``FIRST_STEPS`` steps, else a Blocking reply
-    that finishes it over the next event-loop turns."""
+def in_steps(ctx: Any, work: Work) -> Any:
+    """The reply of ``work`` if it ends within ``FIRST_STEPS`` steps (or at once, for a
+    context that must not block: MULTI/EXEC, scripts), else a Blocking reply that
+    finishes it over the next event-loop turns."""
     try:
+        if ctx.deny_blocking:
+            while True:
+                next(work)
         for _ in range(FIRST_STEPS):
             next(work)
     except StopIteration as done:
         return done.value
-    return resp.Blocking(_rest(work))
+    return reply.Blocking(_rest(work))
 
 
 async def _rest(work: Work) -> Any:

@@ -1,30 +1,14 @@
 """String commands (Redis 7.0 ``t_string.c``) over the data model's string records.
 
 A string key holds one record at ``[pid]s[key]``: either a plain LWW string (record
-type 0) or a PN counter (type 6). The first half of this module is the family's
-internal API (operations on records); the second half is the commands, each of which
-parses its arguments, calls operations and builds the reply.
+type 0) or a PN counter (type 6); ``keyspace/strings.py`` holds the operations on them.
+The first half of this module is the family's own algorithms on values (GETRANGE's
+arithmetic, LCS); the second half is the commands, each of which parses its arguments,
+calls keyspace operations and returns the reply value.
 
-Counters
-    INCR / DECR / INCRBY / DECRBY write a PN-counter record whose *base* is the record
-    the count starts from (``counter_base``): a live plain integer string (its version
-    and value), a live counter (kept as is, this node's slot grows), or for an absent
-    key the dead record's clock - a tombstone's (hlc, origin), an expired record's
-    (deadline << 16, origin) - else (0, 0, 0). Two nodes that increment the same
-    starting point therefore share the base and their slots join. The base version of
-    the new counter must not be below the dead record's own base version or the merge
-    would drop it; in that rare case (a record stored already expired) the counter is
-    based on this operation's version instead. A slot that would pass 2**63 rebases
-    the counter onto a fresh base (this op's version, the current value).
-
-    Reads materialise a counter as its decimal string (``db.string_value``). Every
-    other write (SET, APPEND, SETRANGE, GETSET, INCRBYFLOAT, ...) freezes the key back
-    into a plain string record; its newer version beats the counter's base.
-
-TTL
-    INCR-family, INCRBYFLOAT, APPEND and SETRANGE keep the key's deadline (Redis
-    overwrites the value in place); SET (without KEEPTTL), GETSET, MSET drop it. A
-    deadline already in the past is stored as given: the record reads as deleted.
+Counters and TTLs follow ``keyspace/strings.py`` (the PN-counter INCR is core's
+``pncounter.incr_value``). INCRBYFLOAT is computed here, in the x87 long double Redis
+uses (``args.py``), and written back as a plain string that keeps the key's deadline.
 
 Every write is one ``engine.apply`` call, so a command is one replication-log entry.
 """
@@ -34,14 +18,14 @@ from __future__ import annotations
 from fractions import Fraction
 
 from marekvs.commands import args as A
-from marekvs.commands import db, errors
+from marekvs.commands import errors, reply
 from marekvs.commands.errors import CommandError
 from marekvs.commands.table import command
 from marekvs.core import envelope as env
-from marekvs.core import keys as K
 from marekvs.core import pncounter
 from marekvs.core.pncounter import PNCounter
-from marekvs.server import resp
+from marekvs.keyspace import strings as kstr
+from marekvs.keyspace.status import WrongType
 
 _ACL_W_SLOW = "write string slow"
 _ACL_W_FAST = "write string fast"
@@ -56,106 +40,8 @@ _GETRANGE_COMPLEXITY = (
 
 
 # =========================================================================================
-# Internal API: operations on string records
+# Internal API: string algorithms of the commands (the records are keyspace/strings.py's)
 # =========================================================================================
-
-def _plain_record(ks: db.Keyspace, key: bytes, value: bytes, ttl: int) -> tuple[bytes, bytes]:
-    """A plain string record for ``key`` (the caller knows no collection holds it)."""
-    return K.encode_string_key(key), env.pack(env.make_flags(env.RecordType.STRING),
-                                              ks.stamp(), ks.node_id, ttl, value)
-
-
-def op_set_plain(ks: db.Keyspace, key: bytes, value: bytes, ttl: int) -> None:
-    """Freeze ``key`` into the plain string ``value`` keeping ``ttl`` (the key is known
-    to be a string or absent)."""
-    ks.apply([_plain_record(ks, key, value, ttl)])
-
-
-def counter_base(ks: db.Keyspace, ik: bytes, live: bytes | None) -> tuple[PNCounter | None, int]:
-    """(counter to increment, deadline to keep) for an INCR on the string key ``ik``;
-    the counter is None when it must be based on the INCR's own version (see the
-    module docstring).
-
-    ``live`` is the live string record (or None); NOT_INTEGER if it is a plain string
-    that is not an int64."""
-    if live is not None:
-        ttl = env.ttl_of(live)
-        if pncounter.is_counter(live):
-            return PNCounter.from_bytes(live[env.ENVELOPE_SIZE:]), ttl
-        v = A.parse_ll(live[env.ENVELOPE_SIZE:])
-        if v is None:
-            raise CommandError(errors.NOT_INTEGER)
-        return PNCounter.new(env.hlc_of(live), env.origin_of(live), v), ttl
-    dead = ks.get(ik)
-    if dead is None:
-        return PNCounter.new(0, 0, 0), 0
-    origin = env.origin_of(dead)
-    if env.is_tombstone(dead):
-        return PNCounter.new(env.hlc_of(dead), origin, 0), 0
-    clock = env.ttl_of(dead) << 16  # expired: the deadline is its clock
-    if clock.to_bytes(8, "big") + origin.to_bytes(2, "big") <= pncounter.base_version_of(dead):
-        return None, 0  # stored already expired: the deadline is older than the record
-    return PNCounter.new(clock, origin, 0), 0
-
-
-def op_incr(ks: db.Keyspace, key: bytes, delta: int, now: int) -> int:
-    """INCRBY on ``key``: write the counter record, return the new value."""
-    ik, live = ks.string_lookup(key, now)
-    node = ks.node_id
-    try:
-        # (a live record's flags byte is FLAGS exactly when it is a counter)
-        bumped = pncounter.bump(live, node, delta) if live is not None and live[0] == pncounter.FLAGS else None
-    except OverflowError:
-        raise CommandError(errors.OVERFLOW) from None
-    if bumped is not None:  # this node's slot exists: the new payload is built on the bytes
-        payload, value = bumped
-        ttl = int.from_bytes(live[11:19], "big")  # type: ignore[index]
-        ks.apply([(ik, env.pack(pncounter.FLAGS, ks.hlc.now(), node, ttl, payload))])
-        return value
-    payload, value, ttl, hlc = _start_count(ks, ik, live, node, delta)
-    ks.apply([(ik, env.pack(pncounter.FLAGS, hlc, node, ttl, payload))])
-    return value
-
-
-def _start_count(ks: db.Keyspace, ik: bytes, live: bytes | None, node: int,
-                 delta: int) -> tuple[bytes, int, int, int]:
-    """(payload, value, deadline, hlc) of an INCR that starts a counter or this node's
-    slot in one (``counter_base``), or rebases a slot that would pass 2**63."""
-    counter, ttl = counter_base(ks, ik, live)
-    value = (counter.value() if counter is not None else 0) + delta
-    if value > A.LLONG_MAX or value < A.LLONG_MIN:
-        raise CommandError(errors.OVERFLOW)
-    hlc = ks.stamp()
-    if counter is not None and not counter.slots:  # a new, dead or plain-integer key
-        payload = pncounter.fresh(counter.base_hlc, counter.base_origin, counter.base_value, node, delta)
-        if payload is not None:
-            return payload, value, ttl, hlc
-    pos, neg = counter.slots.get(node, (0, 0)) if counter is not None else (0, 0)
-    if counter is None or (pos + delta if delta >= 0 else neg - delta) >= pncounter.SLOT_LIMIT:
-        counter = PNCounter.new(hlc, node, value)  # a fresh base at this op's version
-    else:
-        counter = counter.apply(node, delta)
-    return counter.to_bytes(), value, ttl, hlc
-
-
-def op_incrbyfloat(ks: db.Keyspace, key: bytes, incr: bytes, now: int) -> bytes:
-    rec = ks.string_record(key, now)
-    if rec is None:
-        cur: A.Ld | None = Fraction(0)
-    elif pncounter.is_counter(rec):
-        cur = Fraction(PNCounter.from_bytes(rec[env.ENVELOPE_SIZE:]).value())
-    else:
-        cur = A.parse_ld(rec[env.ENVELOPE_SIZE:])
-    by = A.parse_ld(incr)
-    if cur is None or by is None:
-        raise CommandError(errors.NOT_FLOAT)
-    total = A.ld_add(cur, by)
-    if isinstance(total, float):
-        raise CommandError(errors.NAN_OR_INF)
-    out = A.format_ld(total)
-    op_set_plain(ks, key, out, 0 if rec is None else env.ttl_of(rec))
-    return out
-
 
 def getrange_slice(s: bytes, start: int, end: int) -> bytes:
     """GETRANGE's index arithmetic, quirks included (``getrangeCommand``)."""
@@ -251,74 +137,74 @@ def lcs_walk(a: bytes, b: bytes, t: LcsTable, minmatchlen: int,
 @command("set", -3, "write denyoom", (1, 1, 1), group="string", acl=_ACL_W_SLOW,
          summary="Set the string value of a key", since="1.0.0", complexity="O(1)",
          syntax="key value [NX | XX] [GET] " + _EXPIRE_SYNTAX + " | KEEPTTL]")
-def set_(c, args: list[bytes]):
+def set_(ctx, args: list[bytes]):
     if len(args) == 3:  # the common case: no options to parse, no clock read
-        c.ks.set_string(args[1], args[2], 0)
-        return resp.OK
-    ks, key = c.ks, args[1]
-    now = db.now_ms()
+        kstr.write(ctx.ks, args[1], args[2], 0)
+        return reply.OK
+    ks, key = ctx.ks, args[1]
+    now = ctx.ks.now()
     flags, expire = A.parse_set_options(args, 3, for_set=True)
     deadline = A.expire_deadline("set", expire, flags, now) if expire is not None else 0
-    old = ks.read_string(key, now) if flags & A.GET else None
+    old = kstr.read(ks, key, now) if flags & A.GET else None
     found = ks.live_record(key, now)
     if (flags & A.NX and found) or (flags & A.XX and not found):
         return old
     if flags & A.KEEPTTL and found:
         deadline = env.ttl_of(found[1])
-    ks.set_string(key, args[2], deadline, now, found)
-    return old if flags & A.GET else resp.OK
+    kstr.write(ks, key, args[2], deadline, now, found)
+    return old if flags & A.GET else reply.OK
 
 
 @command("setnx", 3, "write denyoom fast", (1, 1, 1), group="string", acl=_ACL_W_FAST,
          summary="Set the value of a key, only if the key does not exist", since="1.0.0",
          complexity="O(1)", syntax="key value")
-def setnx(c, args: list[bytes]):
-    now = db.now_ms()
-    if c.ks.exists(args[1], now):
+def setnx(ctx, args: list[bytes]):
+    now = ctx.ks.now()
+    if ctx.ks.exists(args[1], now):
         return 0
-    c.ks.set_string(args[1], args[2], 0, now)
+    kstr.write(ctx.ks, args[1], args[2], 0, now)
     return 1
 
 
-def _set_expiring(c, args: list[bytes], name: str, unit: int):
-    now = db.now_ms()
+def _set_expiring(ctx, args: list[bytes], name: str, unit: int):
+    now = ctx.ks.now()
     deadline = A.expire_deadline(name, args[2], unit, now)
-    c.ks.set_string(args[1], args[3], deadline, now)
-    return resp.OK
+    kstr.write(ctx.ks, args[1], args[3], deadline, now)
+    return reply.OK
 
 
 @command("setex", 4, "write denyoom", (1, 1, 1), group="string", acl=_ACL_W_SLOW,
          summary="Set the value and expiration of a key", since="2.0.0", complexity="O(1)",
          syntax="key seconds value")
-def setex(c, args: list[bytes]):
-    return _set_expiring(c, args, "setex", A.EX)
+def setex(ctx, args: list[bytes]):
+    return _set_expiring(ctx, args, "setex", A.EX)
 
 
 @command("psetex", 4, "write denyoom", (1, 1, 1), group="string", acl=_ACL_W_SLOW,
          summary="Set the value and expiration in milliseconds of a key", since="2.6.0",
          complexity="O(1)", syntax="key milliseconds value")
-def psetex(c, args: list[bytes]):
-    return _set_expiring(c, args, "psetex", A.PX)
+def psetex(ctx, args: list[bytes]):
+    return _set_expiring(ctx, args, "psetex", A.PX)
 
 
 @command("get", 2, "readonly fast", (1, 1, 1), group="string", acl=_ACL_R_FAST,
          summary="Get the value of a key", since="1.0.0", complexity="O(1)", syntax="key")
-def get(c, args: list[bytes]):
-    return c.ks.read_string(args[1])
+def get(ctx, args: list[bytes]):
+    return kstr.read(ctx.ks, args[1])
 
 
 @command("getex", -2, "write fast", (1, 1, 1), group="string", acl=_ACL_W_FAST,
          summary="Get the value of a key and optionally set its expiration", since="6.2.0",
          complexity="O(1)", syntax="key " + _EXPIRE_SYNTAX + " | PERSIST]")
-def getex(c, args: list[bytes]):
+def getex(ctx, args: list[bytes]):
     flags, expire = A.parse_set_options(args, 2, for_set=False)
-    ks, key = c.ks, args[1]
-    now = db.now_ms()
-    rec = ks.string_record(key, now)
+    ks, key = ctx.ks, args[1]
+    now = ctx.ks.now()
+    rec = kstr.record(ks, key, now)
     if rec is None:
         return None
     deadline = A.expire_deadline("getex", expire, flags, now) if expire is not None else 0
-    value = db.string_value(rec)
+    value = kstr.string_value(rec)
     if flags & (A.EXAT | A.PXAT) and deadline <= now:
         ks.delete(key, now)
     elif expire is not None:
@@ -331,65 +217,65 @@ def getex(c, args: list[bytes]):
 @command("getdel", 2, "write fast", (1, 1, 1), group="string", acl=_ACL_W_FAST,
          summary="Get the value of a key and delete the key", since="6.2.0",
          complexity="O(1)", syntax="key")
-def getdel(c, args: list[bytes]):
-    now = db.now_ms()
-    value = c.ks.read_string(args[1], now)
+def getdel(ctx, args: list[bytes]):
+    now = ctx.ks.now()
+    value = kstr.read(ctx.ks, args[1], now)
     if value is not None:
-        c.ks.delete(args[1], now)
+        ctx.ks.delete(args[1], now)
     return value
 
 
 @command("getset", 3, "write denyoom fast", (1, 1, 1), group="string", acl=_ACL_W_FAST,
          summary="Set the string value of a key and return its old value", since="1.0.0",
          complexity="O(1)", syntax="key value")
-def getset(c, args: list[bytes]):
-    now = db.now_ms()
-    old = c.ks.read_string(args[1], now)
-    c.ks.set_string(args[1], args[2], 0, now)
+def getset(ctx, args: list[bytes]):
+    now = ctx.ks.now()
+    old = kstr.read(ctx.ks, args[1], now)
+    kstr.write(ctx.ks, args[1], args[2], 0, now)
     return old
 
 
 @command("mget", -2, "readonly fast", (1, -1, 1), group="string", acl=_ACL_R_FAST,
          summary="Get the values of all the given keys", since="1.0.0",
          complexity="O(N) where N is the number of keys to retrieve.", syntax="key [key ...]")
-def mget(c, args: list[bytes]):
-    now = db.now_ms()
+def mget(ctx, args: list[bytes]):
+    now = ctx.ks.now()
     out = []
     for key in args[1:]:
         try:
-            out.append(c.ks.read_string(key, now))
-        except CommandError:  # a collection reads as nil in MGET
+            out.append(kstr.read(ctx.ks, key, now))
+        except WrongType:  # a collection reads as nil in MGET
             out.append(None)
     return out
 
 
-def _mset_records(c, args: list[bytes], name: str, now: int) -> list[tuple[bytes, bytes]]:
+def _mset_records(ctx, args: list[bytes], name: str, now: int) -> list[tuple[bytes, bytes]]:
     if len(args) % 2 == 0:
         raise CommandError(errors.wrong_arity(name))
-    return c.ks.mset_records(args[1:], now)
+    return kstr.mset_records(ctx.ks, args[1:], now)
 
 
 @command("mset", -3, "write denyoom", (1, -1, 2), group="string", acl=_ACL_W_SLOW,
          summary="Set multiple keys to multiple values", since="1.0.1",
          complexity="O(N) where N is the number of keys to set.",
          syntax="key value [key value ...]")
-def mset(c, args: list[bytes]):
-    now = db.now_ms()
-    c.ks.apply(_mset_records(c, args, "mset", now))
-    return resp.OK
+def mset(ctx, args: list[bytes]):
+    now = ctx.ks.now()
+    ctx.ks.apply(_mset_records(ctx, args, "mset", now))
+    return reply.OK
 
 
 @command("msetnx", -3, "write denyoom", (1, -1, 2), group="string", acl=_ACL_W_SLOW,
          summary="Set multiple keys to multiple values, only if none of the keys exist",
          since="1.0.1", complexity="O(N) where N is the number of keys to set.",
          syntax="key value [key value ...]")
-def msetnx(c, args: list[bytes]):
-    now = db.now_ms()
+def msetnx(ctx, args: list[bytes]):
+    now = ctx.ks.now()
     if len(args) % 2 == 0:
         raise CommandError(errors.wrong_arity("msetnx"))
-    if any(c.ks.exists(args[i], now) for i in range(1, len(args), 2)):
+    if any(ctx.ks.exists(args[i], now) for i in range(1, len(args), 2)):
         return 0
-    c.ks.apply(_mset_records(c, args, "msetnx", now))
+    ctx.ks.apply(_mset_records(ctx, args, "msetnx", now))
     return 1
 
 
@@ -400,42 +286,42 @@ def msetnx(c, args: list[bytes]):
                     "the dynamic string library used by Redis will double the free space "
                     "available on every reallocation.",
          syntax="key value")
-def append(c, args: list[bytes]):
-    ks, key, tail = c.ks, args[1], args[2]
-    now = db.now_ms()
-    rec = ks.string_record(key, now)
+def append(ctx, args: list[bytes]):
+    ks, key, tail = ctx.ks, args[1], args[2]
+    now = ctx.ks.now()
+    rec = kstr.record(ks, key, now)
     if rec is None:
-        ks.set_string(key, tail, 0, now)
+        kstr.write(ks, key, tail, 0, now)
         return len(tail)
-    cur = db.string_value(rec)
-    if len(cur) + len(tail) > A.proto_max_bulk_len(c):
+    cur = kstr.string_value(rec)
+    if len(cur) + len(tail) > A.proto_max_bulk_len(ctx):
         raise CommandError(errors.STRING_TOO_LONG)
-    op_set_plain(ks, key, cur + tail, env.ttl_of(rec))
+    kstr.write_plain(ks, key, cur + tail, env.ttl_of(rec))
     return len(cur) + len(tail)
 
 
 @command("strlen", 2, "readonly fast", (1, 1, 1), group="string", acl=_ACL_R_FAST,
          summary="Get the length of the value stored in a key", since="2.2.0",
          complexity="O(1)", syntax="key")
-def strlen(c, args: list[bytes]):
-    value = c.ks.read_string(args[1])
+def strlen(ctx, args: list[bytes]):
+    value = kstr.read(ctx.ks, args[1])
     return 0 if value is None else len(value)
 
 
 @command("getrange", 4, "readonly", (1, 1, 1), group="string", acl=_ACL_R_SLOW,
          summary="Get a substring of the string stored at a key", since="2.4.0",
          complexity=_GETRANGE_COMPLEXITY, syntax="key start end")
-def getrange(c, args: list[bytes]):
+def getrange(ctx, args: list[bytes]):
     start, end = A.int_arg(args[2]), A.int_arg(args[3])
-    value = c.ks.read_string(args[1])
+    value = kstr.read(ctx.ks, args[1])
     return b"" if value is None else getrange_slice(value, start, end)
 
 
 @command("substr", 4, "readonly", (1, 1, 1), group="string", acl=_ACL_R_SLOW,
          summary="Get a substring of the string stored at a key", since="1.0.0",
          complexity=_GETRANGE_COMPLEXITY, syntax="key start end")
-def substr(c, args: list[bytes]):
-    return getrange(c, args)
+def substr(ctx, args: list[bytes]):
+    return getrange(ctx, args)
 
 
 @command("setrange", 4, "write denyoom", (1, 1, 1), group="string", acl=_ACL_W_SLOW,
@@ -446,73 +332,89 @@ def substr(c, args: list[bytes]):
                     "O(1). Otherwise, complexity is O(M) with M being the length of the "
                     "value argument.",
          syntax="key offset value")
-def setrange(c, args: list[bytes]):
-    ks, key, part = c.ks, args[1], args[3]
+def setrange(ctx, args: list[bytes]):
+    ks, key, part = ctx.ks, args[1], args[3]
     offset = A.int_arg(args[2])
     if offset < 0:
         raise CommandError(errors.OFFSET_OUT_OF_RANGE)
-    now = db.now_ms()
-    rec = ks.string_record(key, now)
-    cur = b"" if rec is None else db.string_value(rec)
+    now = ctx.ks.now()
+    rec = kstr.record(ks, key, now)
+    cur = b"" if rec is None else kstr.string_value(rec)
     if not part:
         return len(cur)
-    if offset + len(part) > A.proto_max_bulk_len(c):
+    if offset + len(part) > A.proto_max_bulk_len(ctx):
         raise CommandError(errors.STRING_TOO_LONG)
     if offset > len(cur):
         cur += bytes(offset - len(cur))  # zero padding
     new = cur[:offset] + part + cur[offset + len(part):]
-    op_set_plain(ks, key, new, 0 if rec is None else env.ttl_of(rec))
+    kstr.write_plain(ks, key, new, 0 if rec is None else env.ttl_of(rec))
     return len(new)
 
 
 @command("incr", 2, "write denyoom fast", (1, 1, 1), group="string", acl=_ACL_W_FAST,
          summary="Increment the integer value of a key by one", since="1.0.0",
          complexity="O(1)", syntax="key")
-def incr(c, args: list[bytes]):
-    return op_incr(c.ks, args[1], 1, db.now_ms())
+def incr(ctx, args: list[bytes]):
+    return kstr.incr(ctx.ks, args[1], 1, ctx.ks.now())
 
 
 @command("decr", 2, "write denyoom fast", (1, 1, 1), group="string", acl=_ACL_W_FAST,
          summary="Decrement the integer value of a key by one", since="1.0.0",
          complexity="O(1)", syntax="key")
-def decr(c, args: list[bytes]):
-    return op_incr(c.ks, args[1], -1, db.now_ms())
+def decr(ctx, args: list[bytes]):
+    return kstr.incr(ctx.ks, args[1], -1, ctx.ks.now())
 
 
 @command("incrby", 3, "write denyoom fast", (1, 1, 1), group="string", acl=_ACL_W_FAST,
          summary="Increment the integer value of a key by the given amount", since="1.0.0",
          complexity="O(1)", syntax="key increment")
-def incrby(c, args: list[bytes]):
-    return op_incr(c.ks, args[1], A.int_arg(args[2]), db.now_ms())
+def incrby(ctx, args: list[bytes]):
+    return kstr.incr(ctx.ks, args[1], A.int_arg(args[2]), ctx.ks.now())
 
 
 @command("decrby", 3, "write denyoom fast", (1, 1, 1), group="string", acl=_ACL_W_FAST,
          summary="Decrement the integer value of a key by the given number", since="1.0.0",
          complexity="O(1)", syntax="key decrement")
-def decrby(c, args: list[bytes]):
+def decrby(ctx, args: list[bytes]):
     by = A.int_arg(args[2])
     if by == A.LLONG_MIN:
         raise CommandError(errors.DECREMENT_OVERFLOW)
-    return op_incr(c.ks, args[1], -by, db.now_ms())
+    return kstr.incr(ctx.ks, args[1], -by, ctx.ks.now())
 
 
 @command("incrbyfloat", 3, "write denyoom fast", (1, 1, 1), group="string", acl=_ACL_W_FAST,
          summary="Increment the float value of a key by the given amount", since="2.6.0",
          complexity="O(1)", syntax="key increment")
-def incrbyfloat(c, args: list[bytes]):
-    return op_incrbyfloat(c.ks, args[1], args[2], db.now_ms())
+def incrbyfloat(ctx, args: list[bytes]):
+    ks, key = ctx.ks, args[1]
+    rec = kstr.record(ks, key, ctx.ks.now())
+    if rec is None:
+        cur: A.Ld | None = Fraction(0)
+    elif pncounter.is_counter(rec):
+        cur = Fraction(PNCounter.from_bytes(rec[env.HEADER:]).value())
+    else:
+        cur = A.parse_ld(rec[env.HEADER:])
+    by = A.parse_ld(args[2])
+    if cur is None or by is None:
+        raise CommandError(errors.NOT_FLOAT)
+    total = A.ld_add(cur, by)
+    if isinstance(total, float):
+        raise CommandError(errors.NAN_OR_INF)
+    out = A.format_ld(total)
+    kstr.write_plain(ks, key, out, 0 if rec is None else env.ttl_of(rec))
+    return out
 
 
 @command("lcs", -3, "readonly", (1, 2, 1), group="string", acl=_ACL_R_SLOW,
          summary="Find longest common substring", since="7.0.0",
          complexity="O(N*M) where N and M are the lengths of s1 and s2, respectively",
          syntax="key1 key2 [LEN] [IDX] [MINMATCHLEN len] [WITHMATCHLEN]")
-def lcs(c, args: list[bytes]):
-    now = db.now_ms()
+def lcs(ctx, args: list[bytes]):
+    now = ctx.ks.now()
     try:
-        a = c.ks.read_string(args[1], now) or b""
-        b = c.ks.read_string(args[2], now) or b""
-    except CommandError:
+        a = kstr.read(ctx.ks, args[1], now) or b""
+        b = kstr.read(ctx.ks, args[2], now) or b""
+    except WrongType:
         raise CommandError(errors.LCS_NOT_STRINGS) from None
     getlen = getidx = withmatchlen = False
     minmatchlen = 0
@@ -533,7 +435,7 @@ def lcs(c, args: list[bytes]):
         j += 1
     if getlen and getidx:
         raise CommandError(errors.LCS_LEN_AND_IDX)
-    if (len(a) + 1) * (len(b) + 1) * 4 > A.proto_max_bulk_len(c):
+    if (len(a) + 1) * (len(b) + 1) * 4 > A.proto_max_bulk_len(ctx):
         raise CommandError(errors.LCS_TOO_MUCH_MEMORY)
     t = LcsTable(a, b)
     length = t(len(a), len(b))
@@ -541,5 +443,5 @@ def lcs(c, args: list[bytes]):
         return length
     common, ranges = lcs_walk(a, b, t, minmatchlen, withmatchlen)
     if getidx:
-        return resp.Map([b"matches", ranges, b"len", length])
+        return reply.Map([b"matches", ranges, b"len", length])
     return common

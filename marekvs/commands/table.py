@@ -14,14 +14,15 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from marekvs.server.resp import Simple
+from marekvs.commands.reply import Simple
 
 FAMILIES = (
     "marekvs.commands.connection",
-    "marekvs.commands.server",
+    "marekvs.commands.admin",
+    "marekvs.commands.introspection",
     "marekvs.commands.strings",
     "marekvs.commands.keys",
-    "marekvs.commands.replication",
+    "marekvs.commands.debug",
 )
 
 
@@ -43,9 +44,11 @@ class Command:
     acl: tuple[str, ...] = ()
     subcommands: dict[str, "Command"] = field(default_factory=dict)
     write: bool = field(init=False, default=False)
+    no_auth: bool = field(init=False, default=False)
 
     def __post_init__(self) -> None:
         self.write = "write" in self.flags
+        self.no_auth = "no_auth" in self.flags
 
     @property
     def fullname(self) -> str:
@@ -86,7 +89,7 @@ def help_subcommand(parent: str, lines: tuple[str, ...], *, group: str, since: s
     table finds it."""
     reply = [Simple(x.encode()) for x in lines]
 
-    def handler(c: Any, args: list[bytes]) -> list[Simple]:
+    def handler(ctx: Any, args: list[bytes]) -> list[Simple]:
         return list(reply)
 
     handler.__name__ = f"{parent}_help"

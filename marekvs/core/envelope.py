@@ -20,6 +20,13 @@ import struct
 from typing import NamedTuple
 
 ENVELOPE_SIZE = 19
+# Named slices of the header, for hot paths that read a field without a call:
+HEADER = ENVELOPE_SIZE  # record[HEADER:] is the payload
+VERSION = slice(1, 11)  # (hlc, origin) as 10 bytes whose memcmp order is the version order
+HLC = slice(1, 9)
+ORIGIN = slice(9, 11)
+TTL = slice(11, 19)
+NO_TTL = bytes(8)  # record[TTL] of a record without a deadline
 _ENV = struct.Struct(">BQHQ")
 _VERSION = struct.Struct(">QH")
 _TTL = struct.Struct(">Q")
@@ -137,6 +144,15 @@ def with_ttl(value: bytes, hlc: int, origin: int, ttl_deadline_ms: int) -> bytes
     """Re-stamp ``value`` with a new version and TTL, payload and flags unchanged
     (EXPIRE / PERSIST are LWW writes of the envelope)."""
     return _ENV.pack(value[0], hlc, origin, ttl_deadline_ms) + value[ENVELOPE_SIZE:]
+
+
+def is_live(value: bytes | None, now_ms: int) -> bool:
+    """The one liveness rule: a record is live if it exists, is not a tombstone and its
+    deadline (if any) is still ahead. Hot paths that inline it are pinned to it by tests."""
+    if value is None or value[0] & FLAG_TOMBSTONE:
+        return False
+    d = value[11:19]
+    return d == NO_TTL or int.from_bytes(d, "big") > now_ms
 
 
 def expired(value: bytes, now_ms: int) -> bool:

@@ -40,6 +40,10 @@ TAG_LIST = b"q"
 TAG_HLL = b"H"
 TAG_STREAM = b"x"
 TAG_LIST_RETIRED = b"l"  # reserved, never written
+TAG_AT = 2  # ikey[TAG_AT] is the tag byte (after the u16 pid)
+STRING_USERKEY_AT = 3  # a string key's user key is ikey[STRING_USERKEY_AT:]
+ORD_STRING = TAG_STRING[0]
+ORD_HEAD = TAG_HEAD[0]
 
 _U16 = struct.Struct(">H")
 _U64 = struct.Struct(">Q")
@@ -124,6 +128,25 @@ def pid_prefix(pid: int) -> bytes:
 
 def encode_string_key(userkey: bytes) -> bytes:
     return _U16.pack(partition_of(userkey)) + TAG_STRING + userkey
+
+
+def locate_string(userkey: bytes) -> tuple[int, bytes]:
+    """(pid, string key) of a user key: the first step of every string command."""
+    pid = partition_of(userkey)
+    return pid, _U16.pack(pid) + TAG_STRING + userkey
+
+
+def string_key_in(pid: int, userkey: bytes) -> bytes:
+    """The string key of ``userkey`` whose partition ``pid`` the caller computed."""
+    return _U16.pack(pid) + TAG_STRING + userkey
+
+
+def head_key_of_string_key(string_ikey: bytes) -> bytes:
+    """The collection-head key of the user key whose string key is ``string_ikey`` (same
+    partition: no second hash)."""
+    n = len(string_ikey) - 3
+    klen = bytes((n,)) if n < 0x80 else encode_varint(n)
+    return string_ikey[:2] + TAG_HEAD + klen + string_ikey[3:]
 
 
 def decode_string_key(ikey: bytes) -> bytes:

@@ -295,22 +295,61 @@ _INT = re.compile(rb"0|-?[1-9][0-9]{0,19}")  # Redis string2ll: no '+', spaces, 
 
 
 def incr(current: bytes | None, delta: int, hlc: int, origin: int, now_ms: int) -> bytes:
-    """INCRBY ``delta`` (negative for DECRBY) at ``origin``: the new counter record.
+    """INCRBY ``delta`` (negative for DECRBY) at ``origin``: the new counter record
+    (``incr_value`` without the value)."""
+    return incr_value(current, delta, hlc, origin, now_ms)[0]
 
-    Raises ValueError if ``current`` is a live string that is not an integer, and
-    OverflowError if the result leaves the signed 64-bit range (Redis's errors)."""
-    if current is None:
-        c, ttl = PNCounter(), 0
-    elif current[0] & env.FLAG_TOMBSTONE or env.expired(current, now_ms):
-        c, ttl = PNCounter(env.hlc_of(current), env.origin_of(current), 0), 0
-    elif is_counter(current):
-        c, ttl = PNCounter.from_bytes(current[_SIZE:]), env.ttl_of(current)
+
+def incr_value(current: bytes | None, delta: int, hlc: int, origin: int, now_ms: int) -> tuple[bytes, int]:
+    """INCRBY ``delta`` at ``origin`` stamped ``hlc``: (the new counter record, its value).
+
+    ``current`` is whatever the string key holds (None if nothing). The count starts from
+    (its *base*): a live counter (kept, this node's slot grows); a live plain integer
+    string (its version and value; ValueError if it is not an int64); for a dead record,
+    the version at which it died and value 0: a tombstone's (hlc, origin), an expired
+    record's (deadline << 16, origin), so every node that increments after the same DEL or
+    expiry shares the base and their slots join. If that expired clock is not above the
+    dead record's own base version (a record stored already expired) the merge would drop
+    the counter, so it is based on this operation's version instead; so is a slot that
+    would pass 2**63 (rebased at the current value). A live record's deadline is kept.
+    OverflowError if the value leaves the signed 64-bit range.
+
+    This is the INCR the node runs; the merge-law tests drive it too."""
+    ttl = 0
+    if current is not None and not current[0] & env.FLAG_TOMBSTONE and not env.expired(current, now_ms):
+        ttl = env.ttl_of(current)
+        if current[0] == FLAGS:
+            bumped = bump(current, origin, delta)  # the steady state: this node's slot grows
+            if bumped is not None:
+                return env.pack(FLAGS, hlc, origin, ttl, bumped[0]), bumped[1]
+            base: PNCounter | None = PNCounter.from_bytes(current[_SIZE:])
+        else:
+            s = current[_SIZE:]
+            n = int(s) if _INT.fullmatch(s) else None
+            if n is None or not INT64_MIN <= n <= INT64_MAX:
+                raise ValueError("value is not an integer or out of range")
+            base = PNCounter(env.hlc_of(current), env.origin_of(current), n)
+    elif current is None:
+        base = PNCounter()
+    elif current[0] & env.FLAG_TOMBSTONE:
+        base = PNCounter(env.hlc_of(current), env.origin_of(current), 0)
     else:
-        s = current[_SIZE:]
-        n = int(s) if _INT.fullmatch(s) else None
-        if n is None or not INT64_MIN <= n <= INT64_MAX:
-            raise ValueError("value is not an integer or out of range")
-        c, ttl = PNCounter(env.hlc_of(current), env.origin_of(current), n), env.ttl_of(current)
-    if not INT64_MIN <= c.value() + delta <= INT64_MAX:
+        clock = env.ttl_of(current) << 16  # expired: the deadline is its clock
+        dead_origin = env.origin_of(current)
+        if clock.to_bytes(8, "big") + dead_origin.to_bytes(2, "big") <= base_version_of(current):
+            base = None  # stored already expired: based on this operation's version
+        else:
+            base = PNCounter(clock, dead_origin, 0)
+    value = (base.value() if base is not None else 0) + delta
+    if not INT64_MIN <= value <= INT64_MAX:
         raise OverflowError("increment or decrement would overflow")
-    return record(c.apply(origin, delta), hlc, origin, ttl)
+    if base is not None and not base.slots:  # a new, dead or plain-integer key
+        payload = fresh(base.base_hlc, base.base_origin, base.base_value, origin, delta)
+        if payload is not None:
+            return env.pack(FLAGS, hlc, origin, ttl, payload), value
+    pos, neg = base.slots.get(origin, (0, 0)) if base is not None else (0, 0)
+    if base is None or (pos + delta if delta >= 0 else neg - delta) >= SLOT_LIMIT:
+        base = PNCounter(hlc, origin, value)  # a fresh base at this op's version
+    else:
+        base = base.apply(origin, delta)
+    return record(base, hlc, origin, ttl), value

@@ -59,16 +59,18 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 
+from marekvs.config import Config
+from marekvs.core.hlc import HLC
 from marekvs.core.partition import PARTITIONS
 from marekvs.replication.gen import replication_v1_pb2 as pb
 from marekvs.replication.gen import replication_v1_pb2_grpc as pbg
 from marekvs.replication.codec import pack_entries, unpack_entries
 from marekvs.replication.validate import BadRecord, check_record
-from marekvs.storage.engine import FORMAT_VERSION
+from marekvs.storage.engine import FORMAT_VERSION, Engine
 
 log = logging.getLogger("marekvs.replication")
 
@@ -141,12 +143,22 @@ def parse_peer(spec: str) -> tuple[int, str]:
         raise ValueError(f"peer {spec!r} is not of the form id@host:grpc_port") from None
 
 
+class NodeServices(Protocol):
+    """What replication needs of the node it serves (``marekvs.node.Node``)."""
+
+    engine: Engine
+    hlc: HLC
+    config: Config
+
+    def replica_acked(self) -> None: ...
+
+
 class ReplicationManager(pbg.ReplicationServicer):
-    def __init__(self, server: Any):
-        self.server = server
-        self.engine = server.engine
-        self.hlc = server.hlc
-        self.config = server.config
+    def __init__(self, node: NodeServices):
+        self.node = node
+        self.engine = node.engine
+        self.hlc = node.hlc
+        self.config = node.config
         self.node_id = self.config.node_id
         self.incarnation = self.engine.incarnation
         self.grpc_port = self.config.grpc_port or default_grpc_port(self.config.port)
@@ -498,7 +510,7 @@ class ReplicationManager(pbg.ReplicationServicer):
                     p.acked_seq = ack.applied_seq
                 p.last_ack = time.monotonic()
                 p.acked.set()
-                self.server.replica_acked()
+                self.node.replica_acked()
         finally:
             p.acked.set()  # wake a sender waiting for acks: it finds the stream ended
 

@@ -10,11 +10,11 @@ import asyncio
 from typing import Any
 
 
-def render(server: Any) -> bytes:
-    rows = [("marekvs_commands_processed_total", {}, server.total_commands),
-            ("marekvs_connected_clients", {}, len(server.clients)),
-            ("marekvs_hlc_clamped_total", {}, server.hlc.clamped)]
-    rows += server.repl.metrics()
+def render(node: Any) -> bytes:
+    rows = [("marekvs_commands_processed_total", {}, node.stats.total_commands),
+            ("marekvs_connected_clients", {}, len(node.clients)),
+            ("marekvs_hlc_clamped_total", {}, node.hlc.clamped)]
+    rows += node.replication.metrics()
     lines = []
     for name, labels, value in rows:
         lab = ",".join(f'{k}="{v}"' for k, v in labels.items())
@@ -22,14 +22,14 @@ def render(server: Any) -> bytes:
     return ("\n".join(lines) + "\n").encode()
 
 
-async def start_metrics(server: Any) -> asyncio.AbstractServer:
+async def start_metrics(node: Any) -> asyncio.AbstractServer:
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             request = await asyncio.wait_for(reader.readline(), 5)
             while (await asyncio.wait_for(reader.readline(), 5)) not in (b"\r\n", b"\n", b""):
                 pass
             if request.split(b" ")[1:2] == [b"/metrics"]:
-                body = render(server)
+                body = render(node)
                 head = b"HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\n"
             else:
                 body = b"not found\n"
@@ -41,4 +41,4 @@ async def start_metrics(server: Any) -> asyncio.AbstractServer:
         finally:
             writer.close()
 
-    return await asyncio.start_server(handle, server.config.bind, server.config.metrics_port)
+    return await asyncio.start_server(handle, node.config.bind, node.config.metrics_port)

@@ -53,10 +53,26 @@ import re
 
 import hiredis
 
+from marekvs.commands.reply import (  # noqa: F401 - the reply values this module encodes
+    NO_REPLY,
+    NULL_ARRAY,
+    OK,
+    PONG,
+    QUEUED,
+    Blocking,
+    Double,
+    Err,
+    Map,
+    NullArray,
+    Push,
+    SetReply,
+    Simple,
+    Verbatim,
+)
+from marekvs.config import Limits
+
 INT_MAX = 2**31 - 1
 PROTO_INLINE_MAX_SIZE = 64 * 1024
-PROTO_MAX_BULK_LEN = 512 * 1024 * 1024
-CLIENT_QUERY_BUFFER_LIMIT = 1024 * 1024 * 1024
 UNAUTH_MAX_MULTIBULK = 10
 UNAUTH_MAX_BULK = 16384
 
@@ -145,17 +161,6 @@ def split_inline(line: bytes) -> list[bytes] | None:
 
 def _ishex(c: int) -> bool:
     return 48 <= c <= 57 or 65 <= c <= 70 or 97 <= c <= 102
-
-
-class Limits:
-    """The request limits of one server, shared by its connections' parsers and changed
-    by CONFIG SET: proto-max-bulk-len and client-query-buffer-limit."""
-
-    __slots__ = ("max_bulk", "max_query")
-
-    def __init__(self, max_bulk: int = PROTO_MAX_BULK_LEN, max_query: int = CLIENT_QUERY_BUFFER_LIMIT):
-        self.max_bulk = max_bulk
-        self.max_query = max_query
 
 
 DEFAULT_LIMITS = Limits()
@@ -451,55 +456,7 @@ class RequestParser:
         return self._to_strict(data[_consumed(out):], out)
 
 
-# -- replies ---------------------------------------------------------------------------
-
-class Simple(bytes):
-    """A simple string reply (+OK)."""
-
-
-class Err(str):
-    """An error reply; the text starts with its code (ERR, WRONGTYPE, ...)."""
-
-
-class Map(list):
-    """A map reply: a flat list [k1, v1, k2, v2, ...]. RESP3 '%', RESP2 flat array."""
-
-
-class SetReply(list):
-    """RESP3 '~', RESP2 array."""
-
-
-class Double(float):
-    """RESP3 ',', RESP2 bulk string."""
-
-
-class Verbatim(bytes):
-    """RESP3 '=' (txt), RESP2 bulk string."""
-
-
-class Push(list):
-    """RESP3 '>' push, RESP2 array."""
-
-
-class NullArray:
-    """Null array: RESP2 '*-1', RESP3 '_'."""
-
-
-class Blocking:
-    """Returned by a handler that must wait (WAIT, DEBUG SLEEP): the connection holds
-    its later commands, in order, until ``awaitable`` yields the reply."""
-
-    __slots__ = ("awaitable",)
-
-    def __init__(self, awaitable: object):
-        self.awaitable = awaitable
-
-
-NO_REPLY = object()  # the handler closes the connection without a reply (SHUTDOWN)
-NULL_ARRAY = NullArray()
-OK = Simple(b"OK")
-PONG = Simple(b"PONG")
-QUEUED = Simple(b"QUEUED")
+# -- encoding replies ----------------------------------------------------------------------
 
 R_OK = b"+OK\r\n"
 R_NULL2 = b"$-1\r\n"
@@ -540,8 +497,9 @@ def _enc(obj: object, proto: int, out: list[bytes]) -> None:  # noqa: C901 - one
         for x in obj:  # type: ignore[attr-defined]
             _enc(x, proto, out)
     elif t is Err:
+        # CR/LF of echoed input become spaces; raw bytes echoed come back as they were
         msg = str(obj).replace("\r", " ").replace("\n", " ")
-        out.append(b"-%s\r\n" % msg.encode())
+        out.append(b"-%s\r\n" % msg.encode("utf-8", "surrogateescape"))
     elif t is str:
         b = obj.encode()  # type: ignore[attr-defined]
         out.append(b"$%d\r\n%s\r\n" % (len(b), b))

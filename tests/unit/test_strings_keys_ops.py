@@ -1,7 +1,7 @@
 """In-process tests of the string and generic keyspace families (strings.py, keys.py).
 
-Handlers run against a real Engine in a temporary directory with a tiny fake client,
-through a dispatcher that checks arity and subcommands the way the server does. The
+Commands run in-process through a real node's ``dispatch`` (engine in a temporary
+directory, one client context, no listener), exactly as a RESP connection runs them. The
 last section is differential: fixed command sequences go to a real ``redis-server``
 7.0 and to the handlers, and the encoded RESP replies are compared byte for byte.
 """
@@ -14,68 +14,53 @@ import socket
 import subprocess
 import tempfile
 import time
-from types import SimpleNamespace
 
 import pytest
 
 from marekvs.commands import args as A
-from marekvs.commands import db, errors, keys, strings
-from marekvs.commands.errors import CommandError
+from marekvs.commands import errors, keys, strings
 from marekvs.commands.table import CommandTable
+from marekvs.config import Config
 from marekvs.core import envelope as env
 from marekvs.core import head as H
 from marekvs.core import keys as K
 from marekvs.core import pncounter
 from marekvs.core.envelope import RecordType
-from marekvs.core.hlc import HLC
 from marekvs.core.partition import PARTITIONS
+from marekvs.keyspace import Keyspace
+from marekvs.keyspace import strings as kstr
+from marekvs.keyspace.status import WrongType
+from marekvs.node import Node as RealNode
 from marekvs.server import resp
-from marekvs.storage.engine import Engine
 from tests.helpers import free_port
+
+
+# the string and generic families alone (the declarations this module checks)
+TABLE = CommandTable()
+TABLE.register_module(strings)
+TABLE.register_module(keys)
 
 
 class Error(str):
     """An error reply, kept apart from bulk replies in comparisons."""
 
 
-def build_table() -> CommandTable:
-    t = CommandTable()
-    t.register_module(strings)
-    t.register_module(keys)
-    return t
-
-
-TABLE = build_table()
-
-
 class Node:
-    """A Keyspace over a real Engine plus a dispatcher like the server's."""
+    """A real node (engine, keyspace, command table, ``dispatch``) in-process, with one
+    client context and no listener: commands run as a RESP connection runs them."""
 
-    def __init__(self, path: str, config=None):
-        self.engine = Engine(path, node_id=1, durability="no")
-        self.ks = db.Keyspace(self.engine, HLC(), 1)
-        self.c = SimpleNamespace(ks=self.ks, proto=2,
-                                 server=SimpleNamespace(config=config, table=TABLE))
+    def __init__(self, path: str, config: dict[str, str] | None = None):
+        self.node = RealNode(Config(data_dir=path, node_id=1, durability="no"))
+        for name, value in (config or {}).items():
+            self.node.set_tunable(name, value)
+        self.engine = self.node.engine
+        self.ks = self.node.ks
+        self.c = self.node.new_context()
 
     def __call__(self, *argv):
         args = [a if isinstance(a, bytes) else str(a).encode() for a in argv]
-        cmd = TABLE.lookup(args[0])
-        if cmd is None:
-            return Error(errors.unknown_command(args).decode("utf-8", "surrogateescape"))
-        n = len(args)
-        if (cmd.arity > 0 and n != cmd.arity) or n < -cmd.arity:
-            return Error(errors.wrong_arity(cmd.fullname))
-        if cmd.subcommands:
-            sub = cmd.subcommands.get(args[1].lower().decode("latin-1"))
-            if sub is None:
-                return Error(errors.unknown_subcommand(cmd.name, args[1]).decode("utf-8", "surrogateescape"))
-            cmd = sub
-            if (cmd.arity > 0 and n != cmd.arity) or n < -cmd.arity:
-                return Error(errors.wrong_arity(cmd.fullname))
-        try:
-            return cmd.handler(self.c, args)
-        except CommandError as e:
-            return Error(e.message)
+        r = self.node.dispatch(self.c, args)
+        return Error(r) if isinstance(r, resp.Err) else r
 
     def encoded(self, *argv) -> bytes:
         r = self(*argv)
@@ -87,7 +72,7 @@ class Node:
         return self.engine.get(K.encode_string_key(key))
 
     def close(self) -> None:
-        self.engine.close()
+        self.node.close()
 
 
 @pytest.fixture
@@ -98,10 +83,10 @@ def r(tmp_path):
 
 
 @pytest.fixture
-def clock(monkeypatch):
-    """Freeze the command clock (db.now_ms) at a settable wall-clock ms."""
-    state = {"now": db.now_ms()}
-    monkeypatch.setattr(db, "now_ms", lambda: state["now"])
+def clock(r, monkeypatch):
+    """Freeze the command clock (the keyspace's ``now``) at a settable wall-clock ms."""
+    state = {"now": r.ks.now()}
+    monkeypatch.setattr(r.ks, "now", lambda: state["now"])
     return state
 
 
@@ -253,45 +238,45 @@ def test_setnx_setex_psetex(r, clock):
 # =========================================================================================
 
 def test_read_string_cases(r, clock):
-    """Keyspace.read_string (GET's flat path) against the general lookup, case by case."""
+    """keyspace.strings.read (GET's flat path) against the general lookup, case by case."""
     ks, now = r.ks, clock["now"]
-    assert ks.read_string(b"nope") is None
+    assert kstr.read(ks, b"nope") is None
     r("SET", "s", "v")
-    assert ks.read_string(b"s") == b"v"
+    assert kstr.read(ks, b"s") == b"v"
     r("INCRBY", "n", "-7")
-    assert ks.read_string(b"n") == b"-7"
+    assert kstr.read(ks, b"n") == b"-7"
     r("SET", "t", "v", "PX", "100")
-    assert ks.read_string(b"t") == b"v"
+    assert kstr.read(ks, b"t") == b"v"
     clock["now"] = now + 100  # at the deadline: gone
-    assert ks.read_string(b"t") is None
-    assert ks.read_string(b"t", now) == b"v"  # a caller's own clock reading wins
+    assert kstr.read(ks, b"t") is None
+    assert kstr.read(ks, b"t", now) == b"v"  # a caller's own clock reading wins
     put_head(r, b"h")
-    with pytest.raises(CommandError, match="WRONGTYPE"):
-        ks.read_string(b"h")
+    with pytest.raises(WrongType):
+        kstr.read(ks, b"h")
     r("SET", "h2", "v", "PX", "50")  # a dead string over a live head: WRONGTYPE
     put_head(r, b"h2")
     clock["now"] += 50
-    with pytest.raises(CommandError, match="WRONGTYPE"):
-        ks.read_string(b"h2")
+    with pytest.raises(WrongType):
+        kstr.read(ks, b"h2")
     for key in (b"s", b"n", b"t", b"nope", b"h", b"h2"):  # the same as string_record
         try:
-            rec = ks.string_record(key, clock["now"])
-            expected = None if rec is None else db.string_value(rec)
-        except CommandError as e:
+            rec = kstr.record(ks, key, clock["now"])
+            expected = None if rec is None else kstr.string_value(rec)
+        except WrongType as e:
             expected = e
         try:
-            got = ks.read_string(key)
-        except CommandError as e:
+            got = kstr.read(ks, key)
+        except WrongType as e:
             got = e
-        assert type(got) is type(expected) and (got == expected or isinstance(got, CommandError))
+        assert type(got) is type(expected) and (got == expected or isinstance(got, WrongType))
 
 
 def test_read_string_reads_the_clock_only_when_needed(r, monkeypatch):
     r("SET", "s", "v")
     r("SET", "t", "v", "EX", "100")
     calls = []
-    real = db.now_ms
-    monkeypatch.setattr(db, "now_ms", lambda: calls.append(1) or real())
+    real = r.ks.now
+    monkeypatch.setattr(r.ks, "now", lambda: calls.append(1) or real())
     assert r("GET", "s") == b"v" and calls == []  # no deadline, no partition with heads
     assert r("GET", "t") == b"v" and calls == [1]
     assert r("SET", "u", "w") == b"OK" and calls == [1]
@@ -548,7 +533,7 @@ def test_counter_after_del_is_based_on_the_tombstone(r):
 
 
 def test_counter_after_expiry_is_based_on_the_deadline(r):
-    now = db.now_ms()
+    now = r.ks.now()
     old_hlc = (now - 10_000) << 16
     put_string(r, b"k", b"100", ttl=now - 5_000, hlc=old_hlc)  # written, then expired
     assert r("GET", "k") is None
@@ -965,8 +950,8 @@ def test_a_key_with_a_live_string_and_a_live_head_is_listed_once_as_the_string(r
         if cursor == b"0":
             break
     assert sorted(scanned) == [b"both", b"hash-only"]
-    assert sorted(k for k, _, _ in r.ks.all_keys(db.now_ms())) == [b"both", b"hash-only"]
-    only = [(k, ik[2:3]) for k, ik, _ in r.ks.all_keys(db.now_ms()) if k == b"both"]
+    assert sorted(k for k, _, _ in r.ks.all_keys(r.ks.now())) == [b"both", b"hash-only"]
+    only = [(k, ik[2:3]) for k, ik, _ in r.ks.all_keys(r.ks.now()) if k == b"both"]
     assert only == [(b"both", K.TAG_STRING)]
 
 
@@ -976,8 +961,8 @@ def test_a_whole_keyspace_pass_steps_through_the_records(r, monkeypatch):
     for i in range(50):
         put_string(r, b"k%d" % i, b"v", ttl=1 if i % 5 == 0 else 0)  # 10 expired
     put_head(r, b"h")
-    now = db.now_ms()
-    monkeypatch.setattr(db.Keyspace, "STEP_RECORDS", 7)
+    now = r.ks.now()
+    monkeypatch.setattr(Keyspace, "STEP_RECORDS", 7)
     steps = list(r.ks.all_keys_in_steps(now))
     assert 5 <= len(steps) <= 51 // 7 + 1  # (two keys may share a partition)
     assert sorted(k for step in steps for k, _, _ in step) == sorted(
@@ -1177,7 +1162,8 @@ def test_object_subcommands(r):
 
 def test_object_with_lfu_policy(tmp_path):
     node = Node(str(tmp_path / "db"))
-    node.c.server.config_extra = {"maxmemory-policy": "allkeys-lfu", "maxmemory": "100mb"}
+    node.node.set_tunable("maxmemory-policy", "allkeys-lfu")
+    node.node.set_tunable("maxmemory", "100mb")
     try:
         node("SET", "k", "v")
         assert node("OBJECT", "FREQ", "k") == 0

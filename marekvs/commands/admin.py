@@ -1,5 +1,5 @@
 """Server commands: INFO, CONFIG, DBSIZE, FLUSHDB/FLUSHALL, TIME, LASTSAVE, SAVE,
-SHUTDOWN, COMMAND.
+SHUTDOWN, WAIT, ROLE.
 
 FLUSHDB / FLUSHALL are replicated writes: they write an LWW tombstone for every live
 key (string records and collection heads) through the apply path, as one command, so
@@ -9,6 +9,7 @@ every key; writes made after the flush (higher HLC) survive it everywhere.
 
 from __future__ import annotations
 
+import asyncio
 import fnmatch
 import logging
 import os
@@ -18,13 +19,12 @@ import sys
 import time
 
 from marekvs import REDIS_COMPAT_VERSION, __version__
-from marekvs.commands import docs, errors, tunables
-from marekvs.commands.db import now_ms
+from marekvs.commands import errors, reply, tunables
+from marekvs.commands.args import int_arg
 from marekvs.commands.errors import CommandError
 from marekvs.commands.stepwise import in_steps
 from marekvs.commands.table import command, container, help_subcommand
 from marekvs.core.partition import PARTITIONS
-from marekvs.server import resp
 from marekvs.storage.engine import shard_range
 
 log = logging.getLogger("marekvs.server")
@@ -32,23 +32,18 @@ log = logging.getLogger("marekvs.server")
 CONTAINERS = (
     container("config", group="server", summary="A container for server configuration commands.",
               since="2.0.0", acl="slow"),
-    container("command", -1, "loading stale", group="server", acl="connection slow",
-              summary="Returns detailed information about all commands.", since="2.8.13",
-              handler=lambda c, args: [docs.info_reply(x) for x in _all_commands(c.server.table)]),
 )
 
-def _live_params(server) -> dict[str, str]:
-    cfg = server.config
+def _live_params(node) -> dict[str, str]:
+    cfg = node.config
     return {
         "port": str(cfg.port), "bind": cfg.bind, "dir": os.path.abspath(cfg.data_dir),
-        "requirepass": cfg.requirepass, "appendfsync": server.engine.durability,
+        "requirepass": cfg.requirepass, "appendfsync": node.engine.durability,
         "gc-grace": str(cfg.gc_grace),
         "max-clock-drift": str(cfg.max_clock_drift), "node-id": str(cfg.node_id),
-        "shards": str(cfg.shards), "maxclients": str(server.maxclients),
+        "shards": str(cfg.shards), "maxclients": str(node.maxclients),
     }
 
-
-RESERVED_FDS = 32  # Redis's CONFIG_MIN_RESERVED_FDS: descriptors kept for everything but clients
 
 # CONFIG SET parameters of marekvs itself, with their parsers (the tunables: ``tunables``)
 _OWN_PARAMS = {
@@ -63,10 +58,10 @@ _OWN_PARAMS = {
 @command("get", -3, "admin noscript loading stale", parent="config", group="server",
          summary="Returns the effective values of configuration parameters.", since="2.0.0",
          syntax="parameter [parameter ...]")
-def config_get(c, args):
-    server = c.server
-    params = tunables.values(server.config_extra)
-    params.update(_live_params(server))
+def config_get(ctx, args):
+    node = ctx.node
+    params = tunables.values(node.tunables)
+    params.update(_live_params(node))
     out: list = []
     seen = set()
     for pat in args[2:]:
@@ -75,16 +70,16 @@ def config_get(c, args):
             if name not in seen and fnmatch.fnmatchcase(name, p):
                 seen.add(name)
                 out += [name.encode(), params[name].encode()]
-    return resp.Map(out)
+    return reply.Map(out)
 
 
 @command("set", -4, "admin noscript loading stale", parent="config", group="server",
          summary="Sets configuration parameters in-flight.", since="2.0.0",
          syntax="parameter value [parameter value ...]")
-def config_set(c, args):
+def config_set(ctx, args):
     if len(args) % 2:
         raise CommandError(errors.SYNTAX)
-    server = c.server
+    node = ctx.node
     pairs = [(args[i].decode("utf-8", "replace"), args[i + 1].decode("utf-8", "replace"))
              for i in range(2, len(args), 2)]
     # As Redis: every name must exist and be changeable, and appear once, then every
@@ -110,113 +105,40 @@ def config_set(c, args):
             if canon in _OWN_PARAMS:
                 value = _OWN_PARAMS[canon](value)
             else:
-                value = tunables.check(canon, value, tunables.value(server.config_extra, canon))
+                value = tunables.check(canon, value, node.tunable(canon))
         except tunables.TunableError as e:
             raise _set_failed(name, e) from None
         changes.append((canon, value))
     # maxclients first: the one change that can fail, before any other is made
     for name, value in sorted(changes, key=lambda change: change[0] != "maxclients"):
         if name == "maxclients":
-            _set_maxclients(server, int(value))
+            try:
+                node.set_maxclients(int(value))
+            except ValueError as e:
+                raise _set_failed("maxclients", e) from None
         elif name == "appendfsync":
-            server.set_durability(value)
+            node.set_durability(value)
         elif name == "requirepass":
-            server.config.requirepass = value
+            node.config.requirepass = value
         elif name == "gc-grace":
-            server.config.gc_grace = int(value)
+            node.config.gc_grace = int(value)
         elif name == "max-clock-drift":
-            server.config.max_clock_drift = int(value)
-            server.hlc.max_drift_ms = int(value)
+            node.config.max_clock_drift = int(value)
+            node.hlc.max_drift_ms = int(value)
         else:
-            server.config_extra[name] = value
-            if name == "proto-max-bulk-len":
-                server.limits.max_bulk = int(value)
-            elif name == "client-query-buffer-limit":
-                server.limits.max_query = int(value)
-    return resp.OK
-
-
-def _set_maxclients(server, n: int) -> None:
-    """CONFIG SET maxclients: as Redis, the open-files limit is raised if it must be; if
-    it cannot be raised enough the old value stays and the error says what would fit."""
-    fits = fit_open_files(n)
-    if fits != n:
-        raise _set_failed("maxclients", ValueError(
-            f"The operating system is not able to handle the specified number of clients, try with {fits}"))
-    server.maxclients = n
-
-
-def fit_open_files(maxclients: int) -> int:
-    """Raise the open-files limit for ``maxclients`` clients as Redis's
-    ``adjustOpenFilesLimit`` does, and return how many clients the limit allows:
-    ``maxclients`` itself, or the limit less ``RESERVED_FDS`` when it cannot be raised
-    that far (logged, as Redis logs it).
-
-    Redis computes the descriptors needed as a 32-bit unsigned sum (so ``maxclients
-    4294967295`` needs 31) and, when the soft limit is lower, sets soft and hard limit
-    to the first value that works, stepping down by 16 from the need: the largest
-    ``need - 16k`` at or under what the process may set (``fs.nr_open`` with the
-    privilege, else the hard limit). That value is computed here, not searched."""
-    need = (maxclients + RESERVED_FDS) & 0xFFFFFFFF
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft == resource.RLIM_INFINITY or soft >= need:
-        return maxclients
-    best = soft
-    for ceiling in (need, _nr_open(), hard):
-        if ceiling == resource.RLIM_INFINITY or ceiling >= need:
-            step = need
-        else:
-            step = need - -(-(need - ceiling) // 16) * 16
-        if step <= soft:
-            continue
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (step, step))
-        except (ValueError, OSError):
-            continue
-        best = step
-        break
-    if best >= need:
-        log.info("Increased maximum number of open files to %d (it was originally set to %d).",
-                 best, soft)
-        return maxclients
-    log.warning("You requested maxclients of %d requiring at least %d max file descriptors. "
-                "Current maximum open files is %d. maxclients has been reduced to %d to "
-                "compensate for low ulimit. If you need higher maxclients increase 'ulimit -n'.",
-                maxclients, need, best, best - RESERVED_FDS)
-    return max(1, best - RESERVED_FDS)
-
-
-def raise_soft_open_files() -> None:
-    """At start: the soft open-files limit up to the hard one. RocksDB's files (every SST
-    stays open) share the limit with the clients, so the node takes what it may; the
-    client count itself stays bounded by maxclients."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != resource.RLIM_INFINITY and (hard == resource.RLIM_INFINITY or soft < hard):
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-        except (ValueError, OSError):
-            pass
-
-
-def _nr_open() -> int:
-    try:
-        with open("/proc/sys/fs/nr_open") as f:
-            return int(f.read())
-    except (OSError, ValueError):
-        return 1 << 20
+            node.set_tunable(name, value)
+    return reply.OK
 
 
 def _set_failed(name: str, e: Exception) -> CommandError:
-    return CommandError(f"ERR CONFIG SET failed (possibly related to argument '{name}') - {e}")
+    return CommandError(errors.config_set_failed(name, str(e)))
 
 
 @command("resetstat", 2, "admin noscript loading stale", parent="config", group="server",
          summary="Resets the server's statistics.", since="2.0.0")
-def config_resetstat(c, args):
-    s = c.server
-    s.total_commands = s.error_replies = s.rejected_connections = s.unexpected_errors = 0
-    s.total_connections = len(s.clients)
-    return resp.OK
+def config_resetstat(ctx, args):
+    ctx.node.stats.reset(len(ctx.node.clients))
+    return reply.OK
 
 
 config_help = help_subcommand("config", (
@@ -231,8 +153,8 @@ config_help = help_subcommand("config", (
 
 @command("dbsize", 1, "readonly fast", group="server", acl="keyspace read fast",
          summary="Returns the number of keys in the database.")
-def dbsize(c, args):
-    return in_steps(_count_keys(c.ks, now_ms()))
+def dbsize(ctx, args):
+    return in_steps(ctx, _count_keys(ctx.ks, ctx.ks.now()))
 
 
 def _count_keys(ks, now):
@@ -243,65 +165,64 @@ def _count_keys(ks, now):
     return n
 
 
-def _flush(c, args):
+def _flush(ctx, args):
     if len(args) > 2 or (len(args) == 2 and args[1].upper() not in (b"ASYNC", b"SYNC")):
         raise CommandError(errors.SYNTAX)
-    ks = c.ks
-    now = now_ms()
+    ks = ctx.ks
+    now = ctx.ks.now()
     recs = []
     for key, _, _ in list(ks.all_keys(now)):
         recs += ks.delete_records(key, now)
     if recs:
         ks.apply(recs)
-    return resp.OK
+    return reply.OK
 
 
 @command("flushdb", -1, "write", group="server", acl="keyspace write slow dangerous",
          summary="Removes all keys from the current database.",
          syntax="[ASYNC | SYNC]")
-def flushdb(c, args):
-    return _flush(c, args)
+def flushdb(ctx, args):
+    return _flush(ctx, args)
 
 
 @command("flushall", -1, "write", group="server", acl="keyspace write slow dangerous",
          summary="Removes all keys from all databases.",
          syntax="[ASYNC | SYNC]")
-def flushall(c, args):
-    return _flush(c, args)
+def flushall(ctx, args):
+    return _flush(ctx, args)
 
 
 @command("time", 1, "loading stale fast", group="server", acl="fast", summary="Returns the server time.", since="2.6.0")
-def time_(c, args):
+def time_(ctx, args):
     t = time.time_ns() // 1000
     return [b"%d" % (t // 1_000_000), b"%d" % (t % 1_000_000)]
 
 
 @command("lastsave", 1, "loading stale fast", group="server", acl="admin fast dangerous",
          summary="Returns the Unix timestamp of the last successful save to disk.")
-def lastsave(c, args):
-    return c.server.last_save
+def lastsave(ctx, args):
+    return ctx.node.last_save
 
 
 @command("save", 1, "admin noscript", group="server",
          summary="Synchronously saves the database(s) to disk.")
-def save(c, args):
-    c.server.engine.sync()
-    c.server.last_save = int(time.time())
-    return resp.OK
+def save(ctx, args):
+    ctx.node.save()
+    return reply.OK
 
 
 @command("shutdown", -1, "admin noscript loading stale no_multi allow_busy", group="server",
          summary="Synchronously saves the database(s) to disk and shuts down the Redis server.",
          syntax="[NOSAVE | SAVE] [NOW] [FORCE] [ABORT]")
-def shutdown(c, args):
+def shutdown(ctx, args):
     for a in args[1:]:
         if a.upper() not in (b"NOSAVE", b"SAVE", b"NOW", b"FORCE", b"ABORT"):
             raise CommandError(errors.SYNTAX)
     if any(a.upper() == b"ABORT" for a in args[1:]):
-        raise CommandError("ERR No shutdown in progress.")
-    c.server.request_shutdown()
-    c.close_after_reply()
-    return resp.NO_REPLY  # Redis closes the connection without a reply
+        raise CommandError(errors.NO_SHUTDOWN)
+    ctx.node.request_shutdown()
+    ctx.close_after_reply()
+    return reply.NO_REPLY  # Redis closes the connection without a reply
 
 
 # -- INFO -----------------------------------------------------------------------------
@@ -321,7 +242,8 @@ def _section_server(s) -> list[tuple[str, object]]:
 
 
 def _section_clients(s):
-    return [("connected_clients", len(s.clients)), ("blocked_clients", 0), ("tracking_clients", 0),
+    blocked = sum(1 for ctx in s.clients.values() if ctx.blocked)
+    return [("connected_clients", len(s.clients)), ("blocked_clients", blocked), ("tracking_clients", 0),
             ("maxclients", s.maxclients)]
 
 
@@ -343,15 +265,17 @@ def _section_persistence(s):
 
 
 def _section_stats(s):
-    return [("total_connections_received", s.total_connections), ("total_commands_processed", s.total_commands),
-            ("rejected_connections", s.rejected_connections), ("expired_keys", 0),
+    st = s.stats
+    return [("total_connections_received", st.total_connections), ("total_commands_processed", st.total_commands),
+            ("rejected_connections", st.rejected_connections), ("expired_keys", 0),
             ("expired_records_removed", s.sweeper.removed), ("evicted_keys", 0),
-            ("total_error_replies", s.error_replies), ("unexpected_error_replies", s.unexpected_errors)]
+            ("total_error_replies", st.error_replies), ("unexpected_error_replies", st.unexpected_errors),
+            ("client_query_buffer_limit_disconnections", st.query_buffer_closes)]
 
 
 def _section_replication(s):
     return [("replication_mode", "active-active"), ("connected_slaves", 0), ("master_replid", s.run_id),
-            ("master_repl_offset", s.engine.log_seq)] + s.repl.info_fields()
+            ("master_repl_offset", s.engine.log_seq)] + s.replication.info_fields()
 
 
 def _section_cluster(s):
@@ -385,7 +309,7 @@ DEFAULT_SECTIONS = ("server", "clients", "memory", "persistence", "stats", "repl
                     "cluster", "keyspace", "marekvs")
 
 
-def info_text(server, names: list[str]) -> str:
+def info_text(node, names: list[str]) -> str:
     if not names or any(n in ("all", "everything", "default") for n in names):
         names = list(DEFAULT_SECTIONS)
     parts = []
@@ -393,100 +317,56 @@ def info_text(server, names: list[str]) -> str:
         f = SECTIONS.get(n)
         if f is None:
             continue
-        body = "".join(f"{k}:{v}\r\n" for k, v in f(server))
+        body = "".join(f"{k}:{v}\r\n" for k, v in f(node))
         parts.append(f"# {n.capitalize()}\r\n{body}")
     return "\r\n".join(parts)
 
 
 @command("info", -1, "loading stale sentinel", group="server", acl="slow dangerous",
          summary="Returns information and statistics about the server.", syntax="[section [section ...]]")
-def info(c, args):
+def info(ctx, args):
     names = [a.decode("utf-8", "replace").lower() for a in args[1:]]
-    return resp.Verbatim(info_text(c.server, names).encode())
+    return reply.Verbatim(info_text(ctx.node, names).encode())
 
 
-# -- COMMAND --------------------------------------------------------------------------
+# -- replication ------------------------------------------------------------------------
 
-def _all_commands(table):
-    return sorted(table, key=lambda x: x.name)
+@command("wait", 3, "noscript", group="generic", since="3.0.0", complexity="O(1)",
+         summary="Blocks until the asynchronous replication of all preceding write commands sent by the "
+                 "connection is completed.", syntax="numreplicas timeout")
+def wait(ctx, args):
+    need = int_arg(args[1])
+    timeout = int_arg(args[2], errors.TIMEOUT_NOT_INT)
+    if timeout < 0:
+        raise CommandError(errors.TIMEOUT_NEGATIVE)
+    node = ctx.node
+    seq = ctx.last_write_seq
+    have = node.replication.acked_count(seq)
+    if have >= need or seq == 0 or ctx.deny_blocking:
+        return have
 
+    async def waiting():
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout / 1000 if timeout else None
+        while True:
+            n = node.replication.acked_count(seq)
+            if n >= need:
+                return n
+            left = None if deadline is None else deadline - loop.time()
+            if left is not None and left <= 0:
+                return n
+            try:
+                await asyncio.wait_for(node.ack_waiter().wait(), left)
+            except asyncio.TimeoutError:
+                return node.replication.acked_count(seq)
 
-@command("count", 2, "loading stale", parent="command", group="server", acl="connection slow",
-         summary="Returns a count of commands.", since="2.8.13")
-def command_count(c, args):
-    return len(c.server.table)
-
-
-@command("info", -2, "loading stale", parent="command", group="server", acl="connection slow",
-         summary="Returns information about one, multiple or all commands.", since="2.8.13",
-         syntax="[command-name [command-name ...]]")
-def command_info(c, args):
-    table = c.server.table
-    if len(args) == 2:
-        return [docs.info_reply(x) for x in _all_commands(table)]
-    out = []
-    for name in args[2:]:
-        cmd = table.lookup(name)
-        out.append(docs.info_reply(cmd) if cmd else None)
-    return out
-
-
-@command("docs", -2, "loading stale", parent="command", group="server", acl="connection slow",
-         summary="Returns documentary information about one, multiple or all commands.", since="7.0.0",
-         syntax="[command-name [command-name ...]]")
-def command_docs(c, args):
-    table = c.server.table
-    names = args[2:] or [x.name.encode() for x in _all_commands(table)]
-    out: list = []
-    for name in names:
-        cmd = table.lookup(name)
-        if cmd is not None:
-            out += [cmd.name.encode(), docs.doc_reply(cmd)]
-    return resp.Map(out)
+    return reply.Blocking(waiting())
 
 
-@command("list", -2, "loading stale", parent="command", group="server", acl="connection slow",
-         summary="Returns a list of command names.", since="7.0.0",
-         syntax="[FILTERBY MODULE module-name | ACLCAT category | PATTERN pattern]")
-def command_list(c, args):
-    cmds = _all_commands(c.server.table)
-    if len(args) > 2:
-        if len(args) != 5 or args[2].upper() != b"FILTERBY":
-            raise CommandError(errors.SYNTAX)
-        kind, val = args[3].upper(), args[4].decode("utf-8", "replace")
-        if kind == b"MODULE":
-            cmds = []
-        elif kind == b"ACLCAT":
-            cmds = [x for x in cmds if val in (x.acl or (x.group,))]
-        elif kind == b"PATTERN":
-            cmds = [x for x in cmds if fnmatch.fnmatchcase(x.name, val.lower())]
-        else:
-            raise CommandError(errors.SYNTAX)
-    return [x.name.encode() for x in cmds]
-
-
-@command("getkeys", -4, "loading stale", parent="command", group="server", acl="connection slow",
-         summary="Extracts the key names from an arbitrary command.", since="2.8.13",
-         syntax="command [arg [arg ...]]")
-def command_getkeys(c, args):
-    cmd = c.server.table.lookup(args[2])
-    if cmd is None:
-        raise CommandError("ERR Invalid command specified")
-    sub = args[2:]
-    if (cmd.arity > 0 and len(sub) != cmd.arity) or len(sub) < -cmd.arity:
-        raise CommandError("ERR Invalid number of arguments specified for command")
-    keys = cmd.keys_of(sub)
-    if not keys:
-        raise CommandError("ERR The command has no key arguments")
-    return keys
-
-
-command_help = help_subcommand("command", (
-    "COMMAND <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
-    "(no subcommand)", "    Return details about all Redis commands.",
-    "COUNT", "    Return the total number of commands in this Redis server.",
-    "LIST", "    Return a list of all commands in this Redis server.",
-    "INFO [<command-name> ...]", "    Return details about multiple Redis commands.",
-    "DOCS [<command-name> ...]", "    Return documentation details about multiple Redis commands.",
-    "GETKEYS <full-command>", "    Return the keys from a full Redis command.",
-    "HELP", "    Print this help."), group="server", acl="connection slow")
+@command("role", 1, "noscript loading stale fast", group="server", since="2.8.12",
+         summary="Returns the replication role.")
+def role(ctx, args):
+    return [b"master", ctx.node.engine.log_seq, [
+        [p.resp_addr.rsplit(":", 1)[0].encode() if p.resp_addr else b"",
+         (p.resp_addr.rsplit(":", 1)[1] if p.resp_addr else "0").encode(), b"%d" % p.acked_seq]
+        for p in ctx.node.replication.peers.values()]]

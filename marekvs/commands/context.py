@@ -1,0 +1,66 @@
+"""The command context: one client's state as the commands see it, with no socket behind it.
+
+Every handler is ``handler(ctx, args) -> value``. ``ctx`` carries the connection state a
+command reads or changes (protocol, name, auth, the last write for WAIT, ...) and the node
+services (``ctx.node``: the keyspace, the table, configuration, statistics, the client
+registry, replication figures). A RESP connection owns one; so can a transaction, a
+script or a gateway: they call ``node.dispatch(ctx, argv)`` and get the value back.
+
+What a transport must do when the state changes is a hook, not a reference to it: ``kill``
+(CLIENT KILL) and ``auth_changed`` (AUTH lifts the parser's unauthenticated limits, RESET
+restores them) call functions the transport installed, if any. ``deny_blocking`` is set
+inside MULTI/EXEC and scripts: a command that would block (WAIT, DEBUG SLEEP, a pass over
+the whole keyspace in steps) answers at once there, as Redis does.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+
+class Context:
+    __slots__ = ("node", "ks", "id", "proto", "authed", "name", "lib_name", "lib_ver", "addr", "laddr",
+                 "fd", "created", "last_active", "last_cmd", "no_evict", "db", "blocked", "last_write_seq",
+                 "deny_blocking", "closing", "on_kill", "on_auth", "query_buffer")
+
+    def __init__(self, node: Any, client_id: int, *, authed: bool = True, addr: str = "?", laddr: str = "?",
+                 fd: int = -1):
+        self.node = node
+        self.ks = node.ks
+        self.id = client_id
+        self.proto = 2
+        self.authed = authed
+        self.name = b""
+        self.lib_name = self.lib_ver = b""
+        self.addr, self.laddr, self.fd = addr, laddr, fd
+        self.created = self.last_active = time.monotonic()
+        self.last_cmd: Any = None  # the Command last run (CLIENT LIST shows its name)
+        self.no_evict = False
+        self.db = 0
+        self.blocked = False  # a blocking command is pending: the transport holds later ones
+        self.last_write_seq = 0  # log seq of this client's last write (WAIT)
+        self.deny_blocking = False
+        self.closing = False
+        self.on_kill: Callable[[], None] | None = None
+        self.on_auth: Callable[[bool], None] | None = None
+        self.query_buffer: Callable[[], int] = _zero  # bytes of requests not yet complete
+
+    def close_after_reply(self) -> None:
+        """QUIT, SHUTDOWN, CLIENT KILL of oneself: close once the reply is sent."""
+        self.closing = True
+
+    def kill(self) -> None:
+        """Close now (CLIENT KILL, an idle timeout)."""
+        self.closing = True
+        if self.on_kill is not None:
+            self.on_kill()
+
+    def set_authed(self, authed: bool) -> None:
+        self.authed = authed
+        if self.on_auth is not None:
+            self.on_auth(authed)
+
+
+def _zero() -> int:
+    return 0

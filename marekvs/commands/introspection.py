@@ -1,0 +1,101 @@
+"""COMMAND and its subcommands, answered from the one command table (``table.py``):
+COUNT, INFO, DOCS, LIST, GETKEYS (docs.py builds the INFO and DOCS replies)."""
+
+from __future__ import annotations
+
+import fnmatch
+
+from marekvs.commands import docs, errors, reply
+from marekvs.commands.errors import CommandError
+from marekvs.commands.table import command, container, help_subcommand
+
+CONTAINERS = (
+    container("command", -1, "loading stale", group="server", acl="connection slow",
+              summary="Returns detailed information about all commands.", since="2.8.13",
+              handler=lambda ctx, args: [docs.info_reply(x) for x in _all_commands(ctx.node.table)]),
+)
+
+
+def _all_commands(table):
+    return sorted(table, key=lambda x: x.name)
+
+
+@command("count", 2, "loading stale", parent="command", group="server", acl="connection slow",
+         summary="Returns a count of commands.", since="2.8.13")
+def command_count(ctx, args):
+    return len(ctx.node.table)
+
+
+@command("info", -2, "loading stale", parent="command", group="server", acl="connection slow",
+         summary="Returns information about one, multiple or all commands.", since="2.8.13",
+         syntax="[command-name [command-name ...]]")
+def command_info(ctx, args):
+    table = ctx.node.table
+    if len(args) == 2:
+        return [docs.info_reply(x) for x in _all_commands(table)]
+    out = []
+    for name in args[2:]:
+        cmd = table.lookup(name)
+        out.append(docs.info_reply(cmd) if cmd else None)
+    return out
+
+
+@command("docs", -2, "loading stale", parent="command", group="server", acl="connection slow",
+         summary="Returns documentary information about one, multiple or all commands.", since="7.0.0",
+         syntax="[command-name [command-name ...]]")
+def command_docs(ctx, args):
+    table = ctx.node.table
+    names = args[2:] or [x.name.encode() for x in _all_commands(table)]
+    out: list = []
+    for name in names:
+        cmd = table.lookup(name)
+        if cmd is not None:
+            out += [cmd.name.encode(), docs.doc_reply(cmd)]
+    return reply.Map(out)
+
+
+@command("list", -2, "loading stale", parent="command", group="server", acl="connection slow",
+         summary="Returns a list of command names.", since="7.0.0",
+         syntax="[FILTERBY MODULE module-name | ACLCAT category | PATTERN pattern]")
+def command_list(ctx, args):
+    cmds = _all_commands(ctx.node.table)
+    if len(args) > 2:
+        if len(args) != 5 or args[2].upper() != b"FILTERBY":
+            raise CommandError(errors.SYNTAX)
+        kind, val = args[3].upper(), args[4].decode("utf-8", "replace")
+        if kind == b"MODULE":
+            cmds = []
+        elif kind == b"ACLCAT":
+            cmds = [x for x in cmds if val in (x.acl or (x.group,))]
+        elif kind == b"PATTERN":
+            cmds = [x for x in cmds if fnmatch.fnmatchcase(x.name, val.lower())]
+        else:
+            raise CommandError(errors.SYNTAX)
+    return [x.name.encode() for x in cmds]
+
+
+@command("getkeys", -4, "loading stale", parent="command", group="server", acl="connection slow",
+         summary="Extracts the key names from an arbitrary command.", since="2.8.13",
+         syntax="command [arg [arg ...]]")
+def command_getkeys(ctx, args):
+    cmd = ctx.node.table.lookup(args[2])
+    if cmd is None:
+        raise CommandError(errors.INVALID_COMMAND)
+    sub = args[2:]
+    if (cmd.arity > 0 and len(sub) != cmd.arity) or len(sub) < -cmd.arity:
+        raise CommandError(errors.INVALID_COMMAND_ARITY)
+    keys = cmd.keys_of(sub)
+    if not keys:
+        raise CommandError(errors.NO_KEY_ARGUMENTS)
+    return keys
+
+
+command_help = help_subcommand("command", (
+    "COMMAND <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "(no subcommand)", "    Return details about all Redis commands.",
+    "COUNT", "    Return the total number of commands in this Redis server.",
+    "LIST", "    Return a list of all commands in this Redis server.",
+    "INFO [<command-name> ...]", "    Return details about multiple Redis commands.",
+    "DOCS [<command-name> ...]", "    Return documentation details about multiple Redis commands.",
+    "GETKEYS <full-command>", "    Return the keys from a full Redis command.",
+    "HELP", "    Print this help."), group="server", acl="connection slow")

@@ -1,0 +1,60 @@
+"""Reply values: what a command returns, before any protocol encodes it.
+
+A handler returns plain Python values or one of these types; ``server/resp.py`` encodes them
+as RESP2 or RESP3, and other callers (MULTI/EXEC, a script's ``redis.call``, a gateway) take
+them as they are. ``bytes`` is a bulk string, ``int`` an integer, ``None`` a null, ``list``
+an array, ``str`` a bulk string of its UTF-8 bytes, ``bool`` a RESP3 boolean (RESP2 integer),
+``float`` a double.
+"""
+
+from __future__ import annotations
+
+
+class Simple(bytes):
+    """A simple string reply (+OK)."""
+
+
+class Err(str):
+    """An error reply; the text starts with its code (ERR, WRONGTYPE, ...)."""
+
+
+class Map(list):
+    """A map reply: a flat list [k1, v1, k2, v2, ...]. RESP3 '%', RESP2 flat array."""
+
+
+class SetReply(list):
+    """RESP3 '~', RESP2 array."""
+
+
+class Double(float):
+    """RESP3 ',', RESP2 bulk string."""
+
+
+class Verbatim(bytes):
+    """RESP3 '=' (txt), RESP2 bulk string."""
+
+
+class Push(list):
+    """RESP3 '>' push, RESP2 array."""
+
+
+class NullArray:
+    """Null array: RESP2 '*-1', RESP3 '_'."""
+
+
+class Blocking:
+    """Returned by a handler that must wait (WAIT, DEBUG SLEEP): the connection holds
+    its later commands, in order, until ``awaitable`` yields the reply."""
+
+    __slots__ = ("awaitable",)
+
+    def __init__(self, awaitable: object):
+        self.awaitable = awaitable
+
+
+NO_REPLY = object()  # the handler closes the connection without a reply (SHUTDOWN)
+NULL_ARRAY = NullArray()
+OK = Simple(b"OK")
+PONG = Simple(b"PONG")
+QUEUED = Simple(b"QUEUED")
+

@@ -1,0 +1,226 @@
+"""The keyspace: what every type shares, between the commands and the storage engine.
+
+A ``Keyspace`` is one node's view of its records: lookups that resolve a user key to the
+record that holds it, type resolution with the WRONGTYPE check, liveness, deletes and TTLs
+of whole keys, collection heads, element scans, and iteration over every key. The type
+modules beside it (``strings``, and one per collection type) hold the operations of their
+type as functions taking the Keyspace. Nothing here builds a reply: operations return
+values or raise a typed status (``status.py``).
+
+Every write goes through the ONE apply path (``Engine.apply``), stamped with the node's
+HLC and id. Type resolution follows the spec's "What a TYPE check reads": the string key
+first, then the collection head. A record is live under core's rule
+(``envelope.is_live``): not a tombstone, deadline not passed; an expired record reads as
+a tombstone whose clock is the deadline. An element of a collection is live if it is
+live itself and newer than its head's delete clock (``head.element_live``).
+
+Hot paths inline the liveness rule with core's named header slices
+(``envelope.TTL`` ...); tests/unit/test_keyspace.py pins each inlined copy to
+``envelope.is_live``.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from marekvs.core import envelope as env
+from marekvs.core import head
+from marekvs.core import keys as K
+from marekvs.core import lww
+from marekvs.core.envelope import RecordType
+from marekvs.core.hlc import HLC
+from marekvs.keyspace.status import WrongType
+from marekvs.storage.engine import Engine, prefix_end
+
+_TTL = env.TTL
+_NO_TTL = env.NO_TTL
+_TOMB = env.FLAG_TOMBSTONE
+_ORD_STRING = K.ORD_STRING
+_ORD_HEAD = K.ORD_HEAD
+_TAG_AT = K.TAG_AT
+_USERKEY_AT = K.STRING_USERKEY_AT
+
+KeyRecord = tuple[bytes, bytes, bytes]  # (user key, ikey, record) of a live key
+
+
+is_live = env.is_live
+
+
+class Keyspace:
+    """One node's keyspace: the engine it writes through, the clock it stamps with."""
+
+    def __init__(self, engine: Engine, hlc: HLC, node_id: int):
+        self.engine = engine
+        self.hlc = hlc
+        self.node_id = node_id
+        # the command clock (ms): the wall clock the HLC reads, so TTL deadlines and
+        # stamps agree (tests freeze it by replacing this attribute)
+        self.now = hlc.wall
+        self.apply = engine.apply
+        self.get = engine.get
+        self.head_pids = engine.head_pids
+
+    def stamp(self) -> int:
+        return self.hlc.now()
+
+    # -- lookups -------------------------------------------------------------------
+    def live_head(self, pid: int, string_ik: bytes, now: int) -> tuple[bytes, bytes] | None:
+        """(head key, record) of the live collection head of the user key whose string
+        key is ``string_ik``, or None; no read in a partition that never held a head."""
+        if not self.head_pids[pid]:
+            return None
+        hk = K.head_key_of_string_key(string_ik)
+        h = self.get(hk)
+        return (hk, h) if h is not None and is_live(h, now) else None
+
+    def head_under(self, pid: int, ik: bytes, now: int) -> tuple[bytes, bytes] | None:
+        """The live collection head a string write to the string key ``ik`` replaces
+        (a live string there means there is none)."""
+        return None if is_live(self.get(ik), now) else self.live_head(pid, ik, now)
+
+    def live_record(self, key: bytes, now: int) -> tuple[bytes, bytes] | None:
+        """(ikey, record) of the live record that holds ``key``, of any type."""
+        pid, ik = K.locate_string(key)
+        rec = self.get(ik)
+        if rec is not None and is_live(rec, now):
+            return ik, rec
+        return self.live_head(pid, ik, now)
+
+    def type_name(self, key: bytes, now: int) -> str:
+        found = self.live_record(key, now)
+        if found is None:
+            return "none"
+        ikey, rec = found
+        return "string" if ikey[_TAG_AT] == _ORD_STRING else head.type_name(rec)
+
+    def exists(self, key: bytes, now: int) -> bool:
+        return self.live_record(key, now) is not None
+
+    # -- collections -------------------------------------------------------------------
+    def collection(self, key: bytes, ctype: int, now: int) -> tuple[bytes, bytes | None]:
+        """(head key, live head record or None) of the collection ``key`` of type
+        ``ctype``; WrongType if a live string or a collection of another type holds it."""
+        pid, ik = K.locate_string(key)
+        s = self.get(ik)
+        if s is not None and is_live(s, now):
+            raise WrongType()
+        hk = K.head_key_of_string_key(ik)
+        h = self.get(hk) if self.head_pids[pid] else None
+        if h is None or not is_live(h, now):
+            return hk, None
+        if head.ctype_of(h) != ctype:
+            raise WrongType()
+        return hk, h
+
+    def head_for_write(self, key: bytes, ctype: int, now: int) -> tuple[bytes, bytes, bool]:
+        """(head key, head record, created) for a write to the collection ``key``: its
+        live head, or a new head (carrying a dead head's delete clock forward) that the
+        caller writes in the same apply as the first element. WrongType as
+        ``collection``."""
+        hk, h = self.collection(key, ctype, now)
+        if h is not None:
+            return hk, h, False
+        prior = self.get(hk)
+        return hk, head.new(ctype, self.hlc.now(), self.node_id, prior=prior, now_ms=now), True
+
+    def elements(self, tag: bytes, key: bytes, head_rec: bytes | None, now: int,
+                 start: bytes = b"") -> Iterator[tuple[bytes, bytes]]:
+        """(element key suffix, record) of every live element of the collection ``key``
+        under ``tag`` from the suffix ``start`` on, in key order (a prefix scan filtered
+        by liveness against the head's delete clock)."""
+        prefix = K.collection_prefix(tag, key)
+        n = len(prefix)
+        for ek, ev in self.engine.scan(prefix + start, prefix_end(prefix)):
+            if is_live(ev, now) and head.element_live(head_rec, ev, now):
+                yield ek[n:], ev
+
+    # -- whole keys ------------------------------------------------------------------
+    def delete_records(self, key: bytes, now: int) -> list[tuple[bytes, bytes]]:
+        """Tombstones for whatever live record holds ``key`` (none if absent): a
+        string's LWW tombstone, or ONE head tombstone for a whole collection."""
+        found = self.live_record(key, now)
+        if found is None:
+            return []
+        ikey, rec = found
+        if ikey[_TAG_AT] == _ORD_STRING:
+            return [(ikey, lww.tombstone(RecordType.STRING, self.hlc.now(), self.node_id))]
+        return [self.head_tombstone(ikey, rec)]
+
+    def head_tombstone(self, hk: bytes, head_rec: bytes) -> tuple[bytes, bytes]:
+        return hk, head.tombstone(head_rec, self.hlc.now(), self.node_id)
+
+    def delete(self, key: bytes, now: int) -> bool:
+        recs = self.delete_records(key, now)
+        if recs:
+            self.apply(recs)
+        return bool(recs)
+
+    def set_ttl(self, key: bytes, deadline: int, now: int) -> bool:
+        """EXPIRE/PERSIST: an LWW rewrite of the envelope, payload unchanged."""
+        found = self.live_record(key, now)
+        if found is None:
+            return False
+        ikey, rec = found
+        self.apply([(ikey, env.with_ttl(rec, self.hlc.now(), self.node_id, deadline))])
+        return True
+
+    # -- iteration -------------------------------------------------------------------
+    # A user key can have a live string record and a live collection head at once (a
+    # SET and a collection write made concurrently on two nodes). It reads as the
+    # string (the spec's type check reads the string key first), so the iterations
+    # below list it once, as the string ('M' sorts before 's' within a partition: a
+    # partition's heads are held until its strings have been seen).
+    STEP_RECORDS = 1024  # key records read per step of a whole-keyspace pass
+
+    def key_runs(self, first_pid: int, now: int) -> Iterator[tuple[int, int, list[KeyRecord]]]:
+        """(pid, key records read, live keys as (user key, ikey, record)) of every
+        partition from ``first_pid`` on that holds a string or head record, live or
+        not, in order. One iterator (``Engine.scan_tags``): element records and empty
+        partitions are skipped by seeks."""
+        cur = -1
+        n = 0
+        keys: list[KeyRecord] = []
+        heads: dict[bytes, KeyRecord] = {}
+        for ikey, rec in self.engine.scan_tags(first_pid, K.TAG_HEAD + K.TAG_STRING):
+            pid = K.pid_of_ikey(ikey)
+            if pid != cur:
+                if n:
+                    keys.extend(heads.values())
+                    yield cur, n, keys
+                cur, n, keys, heads = pid, 0, [], {}
+            n += 1
+            if not is_live(rec, now):
+                continue
+            if ikey[_TAG_AT] == _ORD_STRING:
+                key = ikey[_USERKEY_AT:]
+                if heads:
+                    heads.pop(key, None)
+                keys.append((key, ikey, rec))
+            else:
+                key = K.user_key_of(ikey)
+                heads[key] = (key, ikey, rec)
+        if n:
+            keys.extend(heads.values())
+            yield cur, n, keys
+
+    def all_keys(self, now: int) -> Iterator[KeyRecord]:
+        """(user key, ikey, record) of every live key, in partition order."""
+        for step in self.all_keys_in_steps(now):
+            yield from step
+
+    def all_keys_in_steps(self, now: int) -> Iterator[list[KeyRecord]]:
+        """``all_keys`` as one list per step of whole partitions holding at least
+        ``STEP_RECORDS`` key records (the last one fewer), so that a caller can pause
+        between them (``commands/stepwise.py``). One iterator, opened at the first
+        step, reads one snapshot of the data."""
+        out: list[KeyRecord] = []
+        n = 0
+        step = self.STEP_RECORDS
+        for _, records, keys in self.key_runs(0, now):
+            out += keys
+            n += records
+            if n >= step:
+                yield out
+                out = []
+                n = 0
+        yield out

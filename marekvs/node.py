@@ -1,0 +1,302 @@
+"""The node: the composition root of one marekvs process's data services.
+
+A ``Node`` owns the configuration, the HLC, the storage engine, the keyspace, the command
+table, the expiry sweeper, the client registry, the statistics and the per-tick commit
+barrier, and answers ``dispatch(ctx, argv) -> value``: the one way to run a command, used
+by the RESP listener and by anything else that runs commands (MULTI/EXEC, scripts, a
+gateway). It knows nothing of sockets or gRPC: the RESP listener (``server/``) and
+replication (``replication/``) are built on top of it by ``marekvs.process``, and
+replication reaches back only through ``engine``, ``hlc``, ``config`` and
+``replica_acked()``; the commands reach replication's figures through ``replication``,
+which the process attaches.
+
+The commit barrier ("apply, commit the batch, then release the replies"): commands write
+into the engine's pending batch; a transport that has replies to send asks
+``after_commit(fn)``; once per event-loop tick the node commits ONE WriteBatch with every
+write of the tick and then calls those functions, so no reply leaves for a write that is
+not in a committed batch, and a tick of pipelined commands costs one commit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import resource
+import time
+from typing import Any, Callable
+
+from marekvs import __version__
+from marekvs.commands import errors, tunables
+from marekvs.commands.context import Context
+from marekvs.commands.errors import CommandError
+from marekvs.commands.reply import Err
+from marekvs.commands.table import CommandTable, build_table
+from marekvs.config import Config, Limits
+from marekvs.core.hlc import HLC, wall_ms
+from marekvs.keyspace import Keyspace
+from marekvs.keyspace.status import KeyspaceError
+from marekvs.storage.engine import Engine
+from marekvs.storage.sweeper import Sweeper
+
+log = logging.getLogger("marekvs.node")
+
+DEFAULT_MAXCLIENTS = 10000
+RESERVED_FDS = 32  # Redis's CONFIG_MIN_RESERVED_FDS: descriptors kept for everything but clients
+
+
+class Stats:
+    """INFO stats counters (CONFIG RESETSTAT clears them)."""
+
+    __slots__ = ("total_commands", "total_connections", "rejected_connections", "unexpected_errors",
+                 "error_replies", "query_buffer_closes")
+
+    def __init__(self) -> None:
+        self.reset(0)
+
+    def reset(self, connections: int) -> None:
+        self.total_commands = self.error_replies = self.rejected_connections = 0
+        self.unexpected_errors = self.query_buffer_closes = 0
+        self.total_connections = connections
+
+
+class Node:
+    def __init__(self, config: Config, config_file: str | None = None):
+        self.config = config
+        self.config_file = config_file
+        self.version = __version__
+        self.run_id = os.urandom(20).hex()
+        self.started = time.time()
+        self.started_mono = time.monotonic()
+        offset = config.clock_offset_ms
+        self.hlc = HLC(clock=(lambda: wall_ms() + offset) if offset else wall_ms,
+                       max_drift_ms=config.max_clock_drift)
+        self.engine = Engine(config.data_dir, config.node_id, config.durability, config.cache_entries,
+                             hlc=self.hlc)
+        self.hlc.observe(self.engine.max_hlc())
+        self.ks = Keyspace(self.engine, self.hlc, config.node_id)
+        self.table: CommandTable = build_table()
+        self._lookup = self.table.dispatch
+        self.sweeper = Sweeper(self.engine, config)
+        self.tunables: dict[str, str] = {}  # Redis parameters changed by CONFIG SET (tunables.py)
+        self.limits = Limits()  # request limits the RESP parsers read
+        self.stats = Stats()
+        self.clients: dict[int, Context] = {}
+        self._client_seq = 0
+        self.last_save = int(time.time())
+        self.replication: Any = None  # attached by the process (replication/manager.py)
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.stopping: asyncio.Event | None = None
+        self._after_commit: list[Callable[[bool], None]] = []
+        self._tick_scheduled = False
+        self._ack_event: asyncio.Event | None = None
+        raise_soft_open_files()
+        self.maxclients = fit_open_files(DEFAULT_MAXCLIENTS)
+
+    # -- clients ---------------------------------------------------------------------
+    def new_context(self, **kw: Any) -> Context:
+        """A context for a new client (registered: CLIENT LIST sees it)."""
+        self._client_seq += 1
+        self.stats.total_connections += 1
+        ctx = Context(self, self._client_seq, authed=not self.config.requirepass, **kw)
+        self.clients[ctx.id] = ctx
+        return ctx
+
+    def drop_context(self, ctx: Context) -> None:
+        self.clients.pop(ctx.id, None)
+        ctx.closing = True
+
+    def tunable(self, name: str) -> str:
+        """A Redis parameter's current value (CONFIG SET, else its default)."""
+        return tunables.value(self.tunables, name)
+
+    # -- dispatch --------------------------------------------------------------------
+    def dispatch(self, ctx: Context, args: list[bytes]) -> Any:
+        """Run one command for ``ctx``: the table lookup, arity, subcommand and auth
+        checks, then its handler. Returns the reply value (an ``Err`` for an error)."""
+        stats = self.stats
+        stats.total_commands += 1
+        cmd = self._lookup.get(args[0])
+        if cmd is None:
+            cmd = self._lookup.get(args[0].lower())
+            if cmd is None:
+                stats.error_replies += 1
+                return Err(errors.unknown_command(args))
+        n = len(args)
+        a = cmd.arity
+        if (a > 0 and n != a) or n < -a:
+            stats.error_replies += 1
+            return Err(errors.wrong_arity(cmd.fullname))
+        if cmd.subcommands and (n > 1 or cmd.handler is None):
+            sub = cmd.subcommands.get(args[1].lower().decode("latin-1"))
+            if sub is None:
+                stats.error_replies += 1
+                return Err(errors.unknown_subcommand(cmd.name, args[1]))
+            cmd = sub
+            a = cmd.arity
+            if (a > 0 and n != a) or n < -a:
+                stats.error_replies += 1
+                return Err(errors.wrong_arity(cmd.fullname))
+        if not ctx.authed and not cmd.no_auth:
+            stats.error_replies += 1
+            return Err(errors.NOAUTH)
+        ctx.last_cmd = cmd
+        try:
+            r = cmd.handler(ctx, args)  # type: ignore[misc]
+        except CommandError as e:
+            stats.error_replies += 1
+            return Err(e.message)
+        except KeyspaceError as e:
+            stats.error_replies += 1
+            return Err(errors.status_text(e))
+        except Exception:
+            stats.unexpected_errors += 1
+            log.exception("command %s failed", cmd.fullname)
+            return Err(f"ERR internal error executing '{cmd.fullname}'")
+        if cmd.write:
+            ctx.last_write_seq = self.engine.next_seq
+        if type(r) is Err:
+            stats.error_replies += 1
+        return r
+
+    # -- the commit barrier ------------------------------------------------------------
+    def after_commit(self, fn: Callable[[bool], None]) -> None:
+        """Call ``fn(committed)`` once this tick's writes are committed (``False`` if
+        the commit failed: nothing of the tick may be acknowledged)."""
+        self._after_commit.append(fn)
+        if not self._tick_scheduled:
+            self._tick_scheduled = True
+            assert self.loop is not None
+            self.loop.call_soon(self.end_tick)
+
+    def end_tick(self) -> None:
+        self._tick_scheduled = False
+        waiting = self._after_commit
+        self._after_commit = []
+        try:
+            self.engine.commit()
+            ok = True
+        except Exception:
+            log.critical("storage commit failed; nothing of this tick is acknowledged", exc_info=True)
+            ok = False
+        for fn in waiting:
+            fn(ok)
+
+    # -- replication-facing ------------------------------------------------------------
+    def replica_acked(self) -> None:
+        """A peer acknowledged more of our log: wake WAIT."""
+        ev = self._ack_event
+        if ev is not None:
+            self._ack_event = None
+            ev.set()
+
+    def ack_waiter(self) -> asyncio.Event:
+        if self._ack_event is None:
+            self._ack_event = asyncio.Event()
+        return self._ack_event
+
+    # -- settings CONFIG SET changes ------------------------------------------------------
+    def set_durability(self, mode: str) -> None:
+        self.engine.set_durability(mode)
+        self.config.durability = mode
+
+    def set_maxclients(self, n: int) -> None:
+        """As Redis: the open-files limit is raised if it must be; if it cannot be raised
+        enough the old value stays and ValueError says what would fit."""
+        fits = fit_open_files(n)
+        if fits != n:
+            raise ValueError(
+                f"The operating system is not able to handle the specified number of clients, try with {fits}")
+        self.maxclients = n
+
+    def set_tunable(self, name: str, value: str) -> None:
+        self.tunables[name] = value
+        if name == "proto-max-bulk-len":
+            self.limits.max_bulk = int(value)
+        elif name == "client-query-buffer-limit":
+            self.limits.max_query = int(value)
+
+    def save(self) -> None:
+        self.engine.sync()
+        self.last_save = int(time.time())
+
+    # -- life cycle --------------------------------------------------------------------
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.stopping = asyncio.Event()
+        self.sweeper.start(loop)
+
+    def request_shutdown(self) -> None:
+        if self.stopping is not None:
+            self.stopping.set()
+
+    def close(self) -> None:
+        """Stop the sweeper, commit what is pending, save the clock, close the engine."""
+        self.sweeper.stop()
+        if self._after_commit:
+            self.end_tick()
+        for ctx in list(self.clients.values()):
+            ctx.kill()
+        self.engine.save_hlc(self.hlc.last)
+        self.engine.close()
+
+
+# -- open-files limits (the process's, for maxclients) -------------------------------------
+
+def fit_open_files(maxclients: int) -> int:
+    """Raise the open-files limit for ``maxclients`` clients as Redis's
+    ``adjustOpenFilesLimit`` does, and return how many clients the limit allows:
+    ``maxclients`` itself, or the limit less ``RESERVED_FDS`` when it cannot be raised
+    that far (logged, as Redis logs it).
+
+    Redis computes the descriptors needed as a 32-bit unsigned sum (so ``maxclients
+    4294967295`` needs 31) and, when the soft limit is lower, sets soft and hard limit
+    to the first value that works, stepping down by 16 from the need: the largest
+    ``need - 16k`` at or under what the process may set (``fs.nr_open`` with the
+    privilege, else the hard limit). That value is computed here, not searched."""
+    need = (maxclients + RESERVED_FDS) & 0xFFFFFFFF
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= need:
+        return maxclients
+    best = soft
+    for ceiling in (need, _nr_open(), hard):
+        if ceiling == resource.RLIM_INFINITY or ceiling >= need:
+            step = need
+        else:
+            step = need - -(-(need - ceiling) // 16) * 16
+        if step <= soft:
+            continue
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (step, step))
+        except (ValueError, OSError):
+            continue
+        best = step
+        break
+    if best >= need:
+        log.info("Increased maximum number of open files to %d (it was originally set to %d).", best, soft)
+        return maxclients
+    log.warning("You requested maxclients of %d requiring at least %d max file descriptors. "
+                "Current maximum open files is %d. maxclients has been reduced to %d to "
+                "compensate for low ulimit. If you need higher maxclients increase 'ulimit -n'.",
+                maxclients, need, best, best - RESERVED_FDS)
+    return max(1, best - RESERVED_FDS)
+
+
+def raise_soft_open_files() -> None:
+    """At start: the soft open-files limit up to the hard one. RocksDB's files (every SST
+    stays open) share the limit with the clients, so the node takes what it may; the
+    client count itself stays bounded by maxclients."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and (hard == resource.RLIM_INFINITY or soft < hard):
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError):
+            pass
+
+
+def _nr_open() -> int:
+    try:
+        with open("/proc/sys/fs/nr_open") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return 1 << 20

@@ -1,0 +1,72 @@
+"""One marekvs process: a node with its RESP listener, replication and metrics.
+
+``serve(config)`` builds the node (``node.py``), attaches replication to it, starts the
+gRPC service (a fresh node bootstraps from its peers before it serves), the metrics
+exporter if asked, then the RESP listener, and runs until SIGTERM/SIGINT or SHUTDOWN;
+stopping closes the listener, replication and then the node (RocksDB closed, the clock
+saved), in that order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+
+from marekvs import __version__
+from marekvs.config import Config
+from marekvs.node import Node
+from marekvs.replication.manager import ReplicationManager
+from marekvs.server.listener import RespServer
+
+log = logging.getLogger("marekvs.server")
+
+
+class Process:
+    def __init__(self, config: Config, config_file: str | None = None):
+        self.node = Node(config, config_file)
+        self.replication = ReplicationManager(self.node)
+        self.node.replication = self.replication
+        self.resp = RespServer(self.node)
+        self.metrics_server: asyncio.AbstractServer | None = None
+
+    async def run(self) -> None:
+        node, config = self.node, self.node.config
+        loop = asyncio.get_running_loop()
+        node.start(loop)
+        await self.replication.start()  # a fresh node bootstraps from its peers before it serves
+        if config.metrics_port:
+            from marekvs.server.metrics import start_metrics
+
+            self.metrics_server = await start_metrics(node)
+        await self.resp.start()
+        log.info("marekvs %s node %d listening on %s:%d (data %s, durability %s)", __version__,
+                 config.node_id, config.bind, config.port, os.path.abspath(config.data_dir), config.durability)
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                loop.add_signal_handler(sig, node.request_shutdown)
+            except (NotImplementedError, RuntimeError):  # no signal handlers on this loop
+                pass
+        assert node.stopping is not None
+        await node.stopping.wait()
+        await self.stop()
+
+    async def stop(self) -> None:
+        self.resp.stop()
+        if self.metrics_server is not None:
+            self.metrics_server.close()
+        await self.replication.stop()
+        self.node.close()
+        log.info("marekvs node %d stopped cleanly", self.node.config.node_id)
+
+
+def serve(config: Config, config_file: str | None = None) -> None:
+    process = Process(config, config_file)
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency
+        log.warning("uvloop not available; using the default asyncio loop")
+        asyncio.run(process.run())
+    else:
+        uvloop.run(process.run())

@@ -1,0 +1,254 @@
+"""The RESP listener: the asyncio connection loop over a node.
+
+One event loop (uvloop when available) serves every connection. Each readable
+connection's bytes are parsed (``resp.RequestParser``, sans-I/O) and its commands run at
+once through ``node.dispatch``; the reply values are encoded and buffered per connection.
+The first reply of a tick asks the node's commit barrier (``Node.after_commit``) to call
+``_flush``: after every I/O callback of the tick the node commits ONE WriteBatch for all
+the tick's writes (synced under ``durability always``), then each connection's replies go
+out with one ``transport.write``. So a reply is never sent for a write that is not in a
+committed batch, and a pipeline costs one syscall per batch of replies.
+
+Back-pressure: when a client's transport buffer passes its high-water mark the loop stops
+reading from that client until it drains. A protocol error replies to the commands before
+it, then sends the error and closes the connection, as Redis does. A connection that
+holds more than client-query-buffer-limit of requests not yet complete is closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import time
+from typing import Any
+
+from marekvs.commands.context import Context
+from marekvs.commands.errors import CommandError
+from marekvs.commands.reply import NO_REPLY, OK, Blocking, Err
+from marekvs.node import Node
+from marekvs.server import resp
+
+log = logging.getLogger("marekvs.server")
+
+_enc = resp._enc
+_R_OK = resp.R_OK
+_MAXCLIENTS_REACHED = b"-ERR max number of clients reached\r\n"
+
+
+class Connection(asyncio.Protocol):
+    """One client connection: its transport, parser and output; its state is ``ctx``."""
+
+    __slots__ = ("node", "server", "ctx", "transport", "parser", "out", "scheduled", "paused", "backlog",
+                 "backlog_err", "dispatch")
+
+    def __init__(self, server: RespServer):
+        self.server = server
+        self.node = server.node
+        self.dispatch = self.node.dispatch
+        self.transport: Any = None
+        self.ctx: Context = None  # type: ignore[assignment]  # made in connection_made
+        self.parser = resp.RequestParser(self.node.limits)
+        self.out: list[bytes] = []
+        self.scheduled = False
+        self.paused = False
+        self.backlog: list[list[bytes]] = []
+        self.backlog_err: str | None = None
+
+    # -- asyncio.Protocol ----------------------------------------------------------
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
+        node = self.node
+        if len(node.clients) >= node.maxclients:
+            # as Redis: the error is written at once and the connection closed
+            node.stats.rejected_connections += 1
+            transport.write(_MAXCLIENTS_REACHED)
+            transport.close()
+            return
+        peer = transport.get_extra_info("peername")
+        sock = transport.get_extra_info("sockname")
+        s = transport.get_extra_info("socket")
+        ctx = self.ctx = node.new_context(
+            addr=f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer),
+            laddr=f"{sock[0]}:{sock[1]}" if isinstance(sock, tuple) else str(sock),
+            fd=s.fileno() if s is not None else -1)
+        ctx.on_kill = self._close_now
+        ctx.on_auth = self._auth_changed
+        ctx.query_buffer = self.parser.pending_bytes
+        self.parser.auth_required = self.parser.gated = bool(node.config.requirepass)
+        if s is not None and s.family in (socket.AF_INET, socket.AF_INET6):
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            keepalive = int(node.tunable("tcp-keepalive"))
+            if keepalive:
+                keep_alive(s, keepalive)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.ctx is not None:
+            self.node.drop_context(self.ctx)
+
+    def pause_writing(self) -> None:
+        self.paused = True
+        self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        self.paused = False
+        if not self.ctx.closing:
+            self.transport.resume_reading()
+
+    def data_received(self, data: bytes) -> None:
+        ctx = self.ctx
+        if ctx is None or ctx.closing:
+            return
+        cmds, err = self.parser.feed(data)
+        if self.parser.pending_bytes() > self.node.limits.max_query:
+            # as Redis: the client is closed without a reply, its requests dropped
+            log.warning("closing client %s that reached max query buffer length (%d bytes)",
+                        ctx.addr, self.parser.pending_bytes())
+            self.node.stats.query_buffer_closes += 1
+            ctx.kill()
+            return
+        if ctx.blocked:
+            self.backlog += cmds
+            if err is not None:
+                self.backlog_err = err
+            return
+        self._run(cmds, err)
+
+    def _run(self, cmds: list[list[bytes]], err: str | None) -> None:
+        ctx = self.ctx
+        dispatch = self.dispatch
+        while cmds:
+            ctx.last_active = time.monotonic()
+            out = self.out
+            for i, args in enumerate(cmds):
+                if i and not ctx.authed and self.parser.auth_required:
+                    # a RESET earlier in this batch restored the unauthenticated
+                    # limits: a request framed before it meets them now, as it would
+                    # have if parsed after it
+                    bad = self.parser.unauthenticated_error(args)
+                    if bad is not None:
+                        err = bad
+                        break
+                r = dispatch(ctx, args)
+                t = type(r)
+                if t is bytes:
+                    out.append(b"$%d\r\n%s\r\n" % (len(r), r))
+                elif r is OK:
+                    out.append(_R_OK)
+                elif t is int:
+                    out.append(b":%d\r\n" % r)
+                elif t is Blocking:
+                    ctx.blocked = True
+                    self.backlog = cmds[i + 1:]
+                    self.backlog_err = err
+                    self.node.loop.create_task(self._unblock(r))  # type: ignore[union-attr]
+                    err = None
+                    break
+                elif r is not NO_REPLY:
+                    _enc(r, ctx.proto, out)  # (HELLO's own reply is in the protocol it chose)
+                if ctx.closing:
+                    break
+            if ctx.blocked or ctx.closing or err is not None:
+                break
+            # Before AUTH the parser hands over one command at a time, so a request
+            # pipelined behind a successful AUTH is judged by the limits that now apply.
+            cmds, err = self.parser.more()
+        if err is not None:
+            self.out.append(b"-ERR %s\r\n" % err.encode())
+            ctx.closing = True
+            log.debug("protocol error from %s: %s", ctx.addr, err)
+        if self.out and not self.scheduled:
+            self.scheduled = True
+            self.node.after_commit(self._flush)
+
+    async def _unblock(self, b: Blocking) -> None:
+        ctx = self.ctx
+        try:
+            r = await b.awaitable  # type: ignore[misc]
+        except CommandError as e:
+            r = Err(e.message)
+        except Exception:
+            log.exception("blocking command failed")
+            r = Err("ERR internal error")
+        ctx.blocked = False
+        ctx.last_active = time.monotonic()  # (an idle timeout counts from here)
+        if ctx.closing:
+            return
+        if type(r) is Err:
+            self.node.stats.error_replies += 1
+        _enc(r, ctx.proto, self.out)
+        cmds, err = self.backlog, self.backlog_err
+        self.backlog, self.backlog_err = [], None
+        self._run(cmds, err)
+
+    def _flush(self, committed: bool) -> None:
+        """The node committed the tick's writes: send the replies (or, if the commit
+        failed, close: none of them may be acknowledged)."""
+        self.scheduled = False
+        out = self.out
+        self.out = []
+        t = self.transport
+        if not committed:
+            self._close_now()
+            return
+        if not out or t is None or t.is_closing():
+            return
+        t.write(out[0] if len(out) == 1 else b"".join(out))
+        if self.ctx.closing:
+            t.close()
+
+    # -- context hooks -----------------------------------------------------------------
+    def _close_now(self) -> None:
+        self.ctx.closing = True
+        if self.transport is not None:
+            self.transport.close()
+
+    def _auth_changed(self, authed: bool) -> None:
+        self.parser.auth_required = not authed and bool(self.node.config.requirepass)
+
+
+def keep_alive(s: socket.socket, interval: int) -> None:
+    """tcp-keepalive, as Redis's anetKeepAlive: probes after ``interval`` idle seconds,
+    then every third of it, three times, so a dead peer is dropped (and stops counting
+    against maxclients) within about twice ``interval``."""
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    if hasattr(socket, "TCP_KEEPIDLE"):
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, interval)
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, max(1, interval // 3))
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 3)
+
+
+class RespServer:
+    """The RESP TCP listener of a node, and the idle-client timer."""
+
+    def __init__(self, node: Node):
+        self.node = node
+        self.tcp_server: asyncio.AbstractServer | None = None
+        self.idle_task: asyncio.Task | None = None
+
+    async def start(self) -> None:
+        node = self.node
+        loop = asyncio.get_running_loop()
+        self.tcp_server = await loop.create_server(
+            lambda: Connection(self), node.config.bind, node.config.port, reuse_address=True, backlog=511)
+        self.idle_task = loop.create_task(self._close_idle_clients())
+
+    async def _close_idle_clients(self) -> None:
+        """CONFIG SET timeout N: as Redis, a client idle for more than N seconds is closed
+        without a reply, unless it waits in a blocking command (checked every second)."""
+        while True:
+            await asyncio.sleep(1.0)
+            limit = int(self.node.tunable("timeout"))
+            if not limit:
+                continue
+            now = time.monotonic()
+            for ctx in list(self.node.clients.values()):
+                if not ctx.blocked and now - ctx.last_active > limit:
+                    log.debug("closing idle client %s", ctx.addr)
+                    ctx.kill()
+
+    def stop(self) -> None:
+        if self.idle_task is not None:
+            self.idle_task.cancel()
+        if self.tcp_server is not None:
+            self.tcp_server.close()
