@@ -152,7 +152,7 @@ class Node:
         except Exception:
             stats.unexpected_errors += 1
             log.exception("command %s failed", cmd.fullname)
-            return Err(f"ERR internal error executing '{cmd.fullname}'")
+            return Err(errors.internal_error(cmd.fullname))
         if cmd.write:
             ctx.last_write_seq = self.engine.next_seq
         if type(r) is Err:

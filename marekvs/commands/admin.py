@@ -90,12 +90,12 @@ def config_set(ctx, args):
         low = name.lower()
         canon = low if low in _OWN_PARAMS else tunables.canonical_name(low)
         if canon is None:
-            raise CommandError(f"ERR Unknown option or number of arguments for CONFIG SET - '{name}'")
+            raise CommandError(errors.config_set_unknown(name))
         try:
             if canon not in _OWN_PARAMS:
                 tunables.check_settable(canon)
             if any(low == earlier.lower() for earlier, _ in pairs[:i]):
-                raise tunables.TunableError("duplicate parameter")  # (two names of one: fine)
+                raise tunables.TunableError(errors.CFG_DUPLICATE)  # (two names of one: fine)
         except tunables.TunableError as e:
             raise _set_failed(name, e) from None
         names.append(canon)

@@ -64,7 +64,7 @@ def hello(ctx, args):
     if len(args) > 1:
         proto = parse_ll(args[1])
         if proto is None:
-            raise CommandError("ERR Protocol version is not an integer or out of range")
+            raise CommandError(errors.PROTOVER_NOT_INTEGER)
         if proto < 2 or proto > 3:
             raise CommandError(errors.NOPROTO)
         i = 2
@@ -82,13 +82,11 @@ def hello(ctx, args):
             name = _check_name(args[i + 1])
             i += 2
         else:
-            raise CommandError("ERR Syntax error in HELLO option '%s'" % errors.echo(args[i]))
+            raise CommandError(errors.hello_option(args[i]))
     if authed:
         ctx.set_authed(True)
     if not ctx.authed:
-        raise CommandError("NOAUTH HELLO must be called with the client already authenticated, otherwise "
-                           "the HELLO AUTH <user> <pass> option can be used to authenticate the "
-                           "client and select the RESP protocol version at the same time")
+        raise CommandError(errors.HELLO_NOAUTH)
     if name is not None:
         ctx.name = name
     ctx.proto = proto
@@ -105,7 +103,7 @@ def select(ctx, args):
     if idx is None:
         raise CommandError(errors.NOT_INTEGER)
     if not -2**31 <= idx < 2**31:
-        raise CommandError("ERR value is out of range, value must between -2147483648 and 2147483647")
+        raise CommandError(errors.value_out_of_range(-2**31, 2**31 - 1))
     if idx != 0:
         raise CommandError(errors.SELECT_CLUSTER)
     return reply.OK
@@ -133,7 +131,7 @@ def reset(ctx, args):
 
 def _check_name(name: bytes) -> bytes:
     if any(ch < 33 or ch > 126 for ch in name):
-        raise CommandError("ERR Client names cannot contain spaces, newlines or special characters.")
+        raise CommandError(errors.CLIENT_NAME_CHARS)
     return name
 
 
@@ -178,7 +176,7 @@ def client_list(ctx, args):
         if opt == b"TYPE" and i + 1 < len(args):
             t = args[i + 1].lower()
             if t not in (b"normal", b"master", b"replica", b"slave", b"pubsub"):
-                raise CommandError("ERR Unknown client type '%s'" % errors.echo(args[i + 1]))
+                raise CommandError(errors.unknown_client_type(args[i + 1]))
             if t != b"normal":
                 clients = []
             i += 2
@@ -187,7 +185,7 @@ def client_list(ctx, args):
             for a in args[i + 1:]:
                 cid = parse_ll(a)
                 if cid is None or cid <= 0:
-                    raise CommandError("ERR Invalid client ID")
+                    raise CommandError(errors.INVALID_CLIENT_ID)
                 ids.add(cid)
             clients = [cl for cl in clients if cl.id in ids]
             i = len(args)
@@ -210,14 +208,13 @@ def client_setinfo(ctx, args):
     attr = args[2].upper()
     val = args[3]
     if any(ch < 33 or ch > 126 for ch in val):
-        raise CommandError("ERR %s cannot contain spaces, newlines or special characters."
-                           % errors.echo(attr).lower())
+        raise CommandError(errors.setinfo_chars(attr))
     if attr == b"LIB-NAME":
         ctx.lib_name = val
     elif attr == b"LIB-VER":
         ctx.lib_ver = val
     else:
-        raise CommandError("ERR Unrecognized option '%s'" % errors.echo(args[2]))
+        raise CommandError(errors.unrecognized_option(args[2]))
     return reply.OK
 
 
@@ -241,7 +238,7 @@ def client_kill(ctx, args):
         addr = args[2].decode("utf-8", "replace")
         victims = [cl for cl in clients if cl.addr == addr]
         if not victims:
-            raise CommandError("ERR No such client")
+            raise CommandError(errors.NO_SUCH_CLIENT)
         victims[0].kill()
         return reply.OK
     skipme = True
@@ -252,7 +249,7 @@ def client_kill(ctx, args):
         if opt == b"ID":
             want = parse_ll(val)
             if want is None or want <= 0:
-                raise CommandError("ERR client-id should be greater than 0")
+                raise CommandError(errors.CLIENT_ID_POSITIVE)
             clients = [cl for cl in clients if cl.id == want]
         elif opt == b"ADDR":
             clients = [cl for cl in clients if cl.addr == val.decode("utf-8", "replace")]
@@ -261,7 +258,7 @@ def client_kill(ctx, args):
         elif opt == b"TYPE":
             t = val.lower()
             if t not in (b"normal", b"master", b"replica", b"slave", b"pubsub"):
-                raise CommandError("ERR Unknown client type '%s'" % errors.echo(val))
+                raise CommandError(errors.unknown_client_type(val))
             if t != b"normal":
                 clients = []
         elif opt == b"USER":

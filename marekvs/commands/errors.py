@@ -90,6 +90,66 @@ def unsupported_option(opt: bytes) -> str:
     return "ERR Unsupported option %s" % echo(opt)
 
 
+# -- connection (connection.py) ---------------------------------------------------------------
+PROTOVER_NOT_INTEGER = "ERR Protocol version is not an integer or out of range"
+HELLO_NOAUTH = ("NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO "
+                "AUTH <user> <pass> option can be used to authenticate the client and select the RESP "
+                "protocol version at the same time")
+CLIENT_NAME_CHARS = "ERR Client names cannot contain spaces, newlines or special characters."
+INVALID_CLIENT_ID = "ERR Invalid client ID"
+NO_SUCH_CLIENT = "ERR No such client"
+CLIENT_ID_POSITIVE = "ERR client-id should be greater than 0"
+INTERNAL = "ERR internal error"
+
+
+def hello_option(opt: bytes) -> str:
+    return "ERR Syntax error in HELLO option '%s'" % echo(opt)
+
+
+def unknown_client_type(t: bytes) -> str:
+    return "ERR Unknown client type '%s'" % echo(t)
+
+
+def setinfo_chars(attr: bytes) -> str:
+    return "ERR %s cannot contain spaces, newlines or special characters." % echo(attr).lower()
+
+
+def unrecognized_option(opt: bytes) -> str:
+    return "ERR Unrecognized option '%s'" % echo(opt)
+
+
+def internal_error(fullname: str) -> str:
+    return f"ERR internal error executing '{fullname}'"
+
+
+# -- CONFIG SET (admin.py, and the tails tunables.py gives its failures) -------------------
+def config_set_unknown(name: str) -> str:
+    return f"ERR Unknown option or number of arguments for CONFIG SET - '{name}'"
+
+
+CFG_DUPLICATE = "duplicate parameter"
+CFG_BOOL = "argument must be 'yes' or 'no'"
+CFG_NOT_INTEGER = "argument couldn't be parsed into an integer"
+CFG_NOT_MEMORY = "argument must be a memory value"
+CFG_SAVE = "Invalid save parameters"
+CFG_BUFFER_LIMIT_ARGS = "Wrong number of arguments in buffer limit configuration."
+CFG_BUFFER_LIMIT_CLASS = "Invalid client class specified in buffer limit configuration."
+CFG_BUFFER_LIMIT_VALUES = "Error in hard, soft or soft_seconds setting in buffer limit configuration."
+CFG_EVENT_CLASS = "Invalid event class character. Use 'Ag$lshzxeKEtmdn'."
+
+
+def cfg_one_of(choices: tuple[str, ...]) -> str:
+    return "argument(s) must be one of the following: " + ", ".join(choices)
+
+
+def cfg_between(lo: int, hi: int) -> str:
+    return f"argument must be between {lo} and {hi} inclusive"
+
+
+def cfg_immutable(kind: str) -> str:
+    return f"can't set {kind} config"
+
+
 # -- strings and keyspace (strings.py, keys.py) -------------------------------------------
 DECREMENT_OVERFLOW = "ERR decrement would overflow"
 SAME_OBJECT = "ERR source and destination objects are the same"

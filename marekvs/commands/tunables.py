@@ -15,6 +15,8 @@ from __future__ import annotations
 import re
 from typing import Callable
 
+from marekvs.commands import errors
+
 INT_MAX = (1 << 31) - 1
 UINT_MAX = (1 << 32) - 1
 LLONG_MAX = (1 << 63) - 1
@@ -30,7 +32,7 @@ class TunableError(ValueError):
 def _bool(value: str) -> str:
     v = value.lower()
     if v not in ("yes", "no"):
-        raise TunableError("argument must be 'yes' or 'no'")
+        raise TunableError(errors.CFG_BOOL)
     return v
 
 
@@ -38,7 +40,7 @@ def one_of(*choices: str) -> Callable[[str], str]:
     def parse(value: str) -> str:
         v = value.lower()
         if v not in choices:
-            raise TunableError("argument(s) must be one of the following: " + ", ".join(choices))
+            raise TunableError(errors.cfg_one_of(choices))
         return v
     return parse
 
@@ -51,9 +53,9 @@ def int_between(lo: int, hi: int) -> Callable[[str], str]:
     def parse(value: str) -> str:
         v = int(value) if _LL.match(value) else None
         if v is None or not -(1 << 63) <= v <= LLONG_MAX:
-            raise TunableError("argument couldn't be parsed into an integer")
+            raise TunableError(errors.CFG_NOT_INTEGER)
         if not lo <= v <= hi:
-            raise TunableError(f"argument must be between {lo} and {hi} inclusive")
+            raise TunableError(errors.cfg_between(lo, hi))
         return str(v)
     return parse
 
@@ -77,9 +79,9 @@ def _memory(hi: int, lo: int = 0) -> Callable[[str], str]:
     def parse(value: str) -> str:
         v = memtoull(value)
         if v is None:
-            raise TunableError("argument must be a memory value")
+            raise TunableError(errors.CFG_NOT_MEMORY)
         if not lo <= v <= hi:
-            raise TunableError(f"argument must be between {lo} and {hi} inclusive")
+            raise TunableError(errors.cfg_between(lo, hi))
         return str(v)
     return parse
 
@@ -91,7 +93,7 @@ class _Fixed:
         self.kind = kind
 
     def __call__(self, value: str) -> str:
-        raise TunableError(f"can't set {self.kind} config")
+        raise TunableError(errors.cfg_immutable(self.kind))
 
 
 def _save(value: str) -> str:
@@ -100,12 +102,12 @@ def _save(value: str) -> str:
         return ""
     parts = value.split(" ")
     if len(parts) % 2:
-        raise TunableError("Invalid save parameters")
+        raise TunableError(errors.CFG_SAVE)
     out = []
     for i, p in enumerate(parts):
         v = int(p) if _STRTOLL.match(p) else None
         if v is None or (i % 2 == 0 and v < 1) or (i % 2 == 1 and v < 0):
-            raise TunableError("Invalid save parameters")
+            raise TunableError(errors.CFG_SAVE)
         out.append(str(v))
     return " ".join(out)
 
@@ -117,7 +119,7 @@ def _client_output_buffer_limit(value: str, current: str) -> str:
     """``class hard soft seconds`` groups; the classes not named keep their limits."""
     args = value.split()
     if len(args) % 4:
-        raise TunableError("Wrong number of arguments in buffer limit configuration.")
+        raise TunableError(errors.CFG_BUFFER_LIMIT_ARGS)
     limits = {}
     cur = current.split()
     for i in range(0, len(cur), 4):
@@ -125,11 +127,11 @@ def _client_output_buffer_limit(value: str, current: str) -> str:
     for i in range(0, len(args), 4):
         cls = _CLIENT_CLASSES.get(args[i].lower())
         if cls is None:
-            raise TunableError("Invalid client class specified in buffer limit configuration.")
+            raise TunableError(errors.CFG_BUFFER_LIMIT_CLASS)
         hard, soft = memtoull(args[i + 1]), memtoull(args[i + 2])
         secs = args[i + 3]
         if hard is None or soft is None or not _STRTOLL.match(secs) or int(secs) < 0:
-            raise TunableError("Error in hard, soft or soft_seconds setting in buffer limit configuration.")
+            raise TunableError(errors.CFG_BUFFER_LIMIT_VALUES)
         limits[cls] = [str(hard), str(soft), str(int(secs))]
     return " ".join(" ".join([c] + limits.get(c, ["0", "0", "0"])) for c in ("normal", "slave", "pubsub"))
 
@@ -146,7 +148,7 @@ def _notify_keyspace_events(value: str) -> str:
         elif ch in "g$lshzxeKEtmdn":
             flags.add(ch)
         else:
-            raise TunableError("Invalid event class character. Use 'Ag$lshzxeKEtmdn'.")
+            raise TunableError(errors.CFG_EVENT_CLASS)
     if flags.issuperset(_EVENT_CLASSES):
         out = "A"
     else:

@@ -24,6 +24,7 @@ import time
 from typing import Any
 
 from marekvs.commands.context import Context
+from marekvs.commands import errors
 from marekvs.commands.errors import CommandError
 from marekvs.commands.reply import NO_REPLY, OK, Blocking, Err
 from marekvs.node import Node
@@ -169,7 +170,7 @@ class Connection(asyncio.Protocol):
             r = Err(e.message)
         except Exception:
             log.exception("blocking command failed")
-            r = Err("ERR internal error")
+            r = Err(errors.INTERNAL)
         ctx.blocked = False
         ctx.last_active = time.monotonic()  # (an idle timeout counts from here)
         if ctx.closing:
