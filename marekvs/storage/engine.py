@@ -24,8 +24,9 @@ Group commit
     a crash loses whole unacknowledged commands, never half of one.
 
 Durability (like Redis's appendfsync): ``always`` syncs the WAL with every batch,
-``everysec`` syncs it from a background thread once per second, ``no`` leaves it to
-the OS.
+``everysec`` syncs it from a background thread once per second (``wal.py``), ``no``
+leaves it to the OS. The directory's identity (node id, format, incarnation) is checked
+at open (``identity.py``); the replication log is ``replog.py``'s.
 
 Cache: a bounded dict of ikey -> stored bytes (or ``MISSING``) in front of RocksDB,
 written through. Entries are only evicted when nothing is pending (at commit time, or
@@ -53,7 +54,6 @@ import logging
 import os
 import struct
 import threading
-import time
 from itertools import islice
 from typing import Any, Iterator
 
@@ -62,7 +62,9 @@ from rocksdict import BlockBasedOptions, Options, Rdict, ReadOptions, WriteBatch
 from marekvs.core import merge as _merge
 from marekvs.core.hlc import LOGICAL_BITS
 from marekvs.core.partition import PARTITIONS
+from marekvs.storage import identity
 from marekvs.storage.replog import ReplicationLog
+from marekvs.storage.wal import WalSyncer
 
 log = logging.getLogger("marekvs.storage")
 
@@ -87,8 +89,7 @@ _HLC_ENTRIES = 64
 _HLC_PROBES = 16
 
 
-class StorageError(RuntimeError):
-    pass
+StorageError = identity.StorageError
 
 
 class Engine:
@@ -131,8 +132,7 @@ class Engine:
         self.hlc = hlc  # the node's clock (core.hlc.HLC), saved by commit when it leads
 
         self._wopts = WriteOptions()
-        self._stop = threading.Event()
-        self._syncer: threading.Thread | None = None
+        self.wal = WalSyncer(path)
         self.set_durability(durability)
 
         self.commit_listeners: list = []  # called with log_seq after a batch with log entries
@@ -144,21 +144,9 @@ class Engine:
 
     # -- identity ------------------------------------------------------------------
     def _check_identity(self) -> None:
-        """Stamp a new data directory with its node id, format version and a random
-        incarnation; refuse a directory that belongs to another node or format."""
-        stored = self.meta.get(b"node_id")
-        self.fresh = stored is None
-        if stored is None:
-            self.meta.put(b"node_id", b"%d" % self.node_id)
-            self.meta.put(b"format_version", b"%d" % FORMAT_VERSION)
-            self.meta.put(b"incarnation", b"%d" % (int.from_bytes(os.urandom(8), "big") >> 1))
+        self.fresh, self.incarnation = identity.check(self.meta, self.path, self.node_id, FORMAT_VERSION)
+        if self.fresh:
             self.db.flush_wal(True)
-        elif int(stored) != self.node_id:
-            raise StorageError(
-                f"data directory {self.path} belongs to node {int(stored)}, not {self.node_id}")
-        elif int(self.meta.get(b"format_version") or 0) != FORMAT_VERSION:
-            raise StorageError(f"data directory {self.path} has another format version")
-        self.incarnation = int(self.meta.get(b"incarnation"))
 
     def new_incarnation(self, incarnation: int) -> None:
         """Take a new incarnation (replication found this directory behind its peers)."""
@@ -375,45 +363,14 @@ class Engine:
             raise ValueError(f"durability must be one of {DURABILITY_MODES}")
         self.durability = mode
         self._wopts.sync = mode == "always"
-        if mode == "everysec" and self._syncer is None:
-            self._syncer = threading.Thread(target=self._sync_every_second, name="wal-sync", daemon=True)
-            self._syncer.start()
+        if mode == "everysec":
+            self.wal.start()
+        else:
+            self.wal.pause()
 
-    def _sync_every_second(self) -> None:
-        while not self._stop.wait(1.0):
-            if self.durability != "everysec":
-                continue
-            try:
-                self._fsync_wal_files()
-            except Exception:  # the db may be closing
-                log.exception("WAL sync failed")
-
-    def _fsync_wal_files(self) -> None:
-        """everysec: fsync the write-ahead log files written in the last seconds, and
-        their directory. Every commit already wrote its batch to the WAL file (RocksDB
-        flushes the WAL buffer on each write), so this is what ``flush_wal(sync)``
-        does, without taking RocksDB's WAL lock: ``os.fsync`` releases the GIL and
-        commits on the event loop never wait behind it."""
-        cutoff = time.time() - 5
-        for name in os.listdir(self.path):
-            if not name.endswith(".log"):
-                continue
-            path = os.path.join(self.path, name)
-            try:
-                if os.stat(path).st_mtime < cutoff:
-                    continue  # unchanged since an earlier pass synced it
-                fd = os.open(path, os.O_RDONLY)
-            except FileNotFoundError:
-                continue  # obsoleted by a flush meanwhile
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        fd = os.open(self.path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+    @property
+    def _syncer(self) -> threading.Thread | None:
+        return self.wal.thread
 
     def sync(self) -> None:
         self.commit()
@@ -453,9 +410,7 @@ class Engine:
         if self.closed:
             return
         self.commit()
-        self._stop.set()
-        if self._syncer is not None:
-            self._syncer.join(timeout=2)
+        self.wal.stop()
         try:
             self.db.flush_wal(True)
         finally:

@@ -1,0 +1,92 @@
+"""Peers: who they are, how to reach them (TLS), and what a link to one is doing."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+import grpc
+
+from marekvs.config import Config
+from marekvs.storage.identity import new_incarnation  # noqa: F401 - the one way to draw one
+
+SECRET_HEADER = "x-marekvs-secret"
+MAX_MESSAGE = 64 * 1024 * 1024
+_OPTIONS = [("grpc.max_receive_message_length", MAX_MESSAGE), ("grpc.max_send_message_length", MAX_MESSAGE)]
+
+
+class PeerRefused(Exception):
+    """The peer is not part of this cluster (name, id, format or partitions differ)."""
+
+
+@dataclass
+class PeerState:
+    node_id: int
+    grpc_addr: str
+    resp_addr: str = ""
+    state: str = "connecting"
+    acked_seq: int = 0
+    sent_seq: int = 0
+    bytes_shipped: int = 0
+    entries_shipped: int = 0
+    batches_shipped: int = 0
+    needs_resync: bool = False
+    last_error: str = ""
+    last_ack: float = 0.0
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    acked: asyncio.Event = field(default_factory=asyncio.Event)
+    # inbound: what we applied from this peer
+    applied_seq: int = 0
+    applied_entries: int = 0
+    applied_bytes: int = 0
+    skipped_entries: int = 0  # received at or below the high-water mark (at-least-once)
+    incarnation: int = 0  # of the peer's data directory, from its last handshake
+
+
+def parse_peer(spec: str) -> tuple[int, str]:
+    """``id@host:port`` -> (id, "host:port")."""
+    try:
+        nid, addr = spec.split("@", 1)
+        host, port = addr.rsplit(":", 1)
+        int(port)
+        return int(nid), addr
+    except ValueError:
+        raise ValueError(f"peer {spec!r} is not of the form id@host:grpc_port") from None
+
+
+def default_grpc_port(resp_port: int) -> int:
+    """RESP port + 10000, or - 10000 where + would leave the port range."""
+    return resp_port + 10000 if resp_port + 10000 <= 65535 else resp_port - 10000
+
+
+# -- TLS -----------------------------------------------------------------------------------
+
+def _read(path: str) -> bytes | None:
+    if not path:
+        return None
+    with open(path, "rb") as fh:
+        return fh.read()
+
+
+def server(config: Config) -> grpc.aio.Server:
+    return grpc.aio.server(options=_OPTIONS)
+
+
+def server_credentials(config: Config) -> grpc.ServerCredentials | None:
+    if not config.tls_cert:
+        return None
+    ca = _read(config.tls_ca)
+    return grpc.ssl_server_credentials([(_read(config.tls_key), _read(config.tls_cert))],
+                                       root_certificates=ca, require_client_auth=ca is not None)
+
+
+def channel(config: Config, addr: str) -> grpc.aio.Channel:
+    opts = list(_OPTIONS)
+    if not config.tls_cert and not config.tls_ca:
+        return grpc.aio.insecure_channel(addr, options=opts)
+    creds = grpc.ssl_channel_credentials(root_certificates=_read(config.tls_ca),
+                                         private_key=_read(config.tls_key),
+                                         certificate_chain=_read(config.tls_cert))
+    if config.tls_server_name:
+        opts.append(("grpc.ssl_target_name_override", config.tls_server_name))
+    return grpc.aio.secure_channel(addr, creds, options=opts)
