@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 
 from marekvs.commands.table import Command
-from marekvs.server import resp
+from marekvs.commands import reply as resp
 
 _INTEGER_NAMES = {
     "seconds", "milliseconds", "unix-time-seconds", "unix-time-milliseconds", "count", "offset",
