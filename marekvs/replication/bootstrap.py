@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import grpc
 
+from marekvs.core import envelope as env
 from marekvs.replication.gen import replication_v1_pb2 as pb
 from marekvs.replication.gen import replication_v1_pb2_grpc as pbg
 from marekvs.replication.peers import PeerRefused
@@ -72,7 +73,7 @@ class Bootstrap:
                 recs = [(r.key, r.value) for r in chunk.records]
                 for k, v in recs:
                     check_record(k, v)
-                top = max((int.from_bytes(v[1:9], "big") for _, v in recs), default=0)
+                top = max((int.from_bytes(v[env.HLC], "big") for _, v in recs), default=0)
                 if top:
                     self.hlc.update(top)
                 e.apply(recs, log_entry=False)

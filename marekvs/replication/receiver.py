@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
+from marekvs.core import envelope as env
 from marekvs.replication.codec import unpack_entries
 from marekvs.replication.gen import replication_v1_pb2 as pb
 from marekvs.replication.gen import replication_v1_pb2_grpc as pbg
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("marekvs.replication")
 
 SNAPSHOT_CHUNK = 2000
+_HLC = env.HLC
 
 
 class Receiver(pbg.ReplicationServicer):
@@ -123,7 +125,7 @@ class Receiver(pbg.ReplicationServicer):
                 p.skipped_entries += 1  # at-least-once: already applied
                 continue
             for _, v in recs:
-                h = v[1:9]
+                h = v[_HLC]
                 if h > top:
                     top = h
             e.apply(recs, log_entry=False)

@@ -59,6 +59,8 @@ from typing import Any, Iterator
 
 from rocksdict import BlockBasedOptions, Options, Rdict, ReadOptions, WriteBatch, WriteOptions
 
+from marekvs.core import envelope as env
+from marekvs.core import keys as K
 from marekvs.core import merge as _merge
 from marekvs.core.hlc import LOGICAL_BITS
 from marekvs.core.partition import PARTITIONS
@@ -68,6 +70,8 @@ from marekvs.storage.wal import WalSyncer
 
 log = logging.getLogger("marekvs.storage")
 
+_TAG_AT = K.TAG_AT
+_ORD_HEAD = K.ORD_HEAD
 MISSING = None  # cached absence is stored as None; a cache miss is _NOT_CACHED
 _NOT_CACHED = object()
 _U16 = struct.Struct(">H")
@@ -190,7 +194,7 @@ class Engine:
         found = bytearray(PARTITIONS)
         it = self.data.iter(ReadOptions())
         for pid in range(PARTITIONS):
-            prefix = pid.to_bytes(2, "big") + b"M"
+            prefix = K.pid_prefix(pid) + K.TAG_HEAD
             it.seek(prefix)
             if it.valid() and it.key().startswith(prefix):
                 found[pid] = 1
@@ -281,7 +285,7 @@ class Engine:
             m = merge(ikey, cur, incoming)  # type: ignore[arg-type]
             if m is cur:
                 continue
-            if ikey[2] == 0x4D:  # b"M": a collection head
+            if ikey[_TAG_AT] == _ORD_HEAD:  # a collection head
                 self.head_pids[(ikey[0] << 8) | ikey[1]] = 1
             cache[ikey] = m
             pending[ikey] = m
@@ -392,7 +396,7 @@ class Engine:
         for k in self.log.newest_keys(_HLC_ENTRIES, _HLC_PROBES):
             v = get(k)
             if v is not None:
-                best = max(best, int.from_bytes(v[1:9], "big"))
+                best = max(best, int.from_bytes(v[env.HLC], "big"))
         return best
 
     def save_hlc(self, hlc: int) -> None:
