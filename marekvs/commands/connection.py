@@ -283,6 +283,24 @@ def client_kill(ctx, args):
     return n
 
 
+@command("unblock", -3, "admin noscript loading stale", parent="client", group="connection",
+         summary="Unblocks a client blocked by a blocking command from a different connection.",
+         since="5.0.0", syntax="client-id [TIMEOUT | ERROR]")
+def client_unblock(ctx, args):
+    if len(args) > 4:
+        raise CommandError(errors.subcommand_syntax("client", args[1]))
+    error = False
+    if len(args) == 4:
+        reason = args[3].lower()
+        if reason not in (b"timeout", b"error"):
+            raise CommandError(errors.UNBLOCK_REASON)
+        error = reason == b"error"
+    cid = parse_ll(args[2])
+    if cid is None:
+        raise CommandError(errors.NOT_INTEGER)
+    return 1 if ctx.node.blocking.unblock(cid, error) else 0
+
+
 client_help = help_subcommand("client", (
     "CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
     "GETNAME", "    Return the name of the current connection.",
@@ -295,4 +313,5 @@ client_help = help_subcommand("client", (
     "NO-EVICT (ON|OFF)", "    Protect current client connection from eviction.",
     "SETINFO <option> <value>", "    Set client meta attr. Options are: LIB-NAME, LIB-VER.",
     "SETNAME <name>", "    Assign the name <name> to the current connection.",
+    "UNBLOCK <clientid> [TIMEOUT|ERROR]", "    Unblock the specified blocked client.",
     "HELP", "    Print this help."), group="connection")

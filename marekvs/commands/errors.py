@@ -78,6 +78,13 @@ def unknown_subcommand(container: str, sub: bytes) -> str:
             % (c_str(sub)[:128], container.upper().encode())).decode("utf-8", "surrogateescape")
 
 
+def subcommand_syntax(container: str, sub: bytes) -> str:
+    """Redis's ``addReplySubcommandSyntaxError``: a subcommand whose own argument count check
+    failed."""
+    return (b"ERR unknown subcommand or wrong number of arguments for '%s'. Try %s HELP."
+            % (c_str(sub)[:128], container.upper().encode())).decode("utf-8", "surrogateescape")
+
+
 def config_set_failed(name: str, why: str) -> str:
     return f"ERR CONFIG SET failed (possibly related to argument '{name}') - {why}"
 
@@ -100,6 +107,8 @@ INVALID_CLIENT_ID = "ERR Invalid client ID"
 NO_SUCH_CLIENT = "ERR No such client"
 CLIENT_ID_POSITIVE = "ERR client-id should be greater than 0"
 INTERNAL = "ERR internal error"
+UNBLOCKED = "UNBLOCKED client unblocked via CLIENT UNBLOCK"
+UNBLOCK_REASON = "ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR"
 
 
 def hello_option(opt: bytes) -> str:

@@ -55,7 +55,7 @@ import os
 import struct
 import threading
 from itertools import islice
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from rocksdict import BlockBasedOptions, Options, Rdict, ReadOptions, WriteBatch, WriteOptions
 
@@ -140,6 +140,10 @@ class Engine:
         self.set_durability(durability)
 
         self.commit_listeners: list = []  # called with log_seq after a batch with log entries
+        # Called with [(ikey, old record or None, new record), ...] after every apply that
+        # changed something, local or replicated (the node's change feed); None costs the
+        # apply path nothing.
+        self.on_change: Callable[[list[tuple[bytes, bytes | None, bytes]]], None] | None = None
         # stats
         self.batches = 0
         self.records_written = 0
@@ -278,6 +282,8 @@ class Engine:
         cache = self.cache
         pending = self.pending
         merge = _merge.merge
+        notify = self.on_change
+        olds: list[bytes | None] = []
         for ikey, incoming in records:
             cur = cache.get(ikey, _NOT_CACHED)
             if cur is _NOT_CACHED:
@@ -290,11 +296,15 @@ class Engine:
             cache[ikey] = m
             pending[ikey] = m
             changed.append((ikey, m))
+            if notify is not None:
+                olds.append(cur)  # type: ignore[arg-type]
         if changed and log_entry:
             self.next_seq = self.log.last + 1
             plog = self.pending_log
             for k, _ in changed:
                 plog[k] = None
+        if notify is not None and changed:
+            notify([(k, old, new) for (k, new), old in zip(changed, olds)])
         return changed
 
     def put_meta(self, key: bytes, value: bytes | None) -> None:

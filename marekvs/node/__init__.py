@@ -36,6 +36,8 @@ from marekvs.config import Config, Limits
 from marekvs.core.hlc import HLC, wall_ms
 from marekvs.keyspace import Keyspace
 from marekvs.keyspace.status import KeyspaceError
+from marekvs.node.blocking import BlockingRegistry
+from marekvs.node.changes import ChangeFeed
 from marekvs.storage.engine import Engine
 from marekvs.storage.sweeper import Sweeper
 
@@ -75,6 +77,8 @@ class Node:
                              hlc=self.hlc)
         self.hlc.observe(self.engine.max_hlc())
         self.ks = Keyspace(self.engine, self.hlc, config.node_id)
+        self.changes = ChangeFeed(self.engine)  # which records changed, whoever wrote them
+        self.blocking = BlockingRegistry(self.changes, self.engine)
         self.table: CommandTable = build_table()
         self._lookup = self.table.dispatch
         self.sweeper = Sweeper(self.engine, config)
@@ -104,6 +108,7 @@ class Node:
 
     def drop_context(self, ctx: Context) -> None:
         self.clients.pop(ctx.id, None)
+        self.blocking.drop_client(ctx)
         ctx.closing = True
 
     def tunable(self, name: str) -> str:
@@ -222,7 +227,7 @@ class Node:
 
     # -- life cycle --------------------------------------------------------------------
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
+        self.loop = self.blocking.loop = loop
         self.stopping = asyncio.Event()
         self.sweeper.start(loop)
 

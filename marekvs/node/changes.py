@@ -1,0 +1,44 @@
+"""The change feed: which records changed, whoever changed them.
+
+The engine's apply path reports every record it changed, from a local command or from a
+peer (``Engine.on_change``). The feed hands those changes to its subscribers (the
+blocking registry today; WATCH, keyspace notifications and client-side caching use the
+same feed). It is installed on the engine only while someone subscribes, so a node with no
+subscriber pays nothing per write.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from marekvs.core import keys as K
+from marekvs.storage.engine import Engine
+
+Change = tuple[bytes, bytes | None, bytes]  # (ikey, old record or None, new record)
+Subscriber = Callable[[list[Change]], None]
+
+
+def user_keys(changes: list[Change]) -> list[bytes]:
+    """The user keys of ``changes``, each once, in order."""
+    return list(dict.fromkeys(K.user_key_of(ik) for ik, _, _ in changes))
+
+
+class ChangeFeed:
+    def __init__(self, engine: Engine):
+        self.engine = engine
+        self.subscribers: list[Subscriber] = []
+
+    def subscribe(self, fn: Subscriber) -> None:
+        if fn not in self.subscribers:
+            self.subscribers.append(fn)
+        self.engine.on_change = self._publish
+
+    def unsubscribe(self, fn: Subscriber) -> None:
+        if fn in self.subscribers:
+            self.subscribers.remove(fn)
+        if not self.subscribers:
+            self.engine.on_change = None
+
+    def _publish(self, changes: list[Change]) -> None:
+        for fn in list(self.subscribers):
+            fn(changes)
