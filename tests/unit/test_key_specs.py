@@ -617,6 +617,107 @@ GETKEYS_CASES = [
     ([b'sort', b'k', b'store', b'd', b'limit'],
      [b'k', b'd'],
      [(b'k', ['RO', 'access']), (b'd', ['OW', 'update'])]),
+    # SET: VARIABLE_FLAGS -> Redis's setGetKeys
+    ([b'set', b'k', b'v'],
+     [b'k'],
+     [(b'k', ['OW', 'update'])]),
+    ([b'set', b'k', b'v', b'GET'],
+     [b'k'],
+     [(b'k', ['RW', 'access', 'update'])]),
+    ([b'set', b'k', b'v', b'NX', b'get', b'EX', b'10'],
+     [b'k'],
+     [(b'k', ['RW', 'access', 'update'])]),
+    ([b'set', b'k', b'v', b'GeT\x00x'],
+     [b'k'],
+     [(b'k', ['RW', 'access', 'update'])]),
+    ([b'set', b'k', b'v', b'GETX'],
+     [b'k'],
+     [(b'k', ['OW', 'update'])]),
+    ([b'set', b'k', b'get'],
+     [b'k'],
+     [(b'k', ['OW', 'update'])]),
+    # marekvs's own commands
+    ([b'get', b'a'],
+     [b'a'],
+     [(b'a', ['RO', 'access'])]),
+    ([b'GET', b'a'],
+     [b'a'],
+     [(b'a', ['RO', 'access'])]),
+    ([b'mset', b'a', b'1', b'b', b'2'],
+     [b'a', b'b'],
+     [(b'a', ['OW', 'update']), (b'b', ['OW', 'update'])]),
+    ([b'mset', b'a', b'1', b'b'],
+     [b'a', b'b'],
+     [(b'a', ['OW', 'update']), (b'b', ['OW', 'update'])]),
+    ([b'msetnx', b'a', b'1', b'b', b'2'],
+     [b'a', b'b'],
+     [(b'a', ['OW', 'insert']), (b'b', ['OW', 'insert'])]),
+    ([b'del', b'a', b'b', b'c'],
+     [b'a', b'b', b'c'],
+     [(b'a', ['RM', 'delete']), (b'b', ['RM', 'delete']), (b'c', ['RM', 'delete'])]),
+    ([b'unlink', b'a'],
+     [b'a'],
+     [(b'a', ['RM', 'delete'])]),
+    ([b'exists', b'a', b'a'],
+     [b'a', b'a'],
+     [(b'a', ['RO']), (b'a', ['RO'])]),
+    ([b'touch', b'a', b'b'],
+     [b'a', b'b'],
+     [(b'a', ['RO']), (b'b', ['RO'])]),
+    ([b'rename', b'a', b'b'],
+     [b'a', b'b'],
+     [(b'a', ['RW', 'access', 'delete']), (b'b', ['OW', 'update'])]),
+    ([b'renamenx', b'a', b'b'],
+     [b'a', b'b'],
+     [(b'a', ['RW', 'access', 'delete']), (b'b', ['OW', 'insert'])]),
+    ([b'copy', b'a', b'b', b'DB', b'1', b'REPLACE'],
+     [b'a', b'b'],
+     [(b'a', ['RO', 'access']), (b'b', ['OW', 'update'])]),
+    ([b'lcs', b'a', b'b', b'LEN'],
+     [b'a', b'b'],
+     [(b'a', ['RO', 'access']), (b'b', ['RO', 'access'])]),
+    ([b'object', b'encoding', b'k'],
+     [b'k'],
+     [(b'k', ['RO'])]),
+    ([b'OBJECT', b'ENCODING', b'k'],
+     [b'k'],
+     [(b'k', ['RO'])]),
+    ([b'object', b'freq', b'k'],
+     [b'k'],
+     [(b'k', ['RO'])]),
+    ([b'getdel', b'k'],
+     [b'k'],
+     [(b'k', ['RW', 'access', 'delete'])]),
+    ([b'getex', b'k', b'PERSIST'],
+     [b'k'],
+     [(b'k', ['RW', 'access', 'update'])]),
+    ([b'getset', b'k', b'v'],
+     [b'k'],
+     [(b'k', ['RW', 'access', 'update'])]),
+    ([b'append', b'k', b'v'],
+     [b'k'],
+     [(b'k', ['RW', 'insert'])]),
+    ([b'setnx', b'k', b'v'],
+     [b'k'],
+     [(b'k', ['OW', 'insert'])]),
+    ([b'setex', b'k', b'10', b'v'],
+     [b'k'],
+     [(b'k', ['OW', 'update'])]),
+    ([b'incr', b'k'],
+     [b'k'],
+     [(b'k', ['RW', 'access', 'update'])]),
+    ([b'expire', b'k', b'10'],
+     [b'k'],
+     [(b'k', ['RW', 'update'])]),
+    ([b'type', b'k'],
+     [b'k'],
+     [(b'k', ['RO'])]),
+    ([b'strlen', b'k'],
+     [b'k'],
+     [(b'k', ['RO'])]),
+    ([b'ttl', b'k'],
+     [b'k'],
+     [(b'k', ['RO', 'access'])]),
     # the errors, in Redis's order of checks
     ([b'nosuch', b'a'],
      E('ERR Invalid command specified'),
@@ -714,3 +815,104 @@ def test_command_help_lists_getkeysandflags_as_redis_does(node):
         b"HELP",
         b"    Prints this help.",
     ]
+
+
+# COMMAND INFO <name>'s key specs (element 8), recorded (RESP2)
+REDIS_KEY_SPECS = {
+    'get':
+        [[b'flags', [b'RO', b'access'], b'begin_search', [b'type', b'index', b'spec', [b'index', 1]],
+          b'find_keys', [b'type', b'range', b'spec', [b'lastkey', 0, b'keystep', 1, b'limit', 0]]]],
+    'set':
+        [[b'notes', b'RW and ACCESS due to the optional `GET` argument', b'flags',
+          [b'RW', b'access', b'update', b'variable_flags'], b'begin_search',
+          [b'type', b'index', b'spec', [b'index', 1]], b'find_keys',
+          [b'type', b'range', b'spec', [b'lastkey', 0, b'keystep', 1, b'limit', 0]]]],
+    'mset':
+        [[b'flags', [b'OW', b'update'], b'begin_search', [b'type', b'index', b'spec', [b'index', 1]],
+          b'find_keys', [b'type', b'range', b'spec', [b'lastkey', -1, b'keystep', 2, b'limit', 0]]]],
+    'del':
+        [[b'flags', [b'RM', b'delete'], b'begin_search', [b'type', b'index', b'spec', [b'index', 1]],
+          b'find_keys', [b'type', b'range', b'spec', [b'lastkey', -1, b'keystep', 1, b'limit', 0]]]],
+    'rename':
+        [[b'flags', [b'RW', b'access', b'delete'], b'begin_search',
+          [b'type', b'index', b'spec', [b'index', 1]], b'find_keys',
+          [b'type', b'range', b'spec', [b'lastkey', 0, b'keystep', 1, b'limit', 0]]],
+         [b'flags', [b'OW', b'update'], b'begin_search', [b'type', b'index', b'spec', [b'index', 2]],
+          b'find_keys', [b'type', b'range', b'spec', [b'lastkey', 0, b'keystep', 1, b'limit', 0]]]],
+    'copy':
+        [[b'flags', [b'RO', b'access'], b'begin_search', [b'type', b'index', b'spec', [b'index', 1]],
+          b'find_keys', [b'type', b'range', b'spec', [b'lastkey', 0, b'keystep', 1, b'limit', 0]]],
+         [b'flags', [b'OW', b'update'], b'begin_search', [b'type', b'index', b'spec', [b'index', 2]],
+          b'find_keys', [b'type', b'range', b'spec', [b'lastkey', 0, b'keystep', 1, b'limit', 0]]]],
+    'lcs':
+        [[b'flags', [b'RO', b'access'], b'begin_search', [b'type', b'index', b'spec', [b'index', 1]],
+          b'find_keys', [b'type', b'range', b'spec', [b'lastkey', 1, b'keystep', 1, b'limit', 0]]]],
+    'object|encoding':
+        [[b'flags', [b'RO'], b'begin_search', [b'type', b'index', b'spec', [b'index', 2]], b'find_keys',
+          [b'type', b'range', b'spec', [b'lastkey', 0, b'keystep', 1, b'limit', 0]]]],
+    'getdel':
+        [[b'flags', [b'RW', b'access', b'delete'], b'begin_search',
+          [b'type', b'index', b'spec', [b'index', 1]], b'find_keys',
+          [b'type', b'range', b'spec', [b'lastkey', 0, b'keystep', 1, b'limit', 0]]]],
+    'getex':
+        [[b'notes', b'RW and UPDATE because it changes the TTL', b'flags', [b'RW', b'access', b'update'],
+          b'begin_search', [b'type', b'index', b'spec', [b'index', 1]], b'find_keys',
+          [b'type', b'range', b'spec', [b'lastkey', 0, b'keystep', 1, b'limit', 0]]]],
+    'msetnx':
+        [[b'flags', [b'OW', b'insert'], b'begin_search', [b'type', b'index', b'spec', [b'index', 1]],
+          b'find_keys', [b'type', b'range', b'spec', [b'lastkey', -1, b'keystep', 2, b'limit', 0]]]],
+    'renamenx':
+        [[b'flags', [b'RW', b'access', b'delete'], b'begin_search',
+          [b'type', b'index', b'spec', [b'index', 1]], b'find_keys',
+          [b'type', b'range', b'spec', [b'lastkey', 0, b'keystep', 1, b'limit', 0]]],
+         [b'flags', [b'OW', b'insert'], b'begin_search', [b'type', b'index', b'spec', [b'index', 2]],
+          b'find_keys', [b'type', b'range', b'spec', [b'lastkey', 0, b'keystep', 1, b'limit', 0]]]],
+    'exists':
+        [[b'flags', [b'RO'], b'begin_search', [b'type', b'index', b'spec', [b'index', 1]], b'find_keys',
+          [b'type', b'range', b'spec', [b'lastkey', -1, b'keystep', 1, b'limit', 0]]]],
+}
+
+
+# COMMAND DOCS <name>: (name, key_spec_index) of its key arguments, depth first, recorded
+REDIS_DOC_KEY_ARGS = {
+    'get': [('key', 0)],
+    'set': [('key', 0)],
+    'mset': [('key', 0)],
+    'del': [('key', 0)],
+    'rename': [('key', 0), ('newkey', 1)],
+    'renamenx': [('key', 0), ('newkey', 1)],
+    'copy': [('source', 0), ('destination', 1)],
+    'lcs': [('key1', 0), ('key2', 0)],
+    'object|encoding': [('key', 0)],
+    'getdel': [('key', 0)],
+    'exists': [('key', 0)],
+}
+
+
+# -- marekvs's own commands: the specs they declare, against Redis's --------------------------
+
+def lookup(node, fullname: str) -> Command:
+    parent, _, sub = fullname.partition("|")
+    cmd = node.table.commands[parent.encode()]
+    return cmd.subcommands[sub] if sub else cmd
+
+
+@pytest.mark.parametrize("name", sorted(REDIS_KEY_SPECS))
+def test_key_specs_of_marekvs_commands_match_redis(node, name):
+    assert run(node, b"COMMAND", b"INFO", name.encode())[0][8] == REDIS_KEY_SPECS[name]
+
+
+@pytest.mark.parametrize("name", sorted(REDIS_DOC_KEY_ARGS))
+def test_docs_key_arguments_point_at_their_specs(node, name):
+    def key_args(args, out):
+        for a in args:
+            m = dict(zip(a[::2], a[1::2]))
+            if m[b"type"] == b"key":
+                out.append((m[b"name"].decode(), m[b"key_spec_index"]))
+            key_args(m.get(b"arguments", []), out)
+        return out
+
+    reply = run(node, b"COMMAND", b"DOCS", name.encode())
+    doc = dict(zip(reply[1][::2], reply[1][1::2]))
+    assert key_args(doc[b"arguments"], []) == REDIS_DOC_KEY_ARGS[name]
+    assert len(lookup(node, name).key_specs) > max(i for _, i in REDIS_DOC_KEY_ARGS[name])
