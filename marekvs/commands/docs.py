@@ -245,13 +245,13 @@ def command_flags(cmd: Command) -> list[str]:
 def info_reply(cmd: Command) -> list:
     """COMMAND INFO of one command (addReplyCommandInfo): name, arity, flags, the legacy
     first/last/step derived from the key specs, ACL categories, tips, key specs,
-    subcommands."""
+    subcommands (the last four sets in RESP3, as Redis 7.0 sends them)."""
     cats = sorted(acl_categories(cmd), key=lambda c: _ACL_RANK.get(c, len(_ACL_RANK)))
     return [
         cmd.fullname.encode(), cmd.arity,
         resp.SetReply(resp.Simple(f.encode()) for f in command_flags(cmd)),
         cmd.first_key, cmd.last_key, cmd.step,
         resp.SetReply(resp.Simple(("@" + a).encode()) for a in cats),
-        resp.SetReply(), [key_spec_reply(s) for s in cmd.key_specs],
-        [info_reply(s) for s in cmd.subcommands.values()],
+        resp.SetReply(), resp.SetReply(key_spec_reply(s) for s in cmd.key_specs),
+        resp.SetReply(info_reply(s) for s in cmd.subcommands.values()),
     ]
