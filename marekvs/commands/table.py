@@ -711,8 +711,8 @@ GETKEYS_PROCS: dict[str, GetKeysProc] = {
     "georadius": _georadius_getkeys,  # and GEORADIUSBYMEMBER
     "xread": _xread_getkeys,  # and XREADGROUP
     # numkeys commands: (destination, count, first key) positions
-    "zunionInterDiffStore": _numkeys_getkeys(1, 2, 3),  # ZUNIONSTORE ZINTERSTORE ZDIFFSTORE
-    "zunionInterDiff": _numkeys_getkeys(0, 1, 2),  # ZUNION ZINTER ZDIFF ZINTERCARD
+    "zunion_inter_diff_store": _numkeys_getkeys(1, 2, 3),  # ZUNIONSTORE ZINTERSTORE ZDIFFSTORE
+    "zunion_inter_diff": _numkeys_getkeys(0, 1, 2),  # ZUNION ZINTER ZDIFF ZINTERCARD
     "sintercard": _numkeys_getkeys(0, 1, 2),
     "eval": _numkeys_getkeys(0, 2, 3),  # EVAL[SHA][_RO]; FCALL[_RO] (functionGetKeys)
     "lmpop": _numkeys_getkeys(0, 1, 2),  # LMPOP ZMPOP

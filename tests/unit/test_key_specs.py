@@ -17,8 +17,8 @@ import hiredis
 import pytest
 
 from marekvs.commands import docs
-from marekvs.commands.table import (GETKEYS_PROCS, UNKNOWN, Command, KeyFlag, KeySpec, index, keynum,
-                                    keyword, legacy_range, parse_specs, range_)
+from marekvs.commands.table import (GETKEYS_PROCS, UNKNOWN, Command, KeyFlag, KeySpec, command, index,
+                                    keynum, keyword, legacy_range, parse_specs, range_)
 from marekvs.config import Config
 from marekvs.node import Node
 from marekvs.server import resp
@@ -211,7 +211,7 @@ def test_key_refs_prefers_reliable_specs_then_the_getkeys_procedure():
         ["OW UPDATE index 1 range 0", "RO ACCESS index 2 keynum 0 1 1"]))
     assert bare.key_refs(argv("z", "d", "1x", "a")) == []
     with_proc = Command("z", None, -4, ("write",), key_specs=bare.key_specs,
-                        getkeys=GETKEYS_PROCS["zunionInterDiffStore"])
+                        getkeys=GETKEYS_PROCS["zunion_inter_diff_store"])
     assert with_proc.key_refs(argv("z", "d", "1x", "a")) == [(3, KeyFlag(0)), (1, KeyFlag(0))]
     assert with_proc.keys_of(argv("z", "d", "2", "a", "b")) == [b"d", b"a", b"b"]
 
@@ -247,7 +247,7 @@ def redis_like(name, arity, flags, acl, specs, getkeys=None) -> Command:
 
 REDIS_LIKE = {c.name: c for c in [
     redis_like("zunionstore", -4, "write denyoom", "write sortedset slow",
-               ["OW UPDATE index 1 range 0", "RO ACCESS index 2 keynum 0 1 1"], "zunionInterDiffStore"),
+               ["OW UPDATE index 1 range 0", "RO ACCESS index 2 keynum 0 1 1"], "zunion_inter_diff_store"),
     redis_like("xread", -4, "readonly blocking", "read stream slow blocking",
                "RO ACCESS keyword STREAMS 1 range -1 1 2", "xread"),
     redis_like("eval", -3, "noscript stale skip_monitor may_replicate no_mandatory_keys", "slow scripting",
@@ -364,6 +364,21 @@ def test_command_info_of_redis_declarations_matches_redis(name):
     assert got[:7] == want[:7]  # name, arity, flags (movablekeys derived), legacy keys, ACL
     assert got[8:] == want[8:]  # the key specs, notes and all; subcommands
     assert got[7] == []  # tips: not modelled
+
+
+def test_a_family_declares_a_keynum_command_in_one_declaration():
+    # what a sorted-set family will write for ZUNIONSTORE: the decorator is all it takes
+    @command("zunionstore", -4, "write denyoom", group="sorted-set", acl="write sortedset slow",
+             specs=("OW UPDATE index 1 range 0", "RO ACCESS index 2 keynum 0 1 1"),
+             getkeys="zunion_inter_diff_store")
+    def zunionstore(ctx, args):
+        raise AssertionError("not run")
+
+    (cmd,) = zunionstore.__commands__
+    got, want = wire(docs.info_reply(cmd)), REDIS_COMMAND_INFO["zunionstore"]
+    assert got[:7] + got[8:] == want[:7] + want[8:]
+    assert cmd.keys_of(argv("zunionstore", "d", "2", "a", "b", "WEIGHTS", "1", "2")) == [b"d", b"a", b"b"]
+    assert cmd.keys_of(argv("zunionstore", "d", "01", "a")) == [b"a", b"d"]  # Redis's procedure
 
 
 def test_movablekeys_is_derived_from_the_specs():
