@@ -146,7 +146,7 @@ config_help = help_subcommand("config", (
     "GET <pattern>", "    Return parameters matching the glob-like <pattern> and their values.",
     "SET <directive> <value>", "    Set the configuration <directive> to <value>.",
     "RESETSTAT", "    Reset statistics reported by the INFO command.",
-    "HELP", "    Print this help."), group="server")
+    "HELP", "    Print this help."), group="server", acl="slow")
 
 
 # -- keyspace-wide ----------------------------------------------------------------------
@@ -204,7 +204,7 @@ def lastsave(ctx, args):
     return ctx.node.last_save
 
 
-@command("save", 1, "admin noscript", group="server",
+@command("save", 1, "admin noscript no_async_loading no_multi", group="server",
          summary="Synchronously saves the database(s) to disk.")
 def save(ctx, args):
     ctx.node.save()
@@ -331,7 +331,7 @@ def info(ctx, args):
 
 # -- replication ------------------------------------------------------------------------
 
-@command("wait", 3, "noscript", group="generic", since="3.0.0", complexity="O(1)",
+@command("wait", 3, "noscript", group="generic", since="3.0.0", complexity="O(1)", acl="connection slow",
          summary="Blocks until the asynchronous replication of all preceding write commands sent by the "
                  "connection is completed.", syntax="numreplicas timeout")
 def wait(ctx, args):
@@ -363,7 +363,7 @@ def wait(ctx, args):
     return reply.Blocking(waiting())
 
 
-@command("role", 1, "noscript loading stale fast", group="server", since="2.8.12",
+@command("role", 1, "noscript loading stale fast", group="server", since="2.8.12", acl="admin fast dangerous",
          summary="Returns the replication role.")
 def role(ctx, args):
     return [b"master", ctx.node.engine.log_seq, [

@@ -196,3 +196,7 @@ _STATUS_TEXT: dict[type[st.KeyspaceError], str] = {
 def status_text(e: st.KeyspaceError) -> str:
     """The Redis error text of a keyspace status."""
     return _STATUS_TEXT[type(e)]
+
+
+# -- COMMAND GETKEYS / GETKEYSANDFLAGS (introspection.py) ----------------------------------
+INVALID_ARGUMENTS = "ERR Invalid arguments specified for command"

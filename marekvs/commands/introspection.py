@@ -1,5 +1,6 @@
 """COMMAND and its subcommands, answered from the one command table (``table.py``):
-COUNT, INFO, DOCS, LIST, GETKEYS (docs.py builds the INFO and DOCS replies)."""
+COUNT, INFO, DOCS, LIST, GETKEYS, GETKEYSANDFLAGS (docs.py builds the INFO and DOCS
+replies; the keys come from each command's key specs)."""
 
 from __future__ import annotations
 
@@ -74,28 +75,70 @@ def command_list(ctx, args):
     return [x.name.encode() for x in cmds]
 
 
-@command("getkeys", -4, "loading stale", parent="command", group="server", acl="connection slow",
-         summary="Extracts the key names from an arbitrary command.", since="2.8.13",
-         syntax="command [arg [arg ...]]")
-def command_getkeys(ctx, args):
-    cmd = ctx.node.table.lookup(args[2])
+def _getkeys_target(table, argv: list[bytes]):
+    """The command a GETKEYS full command names, as Redis's lookupCommand finds it: the
+    first word, or its subcommand named by the second word when it is a container (no
+    ``container|sub`` form here)."""
+    base = table.commands.get(argv[0].lower())
+    if base is None or not base.subcommands or len(argv) == 1:
+        return base
+    return base.subcommands.get(argv[1].lower().decode("latin-1"))
+
+
+def _getkeys(ctx, args, with_flags: bool):
+    """COMMAND GETKEYS / GETKEYSANDFLAGS (Redis's getKeysSubcommandImpl): the checks in
+    Redis's order, then the keys the command's specs (or getkeys procedure) find."""
+    sub = args[2:]
+    cmd = _getkeys_target(ctx.node.table, sub)
     if cmd is None:
         raise CommandError(errors.INVALID_COMMAND)
-    sub = args[2:]
+    if not cmd.has_keys:
+        raise CommandError(errors.NO_KEY_ARGUMENTS)
     if (cmd.arity > 0 and len(sub) != cmd.arity) or len(sub) < -cmd.arity:
         raise CommandError(errors.INVALID_COMMAND_ARITY)
-    keys = cmd.keys_of(sub)
-    if not keys:
-        raise CommandError(errors.NO_KEY_ARGUMENTS)
-    return keys
+    refs = cmd.key_refs(sub)
+    if not refs and "no_mandatory_keys" not in cmd.flags:
+        raise CommandError(errors.INVALID_ARGUMENTS)
+    if not with_flags:
+        return [sub[i] for i, _ in refs]
+    return [[sub[i], docs.key_flags_reply(flags)] for i, flags in refs]
+
+
+@command("getkeys", -4, "loading stale", parent="command", group="server", acl="connection slow",
+         summary="Extract keys given a full Redis command", since="2.8.13",
+         complexity="O(N) where N is the number of arguments to the command",
+         syntax="command [arg [arg ...]]")
+def command_getkeys(ctx, args):
+    return _getkeys(ctx, args, with_flags=False)
+
+
+@command("getkeysandflags", -4, "loading stale", parent="command", group="server", acl="connection slow",
+         summary="Extract keys and access flags given a full Redis command", since="7.0.0",
+         complexity="O(N) where N is the number of arguments to the command",
+         syntax="command [arg [arg ...]]")
+def command_getkeysandflags(ctx, args):
+    return _getkeys(ctx, args, with_flags=True)
 
 
 command_help = help_subcommand("command", (
     "COMMAND <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
-    "(no subcommand)", "    Return details about all Redis commands.",
-    "COUNT", "    Return the total number of commands in this Redis server.",
-    "LIST", "    Return a list of all commands in this Redis server.",
-    "INFO [<command-name> ...]", "    Return details about multiple Redis commands.",
-    "DOCS [<command-name> ...]", "    Return documentation details about multiple Redis commands.",
-    "GETKEYS <full-command>", "    Return the keys from a full Redis command.",
-    "HELP", "    Print this help."), group="server", acl="connection slow")
+    "(no subcommand)",
+    "    Return details about all Redis commands.",
+    "COUNT",
+    "    Return the total number of commands in this Redis server.",
+    "LIST",
+    "    Return a list of all commands in this Redis server.",
+    "INFO [<command-name> ...]",
+    "    Return details about multiple Redis commands.",
+    "    If no command names are given, documentation details for all",
+    "    commands are returned.",
+    "DOCS [<command-name> ...]",
+    "    Return documentation details about multiple Redis commands.",
+    "    If no command names are given, documentation details for all",
+    "    commands are returned.",
+    "GETKEYS <full-command>",
+    "    Return the keys from a full Redis command.",
+    "GETKEYSANDFLAGS <full-command>",
+    "    Return the keys and the access flags from a full Redis command.",
+    "HELP",
+    "    Prints this help."), group="server", acl="connection slow")

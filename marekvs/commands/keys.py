@@ -138,7 +138,7 @@ def shared_integers(ctx) -> bool:
 # Commands
 # =========================================================================================
 
-@command("del", -2, "write", (1, -1, 1), group="generic", acl=_ACL_W_SLOW,
+@command("del", -2, "write", specs="RM DELETE index 1 range -1", group="generic", acl=_ACL_W_SLOW,
          summary="Delete a key", since="1.0.0",
          complexity="O(N) where N is the number of keys that will be removed. When a key "
                     "to remove holds a value other than a string, the individual "
@@ -146,7 +146,7 @@ def shared_integers(ctx) -> bool:
                     "the list, set, sorted set or hash. Removing a single key that holds a "
                     "string value is O(1).",
          syntax="key [key ...]")
-@command("unlink", -2, "write fast", (1, -1, 1), group="generic", acl=_ACL_W_FAST,
+@command("unlink", -2, "write fast", specs="RM DELETE index 1 range -1", group="generic", acl=_ACL_W_FAST,
          summary="Delete a key asynchronously in another thread. Otherwise it is just as "
                  "DEL, but non blocking.", since="4.0.0",
          complexity="O(1) for each key removed regardless of its size. Then the command "
@@ -208,28 +208,28 @@ def _expire(ctx, args: list[bytes], name: str, seconds: bool, relative: bool):
     return 1
 
 
-@command("expire", -3, "write fast", (1, 1, 1), group="generic", acl=_ACL_W_FAST,
+@command("expire", -3, "write fast", specs="RW UPDATE index 1 range 0", group="generic", acl=_ACL_W_FAST,
          summary="Set a key's time to live in seconds", since="1.0.0", complexity="O(1)",
          syntax="key seconds" + _EXPIRE_FLAGS_SYNTAX)
 def expire(ctx, args: list[bytes]):
     return _expire(ctx, args, "expire", seconds=True, relative=True)
 
 
-@command("pexpire", -3, "write fast", (1, 1, 1), group="generic", acl=_ACL_W_FAST,
+@command("pexpire", -3, "write fast", specs="RW UPDATE index 1 range 0", group="generic", acl=_ACL_W_FAST,
          summary="Set a key's time to live in milliseconds", since="2.6.0",
          complexity="O(1)", syntax="key milliseconds" + _EXPIRE_FLAGS_SYNTAX)
 def pexpire(ctx, args: list[bytes]):
     return _expire(ctx, args, "pexpire", seconds=False, relative=True)
 
 
-@command("expireat", -3, "write fast", (1, 1, 1), group="generic", acl=_ACL_W_FAST,
+@command("expireat", -3, "write fast", specs="RW UPDATE index 1 range 0", group="generic", acl=_ACL_W_FAST,
          summary="Set the expiration for a key as a UNIX timestamp", since="1.2.0",
          complexity="O(1)", syntax="key unix-time-seconds" + _EXPIRE_FLAGS_SYNTAX)
 def expireat(ctx, args: list[bytes]):
     return _expire(ctx, args, "expireat", seconds=True, relative=False)
 
 
-@command("pexpireat", -3, "write fast", (1, 1, 1), group="generic", acl=_ACL_W_FAST,
+@command("pexpireat", -3, "write fast", specs="RW UPDATE index 1 range 0", group="generic", acl=_ACL_W_FAST,
          summary="Set the expiration for a key as a UNIX timestamp specified in "
                  "milliseconds", since="2.6.0",
          complexity="O(1)", syntax="key unix-time-milliseconds" + _EXPIRE_FLAGS_SYNTAX)
@@ -250,35 +250,35 @@ def _ttl(ctx, key: bytes, ms: bool, absolute: bool) -> int:
     return ttl if ms else (ttl + 500) // 1000
 
 
-@command("ttl", 2, "readonly fast", (1, 1, 1), group="generic", acl=_ACL_R_FAST,
+@command("ttl", 2, "readonly fast", specs="RO ACCESS index 1 range 0", group="generic", acl=_ACL_R_FAST,
          summary="Get the time to live for a key in seconds", since="1.0.0",
          complexity="O(1)", syntax="key")
 def ttl(ctx, args: list[bytes]):
     return _ttl(ctx, args[1], ms=False, absolute=False)
 
 
-@command("pttl", 2, "readonly fast", (1, 1, 1), group="generic", acl=_ACL_R_FAST,
+@command("pttl", 2, "readonly fast", specs="RO ACCESS index 1 range 0", group="generic", acl=_ACL_R_FAST,
          summary="Get the time to live for a key in milliseconds", since="2.6.0",
          complexity="O(1)", syntax="key")
 def pttl(ctx, args: list[bytes]):
     return _ttl(ctx, args[1], ms=True, absolute=False)
 
 
-@command("expiretime", 2, "readonly fast", (1, 1, 1), group="generic", acl=_ACL_R_FAST,
+@command("expiretime", 2, "readonly fast", specs="RO ACCESS index 1 range 0", group="generic", acl=_ACL_R_FAST,
          summary="Get the expiration Unix timestamp for a key", since="7.0.0",
          complexity="O(1)", syntax="key")
 def expiretime(ctx, args: list[bytes]):
     return _ttl(ctx, args[1], ms=False, absolute=True)
 
 
-@command("pexpiretime", 2, "readonly fast", (1, 1, 1), group="generic", acl=_ACL_R_FAST,
+@command("pexpiretime", 2, "readonly fast", specs="RO ACCESS index 1 range 0", group="generic", acl=_ACL_R_FAST,
          summary="Get the expiration Unix timestamp for a key in milliseconds",
          since="7.0.0", complexity="O(1)", syntax="key")
 def pexpiretime(ctx, args: list[bytes]):
     return _ttl(ctx, args[1], ms=True, absolute=True)
 
 
-@command("persist", 2, "write fast", (1, 1, 1), group="generic", acl=_ACL_W_FAST,
+@command("persist", 2, "write fast", specs="RW UPDATE index 1 range 0", group="generic", acl=_ACL_W_FAST,
          summary="Remove the expiration from a key", since="2.2.0", complexity="O(1)",
          syntax="key")
 def persist(ctx, args: list[bytes]):
@@ -373,20 +373,23 @@ def _rename(ctx, args: list[bytes], nx: bool):
     return 1 if nx else reply.OK
 
 
-@command("rename", 3, "write", (1, 2, 1), group="generic", acl=_ACL_W_SLOW,
+@command("rename", 3, "write", specs=("RW ACCESS DELETE index 1 range 0", "OW UPDATE index 2 range 0"),
+         group="generic", acl=_ACL_W_SLOW,
          summary="Rename a key", since="1.0.0", complexity="O(1)", syntax="key newkey")
 def rename(ctx, args: list[bytes]):
     return _rename(ctx, args, nx=False)
 
 
-@command("renamenx", 3, "write fast", (1, 2, 1), group="generic", acl=_ACL_W_FAST,
+@command("renamenx", 3, "write fast", specs=("RW ACCESS DELETE index 1 range 0", "OW INSERT index 2 range 0"),
+         group="generic", acl=_ACL_W_FAST,
          summary="Rename a key, only if the new key does not exist", since="1.0.0",
          complexity="O(1)", syntax="key newkey")
 def renamenx(ctx, args: list[bytes]):
     return _rename(ctx, args, nx=True)
 
 
-@command("copy", -3, "write denyoom", (1, 2, 1), group="generic", acl=_ACL_W_SLOW,
+@command("copy", -3, "write denyoom", specs=("RO ACCESS index 1 range 0", "OW UPDATE index 2 range 0"),
+         group="generic", acl=_ACL_W_SLOW,
          summary="Copy a key", since="6.2.0",
          complexity="O(N) worst case for collections, where N is the number of nested "
                     "items. O(1) for string values.",

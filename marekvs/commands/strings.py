@@ -134,7 +134,8 @@ def lcs_walk(a: bytes, b: bytes, t: LcsTable, minmatchlen: int,
 # Commands
 # =========================================================================================
 
-@command("set", -3, "write denyoom", (1, 1, 1), group="string", acl=_ACL_W_SLOW,
+@command("set", -3, "write denyoom", group="string", acl=_ACL_W_SLOW, getkeys="set",
+         specs="RW ACCESS UPDATE VARIABLE_FLAGS index 1 range 0 (RW and ACCESS due to the optional `GET` argument)",
          summary="Set the string value of a key", since="1.0.0", complexity="O(1)",
          syntax="key value [NX | XX] [GET] " + _EXPIRE_SYNTAX + " | KEEPTTL]")
 def set_(ctx, args: list[bytes]):
@@ -155,7 +156,7 @@ def set_(ctx, args: list[bytes]):
     return old if flags & A.GET else reply.OK
 
 
-@command("setnx", 3, "write denyoom fast", (1, 1, 1), group="string", acl=_ACL_W_FAST,
+@command("setnx", 3, "write denyoom fast", specs="OW INSERT index 1 range 0", group="string", acl=_ACL_W_FAST,
          summary="Set the value of a key, only if the key does not exist", since="1.0.0",
          complexity="O(1)", syntax="key value")
 def setnx(ctx, args: list[bytes]):
@@ -173,27 +174,28 @@ def _set_expiring(ctx, args: list[bytes], name: str, unit: int):
     return reply.OK
 
 
-@command("setex", 4, "write denyoom", (1, 1, 1), group="string", acl=_ACL_W_SLOW,
+@command("setex", 4, "write denyoom", specs="OW UPDATE index 1 range 0", group="string", acl=_ACL_W_SLOW,
          summary="Set the value and expiration of a key", since="2.0.0", complexity="O(1)",
          syntax="key seconds value")
 def setex(ctx, args: list[bytes]):
     return _set_expiring(ctx, args, "setex", A.EX)
 
 
-@command("psetex", 4, "write denyoom", (1, 1, 1), group="string", acl=_ACL_W_SLOW,
+@command("psetex", 4, "write denyoom", specs="OW UPDATE index 1 range 0", group="string", acl=_ACL_W_SLOW,
          summary="Set the value and expiration in milliseconds of a key", since="2.6.0",
          complexity="O(1)", syntax="key milliseconds value")
 def psetex(ctx, args: list[bytes]):
     return _set_expiring(ctx, args, "psetex", A.PX)
 
 
-@command("get", 2, "readonly fast", (1, 1, 1), group="string", acl=_ACL_R_FAST,
+@command("get", 2, "readonly fast", specs="RO ACCESS index 1 range 0", group="string", acl=_ACL_R_FAST,
          summary="Get the value of a key", since="1.0.0", complexity="O(1)", syntax="key")
 def get(ctx, args: list[bytes]):
     return kstr.read(ctx.ks, args[1])
 
 
-@command("getex", -2, "write fast", (1, 1, 1), group="string", acl=_ACL_W_FAST,
+@command("getex", -2, "write fast", specs="RW ACCESS UPDATE index 1 range 0 (RW and UPDATE because it changes the TTL)",
+         group="string", acl=_ACL_W_FAST,
          summary="Get the value of a key and optionally set its expiration", since="6.2.0",
          complexity="O(1)", syntax="key " + _EXPIRE_SYNTAX + " | PERSIST]")
 def getex(ctx, args: list[bytes]):
@@ -214,7 +216,7 @@ def getex(ctx, args: list[bytes]):
     return value
 
 
-@command("getdel", 2, "write fast", (1, 1, 1), group="string", acl=_ACL_W_FAST,
+@command("getdel", 2, "write fast", specs="RW ACCESS DELETE index 1 range 0", group="string", acl=_ACL_W_FAST,
          summary="Get the value of a key and delete the key", since="6.2.0",
          complexity="O(1)", syntax="key")
 def getdel(ctx, args: list[bytes]):
@@ -225,7 +227,7 @@ def getdel(ctx, args: list[bytes]):
     return value
 
 
-@command("getset", 3, "write denyoom fast", (1, 1, 1), group="string", acl=_ACL_W_FAST,
+@command("getset", 3, "write denyoom fast", specs="RW ACCESS UPDATE index 1 range 0", group="string", acl=_ACL_W_FAST,
          summary="Set the string value of a key and return its old value", since="1.0.0",
          complexity="O(1)", syntax="key value")
 def getset(ctx, args: list[bytes]):
@@ -235,7 +237,7 @@ def getset(ctx, args: list[bytes]):
     return old
 
 
-@command("mget", -2, "readonly fast", (1, -1, 1), group="string", acl=_ACL_R_FAST,
+@command("mget", -2, "readonly fast", specs="RO ACCESS index 1 range -1", group="string", acl=_ACL_R_FAST,
          summary="Get the values of all the given keys", since="1.0.0",
          complexity="O(N) where N is the number of keys to retrieve.", syntax="key [key ...]")
 def mget(ctx, args: list[bytes]):
@@ -255,7 +257,7 @@ def _mset_records(ctx, args: list[bytes], name: str, now: int) -> list[tuple[byt
     return kstr.mset_records(ctx.ks, args[1:], now)
 
 
-@command("mset", -3, "write denyoom", (1, -1, 2), group="string", acl=_ACL_W_SLOW,
+@command("mset", -3, "write denyoom", specs="OW UPDATE index 1 range -1 2", group="string", acl=_ACL_W_SLOW,
          summary="Set multiple keys to multiple values", since="1.0.1",
          complexity="O(N) where N is the number of keys to set.",
          syntax="key value [key value ...]")
@@ -265,7 +267,7 @@ def mset(ctx, args: list[bytes]):
     return reply.OK
 
 
-@command("msetnx", -3, "write denyoom", (1, -1, 2), group="string", acl=_ACL_W_SLOW,
+@command("msetnx", -3, "write denyoom", specs="OW INSERT index 1 range -1 2", group="string", acl=_ACL_W_SLOW,
          summary="Set multiple keys to multiple values, only if none of the keys exist",
          since="1.0.1", complexity="O(N) where N is the number of keys to set.",
          syntax="key value [key value ...]")
@@ -279,7 +281,7 @@ def msetnx(ctx, args: list[bytes]):
     return 1
 
 
-@command("append", 3, "write denyoom fast", (1, 1, 1), group="string", acl=_ACL_W_FAST,
+@command("append", 3, "write denyoom fast", specs="RW INSERT index 1 range 0", group="string", acl=_ACL_W_FAST,
          summary="Append a value to a key", since="2.0.0",
          complexity="O(1). The amortized time complexity is O(1) assuming the appended "
                     "value is small and the already present value is of any size, since "
@@ -308,7 +310,7 @@ def strlen(ctx, args: list[bytes]):
     return 0 if value is None else len(value)
 
 
-@command("getrange", 4, "readonly", (1, 1, 1), group="string", acl=_ACL_R_SLOW,
+@command("getrange", 4, "readonly", specs="RO ACCESS index 1 range 0", group="string", acl=_ACL_R_SLOW,
          summary="Get a substring of the string stored at a key", since="2.4.0",
          complexity=_GETRANGE_COMPLEXITY, syntax="key start end")
 def getrange(ctx, args: list[bytes]):
@@ -317,14 +319,14 @@ def getrange(ctx, args: list[bytes]):
     return b"" if value is None else getrange_slice(value, start, end)
 
 
-@command("substr", 4, "readonly", (1, 1, 1), group="string", acl=_ACL_R_SLOW,
+@command("substr", 4, "readonly", specs="RO ACCESS index 1 range 0", group="string", acl=_ACL_R_SLOW,
          summary="Get a substring of the string stored at a key", since="1.0.0",
          complexity=_GETRANGE_COMPLEXITY, syntax="key start end")
 def substr(ctx, args: list[bytes]):
     return getrange(ctx, args)
 
 
-@command("setrange", 4, "write denyoom", (1, 1, 1), group="string", acl=_ACL_W_SLOW,
+@command("setrange", 4, "write denyoom", specs="RW UPDATE index 1 range 0", group="string", acl=_ACL_W_SLOW,
          summary="Overwrite part of a string at key starting at the specified offset",
          since="2.2.0",
          complexity="O(1), not counting the time taken to copy the new string in place. "
@@ -351,28 +353,28 @@ def setrange(ctx, args: list[bytes]):
     return len(new)
 
 
-@command("incr", 2, "write denyoom fast", (1, 1, 1), group="string", acl=_ACL_W_FAST,
+@command("incr", 2, "write denyoom fast", specs="RW ACCESS UPDATE index 1 range 0", group="string", acl=_ACL_W_FAST,
          summary="Increment the integer value of a key by one", since="1.0.0",
          complexity="O(1)", syntax="key")
 def incr(ctx, args: list[bytes]):
     return kstr.incr(ctx.ks, args[1], 1, ctx.ks.now())
 
 
-@command("decr", 2, "write denyoom fast", (1, 1, 1), group="string", acl=_ACL_W_FAST,
+@command("decr", 2, "write denyoom fast", specs="RW ACCESS UPDATE index 1 range 0", group="string", acl=_ACL_W_FAST,
          summary="Decrement the integer value of a key by one", since="1.0.0",
          complexity="O(1)", syntax="key")
 def decr(ctx, args: list[bytes]):
     return kstr.incr(ctx.ks, args[1], -1, ctx.ks.now())
 
 
-@command("incrby", 3, "write denyoom fast", (1, 1, 1), group="string", acl=_ACL_W_FAST,
+@command("incrby", 3, "write denyoom fast", specs="RW ACCESS UPDATE index 1 range 0", group="string", acl=_ACL_W_FAST,
          summary="Increment the integer value of a key by the given amount", since="1.0.0",
          complexity="O(1)", syntax="key increment")
 def incrby(ctx, args: list[bytes]):
     return kstr.incr(ctx.ks, args[1], A.int_arg(args[2]), ctx.ks.now())
 
 
-@command("decrby", 3, "write denyoom fast", (1, 1, 1), group="string", acl=_ACL_W_FAST,
+@command("decrby", 3, "write denyoom fast", specs="RW ACCESS UPDATE index 1 range 0", group="string", acl=_ACL_W_FAST,
          summary="Decrement the integer value of a key by the given number", since="1.0.0",
          complexity="O(1)", syntax="key decrement")
 def decrby(ctx, args: list[bytes]):
@@ -382,7 +384,8 @@ def decrby(ctx, args: list[bytes]):
     return kstr.incr(ctx.ks, args[1], -by, ctx.ks.now())
 
 
-@command("incrbyfloat", 3, "write denyoom fast", (1, 1, 1), group="string", acl=_ACL_W_FAST,
+@command("incrbyfloat", 3, "write denyoom fast", specs="RW ACCESS UPDATE index 1 range 0",
+         group="string", acl=_ACL_W_FAST,
          summary="Increment the float value of a key by the given amount", since="2.6.0",
          complexity="O(1)", syntax="key increment")
 def incrbyfloat(ctx, args: list[bytes]):
@@ -405,7 +408,7 @@ def incrbyfloat(ctx, args: list[bytes]):
     return out
 
 
-@command("lcs", -3, "readonly", (1, 2, 1), group="string", acl=_ACL_R_SLOW,
+@command("lcs", -3, "readonly", specs="RO ACCESS index 1 range 1", group="string", acl=_ACL_R_SLOW,
          summary="Find longest common substring", since="7.0.0",
          complexity="O(N*M) where N and M are the lengths of s1 and s2, respectively",
          syntax="key1 key2 [LEN] [IDX] [MINMATCHLEN len] [WITHMATCHLEN]")

@@ -13,7 +13,7 @@ import re
 import pytest
 
 from marekvs.commands import docs
-from marekvs.commands.table import Command, build_table
+from marekvs.commands.table import Command, KeySpec, build_table
 
 TABLE = build_table()
 
@@ -147,26 +147,32 @@ def test_keys_of():
 
 # -- against Redis 7.0.15's COMMAND INFO -------------------------------------------------
 
-# name: (arity, flags, first, last, step, acl categories, [(begin index, lastkey, keystep)])
+# name: (arity, flags, first, last, step, acl categories, key specs in table.py's grammar)
 REDIS_INFO = {
-    "get": (2, ["fast", "readonly"], 1, 1, 1, ["@fast", "@read", "@string"], [(1, 0, 1)]),
-    "set": (-3, ["denyoom", "write"], 1, 1, 1, ["@slow", "@string", "@write"], [(1, 0, 1)]),
-    "mset": (-3, ["denyoom", "write"], 1, -1, 2, ["@slow", "@string", "@write"], [(1, -1, 2)]),
-    "msetnx": (-3, ["denyoom", "write"], 1, -1, 2, ["@slow", "@string", "@write"], [(1, -1, 2)]),
-    "mget": (-2, ["fast", "readonly"], 1, -1, 1, ["@fast", "@read", "@string"], [(1, -1, 1)]),
-    "del": (-2, ["write"], 1, -1, 1, ["@keyspace", "@slow", "@write"], [(1, -1, 1)]),
-    "unlink": (-2, ["fast", "write"], 1, -1, 1, ["@fast", "@keyspace", "@write"], [(1, -1, 1)]),
-    "exists": (-2, ["fast", "readonly"], 1, -1, 1, ["@fast", "@keyspace", "@read"], [(1, -1, 1)]),
-    "incr": (2, ["denyoom", "fast", "write"], 1, 1, 1, ["@fast", "@string", "@write"], [(1, 0, 1)]),
-    "incrby": (3, ["denyoom", "fast", "write"], 1, 1, 1, ["@fast", "@string", "@write"], [(1, 0, 1)]),
-    "incrbyfloat": (3, ["denyoom", "fast", "write"], 1, 1, 1, ["@fast", "@string", "@write"], [(1, 0, 1)]),
-    "expire": (-3, ["fast", "write"], 1, 1, 1, ["@fast", "@keyspace", "@write"], [(1, 0, 1)]),
-    "ttl": (2, ["fast", "readonly"], 1, 1, 1, ["@fast", "@keyspace", "@read"], [(1, 0, 1)]),
-    "setex": (4, ["denyoom", "write"], 1, 1, 1, ["@slow", "@string", "@write"], [(1, 0, 1)]),
-    "getrange": (4, ["readonly"], 1, 1, 1, ["@read", "@slow", "@string"], [(1, 0, 1)]),
-    "rename": (3, ["write"], 1, 2, 1, ["@keyspace", "@slow", "@write"], [(1, 0, 1), (2, 0, 1)]),
-    "copy": (-3, ["denyoom", "write"], 1, 2, 1, ["@keyspace", "@slow", "@write"], [(1, 0, 1), (2, 0, 1)]),
-    "lcs": (-3, ["readonly"], 1, 2, 1, ["@read", "@slow", "@string"], [(1, 1, 1)]),
+    "get": (2, ["fast", "readonly"], 1, 1, 1, ["@fast", "@read", "@string"], ["RO ACCESS index 1 range 0"]),
+    "set": (-3, ["denyoom", "write"], 1, 1, 1, ["@slow", "@string", "@write"],
+            ["RW ACCESS UPDATE VARIABLE_FLAGS index 1 range 0 (RW and ACCESS due to the optional `GET` argument)"]),
+    "mset": (-3, ["denyoom", "write"], 1, -1, 2, ["@slow", "@string", "@write"], ["OW UPDATE index 1 range -1 2"]),
+    "msetnx": (-3, ["denyoom", "write"], 1, -1, 2, ["@slow", "@string", "@write"], ["OW INSERT index 1 range -1 2"]),
+    "mget": (-2, ["fast", "readonly"], 1, -1, 1, ["@fast", "@read", "@string"], ["RO ACCESS index 1 range -1"]),
+    "del": (-2, ["write"], 1, -1, 1, ["@keyspace", "@slow", "@write"], ["RM DELETE index 1 range -1"]),
+    "unlink": (-2, ["fast", "write"], 1, -1, 1, ["@fast", "@keyspace", "@write"], ["RM DELETE index 1 range -1"]),
+    "exists": (-2, ["fast", "readonly"], 1, -1, 1, ["@fast", "@keyspace", "@read"], ["RO index 1 range -1"]),
+    "incr": (2, ["denyoom", "fast", "write"], 1, 1, 1, ["@fast", "@string", "@write"],
+             ["RW ACCESS UPDATE index 1 range 0"]),
+    "incrby": (3, ["denyoom", "fast", "write"], 1, 1, 1, ["@fast", "@string", "@write"],
+               ["RW ACCESS UPDATE index 1 range 0"]),
+    "incrbyfloat": (3, ["denyoom", "fast", "write"], 1, 1, 1, ["@fast", "@string", "@write"],
+                    ["RW ACCESS UPDATE index 1 range 0"]),
+    "expire": (-3, ["fast", "write"], 1, 1, 1, ["@fast", "@keyspace", "@write"], ["RW UPDATE index 1 range 0"]),
+    "ttl": (2, ["fast", "readonly"], 1, 1, 1, ["@fast", "@keyspace", "@read"], ["RO ACCESS index 1 range 0"]),
+    "setex": (4, ["denyoom", "write"], 1, 1, 1, ["@slow", "@string", "@write"], ["OW UPDATE index 1 range 0"]),
+    "getrange": (4, ["readonly"], 1, 1, 1, ["@read", "@slow", "@string"], ["RO ACCESS index 1 range 0"]),
+    "rename": (3, ["write"], 1, 2, 1, ["@keyspace", "@slow", "@write"],
+               ["RW ACCESS DELETE index 1 range 0", "OW UPDATE index 2 range 0"]),
+    "copy": (-3, ["denyoom", "write"], 1, 2, 1, ["@keyspace", "@slow", "@write"],
+             ["RO ACCESS index 1 range 0", "OW UPDATE index 2 range 0"]),
+    "lcs": (-3, ["readonly"], 1, 2, 1, ["@read", "@slow", "@string"], ["RO ACCESS index 1 range 1"]),
     "scan": (-2, ["readonly"], 0, 0, 0, ["@keyspace", "@read", "@slow"], []),
     "keys": (2, ["readonly"], 0, 0, 0, ["@dangerous", "@keyspace", "@read", "@slow"], []),
     "ping": (-1, ["fast"], 0, 0, 0, ["@connection", "@fast"], []),
@@ -203,6 +209,20 @@ REDIS_INFO = {
     "command|info": (-2, ["loading", "stale"], 0, 0, 0, ["@connection", "@slow"], []),
     "command|docs": (-2, ["loading", "stale"], 0, 0, 0, ["@connection", "@slow"], []),
     "command|getkeys": (-4, ["loading", "stale"], 0, 0, 0, ["@connection", "@slow"], []),
+    "command|getkeysandflags": (-4, ["loading", "stale"], 0, 0, 0, ["@connection", "@slow"], []),
+    "config|help": (2, ["loading", "stale"], 0, 0, 0, ["@slow"], []),
+    "save": (1, ["admin", "no_async_loading", "no_multi", "noscript"], 0, 0, 0, ["@admin", "@dangerous", "@slow"], []),
+    "role": (1, ["fast", "loading", "noscript", "stale"], 0, 0, 0, ["@admin", "@dangerous", "@fast"], []),
+    "wait": (3, ["noscript"], 0, 0, 0, ["@connection", "@slow"], []),
+    "getdel": (2, ["fast", "write"], 1, 1, 1, ["@fast", "@string", "@write"], ["RW ACCESS DELETE index 1 range 0"]),
+    "getex": (-2, ["fast", "write"], 1, 1, 1, ["@fast", "@string", "@write"],
+              ["RW ACCESS UPDATE index 1 range 0 (RW and UPDATE because it changes the TTL)"]),
+    "append": (3, ["denyoom", "fast", "write"], 1, 1, 1, ["@fast", "@string", "@write"], ["RW INSERT index 1 range 0"]),
+    "setnx": (3, ["denyoom", "fast", "write"], 1, 1, 1, ["@fast", "@string", "@write"], ["OW INSERT index 1 range 0"]),
+    "persist": (2, ["fast", "write"], 1, 1, 1, ["@fast", "@keyspace", "@write"], ["RW UPDATE index 1 range 0"]),
+    "renamenx": (3, ["fast", "write"], 1, 2, 1, ["@fast", "@keyspace", "@write"],
+                 ["RW ACCESS DELETE index 1 range 0", "OW INSERT index 2 range 0"]),
+    "object|encoding": (3, ["readonly"], 2, 2, 1, ["@keyspace", "@read", "@slow"], ["RO index 2 range 0"]),
 }
 NAMES = sorted(REDIS_INFO)
 
@@ -263,45 +283,23 @@ def test_acl_categories_match_redis():
     assert not bad, bad
 
 
-def _expand(specs: list[tuple[int, int, int]], argv_len: int) -> list[int]:
-    """Key positions the specs (index/range) select in an argv of ``argv_len``."""
-    out = []
-    for index, lastkey, keystep in specs:
-        last = index + lastkey if lastkey >= 0 else argv_len + lastkey
-        out += list(range(index, last + 1, keystep))
-    return sorted(set(out))
-
-
-def _specs_of(reply) -> list[tuple[int, int, int]]:
-    out = []
-    for spec in reply[8]:
-        m = _map(spec)
-        bs, fk = _map(m["begin_search"]), _map(m["find_keys"])
-        assert _s(bs["type"]) == "index" and _s(fk["type"]) == "range"
-        b, f = _map(bs["spec"]), _map(fk["spec"])
-        assert f["limit"] == 0
-        out.append((b["index"], f["lastkey"], f["keystep"]))
-    return out
-
-
 @pytest.mark.parametrize("name", NAMES)
-def test_key_specs_select_the_same_keys_as_redis(name):
-    want = REDIS_INFO[name][6]
-    got = _specs_of(info_of(name))
-    assert bool(got) == bool(want)
-    for argc in range(1, 9):
-        assert _expand(got, argc) == _expand(want, argc), f"argc={argc}"
+def test_key_specs_match_redis(name):
+    # the whole key spec as COMMAND INFO shows it: notes, flags, begin_search, find_keys
+    want = [docs.key_spec_reply(KeySpec.parse(text)) for text in REDIS_INFO[name][6]]
+    assert info_of(name)[8] == want
 
 
-@pytest.mark.parametrize("name", [n for n in NAMES if REDIS_INFO[n][6]])
-def test_key_spec_access_flags(name):
-    cmd = lookup(name)
-    for spec in info_of(name)[8]:
-        flags = {_s(f) for f in _map(spec)["flags"]}
-        if cmd.is_write:
-            assert flags & {"RW", "OW", "RM"}, flags
-        else:
-            assert "RO" in flags and not flags & {"RW", "OW", "RM"}, flags
+@pytest.mark.parametrize("cmd", [c for c in ALL if c.key_specs], ids=[c.fullname for c in ALL if c.key_specs])
+def test_key_spec_access_flags(cmd):
+    # each spec says exactly one of RO/RW/OW/RM; a write command writes through at least
+    # one of them (COPY reads its source), a read-only one through none
+    access = [{_s(f) for f in _map(spec)["flags"]} & {"RO", "RW", "OW", "RM"} for spec in docs.info_reply(cmd)[8]]
+    assert all(len(a) == 1 for a in access), access
+    if cmd.is_write:
+        assert any(a != {"RO"} for a in access), access
+    else:
+        assert all(a == {"RO"} for a in access), access
 
 
 def test_info_reply_shape():
