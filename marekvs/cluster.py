@@ -1,19 +1,31 @@
-"""``marekvs cluster up|status|down|add``: a local multi-node cluster for development.
+"""``marekvs cluster up|status|add|stop|start|restart|down``: a local multi-node cluster for development.
 
 Every node is a real ``marekvs serve`` process on 127.0.0.1, started detached (its own
 session, so it outlives this command), with its own data directory ``DIR/nodeI`` and log
 file ``DIR/nodeI.log``. ``DIR/cluster.json`` records every node (id, pid, RESP and gRPC
 ports, data directory, log) and is what ``status``, ``add`` and ``down`` work from.
 
-- ``up --nodes N`` starts nodes 1..N (RESP ``--base-port``+i-1, gRPC ``--grpc-base-port``+i-1)
-  in a full mesh and waits until every node answers PING. Run again on a stopped cluster
-  directory it restarts the recorded nodes on their data directories.
+- ``up --nodes N`` starts nodes 1..N (RESP ``--base-port``+i-1, gRPC ``--grpc-base-port``+i-1,
+  with ``--metrics`` a Prometheus port ``--metrics-base-port``+i-1) in a full mesh and waits
+  until every node answers PING. Run again on a stopped cluster directory it restarts the
+  recorded nodes on their data directories.
 - ``status`` PINGs every node and shows its pid, DBSIZE, DEBUG DIGEST and, from
-  ``INFO replication``, every link: peer id, state, lag in entries and in ms.
+  ``INFO replication``, every link: peer id, state, lag in entries and in ms. With
+  ``--ports P1,P2,..`` it shows the nodes answering on those ports instead (no cluster
+  directory: e.g. the published ports of the docker compose cluster).
 - ``add`` starts one more node whose ``--peers`` lists the existing nodes; it bootstraps
   from them (snapshot) before it serves, and they learn it from its handshake (Hello).
-- ``down`` sends SIGTERM to every recorded pid (after checking the pid is still that
+- ``stop N``, ``start N``, ``restart N`` stop (SIGTERM, then SIGKILL after ``--timeout``),
+  start or restart node N of the cluster (one or more ids) with its recorded ports, data
+  directory and peers; the other nodes keep running.
+- ``down`` sends SIGTERM to every node's process (after checking the pid is still that
   node's process), then SIGKILL to any left after ``--timeout`` seconds.
+
+The pid of a node is found, not trusted: the process holding the RocksDB lock of its data
+directory (``/proc/locks``), else the ``process_id`` the node reports on its port (``INFO
+server``), else the recorded pid if it is still that node's process. So a node restarted by
+hand (on its data directory) shows its true pid in ``status``, ``down`` and ``stop`` stop it,
+and ``cluster.json`` is updated with the pid found.
 
 Exit codes: 0 ok, 1 when any node failed (did not start, is down, could not be stopped).
 
@@ -164,6 +176,7 @@ class NodeSpec:
     data_dir: str
     log: str
     pid: int = 0
+    metrics_port: int = 0  # 0: no metrics exporter
 
 
 def port_free(port: int, host: str = HOST) -> bool:
@@ -206,7 +219,9 @@ def pid_alive(pid: int) -> bool:
 
 
 def is_node_process(pid: int, node: NodeSpec) -> bool:
-    """Guard against pid reuse: is ``pid`` still ``marekvs serve`` on this node's data dir?"""
+    """Guard against pid reuse: is ``pid`` still ``marekvs serve`` on this node's data dir?
+    (the data dir on its command line, or its RocksDB lock held by ``pid``: a node started by
+    hand may name its data dir by another path)"""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             argv = f.read().split(b"\0")
@@ -214,7 +229,70 @@ def is_node_process(pid: int, node: NodeSpec) -> bool:
         return pid_alive(pid) and not os.path.isdir("/proc")  # no procfs: trust the pid
     except OSError:
         return False
-    return b"serve" in argv and os.fsencode(node.data_dir) in argv
+    if b"serve" not in argv:
+        return False
+    return os.fsencode(node.data_dir) in argv or pid in lock_holders(os.path.join(node.data_dir, "LOCK"))
+
+
+def lock_holders(path: str) -> set[int]:
+    """Pids holding a lock on ``path`` (Linux ``/proc/locks``; empty where there is none).
+
+    RocksDB holds a POSIX lock on ``DATA_DIR/LOCK`` for as long as the database is open, so
+    this is the process that owns a node's data, however it was started."""
+    try:
+        st = os.stat(path)
+        with open("/proc/locks") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return set()
+    dev = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    out = set()
+    for line in lines:
+        # "1: POSIX  ADVISORY  WRITE 5017 fe:00:2190450 0 EOF" (waiters: "1: -> POSIX ...")
+        f = line.split()
+        if len(f) >= 6 and f[1] != "->" and f[5] == dev and f[4].isdigit():
+            out.add(int(f[4]))
+    return out
+
+
+def reported_pid(port: int, host: str = HOST, timeout: float = 1.0) -> int:
+    """The ``process_id`` of INFO server of whatever answers on ``port`` (0 when nothing does)."""
+    try:
+        with Resp(port, host=host, timeout=timeout) as c:
+            info = parse_info(c.call("INFO", "server"))
+        return int(info.get("process_id", 0))
+    except (OSError, RespError, ValueError):
+        return 0
+
+
+def find_pid(node: NodeSpec) -> int:
+    """The pid of the process that is node ``node`` now, or 0: the holder of its data
+    directory's RocksDB lock, else the pid it reports on its port, else the recorded pid,
+    each only while it is that node's process."""
+    for pid in sorted(lock_holders(os.path.join(node.data_dir, "LOCK"))):
+        if pid_alive(pid):
+            return pid
+    pid = reported_pid(node.port)
+    if pid and pid_alive(pid) and is_node_process(pid, node):
+        return pid
+    if pid_alive(node.pid) and is_node_process(node.pid, node):
+        return node.pid
+    return 0
+
+
+def refresh_pids(d: str | Path, st: dict[str, Any]) -> dict[int, int]:
+    """Set every node's pid to the one ``find_pid`` finds (a node not running keeps its
+    recorded pid) and save the state when one changed. Returns {node id: pid found or 0}."""
+    found = {}
+    changed = False
+    for n in st["nodes"]:
+        pid = found[n.id] = find_pid(n)
+        if pid and pid != n.pid:
+            n.pid = pid
+            changed = True
+    if changed:
+        save_state(d, st)
+    return found
 
 
 def node_argv(
@@ -243,6 +321,8 @@ def node_argv(
     spec = ",".join(f"{p.id}@{HOST}:{p.grpc_port}" for p in peers if p.id != node.id)
     if spec:
         argv += ["--peers", spec]
+    if node.metrics_port:
+        argv += ["--metrics-port", str(node.metrics_port)]
     return argv + list(extra or [])
 
 
@@ -380,7 +460,9 @@ def save_state(d: str | Path, st: dict[str, Any]) -> None:
     os.replace(tmp, p)
 
 
-def plan_nodes(d: str | Path, n: int, base_port: int, grpc_base_port: int) -> list[NodeSpec]:
+def plan_nodes(
+    d: str | Path, n: int, base_port: int, grpc_base_port: int, metrics_base_port: int = 0
+) -> list[NodeSpec]:
     d = Path(d).resolve()
     return [
         NodeSpec(
@@ -389,9 +471,14 @@ def plan_nodes(d: str | Path, n: int, base_port: int, grpc_base_port: int) -> li
             grpc_port=grpc_base_port + i - 1,
             data_dir=str(d / f"node{i}"),
             log=str(d / f"node{i}.log"),
+            metrics_port=metrics_base_port + i - 1 if metrics_base_port else 0,
         )
         for i in range(1, n + 1)
     ]
+
+
+def node_ports(n: NodeSpec) -> list[int]:
+    return [n.port, n.grpc_port] + ([n.metrics_port] if n.metrics_port else [])
 
 
 def start_cluster(
@@ -404,11 +491,13 @@ def start_cluster(
     name: str = "marekvs",
     timeout: float = 60.0,
     extra: list[str] | None = None,
+    metrics_base_port: int = 0,
 ) -> tuple[dict[str, Any], dict[int, str]]:
-    """Start a fresh full-mesh cluster in ``d``; returns (state, {node id: problem})."""
+    """Start a fresh full-mesh cluster in ``d``; returns (state, {node id: problem}).
+    ``metrics_base_port`` > 0 gives node i the Prometheus port ``metrics_base_port``+i-1."""
     d = Path(d).resolve()
     d.mkdir(parents=True, exist_ok=True)
-    specs = plan_nodes(d, nodes, base_port, grpc_base_port)
+    specs = plan_nodes(d, nodes, base_port, grpc_base_port, metrics_base_port)
     st = {
         "name": name,
         "secret": secret,
@@ -416,6 +505,7 @@ def start_cluster(
         "host": HOST,
         "base_port": base_port,
         "grpc_base_port": grpc_base_port,
+        "metrics_base_port": metrics_base_port,
         "extra": list(extra or []),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
         "nodes": specs,
@@ -432,16 +522,25 @@ def add_node(d: str | Path, timeout: float = 60.0) -> tuple[dict[str, Any], Node
     st = load_state(d)
     nodes: list[NodeSpec] = st["nodes"]
     nid = max(n.id for n in nodes) + 1
-    used = {n.port for n in nodes} | {n.grpc_port for n in nodes}
-    port = max(n.port for n in nodes) + 1
-    while port in used or not port_free(port):
-        port += 1
-    used.add(port)
-    gport = max(n.grpc_port for n in nodes) + 1
-    while gport in used or not port_free(gport):
-        gport += 1
+    used = {p for n in nodes for p in node_ports(n)}
+
+    def next_free(after: int) -> int:
+        p = after + 1
+        while p in used or not port_free(p):
+            p += 1
+        used.add(p)
+        return p
+
+    port = next_free(max(n.port for n in nodes))
+    gport = next_free(max(n.grpc_port for n in nodes))
+    mport = next_free(max(n.metrics_port for n in nodes)) if any(n.metrics_port for n in nodes) else 0
     spec = NodeSpec(
-        id=nid, port=port, grpc_port=gport, data_dir=str(d / f"node{nid}"), log=str(d / f"node{nid}.log")
+        id=nid,
+        port=port,
+        grpc_port=gport,
+        data_dir=str(d / f"node{nid}"),
+        log=str(d / f"node{nid}.log"),
+        metrics_port=mport,
     )
     start_node(spec, nodes, st["durability"], st["name"], st.get("secret", ""), st.get("extra"))
     st["nodes"] = nodes + [spec]
@@ -449,28 +548,32 @@ def add_node(d: str | Path, timeout: float = 60.0) -> tuple[dict[str, Any], Node
     return st, spec, wait_ready([spec], timeout)
 
 
-def node_status(n: NodeSpec, timeout: float = 2.0) -> dict[str, Any]:
-    """PING, DBSIZE, DEBUG DIGEST and INFO replication of one node."""
+def node_status(n: NodeSpec, timeout: float = 2.0, host: str = HOST) -> dict[str, Any]:
+    """PING, DBSIZE, DEBUG DIGEST, INFO server's process_id and INFO replication of one node."""
     r: dict[str, Any] = {
         "id": n.id,
         "pid": n.pid,
         "port": n.port,
         "grpc_port": n.grpc_port,
+        "metrics_port": n.metrics_port,
         "process": pid_alive(n.pid),
         "up": False,
         "links": [],
     }
     try:
-        with Resp(n.port, timeout=timeout) as c:
+        with Resp(n.port, host=host, timeout=timeout) as c:
             r["up"] = c.call("PING") == "PONG"
             r["dbsize"] = c.call("DBSIZE")
             dig = c.call("DEBUG", "DIGEST")
             r["digest"] = dig.decode() if isinstance(dig, bytes) else str(dig)
+            server = parse_info(c.call("INFO", "server"))
             info = parse_info(c.call("INFO", "replication"))
     except (OSError, RespError, ValueError) as e:
         r["error"] = str(e) or type(e).__name__
         return r
-    for k in ("connected_peers", "known_peers", "log_first_seq", "log_last_seq"):
+    if str(server.get("process_id", "")).isdigit():
+        r["reported_pid"] = int(server["process_id"])
+    for k in ("node_id", "connected_peers", "known_peers", "log_first_seq", "log_last_seq"):
         if k in info:
             r[k] = int(info[k]) if str(info[k]).lstrip("-").isdigit() else info[k]
     for p in peer_links(info):
@@ -495,7 +598,8 @@ def _table(rows: list[list[str]]) -> str:
 
 
 def print_nodes(nodes: list[NodeSpec], problems: dict[int, str]) -> None:
-    rows = [["NODE", "STATUS", "PID", "RESP", "GRPC", "DATA", "LOG"]]
+    metrics = any(n.metrics_port for n in nodes)
+    rows = [["NODE", "STATUS", "PID", "RESP", "GRPC", *(["METRICS"] if metrics else []), "DATA", "LOG"]]
     for n in nodes:
         rows.append(
             [
@@ -504,6 +608,7 @@ def print_nodes(nodes: list[NodeSpec], problems: dict[int, str]) -> None:
                 str(n.pid),
                 f"{HOST}:{n.port}",
                 str(n.grpc_port),
+                *([str(n.metrics_port or "-")] if metrics else []),
                 n.data_dir,
                 n.log,
             ]
@@ -516,25 +621,35 @@ def print_nodes(nodes: list[NodeSpec], problems: dict[int, str]) -> None:
 
 # -- commands -------------------------------------------------------------------------------
 
+DEFAULT_METRICS_BASE_PORT = 9400
+
 
 def cmd_up(args: argparse.Namespace) -> int:
     d = Path(args.dir).resolve()
+    metrics_base = 0
+    if args.metrics or args.metrics_base_port is not None:
+        metrics_base = args.metrics_base_port or DEFAULT_METRICS_BASE_PORT
     if state_path(d).exists():
         st = load_state(d)
         nodes = st["nodes"]
-        running = [n for n in nodes if pid_alive(n.pid) and is_node_process(n.pid, n)]
+        found = refresh_pids(d, st)
+        running = [n for n in nodes if found[n.id]]
         if running:
+            stopped = [str(n.id) for n in nodes if not found[n.id]]
             print(
                 f"marekvs cluster: {state_path(d)} has running nodes "
-                f"({', '.join(str(n.id) for n in running)}); run `marekvs cluster down --dir {args.dir}` first",
+                f"({', '.join(str(n.id) for n in running)}); run `marekvs cluster down --dir {args.dir}` first"
+                + (f", or `marekvs cluster start --dir {args.dir} {' '.join(stopped)}` to start the stopped ones"
+                   if stopped else ""),
                 file=sys.stderr,
             )
             return 1
         print(
             f"restarting the {len(nodes)} recorded nodes of {state_path(d)} on their data directories"
             + (f" (--nodes {args.nodes} ignored)" if args.nodes not in (None, len(nodes)) else "")
+            + (" (--metrics ignored: the recorded nodes keep their ports)" if metrics_base else "")
         )
-        busy = [p for n in nodes for p in (n.port, n.grpc_port) if not port_free(p)]
+        busy = [p for n in nodes for p in node_ports(n) if not port_free(p)]
         if busy:
             print(f"marekvs cluster: ports in use: {busy}", file=sys.stderr)
             return 1
@@ -549,11 +664,13 @@ def cmd_up(args: argparse.Namespace) -> int:
     if args.nodes < 1:
         print("marekvs cluster: --nodes must be >= 1", file=sys.stderr)
         return 1
-    specs = plan_nodes(d, args.nodes, args.base_port, args.grpc_base_port)
-    busy = [p for s in specs for p in (s.port, s.grpc_port) if not port_free(p)]
+    specs = plan_nodes(d, args.nodes, args.base_port, args.grpc_base_port, metrics_base)
+    busy = [p for s in specs for p in node_ports(s) if not port_free(p)]
     if busy:
         print(
-            f"marekvs cluster: ports in use: {busy} (choose --base-port / --grpc-base-port)", file=sys.stderr
+            f"marekvs cluster: ports in use: {busy} (choose --base-port / --grpc-base-port"
+            + (" / --metrics-base-port" if metrics_base else "") + ")",
+            file=sys.stderr,
         )
         return 1
     st, problems = start_cluster(
@@ -565,6 +682,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         args.secret or "",
         args.name,
         args.timeout,
+        metrics_base_port=metrics_base,
     )
     print(f"cluster {args.name!r}: {args.nodes} node(s), state in {state_path(d)}")
     print_nodes(st["nodes"], problems)
@@ -594,17 +712,43 @@ def cmd_add(args: argparse.Namespace) -> int:
     return 1 if problems else 0
 
 
+def _port_nodes(ports: str) -> list[NodeSpec]:
+    out = []
+    for i, p in enumerate(x for x in ports.split(",") if x.strip()):
+        out.append(NodeSpec(id=i + 1, port=int(p), grpc_port=0, data_dir="", log=""))
+    return out
+
+
 def cmd_status(args: argparse.Namespace) -> int:
-    d = _cluster_dir(args)
-    if d is None:
-        return 1
-    st = load_state(d)
-    statuses = [node_status(n) for n in st["nodes"]]
+    if args.ports:
+        # nodes we did not start (e.g. containers): what they report about themselves
+        try:
+            nodes = _port_nodes(args.ports)
+        except ValueError:
+            print(f"marekvs cluster: --ports wants comma-separated port numbers, not {args.ports!r}",
+                  file=sys.stderr)
+            return 2
+        statuses = [node_status(n, host=args.host) for n in nodes]
+        for s in statuses:
+            s["id"] = s.get("node_id", s["id"])
+            s["pid"] = s.get("reported_pid", 0)
+            s["process"] = s["up"]
+        name, where = "(ports)", f"{args.host}:{args.ports}"
+    else:
+        d = _cluster_dir(args)
+        if d is None:
+            return 1
+        st = load_state(d)
+        refresh_pids(d, st)
+        statuses = [node_status(n) for n in st["nodes"]]
+        name, where = st["name"], str(state_path(d))
     bad = [s for s in statuses if not s["up"]]
     if args.json:
-        print(json.dumps({"name": st["name"], "dir": str(d), "nodes": statuses}, indent=2))
+        print(json.dumps({"name": name, "dir": where if not args.ports else "", "nodes": statuses}, indent=2))
         return 1 if bad else 0
-    rows = [["NODE", "STATUS", "PID", "RESP", "GRPC", "KEYS", "DIGEST", "LOG", "PEERS"]]
+    metrics = any(s.get("metrics_port") for s in statuses)
+    rows = [["NODE", "STATUS", "PID", "RESP", "GRPC", "KEYS", "DIGEST", "LOG", "PEERS",
+             *(["METRICS"] if metrics else [])]]
     for s in statuses:
         status = "up" if s["up"] else ("down" if not s["process"] else "unresponsive")
         rows.append(
@@ -613,14 +757,15 @@ def cmd_status(args: argparse.Namespace) -> int:
                 status,
                 str(s["pid"]) if s["process"] else f"({s['pid']})",
                 str(s["port"]),
-                str(s["grpc_port"]),
+                str(s["grpc_port"] or "-"),
                 str(s.get("dbsize", "-")),
                 s.get("digest", "-")[:12],
                 str(s.get("log_last_seq", "-")),
                 f"{s.get('connected_peers', '-')}/{s.get('known_peers', '-')}" if s["up"] else "-",
+                *([str(s.get("metrics_port") or "-")] if metrics else []),
             ]
         )
-    print(f"cluster {st['name']!r} ({state_path(d)})")
+    print(f"cluster {name!r} ({where})")
     print(_table(rows))
     link_rows = [["NODE", "-> PEER", "STATE", "LAG_ENTRIES", "LAG_MS"]]
     for s in statuses:
@@ -646,10 +791,92 @@ def cmd_down(args: argparse.Namespace) -> int:
     if d is None:
         return 1
     st = load_state(d)
+    refresh_pids(d, st)
     res = stop_nodes(st["nodes"], args.timeout)
     for n in st["nodes"]:
         print(f"node {n.id} (pid {n.pid}): {res[n.id]}")
     return 1 if any(v == "failed" for v in res.values()) else 0
+
+
+def _selected(st: dict[str, Any], ids: list[int]) -> list[NodeSpec] | None:
+    by_id = {n.id: n for n in st["nodes"]}
+    unknown = [i for i in ids if i not in by_id]
+    if unknown:
+        print(
+            f"marekvs cluster: no node {', '.join(map(str, unknown))} in this cluster "
+            f"(nodes: {', '.join(str(i) for i in by_id)})",
+            file=sys.stderr,
+        )
+        return None
+    return [by_id[i] for i in dict.fromkeys(ids)]
+
+
+def _stop(d: Path, st: dict[str, Any], nodes: list[NodeSpec], timeout: float) -> bool:
+    res = stop_nodes(nodes, timeout)
+    for n in nodes:
+        print(f"node {n.id} (pid {n.pid}): {res[n.id]}")
+    # "not ours": the recorded pid belongs to another process now, and no process is this node
+    return not any(res[n.id] == "failed" for n in nodes)
+
+
+def _start(d: Path, st: dict[str, Any], nodes: list[NodeSpec], found: dict[int, int], timeout: float) -> bool:
+    todo = []
+    for n in nodes:
+        if found.get(n.id):
+            print(f"node {n.id}: already running (pid {found[n.id]})")
+        else:
+            todo.append(n)
+    busy = {n.id: [p for p in node_ports(n) if not port_free(p)] for n in todo}
+    busy = {i: ports for i, ports in busy.items() if ports}
+    if busy:
+        for i, ports in busy.items():
+            print(f"marekvs cluster: node {i}: ports in use: {ports}", file=sys.stderr)
+        return False
+    for n in todo:
+        start_node(n, st["nodes"], st["durability"], st["name"], st.get("secret", ""), st.get("extra"))
+    save_state(d, st)
+    problems = wait_ready(todo, timeout)
+    if todo:
+        print_nodes(todo, problems)
+    return not problems
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    d = _cluster_dir(args)
+    if d is None:
+        return 1
+    st = load_state(d)
+    nodes = _selected(st, args.node)
+    if nodes is None:
+        return 1
+    refresh_pids(d, st)
+    return 0 if _stop(d, st, nodes, args.timeout) else 1
+
+
+def cmd_start(args: argparse.Namespace) -> int:
+    d = _cluster_dir(args)
+    if d is None:
+        return 1
+    st = load_state(d)
+    nodes = _selected(st, args.node)
+    if nodes is None:
+        return 1
+    found = refresh_pids(d, st)
+    return 0 if _start(d, st, nodes, found, args.timeout) else 1
+
+
+def cmd_restart(args: argparse.Namespace) -> int:
+    d = _cluster_dir(args)
+    if d is None:
+        return 1
+    st = load_state(d)
+    nodes = _selected(st, args.node)
+    if nodes is None:
+        return 1
+    refresh_pids(d, st)
+    if not _stop(d, st, nodes, args.stop_timeout):
+        return 1
+    return 0 if _start(d, st, nodes, {}, args.timeout) else 1
 
 
 class _Fmt(argparse.ArgumentDefaultsHelpFormatter):
@@ -662,7 +889,7 @@ class _Fmt(argparse.ArgumentDefaultsHelpFormatter):
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "cluster",
-        help="run a local multi-node cluster (up, status, add, down)",
+        help="run a local multi-node cluster (up, status, add, stop, start, restart, down)",
         description="Run a local multi-node marekvs cluster on 127.0.0.1: every node is a "
         "detached `marekvs serve` process recorded in DIR/cluster.json.",
     )
@@ -674,6 +901,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
             "--dir", default="./cluster", help="cluster directory (node data dirs, logs, cluster.json)"
         )
 
+    def node_ids(q: argparse.ArgumentParser) -> None:
+        q.add_argument("node", type=int, nargs="+", metavar="N", help="node id(s), as in `marekvs cluster status`")
+
     up = csub.add_parser("up", help="start N nodes in a full mesh", formatter_class=fmt)
     up.add_argument(
         "--nodes",
@@ -684,6 +914,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     up.add_argument("--base-port", type=int, default=7000, help="RESP port of node 1 (node i: base+i-1)")
     up.add_argument(
         "--grpc-base-port", type=int, default=17000, help="gRPC port of node 1 (node i: base+i-1)"
+    )
+    up.add_argument(
+        "--metrics",
+        action="store_true",
+        help=f"turn on every node's Prometheus exporter (GET /metrics), node i on "
+        f"--metrics-base-port+i-1 (default base {DEFAULT_METRICS_BASE_PORT})",
+    )
+    up.add_argument(
+        "--metrics-base-port", type=int, default=None, help="metrics port of node 1 (implies --metrics)"
     )
     common(up)
     up.add_argument("--durability", default="everysec", choices=["always", "everysec", "no"])
@@ -699,12 +938,42 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     common(st)
     st.add_argument("--json", action="store_true", help="machine-readable output")
+    st.add_argument(
+        "--ports",
+        default="",
+        metavar="P1,P2,..",
+        help="show the nodes answering on these RESP ports of --host instead of a cluster directory "
+        "(e.g. the ports a docker compose cluster publishes); PID is what each node reports",
+    )
+    st.add_argument("--host", default=HOST, help="host of --ports")
     st.set_defaults(func=cmd_status)
 
     ad = csub.add_parser("add", help="start one more node that joins the live cluster", formatter_class=fmt)
     common(ad)
     ad.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the node to answer PING")
     ad.set_defaults(func=cmd_add)
+
+    sp = csub.add_parser("stop", help="stop node N (the others keep running)", formatter_class=fmt)
+    node_ids(sp)
+    common(sp)
+    sp.add_argument("--timeout", type=float, default=15.0, help="seconds after SIGTERM before SIGKILL")
+    sp.set_defaults(func=cmd_stop)
+
+    sa = csub.add_parser(
+        "start", help="start stopped node N again (its recorded ports, data directory and peers)",
+        formatter_class=fmt,
+    )
+    node_ids(sa)
+    common(sa)
+    sa.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the node to answer PING")
+    sa.set_defaults(func=cmd_start)
+
+    rs = csub.add_parser("restart", help="stop node N, then start it again", formatter_class=fmt)
+    node_ids(rs)
+    common(rs)
+    rs.add_argument("--stop-timeout", type=float, default=15.0, help="seconds after SIGTERM before SIGKILL")
+    rs.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the node to answer PING")
+    rs.set_defaults(func=cmd_restart)
 
     dn = csub.add_parser("down", help="stop every node by its pid", formatter_class=fmt)
     common(dn)

@@ -1,16 +1,20 @@
-"""``marekvs cluster up|status|add|down`` end to end: real detached processes on free ports."""
+"""``marekvs cluster up|status|add|stop|start|restart|down`` end to end: real detached processes
+on free ports."""
 
 from __future__ import annotations
 
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
 import time
+import urllib.request
 
 import pytest
 
+from marekvs import cluster as mc
 from marekvs.cluster import Resp, load_state, pid_alive, port_free, stop_nodes
 from tests.helpers import ROOT
 
@@ -159,3 +163,155 @@ def test_cluster_up_refuses_busy_ports(tmp_path):
     assert r.returncode == 1
     assert "in use" in r.stderr
     assert not (tmp_path / "c" / "cluster.json").exists()
+
+
+def status_json(d) -> dict:
+    r = cli("status", "--dir", str(d), "--json")
+    return json.loads(r.stdout)
+
+
+def digests_equal(ports) -> bool:
+    try:
+        return len({call(p, "DEBUG", "DIGEST") for p in ports}) == 1
+    except OSError:
+        return False
+
+
+def test_cluster_stop_start_restart_one_node_and_metrics(tmp_path):
+    """stop/start/restart N act on one node while the others serve; --metrics turns on each
+    node's exporter; `up` on a running cluster refuses and names the stopped node."""
+    d = tmp_path / "cluster"
+    base = free_base(9)
+    gbase, mbase = base + 3, base + 6
+    ports = [base, base + 1, base + 2]
+    try:
+        r = cli("up", "--nodes", "3", "--dir", str(d), "--base-port", str(base), "--grpc-base-port", str(gbase),
+                "--metrics-base-port", str(mbase))
+        assert r.returncode == 0, r.stdout + r.stderr
+        nodes = load_state(d)["nodes"]
+        assert [n.metrics_port for n in nodes] == [mbase, mbase + 1, mbase + 2]
+        for n in nodes:
+            with urllib.request.urlopen(f"http://127.0.0.1:{n.metrics_port}/metrics", timeout=5) as resp:
+                assert b"marekvs_commands_processed_total" in resp.read()
+        assert "METRICS" in r.stdout and str(mbase + 2) in r.stdout
+
+        old2 = nodes[1].pid
+        r = cli("stop", "2", "--dir", str(d))
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert f"node 2 (pid {old2}): stopped" in r.stdout
+        assert not pid_alive(old2)
+        js = status_json(d)
+        assert [s["up"] for s in js["nodes"]] == [True, False, True]
+        # the others keep serving, and replicate what is written meanwhile
+        for i in range(20):
+            assert call(base, "SET", f"while-down:{i}", i) == "OK"
+        assert call(base + 2, "INCRBY", "c", 7) == 7
+
+        r = cli("up", "--dir", str(d))  # the cluster is running: up refuses, pointing at `start 2`
+        assert r.returncode == 1 and "start" in r.stderr and " 2" in r.stderr, r.stderr
+
+        r = cli("start", "2", "--dir", str(d))
+        assert r.returncode == 0, r.stdout + r.stderr
+        new2 = load_state(d)["nodes"][1].pid
+        assert new2 != old2 and pid_alive(new2)
+        wait_until(lambda: digests_equal(ports), timeout=30, what="node 2 caught up")
+        assert call(base + 1, "GET", "while-down:19") == b"19" and call(base + 1, "GET", "c") == b"7"
+        with urllib.request.urlopen(f"http://127.0.0.1:{mbase + 1}/metrics", timeout=5) as resp:
+            assert resp.status == 200
+
+        r = cli("start", "2", "--dir", str(d))  # already running: nothing to do
+        assert r.returncode == 0 and f"already running (pid {new2})" in r.stdout, r.stdout + r.stderr
+
+        old3 = load_state(d)["nodes"][2].pid
+        r = cli("restart", "3", "--dir", str(d))
+        assert r.returncode == 0, r.stdout + r.stderr
+        new3 = load_state(d)["nodes"][2].pid
+        assert new3 != old3 and pid_alive(new3) and not pid_alive(old3)
+        assert call(base + 2, "GET", "c") == b"7"  # its data survived the restart
+        # (written on node 1, not on the restarted node: see test_writes_after_a_restart_replicate)
+        assert call(base, "INCRBY", "c", 1) == 8
+        wait_until(lambda: digests_equal(ports) and call(base + 2, "GET", "c") == b"8", timeout=30,
+                   what="converged after restart")
+        js = status_json(d)
+        assert [s["pid"] for s in js["nodes"]] == [nodes[0].pid, new2, new3]
+        assert all(s["reported_pid"] == s["pid"] for s in js["nodes"])
+
+        r = cli("stop", "7", "--dir", str(d))
+        assert r.returncode == 1 and "no node 7" in r.stderr
+    finally:
+        if (d / "cluster.json").exists():
+            stop_nodes(load_state(d)["nodes"], timeout=5)
+
+
+def test_cluster_finds_a_node_restarted_by_hand(tmp_path):
+    """A node stopped and started again by hand (other pid, data dir given by a relative
+    path): status shows its true pid and records it, and `down` stops it."""
+    d = tmp_path / "cluster"
+    base = free_base(4)
+    gbase = base + 2
+    by_hand = None
+    try:
+        r = cli("up", "--nodes", "2", "--dir", str(d), "--base-port", str(base), "--grpc-base-port", str(gbase))
+        assert r.returncode == 0, r.stdout + r.stderr
+        n2 = load_state(d)["nodes"][1]
+        os.kill(n2.pid, signal.SIGTERM)
+        wait_until(lambda: not pid_alive(n2.pid), what="node 2 stopped")
+        env = dict(os.environ)
+        env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+        with open(d / "node2-by-hand.log", "wb") as log:
+            by_hand = subprocess.Popen(
+                [sys.executable, "-m", "marekvs", "serve", "--node-id", "2", "--port", str(base + 1),
+                 "--grpc-port", str(gbase + 1), "--data-dir", "node2", "--peers", f"1@127.0.0.1:{gbase}"],
+                cwd=str(d), env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        wait_until(lambda: call_ok(base + 1), timeout=30, what="the node started by hand answers")
+        assert by_hand.pid != n2.pid
+
+        r = cli("status", "--dir", str(d))
+        assert r.returncode == 0, r.stdout + r.stderr
+        row = next(ln.split() for ln in r.stdout.splitlines() if ln.split()[:2] == ["2", "up"])
+        assert row[2] == str(by_hand.pid), r.stdout
+        assert load_state(d)["nodes"][1].pid == by_hand.pid  # recorded for the next command
+
+        r = cli("down", "--dir", str(d))
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert f"node 2 (pid {by_hand.pid}): stopped" in r.stdout
+        assert by_hand.wait(10) == 0  # SIGTERM: a clean stop
+    finally:
+        if by_hand is not None and by_hand.poll() is None:
+            by_hand.kill()
+            by_hand.wait(10)
+        if (d / "cluster.json").exists():
+            stop_nodes(load_state(d)["nodes"], timeout=5)
+
+
+def call_ok(port: int) -> bool:
+    try:
+        return call(port, "PING") == "PONG"
+    except OSError:
+        return False
+
+
+def test_writes_after_a_restart_replicate(tmp_path):
+    """Writes a node takes after `cluster restart` reach its peers, also when its log was empty
+    (idle, everything acknowledged and trimmed) when it stopped."""
+    d = tmp_path / "cluster"
+    base = free_base(4)
+    try:
+        r = cli("up", "--nodes", "2", "--dir", str(d), "--base-port", str(base), "--grpc-base-port", str(base + 2))
+        assert r.returncode == 0, r.stdout + r.stderr
+        for i in range(5):
+            assert call(base, "SET", f"before:{i}", i) == "OK"
+
+        def log_empty():  # node 2 has everything and node 1 trimmed it (every 0.5 s)
+            info = mc.parse_info(call(base, "INFO", "replication"))
+            return call(base + 1, "DBSIZE") == 5 and int(info["log_first_seq"]) > int(info["log_last_seq"])
+
+        wait_until(log_empty, timeout=20, what="node 1's log trimmed empty")
+        r = cli("restart", "1", "--dir", str(d))
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert call(base, "SET", "after", "x") == "OK"
+        # replication on loopback takes milliseconds: 5 s is a generous deadline
+        wait_until(lambda: call(base + 1, "GET", "after") == b"x", timeout=5, what="the write after the restart")
+    finally:
+        if (d / "cluster.json").exists():
+            stop_nodes(load_state(d)["nodes"], timeout=5)
