@@ -52,6 +52,7 @@ _HEAD = struct.Struct(">BQHqH")
 _SLOT = struct.Struct(">HQQ")
 FLAGS = env.make_flags(env.RecordType.COUNTER)
 _SIZE = env.ENVELOPE_SIZE
+_pack = env.pack_envelope
 _PAYLOAD_SLOTS = _SIZE + _HEAD.size  # record offset of the first slot
 SLOT_LIMIT = 1 << 63  # a slot that would reach this rebases the counter
 INT64_MIN = -(1 << 63)
@@ -316,12 +317,15 @@ def incr_value(current: bytes | None, delta: int, hlc: int, origin: int, now_ms:
 
     This is the INCR the node runs; the merge-law tests drive it too."""
     ttl = 0
-    if current is not None and not current[0] & env.FLAG_TOMBSTONE and not env.expired(current, now_ms):
+    if current is not None and current[0] == FLAGS:  # the steady state: a live counter, our slot grows
+        d = current[11:19]
+        if d == env.NO_TTL or int.from_bytes(d, "big") > now_ms:  # (envelope.is_live, inlined)
+            bumped = bump(current, origin, delta)
+            if bumped is not None:
+                return _pack(FLAGS, hlc, origin, int.from_bytes(d, "big")) + bumped[0], bumped[1]
+    if current is not None and env.is_live(current, now_ms):
         ttl = env.ttl_of(current)
         if current[0] == FLAGS:
-            bumped = bump(current, origin, delta)  # the steady state: this node's slot grows
-            if bumped is not None:
-                return env.pack(FLAGS, hlc, origin, ttl, bumped[0]), bumped[1]
             base: PNCounter | None = PNCounter.from_bytes(current[_SIZE:])
         else:
             s = current[_SIZE:]

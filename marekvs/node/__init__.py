@@ -171,8 +171,7 @@ class Node:
         self._after_commit.append(fn)
         if not self._tick_scheduled:
             self._tick_scheduled = True
-            assert self.loop is not None
-            self.loop.call_soon(self.end_tick)
+            self.loop.call_soon(self.end_tick)  # type: ignore[union-attr]
 
     def end_tick(self) -> None:
         self._tick_scheduled = False

@@ -41,7 +41,7 @@ class Connection(asyncio.Protocol):
     """One client connection: its transport, parser and output; its state is ``ctx``."""
 
     __slots__ = ("node", "server", "ctx", "transport", "parser", "out", "scheduled", "paused", "backlog",
-                 "backlog_err", "dispatch")
+                 "backlog_err", "dispatch", "flush_cb")
 
     def __init__(self, server: RespServer):
         self.server = server
@@ -55,6 +55,7 @@ class Connection(asyncio.Protocol):
         self.paused = False
         self.backlog: list[list[bytes]] = []
         self.backlog_err: str | None = None
+        self.flush_cb = self._flush  # (one bound method for every tick)
 
     # -- asyncio.Protocol ----------------------------------------------------------
     def connection_made(self, transport: Any) -> None:
@@ -100,11 +101,12 @@ class Connection(asyncio.Protocol):
         ctx = self.ctx
         if ctx is None or ctx.closing:
             return
-        cmds, err = self.parser.feed(data)
-        if self.parser.pending_bytes() > self.node.limits.max_query:
+        parser = self.parser
+        cmds, err = parser.feed(data)
+        if not parser.fast and parser.pending_bytes() > self.node.limits.max_query:
             # as Redis: the client is closed without a reply, its requests dropped
             log.warning("closing client %s that reached max query buffer length (%d bytes)",
-                        ctx.addr, self.parser.pending_bytes())
+                        ctx.addr, parser.pending_bytes())
             self.node.stats.query_buffer_closes += 1
             ctx.kill()
             return
@@ -160,7 +162,7 @@ class Connection(asyncio.Protocol):
             log.debug("protocol error from %s: %s", ctx.addr, err)
         if self.out and not self.scheduled:
             self.scheduled = True
-            self.node.after_commit(self._flush)
+            self.node.after_commit(self.flush_cb)
 
     async def _unblock(self, b: Blocking) -> None:
         ctx = self.ctx

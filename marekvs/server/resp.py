@@ -356,12 +356,12 @@ class RequestParser:
     parser, which stays in charge until it is back at a clean boundary.
     """
 
-    __slots__ = ("_reader", "_strict", "_fast")
+    __slots__ = ("_reader", "_strict", "fast")
 
     def __init__(self, limits: Limits = DEFAULT_LIMITS) -> None:
         self._reader = hiredis.Reader()
         self._strict = StrictParser(limits)
-        self._fast = True
+        self.fast = True
 
     @property
     def auth_required(self) -> bool:
@@ -380,20 +380,22 @@ class RequestParser:
         self._strict.gated = v
 
     def pending_bytes(self) -> int:
-        return self._strict.pending_bytes()
+        """Bytes held of requests not yet complete (none while ``fast``: in fast mode
+        hiredis holds nothing between feeds)."""
+        return 0 if self.fast else self._strict.pending_bytes()
 
     def more(self) -> tuple[list[list[bytes]], str | None]:
         """Parse what is still buffered (after a command changed the auth state)."""
-        if self._fast or self._strict.idle():
+        if self.fast or self._strict.idle():
             return [], None
         return self.feed(b"")
 
     def _to_strict(self, rest: bytes, done: list[list[bytes]]) -> tuple[list[list[bytes]], str | None]:
         self._reader = hiredis.Reader()
-        self._fast = False
+        self.fast = False
         cmds, err = self._strict.feed(rest) if rest else ([], None)
         if err is None and self._strict.idle() and not self._strict.auth_required:
-            self._fast = True
+            self.fast = True
         return (done + cmds if done else cmds), err
 
     @staticmethod
@@ -407,13 +409,13 @@ class RequestParser:
         return None
 
     def feed(self, data: bytes) -> tuple[list[list[bytes]], str | None]:
-        if not self._fast or data[:1] != b"*" or self._strict.auth_required:
-            if self._fast:
+        if not self.fast or data[:1] != b"*" or self._strict.auth_required:
+            if self.fast:
                 return self._to_strict(data, [])
             st = self._strict
             cmds, err = st.feed(data)
             if err is None and st.idle() and not st.auth_required:
-                self._fast = True
+                self.fast = True
             return cmds, err
         # (each type byte is looked for alone first, as an int: one memchr, where a
         # bytes needle costs several times more per chunk)
