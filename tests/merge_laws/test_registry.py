@@ -1,6 +1,6 @@
 """The record-kind registry: it covers every tag the key codecs define, each row's codec,
 validation and merge agree with the lattices, the hot-path shortcuts agree with the rows,
-and merge and validation read the row (a new kind is one row)."""
+and merge, validation and the sweep read the row (a new kind is one row)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from laws_gen import LATTICES, element_record
+from laws_gen import LATTICES, element_record, head_records
 
 from marekvs.core import envelope as env
 from marekvs.core import head, hll, lww, orswot, pncounter, registry, stream
@@ -19,6 +19,7 @@ from marekvs.core.head import CollectionType as CT
 from marekvs.core.merge import merge
 from marekvs.core.partition import partition_of
 from marekvs.core.registry import BY_CODE, BY_TAG, KINDS, RETIRED, InvalidRecord, Sweep, check_record
+from marekvs.core.sweep import PartitionSweep
 from marekvs.replication.validate import BadRecord, check_flat
 from marekvs.replication.validate import check_record as replication_check
 
@@ -212,10 +213,10 @@ def install():
         BY_CODE[c] = None
 
 
-def test_a_new_kind_is_one_row_that_merge_and_validation_read(install):
-    """A hypothetical stream consumer-group kind under tag b'g': installing its row (and
-    nothing else) makes merge dispatch to it and validation accept its records and
-    refuse others."""
+def test_a_new_kind_is_one_row_that_merge_validation_and_the_sweep_read(install):
+    """A hypothetical stream consumer-group kind under tag b'g', gated by its stream's
+    head: installing its row (and nothing else) makes merge dispatch to it, validation
+    accept its records and refuse others, and the sweep gate it by the stream's head."""
     calls = []
 
     def spy_merge(a: bytes, b: bytes) -> bytes:
@@ -244,3 +245,18 @@ def test_a_new_kind_is_one_row_that_merge_and_validation_read(install):
     replication_check(ikey, a)
     with pytest.raises(InvalidRecord, match="does not belong"):
         check_record(ikey, lww.new(RecordType.LIST, 5, 1, b"x"))
+
+    now, grace = 10_000, 1_000
+    hd = head.tombstone(head.new(CT.STREAM, 1 << 16, 1), 2 << 16, 1)  # DEL long ago
+    sweep = PartitionSweep(now, grace)
+    for k, r in sorted([(K.encode_head_key(U), hd), (ikey, a)]):
+        sweep.feed(k, r)
+    assert sorted(sweep.finish()) == sorted([K.encode_head_key(U), ikey])
+
+
+@given(h=head_records())
+def test_heads_are_key_records_counted_by_the_sweep(h):
+    sweep = PartitionSweep(10**6, 0)
+    sweep.feed(K.encode_head_key(U), h)
+    sweep.finish()
+    assert sweep.live_keys == env.is_live(h, 10**6)
