@@ -192,8 +192,11 @@ def delete_clock(head_record: bytes | None, now_ms: int) -> int:
 def gate_clock(element_record: bytes) -> int:
     """The clock of an element that the head's delete clock is compared with: the
     highest live dot's hlc for ORSWOT elements (``orswot.gate_clock``), else the
-    record's own hlc."""
-    if env.rtype_of(element_record) in _ORSWOT_TYPES:
+    record's own hlc. The zset score index shares the zset members' record type but is
+    an LWW record with no payload (an ORSWOT record always has one), so it is gated by
+    its hlc. Each registry row names the same function for its tag
+    (``RecordKind.gate_clock``); tests/merge_laws/test_registry.py pins the two."""
+    if env.rtype_of(element_record) in _ORSWOT_TYPES and len(element_record) > _SIZE:
         return orswot.gate_clock(element_record)
     return env.hlc_of(element_record)
 

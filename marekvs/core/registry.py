@@ -31,18 +31,10 @@ know about the records under that tag:
     'x'  stream-entry  stream-entry         element  no    lww        a live entry parses      element
     'l'  retired: the whole-list blob. Reserved (``RETIRED``): never written, read or accepted.
 
-Sweep rules (``gc_grace`` is the configured grace, the *horizon* is ``(now - gc_grace)
-<< 16``; a record older than the horizon can no longer arrive late from a peer):
-
-- every record: a tombstone whose hlc is below the horizon; a record whose deadline
-  passed ``gc_grace`` ago (``deadline + gc_grace <= now``);
-- ``Sweep.ELEMENT`` also: an element gated by its head (``gate_clock <= delete clock``)
-  when the delete clock and the element's own hlc are both below the horizon. Heads sort
-  before the elements of every tag above ``'M'`` in a partition, so the sweep knows the
-  clock when it meets them; HLL registers (``'H'``) sort before their head and wait for
-  the end of the partition;
-- ``Sweep.HEAD``: a head removable by the first rule stays while any element record of
-  its collection stays (removing it would lift the gate and revive them).
+Sweep rules (``core/sweep.py`` states and applies them): ``RECORD``, a tombstone or an
+expired record once gc_grace has passed; ``ELEMENT``, also an element its head gates once
+the delete clock and the element are older than gc_grace; ``HEAD``, as ``RECORD`` but
+held while any element of its collection stays.
 
 Adding a kind (stream consumer groups, ACL users, ...) is one row here plus its codec in
 ``keys``; ``tests/merge_laws/test_registry.py`` checks that every tag the codecs define

@@ -91,6 +91,24 @@ def test_a_tag_without_a_row_merges_as_lww():
     assert merge(b"\x00\x00l" + U, a, b) is b and merge(b"\x00\x00?" + U, b, a) is b
 
 
+# -- gating -------------------------------------------------------------------------------
+
+ELEMENT_LATTICES = [n for n in NAMES if not BY_CODE[LATTICES[n][0][2]].is_key]
+
+
+@pytest.mark.parametrize("name", ELEMENT_LATTICES)
+@given(data=st.data(), h=st.none() | head_records(), now=st.sampled_from([0, 5, 20, 100]))
+def test_element_liveness_gates_by_the_rows_gate_clock(name, data, h, now):
+    """head.element_live (which has no key, only the record) gates every kind by the
+    clock its registry row names, the clock the sweep gates by."""
+    ikey, strat = LATTICES[name]
+    rec = data.draw(strat)
+    kind = BY_CODE[ikey[2]]
+    assert head.gate_clock(rec) == kind.gate_clock(rec)
+    assert head.element_live(h, rec, now) == (
+        env.is_live(rec, now) and kind.gate_clock(rec) > head.delete_clock(h, now))
+
+
 # -- validation ------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name", NAMES)
