@@ -44,8 +44,11 @@ bench: proto
 bench-cluster: proto
 	$(PY) bench/bench_cluster.py
 
+# ruff over everything; mypy (strict, configured in pyproject's [tool.mypy]) over the pure
+# core and the keyspace.
 lint: $(STAMP)
-	$(PY) -m pip install -q ruff && $(PY) -m ruff check marekvs tests bench
+	$(PY) -m pip install -q ruff && $(PY) -m ruff check marekvs tests bench crates_ref
+	$(PY) -m mypy
 
 clean:
 	rm -rf $(VENV) marekvs/replication/gen .pytest_cache

@@ -12,6 +12,9 @@ Every vector is computed twice and the two must agree before anything is written
    called directly, a hand-written LEB128 loop, ``int.to_bytes`` key assembly, and
    ``struct``-level IEEE-754 bit twiddling for scores and envelopes.
 
+The record-kind table (``kinds.jsonl``) is checked the same way: the registry's rows
+against a transcription of the table in ``crates_ref/DATA_MODEL.md``.
+
 On top of that a handful of literal, hand-derived byte strings (see ``_ANCHORS``) pin
 the encoders to values worked out on paper, so the vectors are not merely circular.
 
@@ -396,7 +399,7 @@ def key_vectors() -> list[dict]:
         emit("head", b"M", name, uk, K.encode_head_key(uk), ref_prefix(b"M", uk))
     # element layouts: every user key with one element, and one user key with all elements
     for name, uk in uks:
-        for i, el in enumerate(elems if name == "ascii" else elems[1:2]):
+        for el in elems if name == "ascii" else elems[1:2]:
             emit("hash", b"h", name, uk, K.encode_hash_field_key(uk, el),
                  ref_prefix(b"h", uk) + el, field_hex=el.hex())
             emit("set", b"S", name, uk, K.encode_set_member_key(uk, el),
@@ -483,6 +486,55 @@ def envelope_vectors() -> list[dict]:
     return out
 
 
+# The record-kind registry, transcribed from DATA_MODEL.md §12: one row per tag.
+# (tag, name, key after [pid][tag], record types, role, head flag, lattice, payload,
+#  sweep rule, collection type of the gating head, clock the head gates by)
+REF_KINDS = [
+    ("s", "string", "[userkey]", [0, 6], "key", False, "pncounter",
+     "raw bytes (type 0) or a PN counter (type 6)", "record", None, None),
+    ("M", "head", "[klen][userkey]", [1, 2, 3, 4, 5, 7], "key", True, "head",
+     "head: fmt, ctype (= record type), delete clock, last stream id, config", "head", None, None),
+    ("h", "hash-field", "[klen][userkey][field]", [1], "element", False, "orswot",
+     "ORSWOT element, dot values = field values", "element", 1, "top-live-dot"),
+    ("S", "set-member", "[klen][userkey][member]", [2], "element", False, "orswot",
+     "ORSWOT element, empty dot values", "element", 2, "top-live-dot"),
+    ("z", "zset-member", "[klen][userkey][member]", [3], "element", False, "orswot",
+     "ORSWOT element, dot values = scores", "element", 3, "top-live-dot"),
+    ("Z", "zset-score", "[klen][userkey][score:u64][member]", [3], "element", False, "lww",
+     "none (derived index)", "element", 3, "hlc"),
+    ("q", "list-element", "[klen][userkey][pos:u64]", [4], "element", False, "lww",
+     "raw value bytes", "element", 4, "hlc"),
+    ("H", "hll-register", "[klen][userkey][bucket:u16]", [7], "element", False, "hll",
+     "one byte: the rank, 0..51", "element", 7, "hlc"),
+    ("x", "stream-entry", "[klen][userkey][id_ms:u64][id_seq:u64]", [5], "element", False, "lww",
+     "stream entry: fmt, field/value pairs", "element", 5, "hlc"),
+]
+REF_RETIRED = [("l", "whole-list LWW blob")]
+
+
+def kind_vectors() -> list[dict]:
+    from marekvs.core import head, hll, lww, orswot, pncounter, registry
+
+    lattices = {pncounter.merge: "pncounter", head.merge: "head", orswot.merge: "orswot",
+                lww.merge: "lww", hll.merge: "hll"}
+    gates = {orswot.gate_clock: "top-live-dot", env.hlc_of: "hlc", None: None}
+    out: list[dict] = []
+    _agree("registry tags", [k.tag.decode() for k in registry.KINDS], [r[0] for r in REF_KINDS])
+    for kind, (tag, name, layout, rtypes, role, head_flag, lattice, payload, sweep, ctype,
+               gate) in zip(registry.KINDS, REF_KINDS):
+        core = (kind.name, sorted(kind.rtypes), "key" if kind.is_key else "element", kind.head_flag,
+                lattices[kind.merge], kind.sweep.value, kind.ctype, gates[kind.gate_clock])
+        _agree(f"registry row {tag!r}", core, (name, rtypes, role, head_flag, lattice, sweep, ctype, gate))
+        out.append({"tag": tag, "tag_hex": tag.encode().hex(), "name": name, "retired": False,
+                    "key": f"[pid:u16] '{tag}' {layout}", "rtypes": rtypes, "role": role,
+                    "head_flag": head_flag, "lattice": lattice, "payload": payload, "sweep": sweep,
+                    "ctype": ctype, "gate": gate})
+    _agree("retired tags", sorted(t.decode() for t in registry.RETIRED), [r[0] for r in REF_RETIRED])
+    for tag, what in REF_RETIRED:
+        out.append({"tag": tag, "tag_hex": tag.encode().hex(), "name": what, "retired": True})
+    return out
+
+
 FILES = {
     "partition.jsonl": partition_vectors,
     "hashtags.jsonl": hashtag_vectors,
@@ -490,6 +542,7 @@ FILES = {
     "varint.jsonl": varint_vectors,
     "scores.jsonl": score_vectors,
     "envelope.jsonl": envelope_vectors,
+    "kinds.jsonl": kind_vectors,
 }
 
 

@@ -24,11 +24,11 @@ ROOT = HERE.parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-import xxhash
+import xxhash  # noqa: E402
 
-from marekvs.core import envelope as env
-from marekvs.core import head, hll, orswot, pncounter, stream
-from marekvs.core.envelope import RecordType
+from marekvs.core import envelope as env  # noqa: E402
+from marekvs.core import head, hll, orswot, pncounter, stream  # noqa: E402
+from marekvs.core.envelope import RecordType  # noqa: E402
 
 MS = 1_700_000_000_000
 

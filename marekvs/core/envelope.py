@@ -147,27 +147,26 @@ def with_ttl(value: bytes, hlc: int, origin: int, ttl_deadline_ms: int) -> bytes
 
 
 def is_live(value: bytes | None, now_ms: int) -> bool:
-    """The one liveness rule: a record is live if it exists, is not a tombstone and its
-    deadline (if any) is still ahead. Hot paths that inline it are pinned to it by tests."""
+    """THE liveness rule (the TTL-as-tombstone rule): a record is live if it exists, is
+    not a tombstone and its deadline (if any) is still ahead (``now_ms < deadline``).
+
+    Every other liveness answer in core follows from this one function: ``effective_clock``
+    below, ``head.is_live`` (an alias), ``head.element_live``, and the ``value`` reads of
+    ``lww`` / ``listelem`` / ``stream`` / ``pncounter`` / ``orswot``. Hot paths outside core
+    that inline it are pinned to it by tests."""
     if value is None or value[0] & FLAG_TOMBSTONE:
         return False
     d = value[11:19]
     return d == NO_TTL or int.from_bytes(d, "big") > now_ms
 
 
-def expired(value: bytes, now_ms: int) -> bool:
-    """True once the record's deadline has passed (it then reads as a tombstone)."""
-    d = int.from_bytes(value[11:19], "big")
-    return d != 0 and now_ms >= d
-
-
 def effective_clock(value: bytes, now_ms: int) -> int:
-    """The clock at which this record stopped being live: its hlc if it is a
-    tombstone, its deadline (as an HLC value, ``deadline << 16``) once expired, or 0
-    if it is live. Collection heads use it to gate older elements."""
+    """The clock at which this record stopped being live under ``is_live``: 0 while it
+    is live; its hlc if it is a tombstone; else (it expired) its deadline as an HLC value,
+    ``deadline << 16`` (an expired record reads as a tombstone whose clock is the
+    deadline). Collection heads use it to gate older elements."""
+    if is_live(value, now_ms):
+        return 0
     if value[0] & FLAG_TOMBSTONE:
         return int.from_bytes(value[1:9], "big")
-    d = int.from_bytes(value[11:19], "big")
-    if d and now_ms >= d:
-        return d << 16
-    return 0
+    return int.from_bytes(value[11:19], "big") << 16

@@ -51,7 +51,6 @@ from marekvs.core.envelope import RecordType
 FMT = 1
 _FIXED = struct.Struct(">BBQQQ")
 _SIZE = env.ENVELOPE_SIZE
-_TOMB = env.FLAG_TOMBSTONE
 
 
 class CollectionType:
@@ -173,13 +172,13 @@ def type_name(record: bytes) -> str:
     return TYPE_NAMES[record[_SIZE + 1]]
 
 
-def is_live(record: bytes | None, now_ms: int) -> bool:
-    return record is not None and not record[0] & _TOMB and not env.expired(record, now_ms)
+# A head is live under the one liveness rule of every record.
+is_live = env.is_live
 
 
 def value(record: bytes, now_ms: int) -> Head | None:
     """The head's payload if the head is live, else None."""
-    return head_of(record) if is_live(record, now_ms) else None
+    return head_of(record) if env.is_live(record, now_ms) else None
 
 
 def delete_clock(head_record: bytes | None, now_ms: int) -> int:
@@ -190,13 +189,20 @@ def delete_clock(head_record: bytes | None, now_ms: int) -> int:
     return max(clock, env.effective_clock(head_record, now_ms))
 
 
+def gate_clock(element_record: bytes) -> int:
+    """The clock of an element that the head's delete clock is compared with: the
+    highest live dot's hlc for ORSWOT elements (``orswot.gate_clock``), else the
+    record's own hlc. The zset score index shares the zset members' record type but is
+    an LWW record with no payload (an ORSWOT record always has one), so it is gated by
+    its hlc. Each registry row names the same function for its tag
+    (``RecordKind.gate_clock``); tests/merge_laws/test_registry.py pins the two."""
+    if env.rtype_of(element_record) in _ORSWOT_TYPES and len(element_record) > _SIZE:
+        return orswot.gate_clock(element_record)
+    return env.hlc_of(element_record)
+
+
 def element_live(head_record: bytes | None, element_record: bytes, now_ms: int) -> bool:
-    """True if ``element_record`` is live in its collection: not a tombstone, not
-    expired, and newer than the head's delete clock."""
-    if element_record[0] & _TOMB or env.expired(element_record, now_ms):
-        return False
-    clock = delete_clock(head_record, now_ms)
-    if env.rtype_of(element_record) in _ORSWOT_TYPES:
-        d = orswot.top_dot(element_record)
-        return d is not None and d[0] > clock
-    return env.hlc_of(element_record) > clock
+    """True if ``element_record`` is live in its collection: live itself
+    (``envelope.is_live``) and not gated, i.e. newer than the head's delete clock."""
+    return (env.is_live(element_record, now_ms)
+            and gate_clock(element_record) > delete_clock(head_record, now_ms))

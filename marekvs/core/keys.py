@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 import struct
 
-from marekvs.core.partition import partition_of
+from marekvs.core.partition import partition_of as partition_of  # part of this module's API
 
 TAG_STRING = b"s"
 TAG_HEAD = b"M"
@@ -117,7 +117,8 @@ def decode_score(b: bytes) -> float:
         bits &= ~(1 << 63) & 0xFFFFFFFFFFFFFFFF
     else:
         bits = ~bits & 0xFFFFFFFFFFFFFFFF
-    return _D.unpack(_U64.pack(bits))[0]
+    score: float = _D.unpack(_U64.pack(bits))[0]
+    return score
 
 
 # -- key builders ----------------------------------------------------------------------
@@ -256,7 +257,8 @@ def decode_stream_key(ikey: bytes) -> tuple[bytes, int, int]:
 
 
 def pid_of_ikey(ikey: bytes) -> int:
-    return _U16.unpack_from(ikey, 0)[0]
+    pid: int = _U16.unpack_from(ikey, 0)[0]
+    return pid
 
 
 def tag_of_ikey(ikey: bytes) -> bytes:

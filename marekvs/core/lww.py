@@ -54,10 +54,8 @@ def tombstone(rtype: int, hlc: int, origin: int, head: bool = False) -> bytes:
 
 
 def value(record: bytes, now_ms: int) -> bytes | None:
-    """The payload, or None if the record is a tombstone or expired."""
-    if record[0] & env.FLAG_TOMBSTONE or env.expired(record, now_ms):
-        return None
-    return record[env.ENVELOPE_SIZE:]
+    """The payload, or None if the record is not live (``envelope.is_live``)."""
+    return record[env.ENVELOPE_SIZE:] if env.is_live(record, now_ms) else None
 
 
 def to_bytes(payload: bytes) -> bytes:

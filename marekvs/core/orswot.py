@@ -211,13 +211,21 @@ def top_dot(record: bytes) -> Dot | None:
     return (hlc, origin)
 
 
+def gate_clock(record: bytes) -> int:
+    """The clock a collection's delete clock gates this element by: the hlc of its
+    highest live dot (a remove or EXPIREMEMBER made after a DEL must not revive an add
+    made before it), -1 if it has none."""
+    if len(record) <= _SIZE or not record[_SIZE]:
+        return -1
+    hlc: int = _DOT.unpack_from(record, _SIZE + 1)[1]
+    return hlc
+
+
 def value(record: bytes, now_ms: int, delete_clock: int = 0) -> bytes | None:
-    """Value of the highest live dot; None if the element is dead, expired, or its
-    highest live dot is not newer than the collection's ``delete_clock``."""
-    if record[0] & _TOMB or env.expired(record, now_ms):
-        return None
-    d = top_dot(record)
-    if d is None or d[0] <= delete_clock:
+    """Value of the highest live dot; None if the record is not live
+    (``envelope.is_live``) or is gated: its highest live dot is not newer than the
+    collection's ``delete_clock`` (``head.element_live`` with that clock)."""
+    if not env.is_live(record, now_ms) or gate_clock(record) <= delete_clock:
         return None
     n, pos = decode_varint(record, _SIZE + 11)
     return bytes(record[pos:pos + n])

@@ -284,8 +284,8 @@ def from_bytes(payload: bytes) -> PNCounter:
 
 def value(record_: bytes, now_ms: int) -> bytes | None:
     """What GET reads at a string key: a counter materialises as a decimal string;
-    None if the record is a tombstone or expired."""
-    if record_[0] & env.FLAG_TOMBSTONE or env.expired(record_, now_ms):
+    None if the record is not live (``envelope.is_live``)."""
+    if not env.is_live(record_, now_ms):
         return None
     if is_counter(record_):
         return b"%d" % PNCounter.from_bytes(record_[_SIZE:]).value()
@@ -335,15 +335,14 @@ def incr_value(current: bytes | None, delta: int, hlc: int, origin: int, now_ms:
             base = PNCounter(env.hlc_of(current), env.origin_of(current), n)
     elif current is None:
         base = PNCounter()
-    elif current[0] & env.FLAG_TOMBSTONE:
-        base = PNCounter(env.hlc_of(current), env.origin_of(current), 0)
-    else:
-        clock = env.ttl_of(current) << 16  # expired: the deadline is its clock
+    else:  # dead: based at the clock it died at (a tombstone's hlc, an expired deadline)
+        clock = env.effective_clock(current, now_ms)
         dead_origin = env.origin_of(current)
-        if clock.to_bytes(8, "big") + dead_origin.to_bytes(2, "big") <= base_version_of(current):
-            base = None  # stored already expired: based on this operation's version
-        else:
+        if (current[0] & env.FLAG_TOMBSTONE
+                or clock.to_bytes(8, "big") + dead_origin.to_bytes(2, "big") > base_version_of(current)):
             base = PNCounter(clock, dead_origin, 0)
+        else:
+            base = None  # stored already expired: based on this operation's version
     value = (base.value() if base is not None else 0) + delta
     if not INT64_MIN <= value <= INT64_MAX:
         raise OverflowError("increment or decrement would overflow")

@@ -1,40 +1,17 @@
 """Validation of records received from a peer, before anything is written.
 
-A record is accepted only if its internal key follows one of the data model's layouts
-(and its pid is the partition of its user key), its value holds a whole envelope with
-no reserved flag bits, its record type fits its key's tag, and its payload parses
-where the format is structured (counters). One bad record refuses the whole batch.
+The rules are the record-kind registry's (``core.registry.check_record``): a record is
+accepted only if its internal key follows the layout of a known tag (and its pid is
+the partition of its user key), its value holds a whole envelope with no reserved
+flag bits, the collection-head flag and the record type fit the tag, and its payload
+parses where merge or a read would parse it (counters, heads, ORSWOT elements, HLL
+registers, stream entries). One bad record refuses the whole batch.
 """
 
 from __future__ import annotations
 
-from marekvs.core import envelope as env
-from marekvs.core import keys as K
-from marekvs.core.envelope import RecordType
-from marekvs.core.partition import hash64, partition_of
-from marekvs.core.pncounter import PNCounter
-
-_DECODERS = {
-    K.TAG_STRING: K.decode_string_key,
-    K.TAG_HEAD: K.decode_head_key,
-    K.TAG_HASH: K.decode_hash_field_key,
-    K.TAG_SET: K.decode_set_member_key,
-    K.TAG_ZSET: K.decode_zset_member_key,
-    K.TAG_ZSCORE: K.decode_zset_score_key,
-    K.TAG_LIST: K.decode_list_key,
-    K.TAG_HLL: K.decode_hll_key,
-    K.TAG_STREAM: K.decode_stream_key,
-}
-_TYPES = {
-    K.TAG_STRING: (RecordType.STRING, RecordType.COUNTER),
-    K.TAG_HASH: (RecordType.HASH_FIELD,),
-    K.TAG_SET: (RecordType.SET_MEMBER,),
-    K.TAG_ZSET: (RecordType.ZSET_MEMBER,),
-    K.TAG_ZSCORE: (RecordType.ZSET_MEMBER,),
-    K.TAG_LIST: (RecordType.LIST,),
-    K.TAG_HLL: (RecordType.HLL_REGISTER,),
-    K.TAG_STREAM: (RecordType.STREAM_ENTRY,),
-}
+from marekvs.core import registry
+from marekvs.core.partition import hash64
 
 
 class BadRecord(ValueError):
@@ -42,48 +19,21 @@ class BadRecord(ValueError):
 
 
 def check_record(key: bytes, value: bytes) -> None:
-    if len(key) < 3:
-        raise BadRecord(f"internal key of {len(key)} bytes is truncated")
-    tag = key[2:3]
-    if tag == K.TAG_STRING:  # the common record: the rest of the key is the user key
-        userkey = key[3:]
-    else:
-        dec = _DECODERS.get(tag)
-        if dec is None:
-            raise BadRecord(f"unknown key tag {tag!r}")
-        try:
-            decoded = dec(key)
-        except (K.KeyDecodeError, ValueError) as e:
-            raise BadRecord(f"malformed {tag!r} key: {e}") from None
-        userkey = decoded if isinstance(decoded, bytes) else decoded[0]
-    if partition_of(userkey) != (key[0] << 8 | key[1]):
-        raise BadRecord("key's partition id does not match its user key")
-    if len(value) < env.ENVELOPE_SIZE:
-        raise BadRecord(f"value of {len(value)} bytes is shorter than the 19-byte envelope")
-    flags = value[0]
-    if flags & 0xE0:
-        raise BadRecord(f"reserved envelope flag bits set ({flags:#04x})")
-    is_head = bool(flags & env.FLAG_HEAD)
-    if (tag == K.TAG_HEAD) != is_head:
-        raise BadRecord("collection-head flag does not match the key")
-    rtype = (flags >> 2) & 7
-    allowed = _TYPES.get(tag)
-    if allowed is not None and rtype not in allowed:
-        raise BadRecord(f"record type {rtype} does not belong under tag {tag!r}")
-    if rtype == RecordType.COUNTER and not flags & env.FLAG_TOMBSTONE:
-        try:
-            PNCounter.from_bytes(value[env.ENVELOPE_SIZE:])
-        except ValueError as e:
-            raise BadRecord(f"bad counter payload: {e}") from None
+    try:
+        registry.check_record(key, value)
+    except registry.InvalidRecord as e:
+        raise BadRecord(str(e)) from None
 
 
 def check_flat(flat: list) -> list[tuple[bytes, bytes]]:
     """``check_record`` over ``[ikey, value, ikey, value, ...]``; returns the pairs.
 
-    The bulk of replication traffic is plain string records (tag ``s``, flags with at
-    most the tombstone bit: record type 0, no head, no reserved bits) whose key holds
-    no ``{`` (so the whole user key is hashed). They are checked inline here - the
-    same checks ``check_record`` makes for them; everything else goes through it.
+    The bulk of replication traffic is plain string records (tag ``s`` = 0x73, flags
+    with at most the tombstone bit: record type 0, no head, no reserved bits) whose key
+    holds no ``{`` (0x7B, so the whole user key is hashed). They are checked inline here:
+    the checks ``registry.STRING`` makes of them (no payload check for a plain string);
+    everything else goes through ``check_record``. tests/unit/test_replication_codec.py
+    and tests/merge_laws/test_registry.py pin this to the general path.
     """
     keys = flat[0::2]
     values = flat[1::2]

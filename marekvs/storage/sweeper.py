@@ -3,12 +3,16 @@
 On the way it counts the live keys of each partition, which INFO keyspace reports
 (so INFO never scans the keyspace on the event loop; DBSIZE does, and is exact).
 
-A record past its TTL deadline already *reads* as a tombstone (the TTL rule); it is
-physically removed once ``deadline + gc_grace`` has passed, and a tombstone once it
-is older than ``gc_grace``. The grace period is what lets a lagging replica's stale
-write still meet the tombstone and lose (after removal it would resurrect, as in any
-tombstone-GC design, e.g. Cassandra's gc_grace_seconds), so it must exceed the
-longest partition you expect between replicas.
+What may be removed is decided by the record-kind registry's sweep rules, applied to
+one partition at a time by ``core.sweep.PartitionSweep`` (which also counts the live
+keys): a record past its TTL deadline already *reads* as a tombstone (the TTL rule) and
+is physically removed once ``deadline + gc_grace`` has passed, a tombstone once it is
+older than ``gc_grace``; an element once its collection's delete clock gates it and is
+older than ``gc_grace``; a dead head only once no element of its collection is left.
+The grace period is what lets a lagging replica's stale write still meet the tombstone
+and lose (after removal it would resurrect, as in any tombstone-GC design, e.g.
+Cassandra's gc_grace_seconds), so it must exceed the longest partition you expect
+between replicas.
 
 The sweeper walks the partitions a few at a time from the event loop (one small step
 every ``sweep_interval`` seconds), so it never blocks the server for long. A step reads
@@ -18,9 +22,10 @@ small keyspace is re-swept every step, a big one costs a steady trickle of CPU r
 than a continuous scan under load. The first cycle after start is the exception: it
 reads ``RECORDS_PER_STEP`` records (~2 ms) every ``FIRST_CYCLE_INTERVAL`` (at most a
 fifth of the event loop), so INFO keyspace has its counts about 5 s per million records
-after start. Each step
-re-reads every record it removes within the same synchronous step, so it cannot race
-a write. Removal is not a user write: it is not replicated and not logged.
+after start. A step
+reads whole partitions (a partition's records are decided together) and removes what
+it decided within the same synchronous step, so it cannot race a write. Removal is not
+a user write: it is not replicated and not logged.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import time
 from typing import Any, Iterator
 
 from marekvs.core.partition import PARTITIONS
+from marekvs.core.sweep import PartitionSweep
 from marekvs.storage.engine import Engine
 
 log = logging.getLogger("marekvs.sweeper")
@@ -88,32 +94,24 @@ class Sweeper:
         records were read (or the keyspace wraps); return how many were removed."""
         now = time.time_ns() // 1_000_000
         grace_ms = self.config.gc_grace * 1000
-        tomb_before = (now - grace_ms) << 16
         first = pid = self.next_pid
-        seen = n_live = n_exp = 0
+        seen = 0
         stop = False
-        dead = []
+        part = PartitionSweep(now, grace_ms)
+        dead: list[bytes] = []
         for ikey, rec in self._records_from(first):
             rpid = (ikey[0] << 8) | ikey[1]
             # pid is complete (and any empty ones after it; the end marker closes every
             # partition left, up to the budget or back to ``first``)
             while pid != rpid and not stop:
-                pid = self._close(pid, n_live, n_exp, seen)
-                n_live = n_exp = 0
+                dead += part.finish()
+                pid = self._close(pid, part.live_keys, part.expiring, seen)
+                part = PartitionSweep(now, grace_ms)
                 stop = seen >= budget or pid == first
             if stop:
                 break
             seen += 1
-            d = int.from_bytes(rec[11:19], "big")
-            if rec[0] & 1:  # a tombstone
-                if int.from_bytes(rec[1:9], "big") < tomb_before:
-                    dead.append(ikey)
-                continue
-            if d and d + grace_ms <= now:
-                dead.append(ikey)
-            if (ikey[2] == 0x73 or ikey[2] == 0x4D) and (not d or d > now):  # a live key
-                n_live += 1
-                n_exp += d != 0
+            part.feed(ikey, rec)
         self.next_pid = pid
         self.cycle_records += seen
         for ikey in dead:

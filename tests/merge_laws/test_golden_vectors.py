@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -21,6 +22,17 @@ def load(name: str, kind: str) -> list[dict]:
 
 def h(x: str) -> bytes:
     return bytes.fromhex(x)
+
+
+def test_generator_output_is_up_to_date():
+    """lattices/generate.py (which re-runs its independent cross-checks) writes exactly
+    the files on disk."""
+    spec = importlib.util.spec_from_file_location("_marekvs_lattices_generate", VECTORS / "generate.py")
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    assert sorted(gen.FILES) == sorted(p.name for p in VECTORS.glob("*.jsonl"))
+    for name, fn in gen.FILES.items():
+        assert (VECTORS / name).read_text(encoding="utf-8") == gen.render(fn), f"{name} is stale"
 
 
 def _element(payload: bytes) -> dict:

@@ -22,7 +22,7 @@ from marekvs.core import partition as P
 ROOT = Path(__file__).resolve().parents[2]
 FORMAT = ROOT / "crates_ref" / "format"
 VECTOR_FILES = ("partition.jsonl", "hashtags.jsonl", "keys.jsonl", "varint.jsonl",
-                "scores.jsonl", "envelope.jsonl")
+                "scores.jsonl", "envelope.jsonl", "kinds.jsonl")
 
 
 def load(name: str) -> list[dict]:
@@ -329,3 +329,37 @@ def test_envelope_vectors_cover_all_flag_combos_and_edges():
     ttls = {int(r["ttl_deadline_ms"]) for r in rows}
     origins = {r["origin"] for r in rows}
     assert {0, 2**64 - 1} <= hlcs and {0, 2**64 - 1} <= ttls and {0, 0xFFFF} <= origins
+
+
+# -- the record-kind registry --------------------------------------------------------------
+
+KINDS = load("kinds.jsonl")
+
+
+@pytest.mark.parametrize("v", KINDS, ids=lambda r: r["tag"])
+def test_kind_vector(v):
+    from marekvs.core import head, hll, lww, orswot, pncounter, registry
+
+    tag = v["tag"].encode()
+    assert H(v["tag_hex"]) == tag and len(tag) == 1
+    if v["retired"]:
+        assert tag in registry.RETIRED and tag not in registry.BY_TAG
+        return
+    kind = registry.BY_TAG[tag]
+    lattices = {"pncounter": pncounter.merge, "head": head.merge, "orswot": orswot.merge,
+                "lww": lww.merge, "hll": hll.merge}
+    gates = {"top-live-dot": orswot.gate_clock, "hlc": env.hlc_of, None: None}
+    assert kind.name == v["name"] and sorted(kind.rtypes) == v["rtypes"]
+    assert kind.is_key == (v["role"] == "key") and kind.head_flag == v["head_flag"]
+    assert kind.merge is lattices[v["lattice"]] and kind.sweep.value == v["sweep"]
+    assert kind.ctype == v["ctype"] and kind.gate_clock is gates[v["gate"]]
+    assert v["key"].startswith(f"[pid:u16] '{v['tag']}' ")
+
+
+def test_kind_vectors_cover_the_registry_and_the_key_layouts():
+    from marekvs.core import registry
+
+    assert [v["tag"].encode() for v in KINDS if not v["retired"]] == [k.tag for k in registry.KINDS]
+    assert {v["tag"].encode() for v in KINDS if v["retired"]} == set(registry.RETIRED)
+    layouts = {r["tag"] for r in load("keys.jsonl")}
+    assert layouts == {v["tag"] for v in KINDS if not v["retired"]}

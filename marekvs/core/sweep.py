@@ -1,0 +1,116 @@
+"""Which records of a partition may be physically removed: the registry's sweep rules.
+
+Pure: the storage sweeper (``storage/sweeper.py``) reads a partition's records in key
+order, feeds them to a ``PartitionSweep`` and removes what ``finish`` returns. Removal is
+not a user write (it is neither replicated nor logged), so it must not change what any
+read returns, now or after a later merge of anything younger than the horizon:
+
+- the *horizon* is ``(now - gc_grace) << 16`` as an HLC value. gc_grace is the longest a
+  peer's write may take to arrive; a record older than the horizon can no longer meet a
+  late one it must beat (the same contract as Cassandra's gc_grace_seconds);
+- every kind (``Sweep.RECORD``): a tombstone whose hlc is below the horizon; a record
+  whose TTL deadline passed gc_grace ago (``deadline + gc_grace <= now``);
+- an element (``Sweep.ELEMENT``) also when its head gates it: its ``gate_clock`` is at
+  or below the head's delete clock (``head.delete_clock``: the DEL clock, or the head's
+  own tombstone / expiry clock), and that clock and the element's own hlc are both below
+  the horizon. It reads as dead already, and a stale copy arriving later is gated by the
+  same clock. The head is read once per collection, not once per element: within a
+  partition a head key (tag ``'M'``) sorts before the elements of every tag above it, so
+  its clock is known when they come; HLL registers (``'H'``) sort before it and are
+  decided at ``finish``;
+- a head (``Sweep.HEAD``) removable by the first rule stays as long as any element record
+  of its collection stays: removing it would lift the gate and revive the elements it
+  holds dead (and a re-created head would start from delete clock 0).
+
+While it reads, a ``PartitionSweep`` also counts the partition's live keys (the kinds
+the registry marks ``is_key``) and those with a TTL, which INFO keyspace reports.
+"""
+
+from __future__ import annotations
+
+from marekvs.core import head
+from marekvs.core import keys as K
+from marekvs.core.registry import BY_CODE, Sweep
+
+_BY_CODE = BY_CODE
+_RECORD = Sweep.RECORD
+_HEAD = Sweep.HEAD
+_ORD_HEAD = K.ORD_HEAD
+
+
+def horizon(now_ms: int, grace_ms: int) -> int:
+    """The HLC below which a record is older than gc_grace."""
+    return (now_ms - grace_ms) << 16
+
+
+class PartitionSweep:
+    """The sweep of one partition: ``feed`` its records in key order, then ``finish``."""
+
+    __slots__ = ("now", "grace", "horizon", "dead", "live_keys", "expiring",
+                 "_clocks", "_heads", "_held", "_early")
+
+    def __init__(self, now_ms: int, grace_ms: int) -> None:
+        self.now = now_ms
+        self.grace = grace_ms
+        self.horizon = horizon(now_ms, grace_ms)
+        self.dead: list[bytes] = []  # internal keys to remove
+        self.live_keys = 0  # live key records (strings, heads) ...
+        self.expiring = 0  # ... and those of them with a deadline
+        self._clocks: dict[bytes, int] = {}  # user key -> its head's delete clock, if below the horizon
+        self._heads: dict[bytes, bytes] = {}  # user key -> key of its removable head
+        self._held: set[bytes] = set()  # user keys with an element record that stays
+        self._early: list[tuple[bytes, bytes, int]] = []  # (ikey, user key, gate) before the head
+
+    def feed(self, ikey: bytes, record: bytes) -> None:
+        kind = _BY_CODE[ikey[2]]
+        d = int.from_bytes(record[11:19], "big")
+        if record[0] & 1:  # a tombstone
+            own = int.from_bytes(record[1:9], "big") < self.horizon
+        else:
+            own = d != 0 and d + self.grace <= self.now
+            if kind is not None and kind.is_key and (not d or d > self.now):
+                self.live_keys += 1
+                if d:
+                    self.expiring += 1
+        if kind is None or kind.sweep is _RECORD:
+            if own:
+                self.dead.append(ikey)
+            return
+        try:
+            userkey = K.user_key_of(ikey)
+        except ValueError:  # a malformed collection key: its own rule only
+            if own:
+                self.dead.append(ikey)
+            return
+        if kind.sweep is _HEAD:
+            clock = head.delete_clock(record, self.now)
+            if clock < self.horizon:
+                self._clocks[userkey] = clock
+            if own:
+                self._heads[userkey] = ikey
+            return
+        if own:
+            self.dead.append(ikey)
+        elif kind.gate_clock is None or int.from_bytes(record[1:9], "big") >= self.horizon:
+            self._held.add(userkey)
+        elif ikey[2] < _ORD_HEAD:  # sorts before its head: decided at finish
+            self._early.append((ikey, userkey, kind.gate_clock(record)))
+        else:
+            self._gate(ikey, userkey, kind.gate_clock(record))
+
+    def _gate(self, ikey: bytes, userkey: bytes, gate: int) -> None:
+        clock = self._clocks.get(userkey)
+        if clock is not None and gate <= clock:
+            self.dead.append(ikey)
+        else:
+            self._held.add(userkey)
+
+    def finish(self) -> list[bytes]:
+        """The internal keys of the partition that may be removed."""
+        for ikey, userkey, gate in self._early:
+            self._gate(ikey, userkey, gate)
+        self._early = []
+        held = self._held
+        self.dead.extend(ikey for userkey, ikey in self._heads.items() if userkey not in held)
+        self._heads = {}
+        return self.dead
