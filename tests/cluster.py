@@ -12,6 +12,13 @@ outbound link to node 2 (the ``1->2`` shipping stream and everything node 1 asks
 ``DEBUG DIGEST`` on every running node until all digests are equal and stay equal for
 one more poll, and on timeout fails with every node's digest and ``INFO replication``.
 
+Tests that need something to happen *while* something else goes on (writes during a
+join, a cut, a restart) wait for events, never for a fixed time or a fixed number of
+operations: ``wait_for`` polls a condition under a generous deadline, ``wait_links``
+waits until links show as up or down in INFO replication, and a ``Writer`` writes until
+it is halted, with ``wait_acked``/``wait_more`` to wait until it has had writes
+acknowledged after an event. That holds on a fast machine and on a loaded one.
+
 Every process and proxy is started by the test and stopped by its own handle (pid /
 socket), never by name.
 """
@@ -443,25 +450,73 @@ class Cluster:
         return "".join(out)
 
 
+# -- waiting for events ---------------------------------------------------------------------
+def wait_for(pred, timeout: float, what, interval: float = 0.05):
+    """Poll ``pred()`` until it returns something truthy and return that. On timeout raise
+    an AssertionError naming ``what`` (a string, or a callable giving one, so it can show
+    the state it last saw). The replication tests wait for the events they need with
+    this (a link seen down, writes acknowledged after it) instead of sleeping a fixed time
+    and hoping: deadlines are generous, and an idle machine does not pay them."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = pred()
+        if got:
+            return got
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what() if callable(what) else what}")
+        time.sleep(interval)
+
+
+def link_state(cluster: Cluster, i: int, peer: int) -> str:
+    """The state of node ``i``'s link to ``peer`` in its INFO replication ("streaming",
+    "down", ...; "<unknown>" while node ``i`` does not know ``peer``)."""
+    return cluster.peers(i).get(peer, {}).get("state", "<unknown>")
+
+
+def wait_links(cluster: Cluster, links: Iterable[tuple[int, int]], up: bool, timeout: float = 30.0) -> None:
+    """Wait until every directed link ``(i, peer)`` shows as streaming (``up``) or as not
+    streaming (not ``up``) in node ``i``'s INFO replication."""
+    links = list(links)
+    seen: dict[tuple[int, int], str] = {}
+
+    def check() -> bool:
+        seen.update({(i, j): link_state(cluster, i, j) for i, j in links})
+        return all((seen[lk] == "streaming") == up for lk in links)
+
+    wait_for(check, timeout, lambda: f"links {'up' if up else 'down'}: last seen {seen}{cluster.exited_report()}")
+
+
 # -- load ----------------------------------------------------------------------------------
 class Writer(threading.Thread):
     """Writes unique keys ``<prefix>:<n>`` = ``<prefix>-<n>`` to one node, one SET per
     round trip, and records each acknowledged one. Connection errors (a killed node) are
-    not acknowledged writes: the writer redials until ``stop`` or its bounds."""
+    not acknowledged writes: the writer redials.
 
-    def __init__(self, cluster: Cluster, node: int, prefix: str, max_ops: int = 3000, max_s: float = 20.0):
+    By default it writes until ``stop`` is set (``halt()``): a test that needs writes to
+    go on during something (a join, a cut, a restart) lets it run, observes that thing
+    happen, then waits with ``wait_acked`` until the writer has had more writes
+    acknowledged after it, and only then stops it. ``max_s`` is only a safety bound (a
+    writer that hits it makes the waits fail, saying so); ``max_ops`` bounds the count."""
+
+    def __init__(self, cluster: Cluster, node: int, prefix: str, max_ops: int | None = None, max_s: float = 100.0):
         super().__init__(daemon=True)
         self.cluster, self.node, self.prefix = cluster, node, prefix
         self.max_ops, self.max_s = max_ops, max_s
         self.acked: dict[str, str] = {}
         self.failed = 0
+        self.ops = 0  # attempted (acknowledged, refused or failed)
         self.stop = threading.Event()
+
+    @property
+    def n_acked(self) -> int:
+        return len(self.acked)
 
     def run(self) -> None:
         deadline = time.monotonic() + self.max_s
         client = None
         n = 0
-        while n < self.max_ops and not self.stop.is_set() and time.monotonic() < deadline:
+        while ((self.max_ops is None or n < self.max_ops) and not self.stop.is_set()
+               and time.monotonic() < deadline):
             key, val = f"{self.prefix}:{n}", f"{self.prefix}-{n}"
             try:
                 if client is None:
@@ -475,6 +530,36 @@ class Writer(threading.Thread):
                 n += 1  # the key may or may not be written: never reuse it
                 client = None
                 time.sleep(0.05)
+            self.ops = n
+        if client is not None:
+            client.close()
+
+    def wait_acked(self, n: int, timeout: float = 60.0, what: str = "") -> int:
+        """Wait until at least ``n`` writes are acknowledged; return the count. Fails at
+        once if the writer has ended (its bound hit) before that."""
+        def check() -> int | bool:
+            if self.n_acked >= n:
+                return self.n_acked
+            if not self.is_alive():
+                raise AssertionError(f"writer {self.prefix} on node {self.node} ended after {self.ops} ops "
+                                     f"({self.n_acked} acked, {self.failed} failed) before {n} acked {what}")
+            return False
+
+        return wait_for(check, timeout, lambda: f"{n} writes acknowledged by node {self.node} {what} "
+                        f"(writer {self.prefix}: {self.n_acked} acked, {self.failed} failed)")
+
+    def wait_more(self, n: int, timeout: float = 60.0, what: str = "") -> int:
+        """Wait until ``n`` more writes than now are acknowledged."""
+        return self.wait_acked(self.n_acked + n, timeout, what)
+
+    def wait_failed(self, n: int = 1, timeout: float = 60.0, what: str = "") -> int:
+        return wait_for(lambda: self.failed >= n and self.failed, timeout,
+                        f"{n} failed writes on node {self.node} {what} (writer {self.prefix}: {self.failed})")
+
+    def halt(self, timeout: float = 30.0) -> None:
+        self.stop.set()
+        self.join(timeout)
+        assert not self.is_alive(), f"writer {self.prefix} on node {self.node} did not stop"
 
 
 def missing_writes(cluster: Cluster, node: int, expected: dict[str, str]) -> dict[str, object]:

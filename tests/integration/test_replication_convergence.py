@@ -21,7 +21,7 @@ import time
 import pytest
 import redis
 
-from tests.cluster import Cluster, info_section
+from tests.cluster import Cluster, info_section, wait_for, wait_links
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -41,11 +41,19 @@ def cluster(tmp_path):
 
 
 def _random_writer(client: redis.Redis, seed: int, counter_totals: dict[str, int], errors: list,
-                   deadline: float) -> None:
-    """OPS_PER_WRITER random conflicting writes; counter deltas that were acknowledged are
-    added to ``counter_totals`` (COUNTER_KEYS and BASE_KEYS are never SET/DEL'd here)."""
+                   deadline: float, stop: threading.Event | None = None, progress: dict | None = None) -> None:
+    """OPS_PER_WRITER random conflicting writes (with ``stop``: at least that many, and on
+    until ``stop`` is set); counter deltas that were acknowledged are added to
+    ``counter_totals`` (COUNTER_KEYS and BASE_KEYS are never SET/DEL'd here);
+    ``progress[seed]`` counts the writes done."""
     rng = random.Random(seed)
-    for n in range(OPS_PER_WRITER):
+    n = -1
+    while True:
+        n += 1
+        if progress is not None:
+            progress[seed] = n
+        if n >= OPS_PER_WRITER and (stop is None or stop.is_set()):
+            return
         if time.monotonic() > deadline:
             errors.append(f"writer {seed}: time bound hit after {n} ops")
             return
@@ -192,13 +200,16 @@ def test_expiry_converges_without_any_message(cluster):
     n[1].set("ttl:keep", "v")
     t0 = time.monotonic()
     assert n[1].pexpire("ttl:k", 300)
+    t1 = time.monotonic()  # node 1 set the deadline between t0 and t1
     assert n[1].wait(2, 5000) == 2
-    if time.monotonic() - t0 < 0.2:  # (a loaded machine may already be past the deadline)
+    before_deadline = {i: (n[i].get("ttl:k"), n[i].pttl("ttl:k")) for i in (2, 3)}
+    if time.monotonic() - t0 < 0.25:  # read before the deadline (a loaded machine may be past it)
         for i in (2, 3):
-            assert n[i].get("ttl:k") == b"v"
-            assert 0 < n[i].pttl("ttl:k") <= 300
+            got, pttl = before_deadline[i]
+            assert got == b"v"
+            assert 0 < pttl <= 300
     seqs = {i: int(info_section(n[i], "replication")["master_repl_offset"]) for i in (1, 2, 3)}
-    time.sleep(max(0.0, t0 + 0.4 - time.monotonic()))
+    time.sleep(max(0.0, t1 + 0.4 - time.monotonic()))
     for i in (1, 2, 3):
         assert n[i].get("ttl:k") is None, f"node {i} still reads an expired key"
         assert n[i].exists("ttl:k") == 0
@@ -230,6 +241,7 @@ def test_stale_set_older_than_expiry_never_resurrects_via_replication(tmp_path):
         time.sleep(0.4)
         assert n[1].get("k") is None and n[2].get("k") is None
         assert n[3].get("k") == b"stale-from-3"
+        wait_links(c, [(3, 1), (3, 2)], up=False)  # node 3 sees it is cut off
         states = {p: d["state"] for p, d in c.peers(3).items()}
         assert states[1] != "streaming" and states[2] != "streaming", states
         for pr in c.proxies.values():
@@ -242,10 +254,19 @@ def test_stale_set_older_than_expiry_never_resurrects_via_replication(tmp_path):
         c.stop()
 
 
+ISOLATIONS = 4  # the flapping test isolates each node at least once, then one more
+
+
 def test_conflicting_writes_under_flapping_partitions_converge(tmp_path):
-    """The random load again, while a chaos thread isolates one node at a time (all six
+    """The random load again, while the test isolates one node at a time (all six
     directed links go through proxies), so every node builds long divergent histories;
-    after the last heal the digests agree and no counter increment is lost."""
+    after the last heal the digests agree and no counter increment is lost.
+
+    Each isolation is driven and observed, not timed: cut the victim's four links, wait
+    until every link to and from it shows as down in INFO replication, let every writer
+    make a (seeded random) number of writes while it is cut off, heal, wait until the
+    whole mesh streams again and every writer wrote again; the writers go on until all
+    ISOLATIONS are done (and each made at least OPS_PER_WRITER writes)."""
     pairs = [(a, b) for a in (1, 2, 3) for b in (1, 2, 3) if a != b]
     c = Cluster.with_proxies(tmp_path, pairs, n=3)
     try:
@@ -256,45 +277,57 @@ def test_conflicting_writes_under_flapping_partitions_converge(tmp_path):
         assert clients[1].wait(2, 5000) == 2
         totals = {i: {} for i in (1, 2, 3)}
         errors: list = []
-        deadline = time.monotonic() + 60
-        writers = [threading.Thread(target=_random_writer, args=(c.client(i), SEED + 10 + i, totals[i], errors,
-                                                                  deadline)) for i in (1, 2, 3)]
+        deadline = time.monotonic() + 90
         stop = threading.Event()
+        progress: dict[int, int] = {}
+        seeds = {i: SEED + 10 + i for i in (1, 2, 3)}
+        writers = [threading.Thread(target=_random_writer, args=(c.client(i), seeds[i], totals[i], errors,
+                                                                  deadline, stop, progress)) for i in (1, 2, 3)]
         cuts = []
         held = []  # per isolation: did a node it was cut from see its link down?
 
-        def chaos() -> None:
-            rng = random.Random(SEED)
-            while not stop.is_set():
-                victim = rng.choice((1, 2, 3))
-                links = [c.proxy(a, b) for a, b in pairs if victim in (a, b)]
-                for p in links:
-                    p.cut()
-                cuts.append(victim)
-                time.sleep(rng.uniform(0.2, 0.5))
-                other = 1 if victim != 1 else 2
-                try:
-                    held.append(c.peers(other)[victim]["state"] != "streaming")
-                except (redis.RedisError, KeyError) as e:
-                    errors.append(repr(e))
-                for p in links:
-                    p.heal()
-                time.sleep(rng.uniform(0.05, 0.2))
+        def writes_after(n: int, what: str) -> None:
+            """Wait until every writer has made ``n`` more writes."""
+            mark = {s: progress.get(s, 0) for s in seeds.values()}
 
-        ch = threading.Thread(target=chaos)
+            def done() -> bool:
+                if errors or not all(t.is_alive() for t in writers):
+                    raise AssertionError(f"a writer ended {what}: {errors}")
+                return all(progress.get(s, 0) >= mark[s] + n for s in seeds.values())
+
+            wait_for(done, 60, lambda: f"{n} writes on every node {what} (from {mark} to {progress})")
+
+        rng = random.Random(SEED)
+        victims = [1, 2, 3]
+        rng.shuffle(victims)
+        victims += [rng.choice((1, 2, 3)) for _ in range(ISOLATIONS - 3)]
         for t in writers:
             t.start()
-        ch.start()
+        writes_after(20, "before the first isolation")
+        for victim in victims:
+            links = [(a, b) for a, b in pairs if victim in (a, b)]
+            for ln in links:
+                c.proxy(*ln).cut()
+            cuts.append(victim)
+            wait_links(c, links, up=False)  # the isolation is seen on both sides of every link
+            other = 1 if victim != 1 else 2
+            held.append(c.peers(other)[victim]["state"] != "streaming")
+            writes_after(rng.randint(100, 300), f"while node {victim} is isolated")
+            for ln in links:
+                c.proxy(*ln).heal()
+            c.wait_streaming(30)  # and seen healed: every link streams again
+            writes_after(rng.randint(20, 60), f"after node {victim}'s isolation healed")
+        stop.set()
         for t in writers:
             t.join(90)
-        stop.set()
-        ch.join(10)
+        assert not any(t.is_alive() for t in writers), "writers did not finish"
         assert not errors, errors
         assert len(cuts) >= 2
         assert any(held), f"no isolation was visible as a down link: {held}"
         c.wait_streaming(30)
         digest = c.wait_converged(30)
-        print(f"{len(cuts)} isolations; converged in {c.last_converge_s:.2f}s; digest {digest}")
+        print(f"{len(cuts)} isolations (nodes {cuts}), {progress} writes; converged in {c.last_converge_s:.2f}s; "
+              f"digest {digest}")
         expect = {k: sum(totals[i].get(k, 0) for i in (1, 2, 3)) + (BASE_VALUE if k in BASE_KEYS else 0)
                   for k in COUNTER_KEYS + BASE_KEYS}
         for i in (1, 2, 3):

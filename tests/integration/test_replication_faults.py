@@ -10,29 +10,34 @@ import time
 import pytest
 
 from marekvs.replication.manager import MAX_INFLIGHT_BATCHES
-from tests.cluster import Cluster, Writer, missing_writes
+from tests.cluster import Cluster, Writer, link_state, missing_writes, wait_for, wait_links
 
 pytestmark = pytest.mark.timeout(120)
+
+AFTER_EVENT = 100  # writes a writer must have acknowledged after an event before the test goes on
 
 
 def test_sigkill_under_load_loses_no_acknowledged_write(tmp_path):
     c = Cluster(tmp_path, n=3, durability="always")
     try:
-        writers = [Writer(c, i, f"w{i}", max_ops=2500, max_s=15) for i in (1, 2, 3)]
+        writers = [Writer(c, i, f"w{i}") for i in (1, 2, 3)]  # each writes until halted
         for w in writers:
             w.start()
-        time.sleep(1.0)
-        before = {w.node: len(w.acked) for w in writers}
+        for w in writers:
+            w.wait_acked(51, what="before the kill")
+        before = {w.node: w.n_acked for w in writers}
         c[2].kill9()
         c[2].stop()  # reaps it and closes its log handle
-        time.sleep(0.7)  # nodes 1 and 3 keep taking writes while node 2 is dead
-        during = {w.node: len(w.acked) for w in writers}
+        # nodes 1 and 3 keep taking writes while node 2 is dead, and node 2's writer sees it
+        dead_at = {w.node: w.n_acked for w in writers}
+        writers[0].wait_acked(dead_at[1] + AFTER_EVENT, what="while node 2 is dead")
+        writers[2].wait_acked(dead_at[3] + AFTER_EVENT, what="while node 2 is dead")
+        writers[1].wait_failed(1, what="after node 2 was killed")
+        during = {w.node: w.n_acked for w in writers}
         c.start_node(2)
-        time.sleep(1.0)
+        writers[1].wait_acked(during[2] + AFTER_EVENT, what="after node 2's restart")
         for w in writers:
-            w.stop.set()
-        for w in writers:
-            w.join(30)
+            w.halt()
         assert all(before[i] > 50 for i in (1, 2, 3)), before
         assert during[1] > before[1] and during[3] > before[3], "nodes 1 and 3 stopped serving while node 2 was dead"
         assert writers[1].failed >= 1, "the writer of node 2 never saw the kill"
@@ -64,9 +69,15 @@ def test_configured_peer_address_is_kept_after_hello(tmp_path):
         addr21 = c.peers(2)[1]["addr"]
         assert addr12 == f"127.0.0.1:{c.proxy(1, 2).port}", f"node 1 now dials node 2 at {addr12}"
         assert addr21 == f"127.0.0.1:{c.proxy(2, 1).port}", f"node 2 now dials node 1 at {addr21}"
-        # and a cut of the proxy really cuts the link (no reconnect around it)
-        c.proxy(1, 2).cut()
-        time.sleep(1.5)
+        # and a cut of the proxy really cuts the link (no reconnect around it): node 1
+        # sees it down, and redials through the proxy (twice, refused) instead of
+        # reaching node 2 at the address it advertised
+        p12 = c.proxy(1, 2)
+        p12.cut()
+        wait_links(c, [(1, 2)], up=False)
+        dialed = p12.accepted
+        wait_for(lambda: p12.accepted >= dialed + 2 or link_state(c, 1, 2) == "streaming", 30,
+                 "node 1 to redial node 2 (through the proxy or around it)")
         assert c.peers(1)[2]["state"] != "streaming"
     finally:
         c.stop()
@@ -76,37 +87,43 @@ def test_broken_link_both_sides_keep_serving_then_converge(tmp_path):
     c = Cluster.with_proxies(tmp_path, [(1, 2), (2, 1)], n=3)
     try:
         c.wait_streaming(20)
-        w1 = Writer(c, 1, "a1", max_ops=12000, max_s=20)
-        w2 = Writer(c, 2, "a2", max_ops=12000, max_s=20)
+        w1 = Writer(c, 1, "a1")  # both write until halted
+        w2 = Writer(c, 2, "a2")
         w1.start()
         w2.start()
-        time.sleep(0.5)
+        w1.wait_acked(AFTER_EVENT, what="before the cut")
+        w2.wait_acked(AFTER_EVENT, what="before the cut")
         c.proxy(1, 2).cut()
         c.proxy(2, 1).cut()
+        wait_links(c, [(1, 2), (2, 1)], up=False)  # both sides see the link down
         cut_at = {1: len(w1.acked), 2: len(w2.acked)}
-        time.sleep(1.5)
-        p12 = c.peers(1)[2]
+        # both sides keep serving while the link is down ...
+        w1.wait_acked(cut_at[1] + 2 * AFTER_EVENT, what="with the link cut")
+        w2.wait_acked(cut_at[2] + 2 * AFTER_EVENT, what="with the link cut")
+        # ... and node 1 reports a lag to node 2 that grows (entries and age) while it is
+        p12 = wait_for(lambda: (p := c.peers(1)[2]) and int(p["lag_entries"]) > 0 and p, 30,
+                       "node 1 to report a lag to node 2")
         lag1 = int(p12["lag_entries"])
-        time.sleep(1.0)
-        p12b = c.peers(1)[2]
+        p12b = wait_for(lambda: (p := c.peers(1)[2]) and int(p["lag_entries"]) > lag1 and int(p["lag_ms"]) > 500
+                        and p, 30, "node 1's lag to node 2 to grow past 500 ms")
         p21 = c.peers(2)[1]
         during = {1: len(w1.acked), 2: len(w2.acked)}
         # node 3 still hears from both: the cluster is only missing the 1<->2 link
         assert c.peers(1)[3]["state"] == "streaming" and c.peers(2)[3]["state"] == "streaming"
         c.proxy(1, 2).heal()
         c.proxy(2, 1).heal()
-        time.sleep(0.5)
-        w1.stop.set()
-        w2.stop.set()
-        w1.join(30)
-        w2.join(30)
+        wait_links(c, [(1, 2), (2, 1)], up=True)
+        w1.wait_more(AFTER_EVENT, what="after the heal")  # the catch-up runs under writes too
+        w2.wait_more(AFTER_EVENT, what="after the heal")
+        w1.halt()
+        w2.halt()
         assert during[1] > cut_at[1] + 50 and during[2] > cut_at[2] + 50, "a side stopped serving writes"
         assert p12["state"] != "streaming" and p21["state"] != "streaming", (p12, p21)
         assert int(p12b["lag_entries"]) > lag1 > 0, (p12, p12b)
         assert int(p12b["lag_ms"]) > 500, p12b
         c.wait_streaming(20)
         c.wait_converged(30)
-        print(f"lag at 1.5 s {lag1} entries, at 2.5 s {p12b['lag_entries']} entries / {p12b['lag_ms']} ms; "
+        print(f"lag {lag1} entries, later {p12b['lag_entries']} entries / {p12b['lag_ms']} ms; "
               f"converged {c.last_converge_s:.2f}s after heal + stop")
         acked = {**w1.acked, **w2.acked}
         for i in (1, 2, 3):
@@ -197,18 +214,22 @@ def test_wait_with_a_cut_link_times_out(tmp_path):
         assert r1.wait(2, 5000) == 2
         c.proxy(1, 3).cut()
         c.proxy(3, 1).cut()
-        time.sleep(0.3)
+        wait_links(c, [(1, 3), (3, 1)], up=False)
         r1.set("w", "2")
         t = time.monotonic()
         n = r1.wait(2, 200)
         took = time.monotonic() - t
         assert n == 1, n
         assert 0.18 <= took < 1.0, took
-        time.sleep(1.0)
+        # node 1 redials node 3 through the proxy (refused) and never reaches it around it
+        dialed = c.proxy(1, 3).accepted
+        wait_for(lambda: c.proxy(1, 3).accepted >= dialed + 2 or link_state(c, 1, 3) == "streaming", 30,
+                 "node 1 to redial node 3")
         r1.set("w", "3")
         assert r1.wait(2, 200) == 1, "the cut link healed itself around the proxy"
         c.proxy(1, 3).heal()
         c.proxy(3, 1).heal()
+        wait_links(c, [(1, 3), (3, 1)], up=True)
         assert r1.wait(2, 10000) == 2
     finally:
         c.stop()

@@ -8,9 +8,11 @@ import time
 
 import pytest
 
-from tests.cluster import Cluster, Writer, missing_writes
+from tests.cluster import Cluster, Writer, missing_writes, wait_for
 
 pytestmark = pytest.mark.timeout(120)
+
+AFTER_EVENT = 100  # writes a writer must have acknowledged after an event before the test goes on
 
 
 def test_new_node_joins_live_cluster_and_bootstraps(tmp_path):
@@ -20,19 +22,23 @@ def test_new_node_joins_live_cluster_and_bootstraps(tmp_path):
         seed = c.client(1)
         seed.mset({f"pre:{i}": f"p{i}" for i in range(3000)})  # more than one snapshot chunk
         assert seed.wait(1, 5000) == 1
-        w1 = Writer(c, 1, "j1", max_ops=6000, max_s=20)
-        w2 = Writer(c, 2, "j2", max_ops=6000, max_s=20)
+        w1 = Writer(c, 1, "j1")  # both write until halted
+        w2 = Writer(c, 2, "j2")
         w1.start()
         w2.start()
-        time.sleep(0.5)
-        # node 3 lists nodes 1 and 2; they were not configured with it
+        w1.wait_acked(AFTER_EVENT, what="before the join")
+        w2.wait_acked(AFTER_EVENT, what="before the join")
+        # node 3 lists nodes 1 and 2; they were not configured with it (it bootstraps
+        # from their snapshots before it listens)
         n3 = c.add_node(3, peers=[1, 2])
         joined_at = {1: len(w1.acked), 2: len(w2.acked)}
-        time.sleep(1.0)
-        w1.stop.set()
-        w2.stop.set()
-        w1.join(30)
-        w2.join(30)
+        # the join goes on after that: nodes 1 and 2 learn node 3 from its Hello and
+        # start shipping to it; the writes go on until that has been seen, and after it
+        wait_for(lambda: all(3 in c.peers(i) for i in (1, 2)), 30, "nodes 1 and 2 to learn node 3")
+        w1.wait_more(AFTER_EVENT, what="after node 3 joined")
+        w2.wait_more(AFTER_EVENT, what="after node 3 joined")
+        w1.halt()
+        w2.halt()
         assert len(w1.acked) > joined_at[1] and len(w2.acked) > joined_at[2], "writes stopped during the join"
         log3 = n3.log_text()
         assert "bootstrapped" in log3, log3[-2000:]
@@ -70,12 +76,12 @@ def test_wiped_node_bootstraps_under_a_new_incarnation(tmp_path):
         assert r3.wait(2, 5000) == 2
         old_inc = c.info(3)["incarnation"]
         old_digest = c.wait_converged(10)
-        w1 = Writer(c, 1, "v1", max_ops=3000, max_s=15)
+        w1 = Writer(c, 1, "v1")  # writes until halted: all through node 3's restart and bootstrap
         w1.start()
-        c.restart_node(3, wipe=True)
-        time.sleep(0.5)
-        w1.stop.set()
-        w1.join(30)
+        w1.wait_acked(AFTER_EVENT, what="before node 3's restart")
+        c.restart_node(3, wipe=True)  # returns once node 3 bootstrapped and listens
+        w1.wait_more(AFTER_EVENT, what="after node 3's restart")
+        w1.halt()
         info = c.info(3)
         assert info["incarnation"] != old_inc, "a wiped data dir must start a new incarnation"
         assert "bootstrapped" in c[3].log_text()
