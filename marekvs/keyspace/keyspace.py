@@ -26,6 +26,7 @@ from typing import Iterator
 from marekvs.core import envelope as env
 from marekvs.core import head
 from marekvs.core import keys as K
+from marekvs.core import registry
 from marekvs.core import lww
 from marekvs.core.envelope import RecordType
 from marekvs.core.hlc import HLC
@@ -181,7 +182,7 @@ class Keyspace:
         n = 0
         keys: list[KeyRecord] = []
         heads: dict[bytes, KeyRecord] = {}
-        for ikey, rec in self.engine.scan_tags(first_pid, K.TAG_HEAD + K.TAG_STRING):
+        for ikey, rec in self.engine.scan_tags(first_pid, registry.KEY_TAGS):
             pid = K.pid_of_ikey(ikey)
             if pid != cur:
                 if n:
