@@ -3,7 +3,7 @@
 
 Run it with ``make bench-cluster`` (or ``.venv/bin/python bench/bench_cluster.py [--quick]``).
 Everything runs on this machine; nodes are started like ``marekvs cluster up`` does (the
-functions of ``marekvs.cluster``), on free 127.0.0.1 ports and temp data dirs, and stopped
+functions of ``marekvs.launcher``), on free 127.0.0.1 ports and temp data dirs, and stopped
 by their pids at the end.
 
 (a) baseline: a lone node (no peers) under
@@ -51,7 +51,7 @@ ROOT = HERE.parent
 RESULTS = HERE / "results"
 sys.path.insert(0, str(ROOT))
 
-from marekvs import cluster as mc  # noqa: E402
+from marekvs import launcher as mc  # noqa: E402
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 clock = time.perf_counter  # not loop.time(): uvloop's clock has 1 ms resolution

@@ -39,12 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"marekvs {__version__}")
     sub = parser.add_subparsers(dest="cmd", required=True)
     _add_serve(sub)
-    try:
-        from marekvs import cluster  # multi-node launcher (replication issue)
-    except ImportError:
-        cluster = None
-    if cluster is not None:
-        cluster.add_parser(sub)
+    from marekvs.launcher import cli as launcher  # marekvs cluster ...: the local multi-node launcher
+
+    launcher.add_parser(sub)
     return parser
 
 

@@ -14,8 +14,8 @@ import urllib.request
 
 import pytest
 
-from marekvs import cluster as mc
-from marekvs.cluster import Resp, load_state, pid_alive, port_free, stop_nodes
+from marekvs import launcher as mc
+from marekvs.launcher import Resp, load_state, pid_alive, port_free, stop_nodes
 from tests.helpers import ROOT
 
 pytestmark = pytest.mark.timeout(90)

@@ -27,7 +27,7 @@ import time
 import pytest
 import redis
 
-from marekvs.cluster import load_state, port_free, stop_nodes
+from marekvs.launcher import load_state, port_free, stop_nodes
 from tests.cluster import Cluster, info_section, peer_fields
 from tests.helpers import ROOT
 
