@@ -49,8 +49,34 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 RESULTS = os.path.join(HERE, "results")
 
-TESTS = ("set", "get", "incr", "mset")
 PIPELINES = (1, 16)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One benchmarked row. ``command`` is None for a redis-benchmark built-in test (``-t
+    name``); otherwise the command redis-benchmark sends (``__rand_int__`` is replaced by a
+    random number below --keyspace, as with -r). ``probe`` must answer without an error on a
+    server that supports the row; ``setup`` runs once after the prefill (e.g. fill a
+    collection that the row reads); ``cleanup`` names keys the probe wrote."""
+
+    command: tuple[str, ...] | None = None
+    probe: tuple[bytes, ...] = ()
+    setup: tuple[tuple[bytes, ...], ...] = ()
+    cleanup: tuple[bytes, ...] = ()
+    weight: int = 1  # probe runs are 1/weight as long (MSET: 10 keys a request)
+
+
+# The rows of `make bench`, in order. A data-type family adds its rows here; the default
+# run measures every row (`--tests` picks some).
+WORKLOADS: dict[str, Workload] = {
+    "set": Workload(probe=(b"SET", b"bench:probe", b"v"), cleanup=(b"bench:probe",)),
+    "get": Workload(probe=(b"GET", b"bench:probe")),
+    "incr": Workload(probe=(b"INCR", b"bench:probe:ctr"), cleanup=(b"bench:probe:ctr",)),
+    "mset": Workload(probe=(b"MSET", b"bench:probe:a", b"1", b"bench:probe:b", b"2"),
+                     cleanup=(b"bench:probe:a", b"bench:probe:b"), weight=4),
+}
+TESTS = tuple(WORKLOADS)
 TARGETS = {  # pipeline -> (min geomean ratio, min row ratio)
     1: (0.6, 0.4),
     16: (0.4, 0.25),
@@ -301,26 +327,34 @@ def prefill(port: int, keyspace: int, size: int) -> dict[str, Any]:
             "redis-benchmark", "keys": keyspace}
 
 
-def supports(port: int) -> dict[str, str | None]:
-    """Which benchmarked commands the server answers without an error (None = fine)."""
-    probes = {
-        "set": [b"SET", b"bench:probe", b"v"],
-        "get": [b"GET", b"bench:probe"],
-        "incr": [b"INCR", b"bench:probe:ctr"],
-        "mset": [b"MSET", b"bench:probe:a", b"1", b"bench:probe:b", b"2"],
-    }
+def supports(port: int, tests: list[str]) -> dict[str, str | None]:
+    """Which benchmarked rows the server answers without an error (None = fine)."""
     out: dict[str, str | None] = {}
-    for t, args in probes.items():
+    cleanup: list[bytes] = []
+    for t in tests:
+        w = WORKLOADS[t]
+        cleanup += w.cleanup
         try:
-            r = resp_cmd(port, *args)
+            r = resp_cmd(port, *w.probe)
             out[t] = r.decode("utf-8", "replace").strip() if r.startswith(b"-") or not r else None
         except OSError as e:
             out[t] = f"{type(e).__name__}: {e}"
-    try:
-        resp_cmd(port, b"DEL", b"bench:probe", b"bench:probe:ctr", b"bench:probe:a", b"bench:probe:b")
-    except OSError:
-        pass
+    if cleanup:
+        try:
+            resp_cmd(port, b"DEL", *cleanup)
+        except OSError:
+            pass
     return out
+
+
+def run_setup(port: int, tests: list[str]) -> None:
+    """Each row's setup commands (after the prefill), sent as one pipeline through redis-cli."""
+    cmds = [c for t in tests for c in WORKLOADS[t].setup]
+    if not cmds:
+        return
+    payload = b"".join(b"*%d\r\n" % len(c) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in c) for c in cmds)
+    subprocess.run([which_or_die("redis-cli"), "-h", "127.0.0.1", "-p", str(port), "--pipe"],
+                   input=payload, capture_output=True, timeout=600, check=False)
 
 
 @dataclass
@@ -361,8 +395,16 @@ def parse_csv(text: str) -> dict[str, dict[str, float]]:
 
 def bench_cmd(port: int, test: str, pipeline: int, n: int, clients: int, keyspace: int,
               size: int) -> list[str]:
-    return [which_or_die("redis-benchmark"), "-h", "127.0.0.1", "-p", str(port), "-c", str(clients),
-            "-n", str(n), "-r", str(keyspace), "-d", str(size), "-P", str(pipeline), "-t", test, "--csv"]
+    base = [which_or_die("redis-benchmark"), "-h", "127.0.0.1", "-p", str(port), "-c", str(clients),
+            "-n", str(n), "-r", str(keyspace), "-d", str(size), "-P", str(pipeline), "--csv"]
+    w = WORKLOADS[test]
+    return base + (["-t", test] if w.command is None else list(w.command))
+
+
+def csv_name(test: str) -> str:
+    """The row name redis-benchmark's CSV gives ``test`` (its command line for a command)."""
+    w = WORKLOADS[test]
+    return test.upper() if w.command is None else " ".join(w.command).upper()
 
 
 def run_one(srv: ServerProc, server_name: str, test: str, pipeline: int, n: int, args: argparse.Namespace,
@@ -409,7 +451,7 @@ def run_one(srv: ServerProc, server_name: str, test: str, pipeline: int, n: int,
     stdout = r.stdout.decode("utf-8", "replace")
     run.errors = stderr.count("Error from server") + stdout.count("Error from server")
     rows = parse_csv(stdout)
-    row = rows.get(test.upper())
+    row = rows.get(csv_name(test)) or (next(iter(rows.values())) if len(rows) == 1 else None)
     if r.returncode != 0 or row is None:
         run.error = f"redis-benchmark rc {r.returncode}: {(stderr or stdout).strip()[-300:]}"
         return run
@@ -430,8 +472,7 @@ def size_run(srv: ServerProc, test: str, pipeline: int, args: argparse.Namespace
     if args.requests:
         return args.requests, None
     probe_n = (2_000 if args.quick else 5_000) * (4 if pipeline > 1 else 1)
-    if test == "mset":
-        probe_n //= 4
+    probe_n //= WORKLOADS[test].weight
     probe = run_one(srv, srv.name, test, pipeline, probe_n, args, timeout=120)
     if probe.error or probe.rps <= 0:
         return probe_n, None
@@ -448,7 +489,7 @@ def setup_server(srv: ServerProc, args: argparse.Namespace) -> dict[str, Any]:
     print(f"\n== {srv.name}: starting on 127.0.0.1:{srv.port}", flush=True)
     srv.start()
     info["pid"] = srv.pid
-    unsupported = supports(srv.port)
+    unsupported = supports(srv.port, args.test_list)
     info["unsupported"] = {k: v for k, v in unsupported.items() if v}
     for k, v in info["unsupported"].items():
         print(f"   {k.upper()} not usable on {srv.name}: {v}", flush=True)
@@ -456,6 +497,7 @@ def setup_server(srv: ServerProc, args: argparse.Namespace) -> dict[str, Any]:
     info["prefill"] = pf
     print(f"   {srv.name}: prefilled {pf['keys']} keys ({args.size} B values) in {pf['seconds']}s "
           f"via {pf['method']}", flush=True)
+    run_setup(srv.port, args.test_list)
     return info
 
 
@@ -628,7 +670,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="attach py-spy to the node during these measured runs, e.g. set:16,get:1; "
                         "writes bench/results/profile-<ts>-<test>-P<p>.txt (raw) and prints a summary")
     p.add_argument("--profile-rate", type=int, default=250, help="py-spy samples per second")
-    p.add_argument("--tests", default=",".join(TESTS), help="comma-separated redis-benchmark tests")
+    p.add_argument("--tests", default=",".join(TESTS), help="comma-separated rows of WORKLOADS")
     p.add_argument("--pipelines", default=",".join(map(str, PIPELINES)), help="comma-separated -P depths")
     p.add_argument("--clients", "-c", type=int, default=50)
     p.add_argument("--keyspace", "-r", type=int, default=100_000)
@@ -645,6 +687,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="extra argument for 'marekvs serve' (repeatable, e.g. --marekvs-arg=--shards=1)")
     a = p.parse_args(argv)
     a.tests = [t.strip().lower() for t in a.tests.split(",") if t.strip()]
+    unknown = [t for t in a.tests if t not in WORKLOADS]
+    if unknown:
+        p.error(f"unknown tests {unknown}; the rows are {', '.join(WORKLOADS)}")
+    a.test_list = a.tests
     a.pipelines = [int(x) for x in a.pipelines.split(",") if x.strip()]
     if a.seconds is None:
         a.seconds = 1.0 if a.quick else 4.0
