@@ -137,7 +137,7 @@ def _set_failed(name: str, e: Exception) -> CommandError:
 @command("resetstat", 2, "admin noscript loading stale", parent="config", group="server",
          summary="Resets the server's statistics.", since="2.0.0")
 def config_resetstat(ctx, args):
-    ctx.node.stats.reset(len(ctx.node.clients))
+    ctx.node.reset_stats()
     return reply.OK
 
 
@@ -248,10 +248,23 @@ def _section_clients(s):
 
 
 def _section_memory(s):
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    return [("used_memory", rss), ("used_memory_human", f"{rss / 1048576:.2f}M"), ("used_memory_rss", rss),
-            ("maxmemory", 0), ("maxmemory_policy", "noeviction"), ("cache_entries", len(s.engine.cache)),
-            ("mem_allocator", "libc")]
+    """The process's resident memory (marekvs has no allocator of its own to ask: the
+    record cache, RocksDB's memtables and block cache and Python's heap are all in it)."""
+    rss = s.memory_rss()
+    peak = max(s.memory_peak, rss)
+    return [("used_memory", rss), ("used_memory_human", _human(rss)), ("used_memory_rss", rss),
+            ("used_memory_rss_human", _human(rss)), ("used_memory_peak", peak),
+            ("used_memory_peak_human", _human(peak)), ("used_memory_peak_perc", f"{100 * rss / peak:.2f}%"),
+            ("maxmemory", 0), ("maxmemory_human", "0B"), ("maxmemory_policy", "noeviction"),
+            ("cache_entries", len(s.engine.cache)), ("mem_allocator", "libc")]
+
+
+def _human(n: int) -> str:
+    """Redis's bytesToHuman."""
+    for unit, size in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.2f}{unit}"
+    return f"{n}B"
 
 
 def _section_persistence(s):
@@ -270,7 +283,24 @@ def _section_stats(s):
             ("rejected_connections", st.rejected_connections), ("expired_keys", 0),
             ("expired_records_removed", s.sweeper.removed), ("evicted_keys", 0),
             ("total_error_replies", st.error_replies), ("unexpected_error_replies", st.unexpected_errors),
-            ("client_query_buffer_limit_disconnections", st.query_buffer_closes)]
+            ("instantaneous_ops_per_sec", s.ops.rate()), ("keyspace_hits", s.ks.hits),
+            ("keyspace_misses", s.ks.misses), ("client_query_buffer_limit_disconnections", st.query_buffer_closes)]
+
+
+def _section_commandstats(s):
+    """Every command run or refused since the last CONFIG RESETSTAT, as Redis prints it."""
+    out = []
+    for c in s.table.all_commands():
+        if c.calls or c.rejected_calls or c.failed_calls:
+            usec = c.nsec // 1000
+            per = usec / c.calls if c.calls else 0.0
+            out.append((f"cmdstat_{c.fullname}", f"calls={c.calls},usec={usec},usec_per_call={per:.2f},"
+                                                 f"rejected_calls={c.rejected_calls},failed_calls={c.failed_calls}"))
+    return out
+
+
+def _section_errorstats(s):
+    return [(f"errorstat_{code}", f"count={n}") for code, n in sorted(s.error_codes.items())]
 
 
 def _section_replication(s):
@@ -304,21 +334,29 @@ SECTIONS = {
     "cpu": lambda s: [("used_cpu_sys", "%.6f" % resource.getrusage(resource.RUSAGE_SELF).ru_stime),
                       ("used_cpu_user", "%.6f" % resource.getrusage(resource.RUSAGE_SELF).ru_utime)],
     "cluster": _section_cluster, "keyspace": _section_keyspace, "marekvs": _section_marekvs,
+    "modules": lambda s: [], "errorstats": _section_errorstats, "commandstats": _section_commandstats,
 }
 DEFAULT_SECTIONS = ("server", "clients", "memory", "persistence", "stats", "replication", "cpu",
-                    "cluster", "keyspace", "marekvs")
+                    "modules", "errorstats", "cluster", "keyspace", "marekvs")
+ALL_SECTIONS = ("server", "clients", "memory", "persistence", "stats", "replication", "cpu", "modules",
+                "commandstats", "errorstats", "cluster", "keyspace", "marekvs")  # INFO all / everything
+_TITLES = {"cpu": "CPU"}
 
 
 def info_text(node, names: list[str]) -> str:
-    if not names or any(n in ("all", "everything", "default") for n in names):
+    if any(n in ("all", "everything") for n in names):
+        names = list(ALL_SECTIONS)
+    elif not names or "default" in names:
         names = list(DEFAULT_SECTIONS)
+    else:  # in Redis's order, whatever the order asked
+        names = [n for n in ALL_SECTIONS if n in names]
     parts = []
     for n in names:
         f = SECTIONS.get(n)
         if f is None:
             continue
         body = "".join(f"{k}:{v}\r\n" for k, v in f(node))
-        parts.append(f"# {n.capitalize()}\r\n{body}")
+        parts.append(f"# {_TITLES.get(n, n.capitalize())}\r\n{body}")
     return "\r\n".join(parts)
 
 

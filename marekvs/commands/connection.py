@@ -301,17 +301,75 @@ def client_unblock(ctx, args):
     return 1 if ctx.node.blocking.unblock(cid, error) else 0
 
 
+@command("pause", -3, "admin noscript loading stale", parent="client", group="connection",
+         acl="admin slow dangerous connection",
+         summary="Suspends commands processing.", since="3.0.0", complexity="O(1)",
+         syntax="timeout [WRITE | ALL]")
+def client_pause(ctx, args):
+    if len(args) > 4:
+        raise CommandError(errors.subcommand_syntax("client", args[1]))
+    ms = parse_ll(args[2])
+    if ms is None:
+        raise CommandError(errors.TIMEOUT_NOT_INT)
+    if ms < 0:
+        raise CommandError(errors.TIMEOUT_NEGATIVE)
+    writes_only = False
+    if len(args) == 4:
+        mode = args[3].lower()
+        if mode not in (b"write", b"all"):
+            raise CommandError(errors.PAUSE_MODE)
+        writes_only = mode == b"write"
+    ctx.node.pause(ms / 1000, writes_only)
+    return reply.OK
+
+
+@command("unpause", 2, "admin noscript loading stale", parent="client", group="connection",
+         acl="admin slow dangerous connection",
+         summary="Resumes processing of clients that were paused.", since="6.2.0",
+         complexity="O(N) Where N is the number of paused clients")
+def client_unpause(ctx, args):
+    ctx.node.unpause()
+    return reply.OK
+
+
+@command("reply", 3, "noscript loading stale", parent="client", group="connection", acl="slow connection",
+         summary="Instructs the server whether to reply to commands.", since="3.2.0", complexity="O(1)",
+         syntax="ON | OFF | SKIP")
+def client_reply(ctx, args):
+    mode = args[2].lower()
+    if mode == b"on":
+        ctx.reply_mode = 0
+        return reply.OK
+    if mode == b"off":
+        ctx.reply_mode = 1
+    elif mode == b"skip":
+        ctx.reply_mode = 2  # this reply and the next command's
+    else:
+        raise CommandError(errors.SYNTAX)
+    return reply.NO_REPLY
+
+
+# Redis 7.0's CLIENT HELP, word for word, less the subcommands marekvs does not have (CACHING,
+# GETREDIR, TRACKING, TRACKINGINFO); SETINFO (Redis 7.2) is marekvs's addition
 client_help = help_subcommand("client", (
     "CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
     "GETNAME", "    Return the name of the current connection.",
     "ID", "    Return the ID of the current connection.",
     "INFO", "    Return information about the current client connection.",
     "KILL <ip:port>", "    Kill connection made from <ip:port>.",
-    "KILL <option> <value> [<option> <value> [...]]", "    Kill connections. Options are: ID, TYPE, USER,"
-    " ADDR, LADDR, SKIPME.",
-    "LIST [options ...]", "    Return information about client connections.",
-    "NO-EVICT (ON|OFF)", "    Protect current client connection from eviction.",
-    "SETINFO <option> <value>", "    Set client meta attr. Options are: LIB-NAME, LIB-VER.",
+    "KILL <option> <value> [<option> <value> [...]]", "    Kill connections. Options are:",
+    "    * ADDR (<ip:port>|<unixsocket>:0)", "      Kill connections made from the specified address",
+    "    * LADDR (<ip:port>|<unixsocket>:0)", "      Kill connections made to specified local address",
+    "    * TYPE (NORMAL|MASTER|REPLICA|PUBSUB)", "      Kill connections by type.",
+    "    * USER <username>", "      Kill connections authenticated by <username>.",
+    "    * SKIPME (YES|NO)", "      Skip killing current connection (default: yes).",
+    "LIST [options ...]", "    Return information about client connections. Options:",
+    "    * TYPE (NORMAL|MASTER|REPLICA|PUBSUB)", "      Return clients of specified type.",
+    "UNPAUSE", "    Stop the current client pause, resuming traffic.",
+    "PAUSE <timeout> [WRITE|ALL]", "    Suspend all, or just write, clients for <timeout> milliseconds.",
+    "REPLY (ON|OFF|SKIP)", "    Control the replies sent to the current connection.",
     "SETNAME <name>", "    Assign the name <name> to the current connection.",
+    "SETINFO <option> <value>", "    Set client meta attr. Options are: LIB-NAME, LIB-VER.",
     "UNBLOCK <clientid> [TIMEOUT|ERROR]", "    Unblock the specified blocked client.",
-    "HELP", "    Print this help."), group="connection")
+    "NO-EVICT (ON|OFF)", "    Protect current client connection from eviction.",
+    "HELP", "    Prints this help."), group="connection")

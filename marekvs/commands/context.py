@@ -22,7 +22,7 @@ from typing import Any, Callable
 class Context:
     __slots__ = ("node", "ks", "id", "proto", "authed", "name", "lib_name", "lib_ver", "addr", "laddr",
                  "fd", "created", "last_active", "last_cmd", "no_evict", "db", "blocked", "last_write_seq",
-                 "deny_blocking", "closing", "on_kill", "on_auth", "query_buffer")
+                 "deny_blocking", "closing", "on_kill", "on_auth", "query_buffer", "reply_mode")
 
     def __init__(self, node: Any, client_id: int, *, authed: bool = True, addr: str = "?", laddr: str = "?",
                  fd: int = -1):
@@ -41,6 +41,7 @@ class Context:
         self.blocked = False  # a blocking command is pending: the transport holds later ones
         self.last_write_seq = 0  # log seq of this client's last write (WAIT)
         self.deny_blocking = False
+        self.reply_mode = 0  # CLIENT REPLY: 0 on, 1 off, 2 skip this reply and the next
         self.closing = False
         self.on_kill: Callable[[], None] | None = None
         self.on_auth: Callable[[bool], None] | None = None

@@ -109,6 +109,8 @@ CLIENT_ID_POSITIVE = "ERR client-id should be greater than 0"
 INTERNAL = "ERR internal error"
 UNBLOCKED = "UNBLOCKED client unblocked via CLIENT UNBLOCK"
 UNBLOCK_REASON = "ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR"
+PAUSE_MODE = "ERR CLIENT PAUSE mode must be WRITE or ALL"
+SLOWLOG_COUNT = "ERR count should be greater than or equal to -1"
 
 
 def hello_option(opt: bytes) -> str:

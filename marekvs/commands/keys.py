@@ -163,7 +163,7 @@ def del_(ctx, args: list[bytes]):
          complexity="O(N) where N is the number of keys to check.", syntax="key [key ...]")
 def exists(ctx, args: list[bytes]):
     now = ctx.ks.now()
-    return sum(1 for key in args[1:] if ctx.ks.exists(key, now))
+    return sum(1 for key in args[1:] if ctx.ks.read_record(key, now) is not None)
 
 
 @command("touch", -2, "readonly fast", (1, -1, 1), group="generic", acl=_ACL_R_FAST,
@@ -240,7 +240,7 @@ def pexpireat(ctx, args: list[bytes]):
 def _ttl(ctx, key: bytes, ms: bool, absolute: bool) -> int:
     """``ttlGenericCommand``: -2 absent, -1 persistent, else the (rounded) TTL."""
     now = ctx.ks.now()
-    found = ctx.ks.live_record(key, now)
+    found = ctx.ks.read_record(key, now)
     if found is None:
         return -2
     deadline = env.ttl_of(found[1])

@@ -385,9 +385,17 @@ class Command:
     write: bool = field(init=False, default=False)
     no_auth: bool = field(init=False, default=False)
     movablekeys: bool = field(init=False, default=False)
+    fast: bool = field(init=False, default=False)
+    # INFO commandstats (CONFIG RESETSTAT clears them): runs, their time in ns, and the
+    # calls refused before running (arity, auth, ...) or that ended in an error reply
+    calls: int = field(init=False, default=0)
+    nsec: int = field(init=False, default=0)
+    rejected_calls: int = field(init=False, default=0)
+    failed_calls: int = field(init=False, default=0)
 
     def __post_init__(self) -> None:
         self.write = "write" in self.flags
+        self.fast = "fast" in self.flags
         self.no_auth = "no_auth" in self.flags
         if self.key_specs:
             if self.first_key:
@@ -479,6 +487,7 @@ FAMILIES = (
     "marekvs.commands.strings",
     "marekvs.commands.keys",
     "marekvs.commands.debug",
+    "marekvs.commands.monitoring",
 )
 
 
@@ -540,6 +549,12 @@ class CommandTable:
 
     def __len__(self) -> int:
         return len(self.commands)
+
+    def all_commands(self):
+        """Every command and subcommand."""
+        for c in self.commands.values():
+            yield c
+            yield from c.subcommands.values()
 
     def __iter__(self):
         return iter(self.commands.values())

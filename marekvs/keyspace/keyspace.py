@@ -57,6 +57,7 @@ class Keyspace:
         # the command clock (ms): the wall clock the HLC reads, so TTL deadlines and
         # stamps agree (tests freeze it by replacing this attribute)
         self.now = hlc.wall
+        self.hits = self.misses = 0  # INFO stats keyspace_hits / keyspace_misses (reads)
         self.apply = engine.apply
         self.get = engine.get
         self.head_pids = engine.head_pids
@@ -87,8 +88,17 @@ class Keyspace:
             return ik, rec
         return self.live_head(pid, ik, now)
 
-    def type_name(self, key: bytes, now: int) -> str:
+    def read_record(self, key: bytes, now: int) -> tuple[bytes, bytes] | None:
+        """``live_record`` for a read command: counted as a keyspace hit or miss (INFO)."""
         found = self.live_record(key, now)
+        if found is None:
+            self.misses += 1
+        else:
+            self.hits += 1
+        return found
+
+    def type_name(self, key: bytes, now: int) -> str:
+        found = self.read_record(key, now)
         if found is None:
             return "none"
         ikey, rec = found

@@ -38,10 +38,12 @@ from marekvs.keyspace import Keyspace
 from marekvs.keyspace.status import KeyspaceError
 from marekvs.node.blocking import BlockingRegistry
 from marekvs.node.changes import ChangeFeed
+from marekvs.node.monitor import LatencyMonitor, OpsMeter, SlowLog
 from marekvs.storage.engine import Engine
 from marekvs.storage.sweeper import Sweeper
 
 log = logging.getLogger("marekvs.node")
+_clock = time.perf_counter_ns
 
 DEFAULT_MAXCLIENTS = 10000
 RESERVED_FDS = 32  # Redis's CONFIG_MIN_RESERVED_FDS: descriptors kept for everything but clients
@@ -85,6 +87,20 @@ class Node:
         self.tunables: dict[str, str] = {}  # Redis parameters changed by CONFIG SET (tunables.py)
         self.limits = Limits()  # request limits the RESP parsers read
         self.stats = Stats()
+        self.error_codes: dict[str, int] = {}  # INFO errorstats
+        self.slowlog = SlowLog()
+        self.latency = LatencyMonitor()
+        self.ops = OpsMeter()
+        self.memory_peak = 0
+        # CLIENT PAUSE: until when (monotonic s; 0 = no pause), writes only or all, and the
+        # connections holding commands until it ends
+        self.pause_end = 0.0
+        self.pause_writes_only = True
+        self._held: list[Callable[[], None]] = []
+        self._pause_timer: asyncio.TimerHandle | None = None
+        self._cron_task: asyncio.Task | None = None
+        self.slow_ns = 0
+        self.monitor_thresholds()
         self.clients: dict[int, Context] = {}
         self._client_seq = 0
         self.last_save = int(time.time())
@@ -118,51 +134,93 @@ class Node:
     # -- dispatch --------------------------------------------------------------------
     def dispatch(self, ctx: Context, args: list[bytes]) -> Any:
         """Run one command for ``ctx``: the table lookup, arity, subcommand and auth
-        checks, then its handler. Returns the reply value (an ``Err`` for an error)."""
-        stats = self.stats
-        stats.total_commands += 1
+        checks, then its handler, measured (INFO commandstats, SLOWLOG, LATENCY). Returns
+        the reply value (an ``Err`` for an error)."""
+        self.stats.total_commands += 1
         cmd = self._lookup.get(args[0])
         if cmd is None:
             cmd = self._lookup.get(args[0].lower())
             if cmd is None:
-                stats.error_replies += 1
-                return Err(errors.unknown_command(args))
+                return self.rejected(None, errors.unknown_command(args))
         n = len(args)
         a = cmd.arity
         if (a > 0 and n != a) or n < -a:
-            stats.error_replies += 1
-            return Err(errors.wrong_arity(cmd.fullname))
+            return self.rejected(cmd, errors.wrong_arity(cmd.fullname))
         if cmd.subcommands and (n > 1 or cmd.handler is None):
             sub = cmd.subcommands.get(args[1].lower().decode("latin-1"))
             if sub is None:
-                stats.error_replies += 1
-                return Err(errors.unknown_subcommand(cmd.name, args[1]))
+                return self.rejected(None, errors.unknown_subcommand(cmd.name, args[1]))
             cmd = sub
             a = cmd.arity
             if (a > 0 and n != a) or n < -a:
-                stats.error_replies += 1
-                return Err(errors.wrong_arity(cmd.fullname))
+                return self.rejected(cmd, errors.wrong_arity(cmd.fullname))
         if not ctx.authed and not cmd.no_auth:
-            stats.error_replies += 1
-            return Err(errors.NOAUTH)
+            return self.rejected(cmd, errors.NOAUTH)
         ctx.last_cmd = cmd
+        t0 = _clock()
         try:
             r = cmd.handler(ctx, args)  # type: ignore[misc]
         except CommandError as e:
-            stats.error_replies += 1
-            return Err(e.message)
+            r = Err(e.message)
         except KeyspaceError as e:
-            stats.error_replies += 1
-            return Err(errors.status_text(e))
+            r = Err(errors.status_text(e))
         except Exception:
-            stats.unexpected_errors += 1
+            self.stats.unexpected_errors += 1
             log.exception("command %s failed", cmd.fullname)
-            return Err(errors.internal_error(cmd.fullname))
-        if cmd.write:
-            ctx.last_write_seq = self.engine.next_seq
+            r = Err(errors.internal_error(cmd.fullname))
+        dt = _clock() - t0
+        cmd.calls += 1
+        cmd.nsec += dt
         if type(r) is Err:
-            stats.error_replies += 1
+            cmd.failed_calls += 1
+            self.count_error(r)
+        elif cmd.write:
+            ctx.last_write_seq = self.engine.next_seq
+        if dt > self.slow_ns:
+            self._slow(ctx, cmd, args, dt)
         return r
+
+    def rejected(self, cmd: Any, text: str) -> Err:
+        """A command refused before it ran (unknown, arity, auth, ...): counted for INFO."""
+        if cmd is not None:
+            cmd.rejected_calls += 1
+        err = Err(text)
+        self.count_error(err)
+        return err
+
+    def count_error(self, err: str) -> None:
+        """INFO errorstats / total_error_replies: every error reply, by its code."""
+        self.stats.error_replies += 1
+        code = err.split(" ", 1)[0]
+        self.error_codes[code] = self.error_codes.get(code, 0) + 1
+
+    def _slow(self, ctx: Context, cmd: Any, args: list[bytes], dt_ns: int) -> None:
+        us = dt_ns // 1000
+        if self.slowlog.threshold_us >= 0 and us > self.slowlog.threshold_us:
+            self.slowlog.add(args, us, ctx.addr, ctx.name)
+        threshold_ms = self.latency.threshold_ms
+        if threshold_ms and us >= threshold_ms * 1000:
+            self.latency.add("fast-command" if cmd.fast else "command", us // 1000)
+
+    def monitor_thresholds(self) -> None:
+        """Recompute the one comparison every command makes (after CONFIG SET)."""
+        self.slowlog.threshold_us = int(self.tunable("slowlog-log-slower-than"))
+        self.slowlog.resize(int(self.tunable("slowlog-max-len")))
+        self.latency.threshold_ms = int(self.tunable("latency-monitor-threshold"))
+        candidates = []
+        if self.slowlog.threshold_us >= 0:
+            candidates.append(self.slowlog.threshold_us * 1000)
+        if self.latency.threshold_ms > 0:
+            candidates.append(self.latency.threshold_ms * 1_000_000 - 1)
+        self.slow_ns = min(candidates) if candidates else 1 << 62
+
+    def reset_stats(self) -> None:
+        """CONFIG RESETSTAT."""
+        self.stats.reset(len(self.clients))
+        self.error_codes.clear()
+        self.ks.hits = self.ks.misses = 0
+        for cmd in self.table.all_commands():
+            cmd.calls = cmd.nsec = cmd.rejected_calls = cmd.failed_calls = 0
 
     # -- the commit barrier ------------------------------------------------------------
     def after_commit(self, fn: Callable[[bool], None]) -> None:
@@ -200,6 +258,47 @@ class Node:
         return self._ack_event
 
     # -- settings CONFIG SET changes ------------------------------------------------------
+    # -- CLIENT PAUSE -------------------------------------------------------------------------
+    def pause(self, seconds: float, writes_only: bool) -> None:
+        """As Redis: a second pause extends the first to the later end, and ALL wins
+        over WRITE."""
+        end = time.monotonic() + seconds
+        self.pause_writes_only = writes_only and (not self.pause_end or self.pause_writes_only)
+        if end > self.pause_end:
+            self.pause_end = end
+            if self._pause_timer is not None:
+                self._pause_timer.cancel()
+            self._pause_timer = self.loop.call_later(seconds, self._pause_over)  # type: ignore[union-attr]
+
+    def _pause_over(self) -> None:
+        if self.pause_end and time.monotonic() >= self.pause_end - 0.001:
+            self.unpause()
+
+    def unpause(self) -> None:
+        self.pause_end = 0.0
+        if self._pause_timer is not None:
+            self._pause_timer.cancel()
+            self._pause_timer = None
+        held, self._held = self._held, []
+        for resume in held:
+            resume()
+
+    def paused_for(self, args: list[bytes]) -> bool:
+        """Must this command wait for the pause to end? (Only asked while one is on.)"""
+        if time.monotonic() >= self.pause_end:
+            self.unpause()
+            return False
+        if not self.pause_writes_only:
+            return True
+        cmd = self.table.lookup(args[0])
+        if cmd is not None and cmd.subcommands and len(args) > 1:
+            cmd = cmd.subcommands.get(args[1].lower().decode("latin-1"), cmd)
+        return cmd is not None and (cmd.write or "may_replicate" in cmd.flags)
+
+    def hold(self, resume: Callable[[], None]) -> None:
+        """Call ``resume()`` when the pause ends."""
+        self._held.append(resume)
+
     def set_durability(self, mode: str) -> None:
         self.engine.set_durability(mode)
         self.config.durability = mode
@@ -215,7 +314,9 @@ class Node:
 
     def set_tunable(self, name: str, value: str) -> None:
         self.tunables[name] = value
-        if name == "proto-max-bulk-len":
+        if name in ("slowlog-log-slower-than", "slowlog-max-len", "latency-monitor-threshold"):
+            self.monitor_thresholds()
+        elif name == "proto-max-bulk-len":
             self.limits.max_bulk = int(value)
         elif name == "client-query-buffer-limit":
             self.limits.max_query = int(value)
@@ -229,6 +330,23 @@ class Node:
         self.loop = self.blocking.loop = loop
         self.stopping = asyncio.Event()
         self.sweeper.start(loop)
+        self._cron_task = loop.create_task(self._cron())
+
+    async def _cron(self) -> None:
+        """Every 100 ms: the ops-per-second sample and the memory peak (INFO)."""
+        while True:
+            await asyncio.sleep(0.1)
+            self.ops.sample(self.stats.total_commands)
+            self.memory_peak = max(self.memory_peak, self.memory_rss())
+
+    @staticmethod
+    def memory_rss() -> int:
+        """Resident set size of this process, in bytes."""
+        try:
+            with open("/proc/self/statm") as f:
+                return int(f.read().split()[1]) * resource.getpagesize()
+        except (OSError, ValueError, IndexError):
+            return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
     def request_shutdown(self) -> None:
         if self.stopping is not None:
@@ -237,6 +355,8 @@ class Node:
     def close(self) -> None:
         """Stop the sweeper, commit what is pending, save the clock, close the engine."""
         self.sweeper.stop()
+        if self._cron_task is not None:
+            self._cron_task.cancel()
         if self._after_commit:
             self.end_tick()
         for ctx in list(self.clients.values()):
