@@ -13,7 +13,7 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: run test laws bench bench-cluster proto clean lint
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test]'
