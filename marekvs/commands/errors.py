@@ -108,6 +108,31 @@ NO_SUCH_CLIENT = "ERR No such client"
 CLIENT_ID_POSITIVE = "ERR client-id should be greater than 0"
 INTERNAL = "ERR internal error"
 UNBLOCKED = "UNBLOCKED client unblocked via CLIENT UNBLOCK"
+TRACKING_PREFIX_BCAST = "ERR PREFIX option requires BCAST mode to be enabled"
+TRACKING_NO_REDIRECT = "ERR The client ID you want redirect to does not exist"
+TRACKING_ONE_REDIRECT = "ERR A client can only redirect to a single other client"
+TRACKING_OPTIN_OPTOUT = "ERR You can't specify both OPTIN mode and OPTOUT mode"
+TRACKING_OPT_BCAST = "ERR OPTIN and OPTOUT are not compatible with BCAST"
+TRACKING_SWITCH_BCAST = ("ERR You can't switch BCAST mode on/off before disabling tracking for this client, "
+                         "and then re-enabling it with a different mode.")
+TRACKING_SWITCH_OPT = ("ERR You can't switch OPTIN/OPTOUT mode before disabling tracking for this client, "
+                       "and then re-enabling it with a different mode.")
+CACHING_MODE = ("ERR CLIENT CACHING can be called only when the client is in tracking mode with OPTIN or "
+                "OPTOUT mode enabled")
+CACHING_YES = "ERR CLIENT CACHING YES is only valid when tracking is enabled in OPTIN mode."
+CACHING_NO = "ERR CLIENT CACHING NO is only valid when tracking is enabled in OPTOUT mode."
+
+
+def tracking_prefix_overlap(a: bytes, b: bytes) -> str:
+    return (f"ERR Prefix '{echo(a)}' overlaps with another provided prefix '{echo(b)}'. "
+            "Prefixes for a single client must not overlap.")
+
+
+def pubsub_context(fullname: str) -> str:
+    return (f"ERR Can't execute '{fullname}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET "
+            "are allowed in this context")
+
+
 UNBLOCK_REASON = "ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR"
 PAUSE_MODE = "ERR CLIENT PAUSE mode must be WRITE or ALL"
 SLOWLOG_COUNT = "ERR count should be greater than or equal to -1"

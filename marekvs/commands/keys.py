@@ -97,14 +97,14 @@ def op_random_key(ks: Keyspace, now: int) -> bytes | None:
     return None
 
 
-def op_delete_keys(ks: Keyspace, keys: list[bytes], now: int) -> int:
-    """DEL: tombstone every live key (repeats count once) in one apply."""
+def op_delete_keys(ks: Keyspace, keys: list[bytes], now: int) -> list[bytes]:
+    """DEL: tombstone every live key (repeats count once) in one apply; the keys deleted."""
     recs: list[tuple[bytes, bytes]] = []
-    deleted = 0
+    deleted = []
     for key in dict.fromkeys(keys):
         r = ks.delete_records(key, now)
         if r:
-            deleted += 1
+            deleted.append(key)
             recs.extend(r)
     if recs:
         ks.apply(recs)
@@ -155,7 +155,11 @@ def shared_integers(ctx) -> bool:
          syntax="key [key ...]")
 def del_(ctx, args: list[bytes]):
     """DEL and UNLINK: a collection dies in one head tombstone, so both are O(1) per key."""
-    return op_delete_keys(ctx.ks, args[1:], ctx.ks.now())
+    deleted = op_delete_keys(ctx.ks, args[1:], ctx.ks.now())
+    if ctx.node.events.on:
+        for key in deleted:
+            ctx.fire("g", b"del", key)
+    return len(deleted)
 
 
 @command("exists", -2, "readonly fast", (1, -1, 1), group="generic", acl=_ACL_R_FAST,
@@ -203,8 +207,10 @@ def _expire(ctx, args: list[bytes], name: str, seconds: bool, relative: bool):
         return 0
     if when <= now:
         ks.delete(key, now)
+        ctx.fire("g", b"del", key)
     else:
         ks.set_ttl(key, when, now)
+        ctx.fire("g", b"expire", key)
     return 1
 
 
@@ -287,6 +293,7 @@ def persist(ctx, args: list[bytes]):
     if found is None or not env.ttl_of(found[1]):
         return 0
     ctx.ks.set_ttl(args[1], 0, now)
+    ctx.fire("g", b"persist", args[1])
     return 1
 
 
@@ -370,6 +377,10 @@ def _rename(ctx, args: list[bytes], nx: bool):
     if not is_string_ikey(ikey):
         raise CommandError(errors.RENAME_COLLECTION)
     kstr.copy(ks, rec, dst, now, delete_src=src)
+    if ctx.node.events.on:
+        ctx.node.events.flush_new()  # (Redis fires the destination's "new" first)
+    ctx.fire("g", b"rename_from", src)
+    ctx.fire("g", b"rename_to", dst)
     return 1 if nx else reply.OK
 
 
@@ -421,6 +432,7 @@ def copy(ctx, args: list[bytes]):
     if not is_string_ikey(ikey):
         raise CommandError(errors.COPY_COLLECTION)
     kstr.copy(ks, rec, dst, now)
+    ctx.fire("g", b"copy_to", dst)
     return 1
 
 

@@ -386,6 +386,7 @@ class Command:
     no_auth: bool = field(init=False, default=False)
     movablekeys: bool = field(init=False, default=False)
     fast: bool = field(init=False, default=False)
+    readonly: bool = field(init=False, default=False)
     # INFO commandstats (CONFIG RESETSTAT clears them): runs, their time in ns, and the
     # calls refused before running (arity, auth, ...) or that ended in an error reply
     calls: int = field(init=False, default=0)
@@ -396,6 +397,7 @@ class Command:
     def __post_init__(self) -> None:
         self.write = "write" in self.flags
         self.fast = "fast" in self.flags
+        self.readonly = "readonly" in self.flags
         self.no_auth = "no_auth" in self.flags
         if self.key_specs:
             if self.first_key:
@@ -488,6 +490,7 @@ FAMILIES = (
     "marekvs.commands.keys",
     "marekvs.commands.debug",
     "marekvs.commands.monitoring",
+    "marekvs.commands.pubsub",
 )
 
 

@@ -21,7 +21,7 @@ Hot paths inline the liveness rule with core's named header slices
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Callable, Iterator
 
 from marekvs.core import envelope as env
 from marekvs.core import head
@@ -58,6 +58,7 @@ class Keyspace:
         # stamps agree (tests freeze it by replacing this attribute)
         self.now = hlc.wall
         self.hits = self.misses = 0  # INFO stats keyspace_hits / keyspace_misses (reads)
+        self.on_miss: Callable[[bytes], None] | None = None  # keyspace notification 'keymiss'
         self.apply = engine.apply
         self.get = engine.get
         self.head_pids = engine.head_pids
@@ -93,6 +94,8 @@ class Keyspace:
         found = self.live_record(key, now)
         if found is None:
             self.misses += 1
+            if self.on_miss is not None:
+                self.on_miss(key)
         else:
             self.hits += 1
         return found
