@@ -121,6 +121,9 @@ def quit_(ctx, args):
 @command("reset", 1, "noscript loading stale fast no_auth allow_busy", group="connection",
          summary="Resets the connection.", since="6.2.0")
 def reset(ctx, args):
+    ctx.multi = None
+    if ctx.watched is not None:
+        ctx.node.watches.unwatch_all(ctx)
     if ctx.tracking is not None:
         ctx.node.tracking.disable(ctx)
     if ctx.in_pubsub:
@@ -143,12 +146,22 @@ def _check_name(name: bytes) -> bytes:
     return name
 
 
+def client_flags(cl) -> str:
+    """CLIENT LIST's flags, in Redis's order (``catClientInfoString``)."""
+    t = cl.tracking
+    f = [c for c, on in (("P", cl.in_pubsub), ("x", cl.multi is not None), ("b", cl.blocked),
+                         ("t", t is not None), ("B", t is not None and t.bcast), ("d", cl.watch_dirty),
+                         ("c", cl.closing), ("e", cl.no_evict)) if on]
+    return "".join(f) or "N"
+
+
 def client_line(cl) -> str:
     now = time.monotonic()
     cmd = cl.last_cmd.fullname if cl.last_cmd is not None else "NULL"
     return (f"id={cl.id} addr={cl.addr} laddr={cl.laddr} fd={cl.fd} name={cl.name.decode('utf-8', 'replace')} "
-            f"age={int(now - cl.created)} idle={int(now - cl.last_active)} flags={'e' if cl.no_evict else 'N'} "
-            f"db=0 sub=0 psub=0 ssub=0 multi=-1 qbuf={cl.query_buffer()} qbuf-free=0 argv-mem=0 "
+            f"age={int(now - cl.created)} idle={int(now - cl.last_active)} flags={client_flags(cl)} "
+            f"db=0 sub={len(cl.channels)} psub={len(cl.patterns)} ssub={len(cl.shard_channels)} "
+            f"multi={-1 if cl.multi is None else len(cl.multi)} qbuf={cl.query_buffer()} qbuf-free=0 argv-mem=0 "
             f"multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={cmd} user=default "
             f"redir=-1 resp={cl.proto} lib-name={cl.lib_name.decode('utf-8', 'replace')} "
             f"lib-ver={cl.lib_ver.decode('utf-8', 'replace')}")

@@ -24,7 +24,7 @@ class Context:
                  "fd", "created", "last_active", "last_cmd", "no_evict", "db", "blocked", "last_write_seq",
                  "deny_blocking", "closing", "on_kill", "on_auth", "query_buffer", "reply_mode",
                  "channels", "patterns", "shard_channels", "in_pubsub", "on_push", "soft_limit_since",
-                 "tracking", "deferred")
+                 "tracking", "deferred", "multi", "multi_error", "watched", "watch_dirty")
 
     def __init__(self, node: Any, client_id: int, *, authed: bool = True, addr: str = "?", laddr: str = "?",
                  fd: int = -1):
@@ -55,6 +55,13 @@ class Context:
         self.soft_limit_since = 0.0
         self.tracking: TrackingState | None = None  # CLIENT TRACKING (node/tracking.py); None: off
         self.deferred: list[Any] | None = None  # pushes to send after this command's reply
+        # MULTI: the queued (command, argv) pairs (None: not in a transaction); a command
+        # refused while queueing makes EXEC fail (EXECABORT). WATCH (node/watch.py): the
+        # watched keys (-> whether each existed) and whether one changed since.
+        self.multi: list[tuple[Any, list[bytes]]] | None = None
+        self.multi_error = False
+        self.watched: dict[bytes, bool] | None = None
+        self.watch_dirty = False
         self.closing = False
         self.on_kill: Callable[[], None] | None = None
         self.on_auth: Callable[[bool], None] | None = None

@@ -30,7 +30,7 @@ from marekvs import __version__
 from marekvs.commands import errors, tunables
 from marekvs.commands.context import Context
 from marekvs.commands.errors import CommandError
-from marekvs.commands.reply import Err
+from marekvs.commands.reply import QUEUED, Err
 from marekvs.commands.table import CommandTable, build_table
 from marekvs.config import Config, Limits
 from marekvs.core.hlc import HLC, wall_ms
@@ -42,6 +42,7 @@ from marekvs.node.events import Events
 from marekvs.node.monitor import LatencyMonitor, OpsMeter, SlowLog
 from marekvs.node.pubsub import PubSub
 from marekvs.node.tracking import Tracking
+from marekvs.node.watch import Watches
 from marekvs.storage.engine import Engine
 from marekvs.storage.sweeper import Sweeper
 
@@ -92,6 +93,7 @@ class Node:
         self.current: Context | None = None  # the client whose command is running (None: a peer's records)
         self.events = Events(self)  # keyspace notifications
         self.tracking = Tracking(self)  # client-side caching
+        self.watches = Watches(self)  # WATCH for MULTI/EXEC
         self.table: CommandTable = build_table()
         self._lookup = self.table.dispatch
         self.sweeper = Sweeper(self.engine, config)
@@ -141,6 +143,8 @@ class Node:
             self.pubsub.drop_client(ctx)
         if ctx.tracking is not None:
             self.tracking.disable(ctx)
+        if ctx.watched is not None:
+            self.watches.unwatch_all(ctx)
         ctx.closing = True
 
     def _set_current(self, ctx: Context | None) -> None:
@@ -160,23 +164,28 @@ class Node:
         if cmd is None:
             cmd = self._lookup.get(args[0].lower())
             if cmd is None:
-                return self.rejected(None, errors.unknown_command(args))
+                return self.rejected(ctx, None, errors.unknown_command(args))
         n = len(args)
         a = cmd.arity
         if (a > 0 and n != a) or n < -a:
-            return self.rejected(cmd, errors.wrong_arity(cmd.fullname))
+            return self.rejected(ctx, cmd, errors.wrong_arity(cmd.fullname))
         if cmd.subcommands and (n > 1 or cmd.handler is None):
             sub = cmd.subcommands.get(args[1].lower().decode("latin-1"))
             if sub is None:
-                return self.rejected(None, errors.unknown_subcommand(cmd.name, args[1]))
+                return self.rejected(ctx, None, errors.unknown_subcommand(cmd.name, args[1]))
             cmd = sub
             a = cmd.arity
             if (a > 0 and n != a) or n < -a:
-                return self.rejected(cmd, errors.wrong_arity(cmd.fullname))
+                return self.rejected(ctx, cmd, errors.wrong_arity(cmd.fullname))
         if not ctx.authed and not cmd.no_auth:
-            return self.rejected(cmd, errors.NOAUTH)
+            return self.rejected(ctx, cmd, errors.NOAUTH)
         if ctx.in_pubsub and ctx.proto == 2 and (cmd.parent is not None or cmd.name not in _PUBSUB_MODE):
-            return self.rejected(cmd, errors.pubsub_context(cmd.fullname))
+            return self.rejected(ctx, cmd, errors.pubsub_context(cmd.fullname))
+        if ctx.multi is not None and cmd.queued_in_multi:
+            if cmd.no_multi:
+                return self.rejected(ctx, cmd, errors.NOT_IN_MULTI)
+            ctx.multi.append((cmd, args))
+            return QUEUED
         ctx.last_cmd = cmd
         self.current = ctx
         t0 = _clock()
@@ -207,10 +216,13 @@ class Node:
             self._slow(ctx, cmd, args, dt)
         return r
 
-    def rejected(self, cmd: Any, text: str) -> Err:
-        """A command refused before it ran (unknown, arity, auth, ...): counted for INFO."""
+    def rejected(self, ctx: Context, cmd: Any, text: str) -> Err:
+        """A command refused before it ran (unknown, arity, auth, ...): counted for INFO;
+        inside MULTI it makes EXEC fail (EXECABORT)."""
         if cmd is not None:
             cmd.rejected_calls += 1
+        if ctx.multi is not None:
+            ctx.multi_error = True
         err = Err(text)
         self.count_error(err)
         return err
@@ -322,8 +334,9 @@ class Node:
         for resume in held:
             resume()
 
-    def paused_for(self, args: list[bytes]) -> bool:
-        """Must this command wait for the pause to end? (Only asked while one is on.)"""
+    def paused_for(self, ctx: Context, args: list[bytes]) -> bool:
+        """Must this command wait for the pause to end? (Only asked while one is on.)
+        With WRITE, so does an EXEC whose transaction writes, as in Redis."""
         if time.monotonic() >= self.pause_end:
             self.unpause()
             return False
@@ -332,7 +345,9 @@ class Node:
         cmd = self.table.lookup(args[0])
         if cmd is not None and cmd.subcommands and len(args) > 1:
             cmd = cmd.subcommands.get(args[1].lower().decode("latin-1"), cmd)
-        return cmd is not None and (cmd.write or "may_replicate" in cmd.flags)
+        if cmd is not None and cmd.name == "exec" and ctx.multi:
+            return any(may_replicate(c) for c, _ in ctx.multi)
+        return cmd is not None and may_replicate(cmd)
 
     def hold(self, resume: Callable[[], None]) -> None:
         """Call ``resume()`` when the pause ends."""
@@ -408,6 +423,10 @@ class Node:
             ctx.kill()
         self.engine.save_hlc(self.hlc.last)
         self.engine.close()
+
+
+def may_replicate(cmd: Any) -> bool:
+    return cmd.write or "may_replicate" in cmd.flags
 
 
 def pubsub_limits(value: str) -> tuple[int, int, int]:

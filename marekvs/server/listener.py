@@ -128,7 +128,7 @@ class Connection(asyncio.Protocol):
             ctx.last_active = time.monotonic()
             out = self.out
             for i, args in enumerate(cmds):
-                if node.pause_end and node.paused_for(args):
+                if node.pause_end and node.paused_for(ctx, args):
                     self.held = True
                     self.backlog = cmds[i:]
                     self.backlog_err = err

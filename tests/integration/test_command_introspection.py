@@ -24,8 +24,7 @@ from tests.helpers import mb
 TIPS_NOT_DECLARED = True
 # subcommands Redis 7.0 has and marekvs does not implement (yet)
 NOT_IMPLEMENTED = {
-    "client|caching", "client|getredir", "client|tracking",
-    "client|trackinginfo", "config|rewrite", "latency|doctor", "latency|graph", "latency|histogram",
+    "config|rewrite", "latency|doctor", "latency|graph", "latency|histogram",
 }
 # marekvs commands Redis 7.0.15 does not have: CLIENT SETINFO came with Redis 7.2; marekvs's
 # DEBUG is a container of its own subcommands (Redis's DEBUG is one command with no keys)
