@@ -479,6 +479,10 @@ FAMILIES = (
     "marekvs.commands.strings",
     "marekvs.commands.keys",
     "marekvs.commands.debug",
+    # hashes, sets and per-member TTL (hashes-sets)
+    "marekvs.commands.hashes",
+    "marekvs.commands.sets",
+    "marekvs.commands.members",
 )
 
 

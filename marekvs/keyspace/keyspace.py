@@ -30,6 +30,7 @@ from marekvs.core import registry
 from marekvs.core import lww
 from marekvs.core.envelope import RecordType
 from marekvs.core.hlc import HLC
+from marekvs.keyspace import members
 from marekvs.keyspace.status import WrongType
 from marekvs.storage.engine import Engine, prefix_end
 
@@ -60,6 +61,10 @@ class Keyspace:
         self.apply = engine.apply
         self.get = engine.get
         self.head_pids = engine.head_pids
+        # hashes and sets (keyspace/members.py): live-member counts kept from the change
+        # feed, and the cursors of HSCAN/SSCAN iterations in progress
+        self.counts = members.Counts(self)
+        self.cursors = members.Cursors()
 
     def stamp(self) -> int:
         return self.hlc.now()
@@ -72,7 +77,7 @@ class Keyspace:
             return None
         hk = K.head_key_of_string_key(string_ik)
         h = self.get(hk)
-        return (hk, h) if h is not None and is_live(h, now) else None
+        return (hk, h) if h is not None and is_live(h, now) and self.head_present(hk, h, now) else None
 
     def head_under(self, pid: int, ik: bytes, now: int) -> tuple[bytes, bytes] | None:
         """The live collection head a string write to the string key ``ik`` replaces
@@ -110,16 +115,19 @@ class Keyspace:
         if h is None or not is_live(h, now):
             return hk, None
         if head.ctype_of(h) != ctype:
-            raise WrongType()
+            if self.head_present(hk, h, now):
+                raise WrongType()
+            return hk, None  # an emptied hash or set: no key, so no type
         return hk, h
 
     def head_for_write(self, key: bytes, ctype: int, now: int) -> tuple[bytes, bytes, bool]:
         """(head key, head record, created) for a write to the collection ``key``: its
         live head, or a new head (carrying a dead head's delete clock forward) that the
         caller writes in the same apply as the first element. WrongType as
-        ``collection``."""
+        ``collection``. An emptied collection with a TTL gets a new head without one (the
+        key was gone, as in Redis)."""
         hk, h = self.collection(key, ctype, now)
-        if h is not None:
+        if h is not None and (h[_TTL] == _NO_TTL or self.head_present(hk, h, now)):
             return hk, h, False
         prior = self.get(hk)
         return hk, head.new(ctype, self.hlc.now(), self.node_id, prior=prior, now_ms=now), True
@@ -134,6 +142,25 @@ class Keyspace:
         for ek, ev in self.engine.scan(prefix + start, prefix_end(prefix)):
             if is_live(ev, now) and head.element_live(head_rec, ev, now):
                 yield ek[n:], ev
+
+    # -- collections that vanish when empty (hashes, sets) --------------------------------
+    # In Redis the HDEL or SREM of the last member deletes the key. Here the head stays
+    # live when the last member goes (removed, or past its own deadline, which no write
+    # marks): a head tombstone written then would gate a concurrent add made on another
+    # node before it, and an expiry writes nothing. Instead a live head of these types
+    # stands for a key only while its collection has a live member, so EXISTS, TYPE,
+    # DEL, EXPIRE, the WRONGTYPE checks, SCAN, KEYS and DBSIZE see no key, and the next
+    # add re-creates it; a concurrent add on another node makes it exist again
+    # everywhere. (Types whose empty collections exist in Redis, streams and
+    # HyperLogLogs, are not listed; zsets and lists join by adding their type here.)
+    VANISH_WHEN_EMPTY = frozenset((head.CollectionType.HASH, head.CollectionType.SET))
+
+    def head_present(self, hk: bytes, h: bytes, now: int) -> bool:
+        """The live head ``h`` at ``hk`` stands for an existing key: its type exists
+        while empty, or its collection has a live member (``members.Counts``)."""
+        if head.ctype_of(h) not in self.VANISH_WHEN_EMPTY:
+            return True
+        return self.counts.nonempty(hk, h, now)
 
     # -- whole keys ------------------------------------------------------------------
     def delete_records(self, key: bytes, now: int) -> list[tuple[bytes, bytes]]:
@@ -197,7 +224,7 @@ class Keyspace:
                 if heads:
                     heads.pop(key, None)
                 keys.append((key, ikey, rec))
-            else:
+            elif self.head_present(ikey, rec, now):
                 key = K.user_key_of(ikey)
                 heads[key] = (key, ikey, rec)
         if n:
