@@ -291,8 +291,8 @@ def hrandfield(ctx, args: list[bytes]):
 def hscan(ctx, args: list[bytes]):
     cursor = A.parse_cursor(args[2])
     ks, now = ctx.ks, ctx.ks.now()
-    _, h = khash.lookup(ks, args[1], now)
-    if h is None:
+    hk, h = khash.lookup(ks, args[1], now)
+    if h is None or not ks.head_present(hk, h, now):  # (no key: no option is parsed)
         return [b"0", []]
     count, pattern, novalues = scan_options(args, 3, novalues_ok=True)
     nxt, page = khash.scan(ks, args[1], cursor, count, now)

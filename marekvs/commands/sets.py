@@ -196,8 +196,8 @@ def sdiffstore(ctx, args: list[bytes]):
 def sscan(ctx, args: list[bytes]):
     cursor = A.parse_cursor(args[2])
     ks, now = ctx.ks, ctx.ks.now()
-    _, h = kset.lookup(ks, args[1], now)
-    if h is None:
+    hk, h = kset.lookup(ks, args[1], now)
+    if h is None or not ks.head_present(hk, h, now):  # (no key: no option is parsed)
         return [b"0", []]
     count, pattern, _ = scan_options(args, 3, novalues_ok=False)
     nxt, page = kset.scan(ks, args[1], cursor, count, now)
