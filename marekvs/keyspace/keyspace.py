@@ -77,7 +77,11 @@ class Keyspace:
             return None
         hk = K.head_key_of_string_key(string_ik)
         h = self.get(hk)
-        return (hk, h) if h is not None and is_live(h, now) and self.head_present(hk, h, now) else None
+        if h is None:
+            return None
+        if is_live(h, now):
+            return (hk, h) if self.head_present(hk, h, now) else None
+        return self.revived_head(hk, h, now)
 
     def head_under(self, pid: int, ik: bytes, now: int) -> tuple[bytes, bytes] | None:
         """The live collection head a string write to the string key ``ik`` replaces
@@ -104,17 +108,27 @@ class Keyspace:
 
     # -- collections -------------------------------------------------------------------
     def collection(self, key: bytes, ctype: int, now: int) -> tuple[bytes, bytes | None]:
-        """(head key, live head record or None) of the collection ``key`` of type
-        ``ctype``; WrongType if a live string or a collection of another type holds it."""
+        """(head key, head record or None) of the collection ``key`` of type ``ctype``;
+        WrongType if a live string or a collection of another type holds it. The head is
+        live, or (hashes and sets) a dead head of this type: the typed home of members
+        written after its death on other nodes (reads gate every member by its delete
+        clock; ``head_for_write`` re-creates it)."""
         pid, ik = K.locate_string(key)
         s = self.get(ik)
         if s is not None and is_live(s, now):
             raise WrongType()
         hk = K.head_key_of_string_key(ik)
         h = self.get(hk) if self.head_pids[pid] else None
-        if h is None or not is_live(h, now):
+        if h is None:
             return hk, None
-        if head.ctype_of(h) != ctype:
+        same = head.ctype_of(h) == ctype
+        if not is_live(h, now):
+            if same and ctype in self.VANISH_WHEN_EMPTY:
+                return hk, h
+            if not same and self.revived_head(hk, h, now) is not None:
+                raise WrongType()
+            return hk, None
+        if not same:
             if self.head_present(hk, h, now):
                 raise WrongType()
             return hk, None  # an emptied hash or set: no key, so no type
@@ -127,7 +141,7 @@ class Keyspace:
         ``collection``. An emptied collection with a TTL gets a new head without one (the
         key was gone, as in Redis)."""
         hk, h = self.collection(key, ctype, now)
-        if h is not None and (h[_TTL] == _NO_TTL or self.head_present(hk, h, now)):
+        if h is not None and is_live(h, now) and (h[_TTL] == _NO_TTL or self.head_present(hk, h, now)):
             return hk, h, False
         prior = self.get(hk)
         return hk, head.new(ctype, self.hlc.now(), self.node_id, prior=prior, now_ms=now), True
@@ -161,6 +175,20 @@ class Keyspace:
         if head.ctype_of(h) not in self.VANISH_WHEN_EMPTY:
             return True
         return self.counts.nonempty(hk, h, now)
+
+    # The same rule makes a hash or set whose head is dead (DEL, FLUSHALL, expiry of the
+    # key) exist again when it has a member newer than that death: an HSET made on a
+    # node that had not seen the DEL yet writes no head (its head was live there), and
+    # the data model keeps such a member ("DEL beats the older fields, not a field
+    # written after it"), so the key exists everywhere once both arrive. It reads as a
+    # key without TTL; the next write re-creates its head.
+    def revived_head(self, hk: bytes, h: bytes, now: int) -> tuple[bytes, bytes] | None:
+        """(head key, the live head a write would re-create) for the dead head ``h`` of
+        a hash or set with a member newer than its death, else None."""
+        ctype = head.ctype_of(h)
+        if ctype not in self.VANISH_WHEN_EMPTY or not self.counts.nonempty(hk, h, now):
+            return None
+        return hk, head.new(ctype, self.hlc.now(), self.node_id, prior=h, now_ms=now)
 
     # -- whole keys ------------------------------------------------------------------
     def delete_records(self, key: bytes, now: int) -> list[tuple[bytes, bytes]]:
@@ -217,16 +245,17 @@ class Keyspace:
                     yield cur, n, keys
                 cur, n, keys, heads = pid, 0, [], {}
             n += 1
-            if not is_live(rec, now):
-                continue
             if ikey[_TAG_AT] == _ORD_STRING:
+                if not is_live(rec, now):
+                    continue
                 key = ikey[_USERKEY_AT:]
                 if heads:
                     heads.pop(key, None)
                 keys.append((key, ikey, rec))
-            elif self.head_present(ikey, rec, now):
+            elif (self.head_present(ikey, rec, now) if is_live(rec, now)
+                  else self.revived_head(ikey, rec, now) is not None):
                 key = K.user_key_of(ikey)
-                heads[key] = (key, ikey, rec)
+                heads[key] = (key, ikey, rec)  # (a dead head as stored: see revived_head)
         if n:
             keys.extend(heads.values())
             yield cur, n, keys

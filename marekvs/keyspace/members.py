@@ -309,7 +309,9 @@ class Counts:
     def _entry(self, prefix: bytes, h: bytes, now: int, track: bool = False) -> _Entry | None:
         e = self.entries.get(prefix)
         if e is not None:
-            if e.head != h:  # a head change the feed did not report (never expected)
+            if e.head != h or e.dc != gate(h, now):
+                # a head change the feed did not report (never expected), or the head's
+                # own deadline passed: its delete clock moved with no write
                 del self.entries[prefix]
                 e = None
             elif track and e.members is None and e.n <= TRACK_LIMIT:
@@ -346,13 +348,17 @@ class Counts:
         return sum(1 for _ in scan(self.ks, prefix, gate(h, now), now))
 
     def nonempty(self, hk: bytes, h: bytes, now: int) -> bool:
-        """The collection of the live head ``h`` has a live member: a counted entry, or
-        a probe for the first live member (cheap; it fills nothing)."""
+        """The collection of the head ``h`` (live or dead) has a live member. A live head
+        without a counted entry is probed for its first live member (cheap, it fills
+        nothing); a dead head is counted (its members are mostly dead ones the first
+        question reads through once; the entry then answers until they are swept)."""
         prefix = members_prefix(hk, h)
         e = self.entries.get(prefix)
-        if e is not None and e.head == h:
+        if e is not None and e.head == h and e.dc == gate(h, now):
             e.advance(now)
             return e.n > 0
+        if not _is_live(h, now) and self.subscribed:
+            return self.count(prefix, h, now) > 0
         for _ in scan(self.ks, prefix, gate(h, now), now):
             return True
         return False

@@ -262,14 +262,14 @@ class MemberReplicas(RuleBasedStateMachine):
 
     def _card(self, r: Replica, key: bytes) -> int:
         hk = K.encode_head_key(key)
-        h = r.ks.get(hk)
-        if h is None or not env.is_live(h, self.now) or head.ctype_of(h) not in M.MEMBER_KINDS:
+        h = r.ks.get(hk)  # (a dead head gates; members written after its death count)
+        if h is None or head.ctype_of(h) not in M.MEMBER_KINDS:
             return 0
         return r.ks.counts.count(M.members_prefix(hk, h), h, self.now)
 
     def _scan_card(self, r: Replica, key: bytes) -> int:
         h = r.engine.get(K.encode_head_key(key))
-        if h is None or not env.is_live(h, self.now) or head.ctype_of(h) not in M.MEMBER_KINDS:
+        if h is None or head.ctype_of(h) not in M.MEMBER_KINDS:
             return 0
         prefix = M.members_prefix(K.encode_head_key(key), h)
         return sum(1 for _, rec in r.engine.scan(prefix, prefix_end(prefix)) if head.element_live(h, rec, self.now))
