@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from marekvs.core import keys as K
+from marekvs.core import orswot
 from marekvs.core.envelope import RecordType
 from marekvs.core.head import CollectionType
 from marekvs.keyspace import members as M
@@ -34,6 +35,7 @@ FIELD = RecordType.HASH_FIELD
 TAG = K.TAG_HASH
 
 Head = tuple[bytes, bytes | None]  # (head key, live head record or None)
+_value = orswot.value
 
 
 def lookup(ks: Keyspace, key: bytes, now: int) -> Head:
@@ -48,23 +50,24 @@ def prefix_of(hk: bytes) -> bytes:
 # -- reads ---------------------------------------------------------------------------------
 
 def get(ks: Keyspace, key: bytes, field: bytes, now: int) -> bytes | None:
-    hk, h = ks.collection(key, HASH, now)
-    if h is None:
+    r = ks.resolve(key, HASH, now)
+    if r is None:
         return None
-    return M.value(ks.get(prefix_of(hk) + field), M.gate(h, now), now)
+    rec = ks.get(r.prefix + field)
+    return None if rec is None else _value(rec, now, r.dc)
 
 
 def get_many(ks: Keyspace, key: bytes, fields: Sequence[bytes], now: int) -> list[bytes | None]:
-    hk, h = ks.collection(key, HASH, now)
-    if h is None:
+    r = ks.resolve(key, HASH, now)
+    if r is None:
         return [None] * len(fields)
-    prefix, dc, g = prefix_of(hk), M.gate(h, now), ks.get
+    prefix, dc, g = r.prefix, r.dc, ks.get
     return [M.value(g(prefix + f), dc, now) for f in fields]
 
 
 def length(ks: Keyspace, key: bytes, now: int) -> int:
-    hk, h = ks.collection(key, HASH, now)
-    return 0 if h is None else ks.counts.count(prefix_of(hk), h, now)
+    r = ks.resolve(key, HASH, now)
+    return 0 if r is None else ks.counts.count(r.prefix, r.head, now)
 
 
 def items(ks: Keyspace, key: bytes, now: int) -> list[tuple[bytes, bytes]]:
@@ -103,13 +106,21 @@ def set_fields(ks: Keyspace, key: bytes, pairs: Sequence[bytes], now: int, nx: b
     """HSET / HMSET (``pairs`` = field, value, ...) and HSETNX (``nx``: only fields that
     do not exist): the number of fields added. A field named twice takes its last
     value."""
-    hk, h, created = ks.head_for_write(key, HASH, now)
-    prefix, dc, g = prefix_of(hk), M.gate(h, now), ks.get
-    values: dict[bytes, bytes] = {}
-    it = iter(pairs)
-    for f, v in zip(it, it):
-        values[f] = v
+    r = ks.resolve(key, HASH, now)
+    if r is not None and r.stable:
+        hk, h, created, prefix, dc = r.hk, r.head, False, r.prefix, r.dc  # the hot path
+    else:
+        hk, h, created = ks.head_for_write(key, HASH, now)
+        prefix, dc = prefix_of(hk), M.gate(h, now)
+    g = ks.get
     hlc, node = ks.hlc.now(), ks.node_id
+    if len(pairs) == 2:  # one field (HSET's usual form)
+        values = {pairs[0]: pairs[1]}
+    else:
+        values = {}
+        it = iter(pairs)
+        for f, v in zip(it, it):
+            values[f] = v
     recs = [(hk, h)] if created else []
     added = 0
     for f, v in values.items():

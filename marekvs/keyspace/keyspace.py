@@ -65,6 +65,7 @@ class Keyspace:
         # feed, and the cursors of HSCAN/SSCAN iterations in progress
         self.counts = members.Counts(self)
         self.cursors = members.Cursors()
+        self.resolve = members.Resolver(self)
 
     def stamp(self) -> int:
         return self.hlc.now()

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from marekvs.core import head
+from marekvs.core import envelope as env
+from marekvs.core import head, orswot
 from marekvs.core import keys as K
 from marekvs.core.envelope import RecordType
 from marekvs.core.head import CollectionType
@@ -33,6 +34,8 @@ MEMBER = RecordType.SET_MEMBER
 TAG = K.TAG_SET
 
 Head = tuple[bytes, bytes | None]
+_is_live = env.is_live
+_gate_clock = orswot.gate_clock
 
 
 def lookup(ks: Keyspace, key: bytes, now: int) -> Head:
@@ -47,21 +50,24 @@ def prefix_of(hk: bytes) -> bytes:
 # -- reads ---------------------------------------------------------------------------------
 
 def is_member(ks: Keyspace, key: bytes, member: bytes, now: int) -> bool:
-    hk, h = ks.collection(key, SET, now)
-    return h is not None and M.live(ks.get(prefix_of(hk) + member), M.gate(h, now), now)
+    r = ks.resolve(key, SET, now)
+    if r is None:
+        return False
+    rec = ks.get(r.prefix + member)
+    return rec is not None and _is_live(rec, now) and _gate_clock(rec) > r.dc
 
 
 def are_members(ks: Keyspace, key: bytes, members: Sequence[bytes], now: int) -> list[bool]:
-    hk, h = ks.collection(key, SET, now)
-    if h is None:
+    r = ks.resolve(key, SET, now)
+    if r is None:
         return [False] * len(members)
-    prefix, dc, g = prefix_of(hk), M.gate(h, now), ks.get
+    prefix, dc, g = r.prefix, r.dc, ks.get
     return [M.live(g(prefix + m), dc, now) for m in members]
 
 
 def cardinality(ks: Keyspace, key: bytes, now: int) -> int:
-    hk, h = ks.collection(key, SET, now)
-    return 0 if h is None else ks.counts.count(prefix_of(hk), h, now)
+    r = ks.resolve(key, SET, now)
+    return 0 if r is None else ks.counts.count(r.prefix, r.head, now)
 
 
 def all_members(ks: Keyspace, key: bytes, now: int) -> list[bytes]:
@@ -94,12 +100,17 @@ def scan(ks: Keyspace, key: bytes, cursor: int, count: int, now: int) -> tuple[i
 def add(ks: Keyspace, key: bytes, members: Sequence[bytes], now: int) -> int:
     """SADD: the number of members that were not in the set. Every named member gets a
     new dot (see the module docstring); one already there keeps its deadline."""
-    hk, h, created = ks.head_for_write(key, SET, now)
-    prefix, dc, g = prefix_of(hk), M.gate(h, now), ks.get
+    r = ks.resolve(key, SET, now)
+    if r is not None and r.stable:
+        hk, h, created, prefix, dc = r.hk, r.head, False, r.prefix, r.dc  # the hot path
+    else:
+        hk, h, created = ks.head_for_write(key, SET, now)
+        prefix, dc = prefix_of(hk), M.gate(h, now)
+    g = ks.get
     hlc, node = ks.hlc.now(), ks.node_id
     recs = [(hk, h)] if created else []
     added = 0
-    for m in dict.fromkeys(members):
+    for m in (members if len(members) == 1 else dict.fromkeys(members)):
         ik = prefix + m
         cur = g(ik)
         if cur is not None and M.live(cur, dc, now):

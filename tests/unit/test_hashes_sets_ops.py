@@ -58,8 +58,12 @@ def n(tmp_path):
 
 @pytest.fixture
 def clock(n, monkeypatch):
+    """Freeze the command clock, and the HLC's wall clock with it (a write after a
+    deadline must be stamped after it, as on a real clock)."""
     state = {"now": n.ks.now()}
     monkeypatch.setattr(n.ks, "now", lambda: state["now"])
+    monkeypatch.setattr(n.ks.hlc, "_clock", lambda: state["now"])
+    monkeypatch.setattr(n.ks.hlc, "_wall", False)
     return state
 
 
@@ -102,15 +106,22 @@ def test_each_command_is_one_apply_and_one_log_entry_of_valid_records(n):
         n.engine.commit()
 
 
-def test_hset_overwrite_covers_the_dot_it_replaces(n):
-    n("HSET", "h", "f", "1")
+def test_overwrites_keep_an_element_record_small(n):
+    """Adds are blind (a new dot, covering nothing: keyspace/members.py): a field written
+    a thousand times keeps its four newest adds, not the dots of every overwrite."""
     ik = K.collection_prefix(K.TAG_HASH, b"h") + b"f"
-    first = orswot.element_of(n.engine.get(ik))
-    n("HSET", "h", "f", "2")
-    second = orswot.element_of(n.engine.get(ik))
-    assert len(second.live) == 1 and second.live[0][1] == b"2"
-    assert first.live[0][0] in second.covered
-    assert env.rtype_of(n.engine.get(ik)) == RecordType.HASH_FIELD
+    for i in range(1000):
+        n("HINCRBY", "h", "f", "1")
+        if i == 0:
+            first = orswot.top_dot(n.engine.get(ik))
+    rec = n.engine.get(ik)
+    e = orswot.element_of(rec)
+    assert len(e.live) == orswot.LIVE_CAP and not e.covered and len(rec) < 120
+    assert n("HGET", "h", "f") == b"1000" and first not in {d for d, _ in e.live}
+    assert env.rtype_of(rec) == RecordType.HASH_FIELD
+    n("HDEL", "h", "f")  # a remove covers every live dot it saw
+    e = orswot.element_of(n.engine.get(ik))
+    assert not e.live and len(e.covered) == orswot.LIVE_CAP
 
 
 def test_a_re_add_writes_a_new_dot_and_keeps_the_member_ttl(n):
@@ -267,3 +278,26 @@ def test_expiremember_on_types_without_members_is_unsupported(n):
     assert n("EXPIREMEMBER", "str", "m", "10") == Error("ERR object type is unsupported")
     assert n("EXPIREMEMBER", "l", "m", "10") == Error("ERR object type is unsupported")
     assert n("TTL", "l", "m") == -1
+
+
+# -- the remembered resolution of a key (members.Resolver) ----------------------------------------
+
+def test_the_remembered_collection_follows_every_change_of_the_key(n, clock):
+    n("SADD", "s", "m")
+    assert n("SISMEMBER", "s", "m") == 1 and (b"s", H.CollectionType.SET) in n.ks.resolve.memo
+    # a string record from a peer, written concurrently (no head tombstone with it)
+    n.engine.apply([(K.encode_string_key(b"s"), env.pack(env.make_flags(RecordType.STRING), n.ks.stamp(), 2, 0,
+                                                         b"v"))], log_entry=False)
+    assert n("SISMEMBER", "s", "m") == Error("WRONGTYPE Operation against a key holding the wrong kind of value")
+    n("DEL", "s")  # deletes the string the key reads as; the set shows again (keyspace.py)
+    assert n("SISMEMBER", "s", "m") == 1
+    n("DEL", "s")
+    assert n("SISMEMBER", "s", "m") == 0 and n("SADD", "s", "m") == 1 and n("SISMEMBER", "s", "m") == 1
+    n("EXPIRE", "s", "10")  # a head with a deadline is not remembered: it dies with no write
+    assert n("SISMEMBER", "s", "m") == 1
+    clock["now"] += 11_000
+    assert n("SISMEMBER", "s", "m") == 0 and n("SADD", "s", "x") == 1 and n("SCARD", "s") == 1
+    n("HSET", "h", "f", "v")
+    assert n("HGET", "h", "f") == b"v"
+    n("DEL", "h")
+    assert n("HGET", "h", "f") is None and n("HSET", "h", "f", "w") == 1 and n("HGET", "h", "f") == b"w"
