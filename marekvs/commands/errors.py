@@ -214,6 +214,30 @@ def value_out_of_range(lo: int, hi: int) -> str:
     return f"ERR value is out of range, value must between {lo} and {hi}"
 
 
+# -- hashes, sets and per-member TTL (hashes.py, sets.py, members.py) ----------------------
+HASH_NOT_INTEGER = "ERR hash value is not an integer"
+HASH_NOT_FLOAT = "ERR hash value is not a float"
+NAN_OR_INFINITY = "ERR value is NaN or Infinity"
+OUT_OF_RANGE = "ERR value is out of range"
+OUT_OF_RANGE_POSITIVE = "ERR value is out of range, must be positive"
+NUMKEYS_POSITIVE = "ERR numkeys should be greater than 0"
+NUMKEYS_TOO_MANY = "ERR Number of keys can't be greater than number of args"
+LIMIT_NEGATIVE = "ERR LIMIT can't be negative"
+# Redis 7.4's field TTL commands (HEXPIRE, HTTL, HPERSIST ...)
+EXPIRE_NEGATIVE = "ERR invalid expire time, must be >= 0"
+FIELDS_MISSING = "ERR Mandatory argument FIELDS is missing or not at the right position"
+NUMFIELDS_POSITIVE = "ERR Parameter `numFields` should be greater than 0"
+NUMFIELDS_NOT_POSITIVE_INT = "ERR Number of fields must be a positive integer"
+NUMFIELDS_MISMATCH = "ERR The `numfields` parameter must match the number of arguments"
+# KeyDB's per-member TTL (EXPIREMEMBER ..., TTL key member)
+TYPE_UNSUPPORTED = "ERR object type is unsupported"
+INVALID_NUMBER_OF_ARGUMENTS = "ERR Invalid number of arguments"
+INVALID_UNIT = "ERR Invalid unit arg"
+MEMBER_TTL_ARGUMENTS = "ERR Invalid arguments"
+# marekvs-specific: Redis builds such a reply until memory runs out (a count of 2^62)
+TOO_MANY_REPLIES = "ERR count exceeds the number of elements marekvs replies with at once (2147483647)"
+
+
 # -- typed statuses of the keyspace (keyspace/status.py) -----------------------------------
 _STATUS_TEXT: dict[type[st.KeyspaceError], str] = {
     st.WrongType: WRONGTYPE,

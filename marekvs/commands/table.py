@@ -500,6 +500,10 @@ FAMILIES = (
     "marekvs.commands.monitoring",
     "marekvs.commands.pubsub",
     "marekvs.commands.transactions",
+    # hashes, sets and per-member TTL (hashes-sets)
+    "marekvs.commands.hashes",
+    "marekvs.commands.sets",
+    "marekvs.commands.members",
 )
 
 
