@@ -181,6 +181,18 @@ def value_out_of_range(lo: int, hi: int) -> str:
     return f"ERR value is out of range, value must between {lo} and {hi}"
 
 
+# -- lists (lists.py) ------------------------------------------------------------------------
+TIMEOUT_NOT_FLOAT = "ERR timeout is not a float or out of range"
+NOT_POSITIVE = "ERR value is out of range, must be positive"
+INDEX_OUT_OF_RANGE = "ERR index out of range"
+LPOS_RANK_ZERO = ("ERR RANK can't be zero: use 1 to start from the first match, 2 from the second ... "
+                  "or use negative to start from the end of the list")
+LPOS_COUNT_NEGATIVE = "ERR COUNT can't be negative"
+LPOS_MAXLEN_NEGATIVE = "ERR MAXLEN can't be negative"
+NUMKEYS_POSITIVE = "ERR numkeys should be greater than 0"
+COUNT_POSITIVE = "ERR count should be greater than 0"
+
+
 # -- typed statuses of the keyspace (keyspace/status.py) -----------------------------------
 _STATUS_TEXT: dict[type[st.KeyspaceError], str] = {
     st.WrongType: WRONGTYPE,

@@ -479,6 +479,8 @@ FAMILIES = (
     "marekvs.commands.strings",
     "marekvs.commands.keys",
     "marekvs.commands.debug",
+    # -- lists --
+    "marekvs.commands.lists",
 )
 
 
