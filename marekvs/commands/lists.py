@@ -50,7 +50,8 @@ _FOREVER_MS = 1 << 42
 
 def lists(ctx) -> kl.Lists:
     """The node's lists (their hints follow the node's change feed)."""
-    return kl.lists_of(ctx.ks, getattr(ctx.node, "changes", None))
+    lx = ctx.ks.state.get("lists")
+    return lx if lx is not None else kl.lists_of(ctx.ks, getattr(ctx.node, "changes", None))
 
 
 def parse_timeout(b: bytes) -> float:

@@ -80,6 +80,8 @@ _HLC = env.HLC
 _ORD_LIST = K.TAG_LIST[0]
 _ORD_HEAD = K.ORD_HEAD
 _TAG_AT = K.TAG_AT
+_CTYPE_AT = env.HEADER + 1  # a head payload's ctype byte (core/head.py's layout)
+_CLOCK = slice(env.HEADER + 2, env.HEADER + 10)  # ... and its delete clock
 
 Change = tuple[bytes, bytes | None, bytes]
 Record = tuple[bytes, bytes]  # (internal key, record)
@@ -110,15 +112,29 @@ def pos_bytes(pos: int) -> bytes:
     return pos.to_bytes(8, "big")
 
 
+class Keys:
+    """The internal keys of one list: its string key (what a TYPE check reads first), its
+    head key and the prefix of its element keys. Built once per list (one partition hash)
+    and kept with its hint."""
+
+    __slots__ = ("pid", "string", "head", "prefix")
+
+    def __init__(self, key: bytes) -> None:
+        self.pid, self.string = K.locate_string(key)
+        self.head = K.head_key_of_string_key(self.string)
+        self.prefix = K.TAG_LIST.join((self.head[:2], self.head[3:]))
+
+
 class Hint:
     """What a list's element records amount to (see the module docstring). ``first`` and
     ``last`` are bounds: the true first live position is >= ``first`` and the true last
     <= ``last``, exactly equal when ``exact_first`` / ``exact_last``."""
 
-    __slots__ = ("prefix", "clock", "count", "first", "last", "exact_first", "exact_last", "max_hlc")
+    __slots__ = ("keys", "prefix", "clock", "count", "first", "last", "exact_first", "exact_last", "max_hlc")
 
-    def __init__(self, prefix: bytes, clock: int) -> None:
-        self.prefix = prefix  # [pid] b'q' [klen] [key]: the element key prefix
+    def __init__(self, keys: Keys, clock: int) -> None:
+        self.keys = keys  # the list's internal keys
+        self.prefix = keys.prefix  # [pid] b'q' [klen] [key]: the element key prefix
         self.clock = clock  # the delete clock the count is relative to
         self.count = 0
         self.first = self.last = CENTER
@@ -148,10 +164,15 @@ class Lists:
         self.builds = 0  # scans that built a hint (tests and INFO-like checks read it)
 
     # -- hints ----------------------------------------------------------------------------
-    def hint(self, key: bytes, head_rec: bytes | None, now: int) -> Hint:
-        """The hint of ``key`` whose stored head record is ``head_rec`` (live or dead),
-        with exact bounds: from memory if it still holds, else built by a scan."""
-        clock = head.delete_clock(head_rec, now)
+    def hint(self, key: bytes, head_rec: bytes | None, now: int, keys: Keys | None = None,
+             live: bool = False) -> Hint:
+        """The hint of ``key`` whose stored head record is ``head_rec`` (live, as the
+        caller says with ``live``, or dead), with exact bounds: from memory if it still
+        holds, else built by a scan."""
+        if live:  # a live head's delete clock is the one in its payload
+            clock = int.from_bytes(head_rec[_CLOCK], "big")  # type: ignore[index]
+        else:
+            clock = head.delete_clock(head_rec, now)
         h = self.hints.get(key)
         if h is not None and h.clock != clock:
             if clock > h.clock and (h.count == 0 or clock >= h.max_hlc):
@@ -160,7 +181,7 @@ class Lists:
                 self.drop(key)
                 h = None
         if h is None:
-            h = self._build(key, clock, now)
+            h = self._build(key, keys or Keys(key), clock, now)
         if h.count and not (h.exact_first and h.exact_last):
             self._resolve(h, now)
         return h
@@ -171,10 +192,10 @@ class Lists:
             self.feed.unsubscribe(self.changed)
             self.subscribed = False
 
-    def _build(self, key: bytes, clock: int, now: int) -> Hint:
+    def _build(self, key: bytes, keys: Keys, clock: int, now: int) -> Hint:
         self.builds += 1
-        prefix = K.collection_prefix(K.TAG_LIST, key)
-        h = Hint(prefix, clock)
+        h = Hint(keys, clock)
+        prefix = h.prefix
         n = len(prefix)
         cacheable = True
         for ik, rec in self.ks.engine.scan(prefix, prefix_end(prefix)):
@@ -222,63 +243,65 @@ class Lists:
 
     def changed(self, changes: list[Change]) -> None:
         """The change feed's subscriber: fold every changed list element or head into the
-        hint of its list, if one is held."""
+        hint of its list, if one is held. Runs inside every apply while hints are held,
+        so the element case is inlined (an element a hint counts has no TTL, so its
+        liveness needs no clock: not a tombstone, and newer than the hint's clock)."""
         hints = self.hints
-        now = 0
+        flags = _ELEMENT_FLAGS
         for ik, old, new in changes:
-            t = ik[_TAG_AT]
+            t = ik[2]
             if t != _ORD_LIST and t != _ORD_HEAD:
                 continue
-            key = K.user_key_of(ik)
-            h = hints.get(key)
+            n = ik[3]
+            h = hints.get(ik[4:4 + n] if n < 0x80 else K.user_key_of(ik))
             if h is None:
                 continue
-            if not now:
-                now = self.ks.now()
             if t == _ORD_HEAD:
-                clock = head.delete_clock(new, now)
-                if clock != h.clock:
-                    if clock > h.clock and (h.count == 0 or clock >= h.max_hlc):
-                        h.empty(clock)
-                    else:
-                        self.drop(key)
+                self._head(h, new)
                 continue
             if new[_TTL] != _NO_TTL:
-                self.drop(key)  # see _build: not cacheable
+                self.drop(K.user_key_of(ik))  # see _build: not cacheable
                 continue
-            self._element(key, h, int.from_bytes(ik[-8:], "big"), old, new, now)
+            clock = h.clock
+            live = new[0] == flags and int.from_bytes(new[_HLC], "big") > clock
+            was = old is not None and old[0] == flags and int.from_bytes(old[_HLC], "big") > clock
+            if live:
+                hlc = int.from_bytes(new[_HLC], "big")
+                if hlc > h.max_hlc:
+                    h.max_hlc = hlc
+                if was:
+                    continue
+                pos = int.from_bytes(ik[-8:], "big")
+                if not h.count:
+                    h.first = h.last = pos
+                    h.exact_first = h.exact_last = True
+                elif pos <= h.first:
+                    h.first = pos
+                    h.exact_first = True
+                elif pos >= h.last:
+                    h.last = pos
+                    h.exact_last = True
+                h.count += 1
+            elif was:
+                self._removed(h, int.from_bytes(ik[-8:], "big"))
 
-    def _element(self, key: bytes, h: Hint, pos: int, old: bytes | None, new: bytes, now: int) -> None:
-        clock = h.clock
-        was = old is not None and alive(old, clock, now)
-        live = alive(new, clock, now)
-        if live:
-            hlc = int.from_bytes(new[_HLC], "big")
-            if hlc > h.max_hlc:
-                h.max_hlc = hlc
-        if was == live:
-            return
-        if live:
-            if not h.count:
-                h.first = h.last = pos
-                h.exact_first = h.exact_last = True
-            elif pos <= h.first:
-                h.first = pos
-                h.exact_first = True
-            elif pos >= h.last:
-                h.last = pos
-                h.exact_last = True
-            h.count += 1
-            return
+    def _head(self, h: Hint, new: bytes) -> None:
+        clock = head.delete_clock(new, self.ks.now())
+        if clock != h.clock:
+            if clock > h.clock and (h.count == 0 or clock >= h.max_hlc):
+                h.empty(clock)
+            else:
+                self.drop(K.user_key_of(h.keys.head))
+
+    def _removed(self, h: Hint, pos: int) -> None:
         if not h.count or pos < h.first or pos > h.last:
-            self.drop(key)  # cannot happen while the hint is right: rebuild it
+            self.drop(K.user_key_of(h.keys.head))  # cannot happen while the hint is right
             return
         dense = h.dense
         h.count -= 1
         if not h.count:
-            h.empty(clock)
-            return
-        if pos == h.first:
+            h.empty(h.clock)
+        elif pos == h.first:
             h.first = pos + 1
             h.exact_first = dense
         elif pos == h.last:
@@ -292,20 +315,37 @@ def lists_of(ks: Keyspace, feed: Feed | None) -> Lists:
     lx = ks.state.get("lists")
     if lx is None:
         lx = ks.state["lists"] = Lists(ks, feed)
-    assert isinstance(lx, Lists)
-    return lx
+    return lx  # type: ignore[return-value]
 
 
 # -- reading ------------------------------------------------------------------------------
 
-def lookup(lx: Lists, key: bytes, now: int) -> tuple[bytes, bytes | None, bytes | None]:
-    """(head key, live list head or None, the head record stored at the key, live or
-    not, or None); WrongType if the key holds another type."""
+def lookup(lx: Lists, key: bytes, now: int) -> tuple[Keys, bytes | None, bytes | None]:
+    """(the list's keys, its live head or None, the head record stored at the key, live
+    or not, or None). WrongType if the key holds another type: a live string (read
+    first, as the spec's TYPE check does) or a live head of another type; this is
+    ``Keyspace.collection`` with the keys taken from the list's hint when there is one
+    (tests/unit/test_lists_ops.py holds the two to the same answers)."""
     ks = lx.ks
-    hk, h = ks.collection(key, LIST, now)
-    if h is not None:
-        return hk, h, h
-    return hk, None, ks.get(hk) if ks.head_pids[K.pid_of_ikey(hk)] else None
+    h = lx.hints.get(key)
+    keys = Keys(key) if h is None else h.keys
+    get = ks.get
+    s = get(keys.string)
+    if s is not None and not s[0] & 1:
+        d = s[_TTL]
+        if d == _NO_TTL or int.from_bytes(d, "big") > now:
+            raise WrongType()
+    if not ks.head_pids[keys.pid]:
+        return keys, None, None
+    hd = get(keys.head)
+    if hd is None or hd[0] & 1:
+        return keys, None, hd
+    d = hd[_TTL]
+    if d != _NO_TTL and int.from_bytes(d, "big") <= now:
+        return keys, None, hd
+    if hd[_CTYPE_AT] != LIST:
+        raise WrongType()
+    return keys, hd, hd
 
 
 def _scan(lx: Lists, h: Hint, start: int, now: int) -> Iterator[Element]:
@@ -318,16 +358,19 @@ def _scan(lx: Lists, h: Hint, start: int, now: int) -> Iterator[Element]:
             yield int.from_bytes(ik[n:], "big"), rec
 
 
-def _points(lx: Lists, h: Hint, positions: range, now: int) -> list[Element] | None:
+def _points(lx: Lists, h: Hint, positions: range) -> list[Element] | None:
     """The records at ``positions`` of a dense list, or None if one of them is not a live
-    element (the hint was wrong: it is dropped)."""
+    element, i.e. the hint was wrong (the caller drops it). A record the hint counts is
+    live and newer than its clock: it was checked when counted, and only a change the
+    feed reports (or a head expiry, which ``Lists.hint`` checks) could alter that, so a
+    missing record or a tombstone is the one thing to look for here."""
     get = lx.ks.get
     prefix = h.prefix
-    clock = h.clock
+    flags = _ELEMENT_FLAGS
     out = []
     for pos in positions:
         rec = get(prefix + pos.to_bytes(8, "big"))
-        if rec is None or not alive(rec, clock, now):
+        if rec is None or rec[0] != flags:
             return None
         out.append((pos, rec))
     return out
@@ -338,7 +381,7 @@ def _slice(lx: Lists, key: bytes, h: Hint, head_rec: bytes, start: int, stop: in
     """The live elements of ranks ``start..stop`` (0 <= start <= stop < count)."""
     n = stop - start + 1
     if h.dense and n <= POINT_READS:
-        got = _points(lx, h, range(h.first + start, h.first + stop + 1), now)
+        got = _points(lx, h, range(h.first + start, h.first + stop + 1))
         if got is not None:
             return got
         lx.drop(key)  # the hint was wrong: a new one, and the scans below
@@ -357,7 +400,7 @@ def _ends(lx: Lists, key: bytes, h: Hint, head_rec: bytes, n: int, left: bool,
     """The first (``left``) or last ``n`` live elements (n <= count), from that end, and
     the hint they were found with (a new one if ``h`` turned out wrong)."""
     if h.dense:
-        got = _points(lx, h, range(h.first, h.first + n) if left else range(h.last, h.last - n, -1), now)
+        got = _points(lx, h, range(h.first, h.first + n) if left else range(h.last, h.last - n, -1))
         if got is not None:
             return got, h
         lx.drop(key)
@@ -374,10 +417,10 @@ def _ends(lx: Lists, key: bytes, h: Hint, head_rec: bytes, n: int, left: bool,
 
 def elements(lx: Lists, key: bytes, now: int) -> list[Element]:
     """Every live element of the list ``key`` in order ([] if absent)."""
-    _, hd, _ = lookup(lx, key, now)
+    keys, hd, _ = lookup(lx, key, now)
     if hd is None:
         return []
-    h = lx.hint(key, hd, now)
+    h = lx.hint(key, hd, now, keys, True)
     return list(_scan(lx, h, h.first, now)) if h.count else []
 
 
@@ -386,17 +429,17 @@ def values(lx: Lists, key: bytes, now: int) -> list[bytes]:
 
 
 def op_len(lx: Lists, key: bytes, now: int) -> int:
-    _, hd, _ = lookup(lx, key, now)
-    return 0 if hd is None else lx.hint(key, hd, now).count
+    keys, hd, _ = lookup(lx, key, now)
+    return 0 if hd is None else lx.hint(key, hd, now, keys, True).count
 
 
 def op_range(lx: Lists, key: bytes, start: int, stop: int, now: int) -> list[bytes]:
     """LRANGE: the values of ranks ``start..stop`` (negative from the end, Redis's
     clamping)."""
-    _, hd, _ = lookup(lx, key, now)
+    keys, hd, _ = lookup(lx, key, now)
     if hd is None:
         return []
-    h = lx.hint(key, hd, now)
+    h = lx.hint(key, hd, now, keys, True)
     n = h.count
     if start < 0:
         start += n
@@ -408,14 +451,25 @@ def op_range(lx: Lists, key: bytes, start: int, stop: int, now: int) -> list[byt
         return []
     if stop >= n:
         stop = n - 1
+    if h.dense and stop - start < POINT_READS:  # the hot path: values by point reads
+        get = lx.ks.get
+        prefix = h.prefix
+        first = h.first
+        recs = [get(prefix + p.to_bytes(8, "big")) for p in range(first + start, first + stop + 1)]
+        flags = _ELEMENT_FLAGS
+        for rec in recs:
+            if rec is None or rec[0] != flags:
+                break  # the hint was wrong: _slice drops it and scans
+        else:
+            return [rec[_HEADER:] for rec in recs]  # type: ignore[index]
     return [rec[_HEADER:] for _, rec in _slice(lx, key, h, hd, start, stop, now)]
 
 
 def op_index(lx: Lists, key: bytes, index: int, now: int) -> bytes | None:
-    _, hd, _ = lookup(lx, key, now)
+    keys, hd, _ = lookup(lx, key, now)
     if hd is None:
         return None
-    h = lx.hint(key, hd, now)
+    h = lx.hint(key, hd, now, keys, True)
     if index < 0:
         index += h.count
     if index < 0 or index >= h.count:
@@ -427,10 +481,10 @@ def op_pos(lx: Lists, key: bytes, element: bytes, rank: int, count: int, maxlen:
            now: int) -> list[int] | None:
     """LPOS's matches, as ``lposCommand`` finds them (``count`` -1: no COUNT option, at
     most one index is returned; 0: all). None when the key does not exist."""
-    _, hd, _ = lookup(lx, key, now)
+    keys, hd, _ = lookup(lx, key, now)
     if hd is None:
         return None
-    h = lx.hint(key, hd, now)
+    h = lx.hint(key, hd, now, keys, True)
     reverse = rank < 0
     if reverse:
         rank = _wrap64(-rank)  # -LLONG_MIN stays LLONG_MIN, as in C
@@ -515,40 +569,42 @@ def op_push(lx: Lists, key: bytes, values_: list[bytes], left: bool, xx: bool, n
     """LPUSH / RPUSH (LPUSHX / RPUSHX with ``xx``): the new length (0 when ``xx`` and
     the list does not exist)."""
     ks = lx.ks
-    hk, hd, stored = lookup(lx, key, now)
+    keys, hd, stored = lookup(lx, key, now)
     if hd is None and xx:
         return 0
-    h = lx.hint(key, stored, now)
+    h = lx.hint(key, stored, now, keys, hd is not None)
     before = h.count
     recs: list[Record] = []
     if hd is None:  # created (a dead head's delete clock carries over: the hint's clock)
-        recs.append((hk, head.new(LIST, ks.hlc.now(), ks.node_id, prior=stored, now_ms=now)))
-    recs += _push_records(h, values_, left, ks.hlc.reserve(len(values_)), ks.node_id)
+        recs.append((keys.head, head.new(LIST, ks.hlc.now(), ks.node_id, prior=stored, now_ms=now)))
+    n = len(values_)
+    recs += _push_records(h, values_, left, ks.hlc.now() if n == 1 else ks.hlc.reserve(n), ks.node_id)
     ks.apply(recs)
-    return before + len(values_)
+    return before + n
 
 
-def _removal(lx: Lists, hk: bytes, hd: bytes, h: Hint, positions: list[int]) -> list[Record]:
+def _removal(lx: Lists, hd: bytes, h: Hint, positions: list[int]) -> list[Record]:
     """Records that remove the live elements at ``positions``: their tombstones, and the
     head's tombstone too when they are all the list has (it disappears, as in Redis)."""
     ks = lx.ks
-    recs = _tombstones(h, positions, ks.hlc.reserve(len(positions)), ks.node_id)
+    n = len(positions)
+    recs = _tombstones(h, positions, ks.hlc.now() if n == 1 else ks.hlc.reserve(n), ks.node_id)
     if len(positions) >= h.count:
-        recs.append(ks.head_tombstone(hk, hd))
+        recs.append(ks.head_tombstone(h.keys.head, hd))
     return recs
 
 
 def op_pop(lx: Lists, key: bytes, left: bool, count: int, now: int) -> list[bytes] | None:
     """LPOP / RPOP of up to ``count`` elements: their values, or None if the list does
     not exist."""
-    hk, hd, _ = lookup(lx, key, now)
+    keys, hd, _ = lookup(lx, key, now)
     if hd is None:
         return None
-    h = lx.hint(key, hd, now)
+    h = lx.hint(key, hd, now, keys, True)
     if not h.count:
         return None  # a live head with no element left (they were popped on another node)
     els, h = _ends(lx, key, h, hd, min(count, h.count), left, now)
-    lx.ks.apply(_removal(lx, hk, hd, h, [p for p, _ in els]))
+    lx.ks.apply(_removal(lx, hd, h, [p for p, _ in els]))
     return [rec[_HEADER:] for _, rec in els] if els else None
 
 
@@ -559,20 +615,20 @@ def op_mpop(lx: Lists, keys: list[bytes], left: bool, count: int, now: int,
     ``skip_wrong_type``: a blocked client keeps waiting, as in Redis)."""
     for key in keys:
         try:
-            hk, hd, _ = lookup(lx, key, now)
+            lkeys, hd, _ = lookup(lx, key, now)
         except WrongType:
             if skip_wrong_type:
                 continue
             raise
         if hd is None:
             continue
-        h = lx.hint(key, hd, now)
+        h = lx.hint(key, hd, now, lkeys, True)
         if not h.count:
             continue
         els, h = _ends(lx, key, h, hd, min(count, h.count), left, now)
         if not els:
             continue
-        lx.ks.apply(_removal(lx, hk, hd, h, [p for p, _ in els]))
+        lx.ks.apply(_removal(lx, hd, h, [p for p, _ in els]))
         return key, [rec[_HEADER:] for _, rec in els]
     return None
 
@@ -581,10 +637,10 @@ def op_set(lx: Lists, key: bytes, index: int, value: bytes, now: int) -> bool:
     """LSET: overwrite rank ``index``; False if it is out of range, NoSuchKey if the
     list does not exist."""
     ks = lx.ks
-    _, hd, _ = lookup(lx, key, now)
+    keys, hd, _ = lookup(lx, key, now)
     if hd is None:
         raise NoSuchKey()
-    h = lx.hint(key, hd, now)
+    h = lx.hint(key, hd, now, keys, True)
     if index < 0:
         index += h.count
     if index < 0 or index >= h.count:
@@ -594,20 +650,20 @@ def op_set(lx: Lists, key: bytes, index: int, value: bytes, now: int) -> bool:
     return True
 
 
-def _remove_ranks(lx: Lists, hk: bytes, hd: bytes, h: Hint, old: list[Element], gone: list[int]) -> None:
+def _remove_ranks(lx: Lists, hd: bytes, h: Hint, old: list[Element], gone: list[int]) -> None:
     """Remove the elements of ranks ``gone`` (ascending) from the live elements ``old``,
     in one apply: all of them is one head tombstone; ranks at the ends only are
     tombstones there (the others stay in place, the list stays dense); anything else
     rewrites the rest compacted from LIST_CENTER (``_rebuild``)."""
     n, k = len(old), len(gone)
     if k >= n:
-        lx.ks.apply([lx.ks.head_tombstone(hk, hd)])
+        lx.ks.apply([lx.ks.head_tombstone(h.keys.head, hd)])
         return
     at_head = 0
     while at_head < k and gone[at_head] == at_head:
         at_head += 1
     if all(r == n - k + i for i, r in enumerate(gone[at_head:], at_head)):
-        lx.ks.apply(_removal(lx, hk, hd, h, [old[r][0] for r in gone]))
+        lx.ks.apply(_removal(lx, hd, h, [old[r][0] for r in gone]))
         return
     dropped = set(gone)
     _rebuild(lx, h, old, [rec[_HEADER:] for r, (_, rec) in enumerate(old) if r not in dropped])
@@ -635,10 +691,10 @@ def op_insert(lx: Lists, key: bytes, before: bool, pivot: bytes, value: bytes, n
     """LINSERT: the new length, -1 if ``pivot`` is not in the list, 0 if there is no
     list. Next to the first or last element it is a push; elsewhere a rebuild."""
     ks = lx.ks
-    hk, hd, _ = lookup(lx, key, now)
+    keys, hd, _ = lookup(lx, key, now)
     if hd is None:
         return 0
-    h = lx.hint(key, hd, now)
+    h = lx.hint(key, hd, now, keys, True)
     old = list(_scan(lx, h, h.first, now)) if h.count else []
     vals = [rec[_HEADER:] for _, rec in old]
     try:
@@ -657,10 +713,10 @@ def op_insert(lx: Lists, key: bytes, before: bool, pivot: bytes, value: bytes, n
 def op_rem(lx: Lists, key: bytes, count: int, value: bytes, now: int) -> int:
     """LREM: how many elements equal to ``value`` were removed (``count`` > 0 from the
     head, < 0 from the tail, 0 all)."""
-    hk, hd, _ = lookup(lx, key, now)
+    keys, hd, _ = lookup(lx, key, now)
     if hd is None:
         return 0
-    h = lx.hint(key, hd, now)
+    h = lx.hint(key, hd, now, keys, True)
     old = list(_scan(lx, h, h.first, now)) if h.count else []
     order = range(len(old) - 1, -1, -1) if count < 0 else range(len(old))
     # (Redis negates a negative count in a long: LLONG_MIN stays negative, a limit never
@@ -673,7 +729,7 @@ def op_rem(lx: Lists, key: bytes, count: int, value: bytes, now: int) -> int:
             if limit and len(gone) == limit:
                 break
     if gone:
-        _remove_ranks(lx, hk, hd, h, old, sorted(gone))
+        _remove_ranks(lx, hd, h, old, sorted(gone))
     return len(gone)
 
 
@@ -681,10 +737,10 @@ def op_trim(lx: Lists, key: bytes, start: int, stop: int, now: int) -> None:
     """LTRIM: keep ranks ``start..stop`` (Redis's clamping); the others are removed from
     the ends (tombstones), or the whole list with one head tombstone."""
     ks = lx.ks
-    hk, hd, _ = lookup(lx, key, now)
+    keys, hd, _ = lookup(lx, key, now)
     if hd is None:
         return
-    h = lx.hint(key, hd, now)
+    h = lx.hint(key, hd, now, keys, True)
     n = h.count
     if start < 0:
         start += n
@@ -701,7 +757,7 @@ def op_trim(lx: Lists, key: bytes, start: int, stop: int, now: int) -> None:
     if not ltrim and not rtrim:
         return
     if ltrim + rtrim >= n:  # nothing left: the list goes as DEL takes it, with one record
-        ks.apply([ks.head_tombstone(hk, hd)])
+        ks.apply([ks.head_tombstone(h.keys.head, hd)])
         return
     if h.dense:
         gone = list(range(h.first, h.first + ltrim)) + list(range(h.last - rtrim + 1, h.last + 1))
@@ -717,13 +773,13 @@ def op_move(lx: Lists, src: bytes, dst: bytes, from_left: bool, to_left: bool,
     if either key holds another type (``src`` checked first, ``dst`` only when there is
     something to move, as Redis does)."""
     ks = lx.ks
-    shk, shd, _ = lookup(lx, src, now)
+    skeys, shd, _ = lookup(lx, src, now)
     if shd is None:
         return None
-    sh = lx.hint(src, shd, now)
+    sh = lx.hint(src, shd, now, skeys, True)
     if not sh.count:
         return None
-    dhk, dhd, dstored = lookup(lx, dst, now)
+    dkeys, dhd, dstored = lookup(lx, dst, now)
     els, sh = _ends(lx, src, sh, shd, 1, from_left, now)
     if not els:
         return None
@@ -738,10 +794,10 @@ def op_move(lx: Lists, src: bytes, dst: bytes, from_left: bool, to_left: bool,
         ks.apply([(sh.prefix + pos_bytes(pos), _PACK(_TOMBSTONE_FLAGS, stamp, node, 0)),
                   (sh.prefix + pos_bytes(to), _PACK(_ELEMENT_FLAGS, stamp + 1, node, 0) + value)])
         return value
-    recs = _removal(lx, shk, shd, sh, [pos])
-    dh = lx.hint(dst, dstored, now)
+    recs = _removal(lx, shd, sh, [pos])
+    dh = lx.hint(dst, dstored, now, dkeys, dhd is not None)
     if dhd is None:
-        recs.append((dhk, head.new(LIST, ks.hlc.now(), node, prior=dstored, now_ms=now)))
+        recs.append((dkeys.head, head.new(LIST, ks.hlc.now(), node, prior=dstored, now_ms=now)))
     recs += _push_records(dh, [value], to_left, ks.hlc.now(), node)
     ks.apply(recs)
     return value
