@@ -9,6 +9,7 @@ expiry, the hint a command uses equals one built from scratch by a scan, and a q
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import time
 
@@ -16,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from marekvs.commands.reply import NULL_ARRAY, Err
+from marekvs.commands.reply import NULL_ARRAY, Blocking, Err
 from marekvs.config import Config
 from marekvs.core import envelope as env
 from marekvs.core import head, listelem
@@ -417,3 +418,73 @@ def test_random_commands_match_a_model_and_the_hints_stay_exact(tmp_path_factory
                 assert_hint_exact(c, key.encode())
     finally:
         c.close()
+
+
+# -- blocking, in-process --------------------------------------------------------------------
+
+def run_loop(c: Client, coro):
+    async def main():
+        c.node.start(asyncio.get_running_loop())
+        try:
+            return await coro()
+        finally:
+            c.node.sweeper.stop()
+
+    return asyncio.run(main())
+
+
+def test_a_record_from_a_peer_wakes_blpop(r):
+    async def go():
+        ctx = r.node.new_context()
+        b = r.node.dispatch(ctx, [b"BLPOP", b"q", b"0"])
+        assert type(b) is Blocking
+        task = asyncio.ensure_future(b.awaitable)
+        await asyncio.sleep(0)
+        stamp = r.node.hlc.now() + 1000
+        r.peer_apply([(K.encode_head_key(b"q"), head.new(head.CollectionType.LIST, stamp, 2)),
+                      (K.encode_list_key(b"q", C), listelem.new(b"from-peer", stamp + 1, 2))])
+        assert await asyncio.wait_for(task, 5) == [b"q", b"from-peer"]
+        assert r("EXISTS", "q") == 0  # the pop emptied it: one head tombstone
+    run_loop(r, go)
+
+
+def test_a_waiter_on_a_key_of_another_type_keeps_waiting(r):
+    async def go():
+        ctx = r.node.new_context()
+        task = asyncio.ensure_future(r.node.dispatch(ctx, [b"BLPOP", b"k", b"other", b"0"]).awaitable)
+        await asyncio.sleep(0)
+        r("SET", "k", "string")
+        await asyncio.sleep(0.01)
+        assert not task.done()
+        r("RPUSH", "other", "v")
+        assert await asyncio.wait_for(task, 5) == [b"other", b"v"]
+    run_loop(r, go)
+
+
+def test_blocking_commands_inside_multi_answer_at_once(r):
+    ctx = r.node.new_context()
+    ctx.deny_blocking = True
+    assert r.node.dispatch(ctx, [b"BLPOP", b"q", b"0"]) is NULL_ARRAY
+    assert r.node.dispatch(ctx, [b"BLMPOP", b"0", b"1", b"q", b"LEFT"]) is NULL_ARRAY
+    assert r.node.dispatch(ctx, [b"BLMOVE", b"q", b"d", b"LEFT", b"LEFT", b"0"]) is None  # a null bulk
+    assert r.node.dispatch(ctx, [b"BRPOPLPUSH", b"q", b"d", b"0"]) is None
+
+
+@pytest.mark.parametrize("arg, want", [
+    (b"0", 0.0), (b"0.5", 0.5), (b"1e-3", 0.001), (b"0.0001", 0.001), (b"-0.0001", 0.0), (b"-0", 0.0),
+    (b"0x10", 16.0), (b"1e-400", 0.001), (b"9223372036854775", 0.0)])
+def test_timeouts_round_up_to_whole_milliseconds(arg, want):
+    from marekvs.commands.lists import parse_timeout
+    assert parse_timeout(arg) == want
+
+
+@pytest.mark.parametrize("arg, err", [
+    (b"-1", "ERR timeout is negative"), (b"inf", "ERR timeout is negative"), (b"1e100", "ERR timeout is negative"),
+    (b"9223372036854776", "ERR timeout is negative"), (b"nan", "ERR timeout is not a float or out of range"),
+    (b"x", "ERR timeout is not a float or out of range"), (b" 1", "ERR timeout is not a float or out of range")])
+def test_bad_timeouts(arg, err):
+    from marekvs.commands.errors import CommandError
+    from marekvs.commands.lists import parse_timeout
+    with pytest.raises(CommandError) as e:
+        parse_timeout(arg)
+    assert e.value.message == err
