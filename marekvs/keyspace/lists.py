@@ -67,7 +67,7 @@ from marekvs.storage.engine import prefix_end
 
 LIST = CollectionType.LIST
 CENTER = K.LIST_CENTER
-MAX_HINTS = 50_000  # lists whose hint is kept in memory (the oldest goes first)
+MAX_HINTS = 100_000  # lists whose hint is kept in memory (~600 B each; the oldest goes first)
 POINT_READS = 128  # a dense range up to this many elements is read by point reads, else a scan
 
 _ELEMENT_FLAGS = env.make_flags(RecordType.LIST)
