@@ -102,6 +102,14 @@ WORKLOADS: dict[str, Workload] = {
     "sismember": Workload(command=("SISMEMBER", "bench:set", "member:__rand_int__"),
                           probe=(b"SISMEMBER", b"bench:probe:s", b"m"),
                           setup=_fill(b"SADD", b"bench:set", b"member:")),
+    # -- lists: redis-benchmark's LPUSH mylist / RPOP mylist, and LRANGE mylist 0 99 (its
+    # lrange_100 without the LPUSH run it makes first). LRANGE runs between LPUSH and RPOP
+    # (which may empty mylist) and its setup puts 1000 elements there for a run of its own.
+    "lpush": Workload(probe=(b"LPUSH", b"bench:probe:list", b"v"), cleanup=(b"bench:probe:list",)),
+    "lrange": Workload(command=("LRANGE", "mylist", "0", "99"), probe=(b"LRANGE", b"mylist", b"0", b"99"),
+                       setup=tuple((b"RPUSH", b"mylist", *[b"%064d" % (i * 100 + j) for j in range(100)])
+                                   for i in range(10))),
+    "rpop": Workload(probe=(b"RPOP", b"bench:probe:list")),
 }
 TESTS = tuple(WORKLOADS)
 TARGETS = {  # pipeline -> (min geomean ratio, min row ratio)

@@ -236,6 +236,15 @@ INVALID_UNIT = "ERR Invalid unit arg"
 MEMBER_TTL_ARGUMENTS = "ERR Invalid arguments"
 # marekvs-specific: Redis builds such a reply until memory runs out (a count of 2^62)
 TOO_MANY_REPLIES = "ERR count exceeds the number of elements marekvs replies with at once (2147483647)"
+# -- lists (lists.py) ------------------------------------------------------------------------
+TIMEOUT_NOT_FLOAT = "ERR timeout is not a float or out of range"
+NOT_POSITIVE = OUT_OF_RANGE_POSITIVE
+INDEX_OUT_OF_RANGE = "ERR index out of range"
+LPOS_RANK_ZERO = ("ERR RANK can't be zero: use 1 to start from the first match, 2 from the second ... "
+                  "or use negative to start from the end of the list")
+LPOS_COUNT_NEGATIVE = "ERR COUNT can't be negative"
+LPOS_MAXLEN_NEGATIVE = "ERR MAXLEN can't be negative"
+COUNT_POSITIVE = "ERR count should be greater than 0"
 
 
 # -- typed statuses of the keyspace (keyspace/status.py) -----------------------------------

@@ -504,6 +504,8 @@ FAMILIES = (
     "marekvs.commands.hashes",
     "marekvs.commands.sets",
     "marekvs.commands.members",
+    # -- lists --
+    "marekvs.commands.lists",
 )
 
 

@@ -68,6 +68,9 @@ class Keyspace:
         self.counts = members.Counts(self)
         self.cursors = members.Cursors()
         self.resolve = members.Resolver(self)
+        # in-memory state a type module keeps beside the records, by its name (e.g. the
+        # list hints of keyspace/lists.py), made on first use; never persisted
+        self.state: dict[str, object] = {}
 
     def stamp(self) -> int:
         return self.hlc.now()
