@@ -40,6 +40,7 @@ BASE_REQUIREMENTS = [
     "msgpack>=1.0",
     "uvloop>=0.19",
     "hiredis>=2.3",
+    "sortedcontainers>=2.4",  # the sorted sets' order-statistic mirrors (keyspace/zsets.py)
 ]
 
 

@@ -30,6 +30,11 @@ class Double(float):
     """RESP3 ',', RESP2 bulk string."""
 
 
+class DoubleText(bytes):
+    """A double the command formatted itself (Redis's addReplyHumanLongDouble, GEOPOS):
+    RESP3 ',' with this text, RESP2 a bulk string."""
+
+
 class Verbatim(bytes):
     """RESP3 '=' (txt), RESP2 bulk string."""
 

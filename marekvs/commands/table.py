@@ -479,6 +479,9 @@ FAMILIES = (
     "marekvs.commands.strings",
     "marekvs.commands.keys",
     "marekvs.commands.debug",
+    # sorted sets and geo
+    "marekvs.commands.zsets",
+    "marekvs.commands.geo",
 )
 
 

@@ -21,7 +21,7 @@ Hot paths inline the liveness rule with core's named header slices
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Callable, Iterator, TypeVar
 
 from marekvs.core import envelope as env
 from marekvs.core import head
@@ -42,6 +42,7 @@ _TAG_AT = K.TAG_AT
 _USERKEY_AT = K.STRING_USERKEY_AT
 
 KeyRecord = tuple[bytes, bytes, bytes]  # (user key, ikey, record) of a live key
+T = TypeVar("T")
 
 
 is_live = env.is_live
@@ -60,9 +61,19 @@ class Keyspace:
         self.apply = engine.apply
         self.get = engine.get
         self.head_pids = engine.head_pids
+        self.extensions: dict[str, object] = {}
 
     def stamp(self) -> int:
         return self.hlc.now()
+
+    # -- per-type state ------------------------------------------------------------------
+    def extension(self, name: str, factory: Callable[["Keyspace"], T]) -> T:
+        """State a type module keeps with this keyspace (caches, an index it maintains),
+        made by ``factory(self)`` on first use: one per node, gone with it."""
+        x = self.extensions.get(name)
+        if x is None:
+            x = self.extensions[name] = factory(self)
+        return x  # type: ignore[return-value]
 
     # -- lookups -------------------------------------------------------------------
     def live_head(self, pid: int, string_ik: bytes, now: int) -> tuple[bytes, bytes] | None:

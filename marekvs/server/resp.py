@@ -61,6 +61,7 @@ from marekvs.commands.reply import (  # noqa: F401 - the reply values this modul
     QUEUED,
     Blocking,
     Double,
+    DoubleText,
     Err,
     Map,
     NullArray,
@@ -534,5 +535,7 @@ def _enc(obj: object, proto: int, out: list[bytes]) -> None:  # noqa: C901 - one
             _enc(x, proto, out)
     elif t is float:
         _enc(Double(obj), proto, out)  # type: ignore[arg-type]
+    elif t is DoubleText:
+        out.append(b",%s\r\n" % obj if proto == 3 else b"$%d\r\n%s\r\n" % (len(obj), obj))  # type: ignore
     else:
         raise TypeError(f"cannot encode {t.__name__} as RESP")
