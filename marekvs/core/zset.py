@@ -28,6 +28,7 @@ from __future__ import annotations
 import struct
 
 from marekvs.core import envelope as env
+from marekvs.core import orswot
 from marekvs.core.envelope import RecordType
 
 RTYPE = RecordType.ZSET_MEMBER
@@ -74,10 +75,9 @@ def score_of(record: bytes) -> float | None:
 def check_member(record: bytes) -> None:
     """Every live value of a member record is an 8-byte non-NaN score (replication's
     validation, after the ORSWOT element check)."""
-    from marekvs.core import orswot  # local: orswot imports nothing of ours
-
     for _, v in orswot.element_of(record).live:
-        if decode_value(v) != decode_value(v):
+        s = decode_value(v)
+        if s != s:
             raise ScoreFormatError("a zset score is NaN")
 
 
