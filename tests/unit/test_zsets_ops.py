@@ -159,7 +159,8 @@ def test_zadd_writes_member_and_index_in_one_log_entry(n):
 
 def test_a_zset_emptied_by_any_removal_disappears(n):
     for empty in (["ZREM", "z", "a", "b"], ["ZPOPMIN", "z", 5], ["ZREMRANGEBYSCORE", "z", "-inf", "+inf"],
-                  ["ZREMRANGEBYRANK", "z", 0, -1], ["ZREMRANGEBYLEX", "z", "-", "+"], ["ZMPOP", 1, "z", "MAX", "COUNT", 9]):
+                  ["ZREMRANGEBYRANK", "z", 0, -1], ["ZREMRANGEBYLEX", "z", "-", "+"],
+                  ["ZMPOP", 1, "z", "MAX", "COUNT", 9]):
         n("ZADD", "z", 1, "a", 2, "b")
         n(*empty)
         assert n("EXISTS", "z") == 0 and n("TYPE", "z") == reply.Simple(b"none"), empty
@@ -346,7 +347,8 @@ def test_a_removal_racing_an_older_unseen_add_of_the_same_score_is_repaired(n, o
     from marekvs.core import head
     hd = head.new(head.CollectionType.ZSET, 5, 1)
     batches = [
-        [(p.head, hd), (p.member_key(b"m"), _member_rec(1.0, (10, 1))), (p.index_key(1.0, b"m"), zset.index_live(10, 1)),
+        [(p.head, hd),
+         (p.member_key(b"m"), _member_rec(1.0, (10, 1))), (p.index_key(1.0, b"m"), zset.index_live(10, 1)),
          (p.member_key(b"k"), _member_rec(0.0, (10, 1))), (p.index_key(0.0, b"k"), zset.index_live(10, 1))],
         [(p.member_key(b"m"), _remove_rec((30, 3), [(10, 1)])), (p.index_key(1.0, b"m"), zset.index_tombstone(30, 3))],
         [(p.member_key(b"m"), _member_rec(1.0, (25, 2))), (p.index_key(1.0, b"m"), zset.index_live(25, 2))],
@@ -402,7 +404,7 @@ def test_random_concurrent_histories_converge_with_an_agreeing_index(pair):
     a, b = pair
     rnd = random.Random(3)
     members = [b"m%d" % i for i in range(12)]
-    for rounds in range(30):
+    for _ in range(30):
         for x in (a, b):
             for _ in range(rnd.randint(1, 8)):
                 op = rnd.randrange(6)
