@@ -67,6 +67,11 @@ class Workload:
     weight: int = 1  # probe runs are 1/weight as long (MSET: 10 keys a request)
 
 
+ZSET_MEMBERS = 100_000
+ZSET_SETUP = tuple(
+    (b"ZADD", b"myzset", *[x for i in range(start, start + 10_000) for x in (b"%d" % i, b"element:%012d" % i)])
+    for start in range(0, ZSET_MEMBERS, 10_000))
+
 # The rows of `make bench`, in order. A data-type family adds its rows here; the default
 # run measures every row (`--tests` picks some).
 WORKLOADS: dict[str, Workload] = {
@@ -75,6 +80,13 @@ WORKLOADS: dict[str, Workload] = {
     "incr": Workload(probe=(b"INCR", b"bench:probe:ctr"), cleanup=(b"bench:probe:ctr",)),
     "mset": Workload(probe=(b"MSET", b"bench:probe:a", b"1", b"bench:probe:b", b"2"),
                      cleanup=(b"bench:probe:a", b"bench:probe:b"), weight=4),
+    # -- sorted sets: one zset "myzset" of 100k members element:%012d (redis-benchmark's zadd test
+    # names them so), prefilled by the setup; the zadd row changes their scores at random
+    "zadd": Workload(probe=(b"ZADD", b"bench:probe:z", b"1", b"m"), cleanup=(b"bench:probe:z",)),
+    "zrange": Workload(command=("ZRANGE", "myzset", "0", "99"), probe=(b"ZRANGE", b"bench:probe:z", b"0", b"99"),
+                       setup=ZSET_SETUP),
+    "zrank": Workload(command=("ZRANK", "myzset", "element:__rand_int__"),
+                      probe=(b"ZRANK", b"bench:probe:z", b"m"), setup=ZSET_SETUP),
 }
 TESTS = tuple(WORKLOADS)
 TARGETS = {  # pipeline -> (min geomean ratio, min row ratio)

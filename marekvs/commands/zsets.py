@@ -25,7 +25,7 @@ import re
 from marekvs.commands import args as A
 from marekvs.commands import errors
 from marekvs.commands.errors import CommandError
-from marekvs.commands.reply import NULL_ARRAY, Double
+from marekvs.commands.reply import NULL_ARRAY, BulkArray, Double
 from marekvs.commands.table import command
 from marekvs.keyspace import zsets as Z
 from marekvs.keyspace.status import WrongType
@@ -181,16 +181,26 @@ def format_score(x: float) -> bytes:
     return b"%.17g" % x
 
 
+def double_text(x: float) -> bytes:
+    """``addReplyDouble``'s text (``%.17g``, inf spelled out): a RESP2 score."""
+    if x == _INF:
+        return b"inf"
+    if x == -_INF:
+        return b"-inf"
+    return b"%.17g" % x
+
+
 def with_scores(ctx, entries: list[Z.Entry], withscores: bool) -> list:
-    """A range reply: members, or members and scores (RESP2 flat, RESP3 pairs)."""
+    """A range reply: members, or members and scores (RESP2 a flat array of bulk strings,
+    RESP3 [member, double] pairs)."""
     if not withscores:
-        return [m for _, m in entries]
+        return BulkArray([m for _, m in entries])
     if ctx.proto == 3:
         return [[m, Double(s)] for s, m in entries]
-    out: list = []
+    out = BulkArray()
     for s, m in entries:
         out.append(m)
-        out.append(Double(s))
+        out.append(double_text(s))
     return out
 
 
@@ -418,7 +428,7 @@ def zrange(ctx, args: list[bytes]):
             r = Z.sanitize_ranks(start, end, len(o))
             if r is None:
                 return []
-            return [m for _, m in o.sl.islice(r[0], r[1] + 1)]
+            return BulkArray([m for _, m in o.sl.islice(r[0], r[1] + 1)])
     return zrange_generic(ctx, args, 1, None, None, None)
 
 
@@ -474,6 +484,14 @@ def zrevrangebylex(ctx, args: list[bytes]):
 
 
 def _zrank(ctx, args: list[bytes], reverse: bool):
+    if len(args) == 3:  # the common case
+        z, now = _z(ctx), ctx.ks.now()
+        zs = Z.lookup(z, args[1], now)
+        if zs is None:
+            return None
+        o = Z.order_of(z, zs, now)
+        r = o.rank(args[2])
+        return r if r is None or not reverse else len(o) - 1 - r
     if len(args) > 4:
         raise CommandError(errors.wrong_arity(args[0].decode("latin-1").lower()))
     withscore = False

@@ -30,6 +30,7 @@ import struct
 from marekvs.core import envelope as env
 from marekvs.core import orswot
 from marekvs.core.envelope import RecordType
+from marekvs.core.keys import decode_varint
 
 RTYPE = RecordType.ZSET_MEMBER
 VALUE_SIZE = 8
@@ -79,6 +80,50 @@ def check_member(record: bytes) -> None:
         s = decode_value(v)
         if s != s:
             raise ScoreFormatError("a zset score is NaN")
+
+
+# -- the writes of one command ----------------------------------------------------------------
+
+_DOT = struct.Struct(">HQ")  # a dot on the wire: origin, then hlc
+
+
+def live_dots(record: bytes) -> tuple[tuple[int, int], ...]:
+    """The live dots of an ORSWOT record, highest first (its live section only: the
+    covered dots, up to 255 of them, are not parsed)."""
+    n = record[_HEADER]
+    if n == 0:
+        return ()
+    out = []
+    pos = _HEADER + 1
+    for _ in range(n):
+        origin, hlc = _DOT.unpack_from(record, pos)
+        out.append((hlc, origin))
+        vlen, pos = decode_varint(record, pos + 10)
+        pos += vlen
+    return tuple(out)
+
+
+def add_delta(current: bytes | None, hlc: int, origin: int, score: float) -> bytes:
+    """ZADD of ``score`` at dot (hlc, origin) as the record the apply path merges into
+    ``current``: the new live dot, covering every live dot of ``current`` (it replaces
+    what it saw). ``merge(current, add_delta(...)) == orswot.add(current, ...)``; handing
+    the apply path the delta makes one join instead of two. The payload is packed here
+    directly (one live dot, the observed dots covered, in canonical order)."""
+    value = encode_value(score)
+    head = _pack(_LIVE_FLAGS, hlc, origin, 0) + b"\x01" + _DOT.pack(origin, hlc) + b"\x08" + value
+    if current is None:
+        return head + b"\x00"
+    observed = live_dots(current)
+    return head + bytes((len(observed),)) + b"".join(_DOT.pack(o, h) for h, o in observed)
+
+
+def remove_delta(current: bytes, hlc: int, origin: int) -> bytes | None:
+    """ZREM at (hlc, origin): a tombstone covering every live dot of ``current`` (None if
+    it has none). ``merge(current, remove_delta(...)) == orswot.remove(current, ...)``."""
+    observed = live_dots(current)
+    if not observed:
+        return None
+    return env.pack(_TOMB_FLAGS, hlc, origin, 0, orswot.to_bytes(orswot.Element((), observed)))
 
 
 # -- the score-index record ------------------------------------------------------------------

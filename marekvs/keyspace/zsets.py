@@ -125,8 +125,13 @@ class Prefixes(NamedTuple):
 
 
 def prefixes(key: bytes) -> Prefixes:
-    zp = K.collection_prefix(K.TAG_ZSET, key)
-    return Prefixes(key, zp, zp[:2] + K.TAG_ZSCORE + zp[3:], zp[:2] + K.TAG_HEAD + zp[3:])
+    return prefixes_of_head(key, K.encode_head_key(key))
+
+
+def prefixes_of_head(key: bytes, hk: bytes) -> Prefixes:
+    """The prefixes of ``key`` from its head key (same partition and klen: no hash)."""
+    pid, rest = hk[:2], hk[3:]
+    return Prefixes(key, pid + K.TAG_ZSET + rest, pid + K.TAG_ZSCORE + rest, hk)
 
 
 # =========================================================================================
@@ -567,7 +572,7 @@ def lookup(z: Zsets, key: bytes, now: int) -> Zset | None:
     hk, h = z.ks.collection(key, ZSET, now)
     if h is None:
         return None
-    return Zset(prefixes(key), h)
+    return Zset(prefixes_of_head(key, hk), h)
 
 
 def lookup_setlike(z: Zsets, key: bytes, now: int) -> tuple[int, Zset] | None:
@@ -579,7 +584,7 @@ def lookup_setlike(z: Zsets, key: bytes, now: int) -> tuple[int, Zset] | None:
         hk, h = z.ks.collection(key, SET, now)
         if h is None:
             return None
-        return SET, Zset(prefixes(key), h)
+        return SET, Zset(prefixes_of_head(key, hk), h)
     return None if found is None else (ZSET, found)
 
 
@@ -588,7 +593,13 @@ def order_of(z: Zsets, zs: Zset, now: int) -> Order:
 
 
 def score(z: Zsets, zs: Zset, member: bytes, now: int) -> float | None:
-    """A member's score (a point read of its record), None if it is not a live member."""
+    """A member's score (the mirror's if held, else a point read of its record), None if
+    it is not a live member."""
+    o = z.orders.get(zs.p.key)
+    if o is not None and (o.head is zs.head or o.head == zs.head):
+        if o.heap:
+            o.expire(now)
+        return o.scores.get(member)
     rec = z.ks.get(zs.p.member_key(member))
     if rec is None or not head.element_live(zs.head, rec, now):
         return None
@@ -619,6 +630,9 @@ class AddFlags(NamedTuple):
     incr: bool = False
 
 
+_NO_FLAGS = AddFlags()
+
+
 class AddResult(NamedTuple):
     added: int
     updated: int
@@ -629,21 +643,27 @@ class AddResult(NamedTuple):
 def _member_records(z: Zsets, p: Prefixes, member: bytes, rec: bytes | None, new: float | None,
                     stamp: int, now: int) -> list[tuple[bytes, bytes]]:
     """The records that take ``member`` (whose record is ``rec``) to score ``new`` (None:
-    removed): its member record and its index records, all stamped ``stamp``. The index
-    key of the record's current score goes dead, even when the head gates the record (a
-    re-created key's old member), so that nothing but the new score's key stays live."""
+    removed): its member record (as a delta the apply path merges) and its index records,
+    all stamped ``stamp``. The index key of the record's current score goes dead, even
+    when the head gates the record (a re-created key's old member), so that nothing but
+    the new score's key stays live."""
     node = z.ks.node_id
-    out: list[tuple[bytes, bytes]] = []
-    mk = p.member_key(member)
+    mk = p.members + member
     old = zset.index_for(rec, now)
+    old_sb = _encode_score(old[0]) if old is not None else None
     if new is None:
+        out = []
         if rec is not None:
-            out.append((mk, orswot.remove(rec, stamp, node)))
+            d = zset.remove_delta(rec, stamp, node)
+            if d is not None:
+                out.append((mk, d))
+        new_sb = None
     else:
-        out.append((mk, orswot.add(rec, RTYPE, stamp, node, zset.encode_value(new))))
-        out.append((p.index_key(new, member), zset.index_live(stamp, node)))
-    if old is not None and (new is None or _encode_score(old[0]) != _encode_score(new)):
-        out.append((p.index_key(old[0], member), zset.index_tombstone(stamp, node)))
+        new_sb = _encode_score(new)
+        out = [(mk, zset.add_delta(rec, stamp, node, new)),
+               (p.by_score + new_sb + member, zset.index_live(stamp, node))]
+    if old_sb is not None and old_sb != new_sb:
+        out.append((p.by_score + old_sb + member, zset.index_tombstone(stamp, node)))
     return out
 
 
@@ -655,18 +675,32 @@ def add(z: Zsets, key: bytes, items: list[tuple[float, bytes]], flags: AddFlags,
     created = head_rec is None
     if created and flags.xx:
         return AddResult(0, 0, 0, None)
-    p = prefixes(key)
+    p = prefixes_of_head(key, hk)
     if created:
         head_rec = head.new(ZSET, ks.stamp(), ks.node_id, prior=ks.get(hk), now_ms=now)
     assert head_rec is not None
+    dc = head.delete_clock(head_rec, now)
+    if len(items) == 1 and flags == _NO_FLAGS:  # the common case: one pair, no option
+        sc, member = items[0]
+        rec = ks.get(p.members + member)
+        s = _score_of(rec) if rec is not None and _is_live(rec, now) and orswot.gate_clock(rec) > dc else None
+        if s is not None and s == sc:
+            return AddResult(0, 0, 1, sc)
+        records = _member_records(z, p, member, rec, sc, ks.stamp(), now)
+        if created:
+            records.insert(0, (hk, head_rec))
+        z.apply(records)
+        return AddResult(int(s is None), int(s is not None), 1, sc)
     first: dict[bytes, tuple[bytes | None, float | None]] = {}  # member -> (record, score) before
     cur: dict[bytes, float | None] = {}
     added = updated = processed = 0
     last: float | None = None
+    get = ks.get
+    members = p.members
     for sc, member in items:
         if member not in cur:
-            rec = ks.get(p.member_key(member))
-            s = _score_of(rec) if rec is not None and head.element_live(head_rec, rec, now) else None
+            rec = get(members + member)
+            s = _score_of(rec) if rec is not None and _is_live(rec, now) and orswot.gate_clock(rec) > dc else None
             first[member] = (rec, s)
             cur[member] = s
         s = cur[member]

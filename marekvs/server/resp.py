@@ -60,6 +60,7 @@ from marekvs.commands.reply import (  # noqa: F401 - the reply values this modul
     PONG,
     QUEUED,
     Blocking,
+    BulkArray,
     Double,
     DoubleText,
     Err,
@@ -499,6 +500,9 @@ def _enc(obj: object, proto: int, out: list[bytes]) -> None:  # noqa: C901 - one
         out.append(b"*%d\r\n" % len(obj))  # type: ignore[arg-type]
         for x in obj:  # type: ignore[attr-defined]
             _enc(x, proto, out)
+    elif t is BulkArray:
+        out.append(b"*%d\r\n" % len(obj))  # type: ignore[arg-type]
+        out += [b"$%d\r\n%s\r\n" % (len(x), x) for x in obj]  # type: ignore[attr-defined]
     elif t is Err:
         # CR/LF of echoed input become spaces; raw bytes echoed come back as they were
         msg = str(obj).replace("\r", " ").replace("\n", " ")

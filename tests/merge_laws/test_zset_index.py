@@ -17,10 +17,12 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from laws_gen import element_records
 
 from marekvs.core import envelope as env
 from marekvs.core import keys as K
 from marekvs.core import orswot, zset
+from marekvs.core.envelope import RecordType
 from marekvs.core.merge import merge
 
 KEY = b"z"
@@ -180,3 +182,22 @@ def test_the_race_the_repair_exists_for():
     assert zset.index_for(r1.recs[mk(b"a")], NOW) == (1.0, 0)
     assert env.is_live(r1.recs[ik(1.0, b"a")], NOW)  # repaired, with r1's next clock
     assert r1.index_agrees()
+
+
+# -- the deltas the commands hand the apply path ------------------------------------------------
+
+@settings(max_examples=300, deadline=None)
+@given(rec=st.none() | element_records(RecordType.ZSET_MEMBER), score=st.sampled_from(SCORES),
+       dot=st.tuples(st.integers(10**6, 10**6 + 5), st.integers(1, 3)))
+def test_add_and_remove_deltas_merge_to_orswot_add_and_remove(rec, score, dot):
+    """A ZADD/ZREM hands the apply path a delta; merged with the current record it must
+    be exactly core's add / remove (so the stored bytes are the lattice's)."""
+    key = mk(b"a")
+    hlc, origin = dot
+    want = orswot.add(rec, zset.RTYPE, hlc, origin, zset.encode_value(score))
+    assert merge(key, rec, zset.add_delta(rec, hlc, origin, score)) == want
+    if rec is not None:
+        assert zset.live_dots(rec) == tuple(d for d, _ in orswot.element_of(rec).live)
+        removed = orswot.remove(rec, hlc, origin)
+        delta = zset.remove_delta(rec, hlc, origin)
+        assert (delta is None and removed is rec) or merge(key, rec, delta) == removed
