@@ -686,10 +686,10 @@ def add(z: Zsets, key: bytes, items: list[tuple[float, bytes]], flags: AddFlags,
         s = _score_of(rec) if rec is not None and _is_live(rec, now) and orswot.gate_clock(rec) > dc else None
         if s is not None and s == sc:
             return AddResult(0, 0, 1, sc)
-        records = _member_records(z, p, member, rec, sc, ks.stamp(), now)
+        one = _member_records(z, p, member, rec, sc, ks.stamp(), now)
         if created:
-            records.insert(0, (hk, head_rec))
-        z.apply(records)
+            one.insert(0, (hk, head_rec))
+        z.apply(one)
         return AddResult(int(s is None), int(s is not None), 1, sc)
     first: dict[bytes, tuple[bytes | None, float | None]] = {}  # member -> (record, score) before
     cur: dict[bytes, float | None] = {}
