@@ -521,3 +521,11 @@ def test_resp3_shapes(n):
     assert n.wire("GEOPOS", "g", "p", proto=3) == b"*1\r\n*2\r\n,13.36138933897018433\r\n,38.11555639549629859\r\n"
     assert n.wire("GEOPOS", "g", "p", proto=2) == \
         b"*1\r\n*2\r\n$20\r\n13.36138933897018433\r\n$20\r\n38.11555639549629859\r\n"
+
+
+def test_bulk_array_replies_encode_as_arrays_of_bulk_strings():
+    from marekvs.commands.reply import BulkArray
+    items = [b"", b"a", b"element:000000000001", b"x" * 1023, b"y" * 1024, b"z" * 5000]
+    for proto in (2, 3):
+        assert resp.encode(BulkArray(items), proto) == resp.encode(list(items), proto)
+        assert resp.encode(BulkArray(), proto) == b"*0\r\n"
