@@ -509,6 +509,8 @@ FAMILIES = (
     # sorted sets and geo
     "marekvs.commands.zsets",
     "marekvs.commands.geo",
+    # ACL users (acl)
+    "marekvs.commands.acl",
 )
 
 

@@ -33,9 +33,11 @@ from marekvs.commands.errors import CommandError
 from marekvs.commands.reply import QUEUED, Err
 from marekvs.commands.table import CommandTable, build_table
 from marekvs.config import Config, Limits
+from marekvs.core import keys as K
 from marekvs.core.hlc import HLC, wall_ms
 from marekvs.keyspace import Keyspace
 from marekvs.keyspace.status import KeyspaceError
+from marekvs.node.acl import Acl
 from marekvs.node.blocking import BlockingRegistry
 from marekvs.node.changes import ChangeFeed
 from marekvs.node.events import Events
@@ -98,6 +100,12 @@ class Node:
         self._lookup = self.table.dispatch
         self.sweeper = Sweeper(self.engine, config)
         self.tunables: dict[str, str] = {}  # Redis parameters changed by CONFIG SET (tunables.py)
+        # node-level records (outside the keyspace) the engine reports apart from the change
+        # feed, routed by tag: ACL users (node/acl.py)
+        self.acl = Acl(self)
+        self.node_records: dict[int, Callable[[list[tuple[bytes, bytes]]], None]] = {
+            K.ORD_USER: self.acl.records_changed}
+        self.engine.on_node_change = self._node_records_changed
         self.pubsub.limits = pubsub_limits(self.tunable("client-output-buffer-limit"))
         self.limits = Limits()  # request limits the RESP parsers read
         self.stats = Stats()
@@ -126,13 +134,14 @@ class Node:
         self._ack_event: asyncio.Event | None = None
         raise_soft_open_files()
         self.maxclients = fit_open_files(DEFAULT_MAXCLIENTS)
+        self.acl.load()  # the users of the records (and the aclfile, requirepass)
 
     # -- clients ---------------------------------------------------------------------
     def new_context(self, **kw: Any) -> Context:
         """A context for a new client (registered: CLIENT LIST sees it)."""
         self._client_seq += 1
         self.stats.total_connections += 1
-        ctx = Context(self, self._client_seq, authed=not self.config.requirepass, **kw)
+        ctx = Context(self, self._client_seq, authed=self.acl.default_authed(), **kw)
         self.clients[ctx.id] = ctx
         return ctx
 
@@ -147,6 +156,16 @@ class Node:
             self.watches.unwatch_all(ctx)
         ctx.closing = True
 
+    def _node_records_changed(self, changes: list[tuple[bytes, bytes]]) -> None:
+        """Node-level records changed (``Engine.on_node_change``): to their handler."""
+        by_tag: dict[int, list[tuple[bytes, bytes]]] = {}
+        for change in changes:
+            by_tag.setdefault(change[0][K.TAG_AT], []).append(change)
+        for tag, group in by_tag.items():
+            handler = self.node_records.get(tag)
+            if handler is not None:
+                handler(group)
+
     def _set_current(self, ctx: Context | None) -> None:
         self.current = ctx
 
@@ -156,9 +175,9 @@ class Node:
 
     # -- dispatch --------------------------------------------------------------------
     def dispatch(self, ctx: Context, args: list[bytes]) -> Any:
-        """Run one command for ``ctx``: the table lookup, arity, subcommand and auth
-        checks, then its handler, measured (INFO commandstats, SLOWLOG, LATENCY). Returns
-        the reply value (an ``Err`` for an error)."""
+        """Run one command for ``ctx``: the table lookup, arity, subcommand, auth and
+        ACL checks (``node/acl.py``), then its handler, measured (INFO commandstats,
+        SLOWLOG, LATENCY). Returns the reply value (an ``Err`` for an error)."""
         self.stats.total_commands += 1
         cmd = self._lookup.get(args[0])
         if cmd is None:
@@ -177,8 +196,12 @@ class Node:
             a = cmd.arity
             if (a > 0 and n != a) or n < -a:
                 return self.rejected(ctx, cmd, errors.wrong_arity(cmd.fullname))
-        if not ctx.authed and not cmd.no_auth:
+        if not ctx.authed and not cmd.no_auth and self.acl.auth_required():
             return self.rejected(ctx, cmd, errors.NOAUTH)
+        if ctx.user.restricted:  # (the default user with every permission skips the check)
+            denied = self.acl.check(ctx, cmd, args)
+            if denied is not None:
+                return self.rejected(ctx, cmd, denied)
         if ctx.in_pubsub and ctx.proto == 2 and (cmd.parent is not None or cmd.name not in _PUBSUB_MODE):
             return self.rejected(ctx, cmd, errors.pubsub_context(cmd.fullname))
         if ctx.multi is not None and cmd.queued_in_multi:

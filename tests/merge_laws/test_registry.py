@@ -30,7 +30,7 @@ U = b"k"
 SAMPLES = {
     "string": (), "head": (), "hash-field": (b"f",), "set-member": (b"m",),
     "zset-member": (b"m",), "zset-score": (-2.5, b"m"), "list-element": (K.LIST_CENTER,),
-    "hll-register": (7,), "stream-entry": (5, 1 << 20),
+    "hll-register": (7,), "stream-entry": (5, 1 << 20), "acl-user": (),
 }
 
 
@@ -46,13 +46,16 @@ def test_every_tag_the_codecs_define_has_a_row_or_is_retired():
 
 def test_key_and_element_tags():
     assert registry.KEY_TAGS == K.TAG_HEAD + K.TAG_STRING  # what iteration scans, in key order
-    assert registry.ELEMENT_TAGS == bytes(sorted(k.code for k in KINDS if not k.is_key))
+    assert registry.ELEMENT_TAGS == bytes(sorted(k.code for k in KINDS if not k.is_key and not k.is_node))
+    assert registry.NODE_TAGS == K.TAG_USER  # outside the keyspace: ACL users
     assert {k.tag for k in KINDS if k.head_flag} == {K.TAG_HEAD}
     for k in KINDS:
-        assert (k.sweep is Sweep.ELEMENT) == (not k.is_key) == (k.gate_clock is not None)
-        assert (k.ctype is None) == k.is_key
+        element = not k.is_key and not k.is_node
+        assert (k.sweep is Sweep.ELEMENT) == element == (k.gate_clock is not None)
+        assert (k.ctype is None) == (k.is_key or k.is_node)
+        assert not k.is_node or k.sweep is Sweep.RECORD
     assert [k.tag for k in registry.element_kinds(CT.ZSET)] == [K.TAG_ZSET, K.TAG_ZSCORE]
-    assert {k.ctype for k in KINDS if not k.is_key} == set(head.TYPE_NAMES)
+    assert {k.ctype for k in KINDS if not k.is_key and not k.is_node} == set(head.TYPE_NAMES)
 
 
 @pytest.mark.parametrize("kind", KINDS, ids=lambda k: k.name)
@@ -62,7 +65,8 @@ def test_each_row_codec_round_trips(kind, uk):
     assert ikey[2:3] == kind.tag and ikey[:2] == partition_of(uk).to_bytes(2, "big")
     assert kind.user_key(ikey) == uk == K.user_key_of(ikey)
     assert ikey.startswith(kind.prefix(uk))
-    assert kind.encode(*((kind.decode(ikey),) if kind.is_key else kind.decode(ikey))) == ikey
+    decoded = kind.decode(ikey)
+    assert kind.encode(*((decoded,) if kind.is_key or kind.is_node else decoded)) == ikey
 
 
 # -- merge ---------------------------------------------------------------------------------
@@ -93,7 +97,7 @@ def test_a_tag_without_a_row_merges_as_lww():
 
 # -- gating -------------------------------------------------------------------------------
 
-ELEMENT_LATTICES = [n for n in NAMES if not BY_CODE[LATTICES[n][0][2]].is_key]
+ELEMENT_LATTICES = [n for n in NAMES if BY_CODE[LATTICES[n][0][2]].ctype is not None]
 
 
 @pytest.mark.parametrize("name", ELEMENT_LATTICES)
