@@ -811,23 +811,39 @@ def user_from_rules(name: bytes, rules: bytes, view: CommandView) -> tuple[User,
         ops = merge_selector_args([t for t in rules.split(b" ")])
     except UnmatchedParenthesis:
         ops = [t for t in rules.split(b" ") if t]
+    root = [op for op in ops if not (op[:1] == b"(" and op[-1:] == b")")]
+    literal = _literal_star(root)
     for op in ops:
         try:
             if op[:1] == b"(" and op[-1:] == b")":
                 sel = Selector()
-                for inner in op[1:-1].split(b" "):
-                    if inner:
-                        try:
+                inner_ops = [x for x in op[1:-1].split(b" ") if x]
+                inner_literal = _literal_star(inner_ops)
+                for inner in inner_ops:
+                    try:
+                        if inner == b"~*" and inner_literal:
+                            sel._add_pattern(inner)
+                        else:
                             sel.set(inner, view)
-                        except RuleError:
-                            skipped.append(inner)
+                    except RuleError:
+                        skipped.append(inner)
                 u.selectors.append(sel)
+            elif op == b"~*" and literal:
+                u.root._add_pattern(op)
             else:
                 u.set(op, view)
         except RuleError:
             skipped.append(op)
     u.refresh()
     return u, skipped
+
+
+def _literal_star(ops: Sequence[bytes]) -> bool:
+    """Does ``~*`` among these rules stand for the pattern ``*`` (added with ``%RW~*``)
+    rather than ``allkeys``? It does when other key patterns come with it: describe prints
+    ``allkeys`` as ``~*`` alone. (Redis's ACL LOAD reads it as ``allkeys`` and then refuses
+    a later pattern; a user record must rebuild the user it describes.)"""
+    return b"~*" in ops and sum(1 for op in ops if op[:1] in (b"~", b"%")) > 1
 
 
 def set_rules(user: User, ops: Sequence[bytes], view: CommandView, pubsub_all: bool) -> None:
