@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from marekvs.commands import docs
 from marekvs.commands.args import stringmatch
@@ -178,6 +178,37 @@ class CommandView:
             self.resets.append(frozenset(id(c) for c in members))
         self.channel_specs = {id(c): CHANNEL_SPECS[c.name] for c in self.every
                               if c.parent is None and c.name in CHANNEL_SPECS}
+        # the commands with keys (doesCommandHaveKeys), and those whose keys depend on
+        # the number of arguments only (index + range specs, no procedure): their keys
+        # and the access each asks for are cached per argument count
+        self.keyed: frozenset[int] = frozenset(id(c) for c in self.every if c.has_keys)
+        self._by_argc: frozenset[int] = frozenset(
+            id(c) for c in self.every if c.getkeys is None and c.key_specs and all(
+                s.is_range and not s.flags & (KeyFlag.INCOMPLETE | KeyFlag.VARIABLE_FLAGS) for s in c.key_specs))
+        self._keys: dict[tuple[int, int], list[tuple[int, int]]] = {}
+        # how ``Command.key_refs`` finds each command's keys, decided once: its specs (then
+        # its procedure if they do not fit the arguments), or its procedure alone
+        self._by_specs: frozenset[int] = frozenset(
+            id(c) for c in self.every if any(not s.flags & KeyFlag.NOT_KEY for s in c.key_specs)
+            and not any(s.flags & KeyFlag.VARIABLE_FLAGS for s in c.key_specs))
+
+    def key_access(self, cmd: Any, args: Sequence[bytes]) -> list[tuple[int, int]]:
+        """The keys of ``args`` (Redis's getKeysFromCommandWithSpecs: ``key_refs``) as
+        (position, READ/WRITE access asked)."""
+        cid = id(cmd)
+        if cid in self._by_argc:
+            k = (cid, len(args))
+            got = self._keys.get(k)
+            if got is None:
+                got = [(pos, access_of(int(f))) for pos, f in cmd.key_refs(args)]
+                if len(self._keys) >= 8192:
+                    self._keys.clear()
+                self._keys[k] = got
+            return got
+        refs = cmd.spec_key_refs(args) if cid in self._by_specs else None
+        if refs is None:
+            refs = cmd.getkeys(args) if cmd.getkeys is not None else []
+        return [(pos, access_of(int(f))) for pos, f in refs]
 
     def lookup(self, name: bytes) -> Any:
         """ACLLookupCommand: ``cmd`` or ``container|sub`` (any case), or None."""
@@ -401,20 +432,20 @@ class Selector:
     # -- the check ---------------------------------------------------------------------------
     def check(self, view: CommandView, cmd: Any, args: Sequence[bytes], keys: list[Any]) -> tuple[int, int]:
         """ACLSelectorCheckCmd: (result, argument position of a denied key or channel).
-        ``keys`` caches the command's key references across selectors ([] until read)."""
+        ``keys`` caches the command's keys across selectors ([] until read)."""
         cid = id(cmd)
-        if not self.allcommands and not cmd.no_auth and cid not in self.allowed:
+        if not self.allcommands and cid not in self.allowed and not cmd.no_auth:
             allowed = self.firstargs.get(cid)
             if len(args) < 2 or not allowed:
                 return DENIED_CMD, 0
             arg = _word(args[2 if cmd.parent is not None else 1])
             if all(_word(a) != arg for a in allowed):
                 return DENIED_CMD, 0
-        if not self.allkeys and cmd.has_keys:
+        if not self.allkeys and cid in view.keyed:
             if not keys:
-                keys.append(cmd.key_refs(args))
-            for pos, kflags in keys[0]:
-                if not self.key_allowed(args[pos], kflags):
+                keys.append(view.key_access(cmd, args))
+            for pos, want in keys[0]:
+                if not self.key_allowed(args[pos], want):
                     return DENIED_KEY, pos
         if not self.allchannels:
             spec = view.channel_specs.get(cid)
@@ -425,17 +456,13 @@ class Selector:
                         return DENIED_CHANNEL, pos
         return OK, 0
 
-    def key_allowed(self, key: bytes, kflags: int) -> bool:
-        """ACLSelectorCheckKey."""
+    def key_allowed(self, key: bytes, want: int) -> bool:
+        """ACLSelectorCheckKey, ``want`` the READ/WRITE access the key spec asks for
+        (``access_of``)."""
         if self.allkeys:
             return True
-        want = 0
-        if kflags & KeyFlag.ACCESS:
-            want |= READ
-        if kflags & (KeyFlag.INSERT | KeyFlag.DELETE | KeyFlag.UPDATE):
-            want |= WRITE
         for pat, pflags in self.patterns:
-            if pflags & want == want and stringmatch(pat, key):
+            if pflags & want == want and matcher(pat)(key):
                 return True
         return False
 
@@ -463,9 +490,55 @@ def channel_allowed(channels: Iterable[bytes], channel: bytes, pattern: bool) ->
     """ACLCheckChannelAgainstList: a channel is matched against the patterns; a pattern
     (PSUBSCRIBE) only equals one literally."""
     for p in channels:
-        if (pattern and c_str(p) == c_str(channel)) or (not pattern and stringmatch(p, channel)):
+        if (pattern and c_str(p) == c_str(channel)) or (not pattern and matcher(p)(channel)):
             return True
     return False
+
+
+# -- glob patterns, compiled ---------------------------------------------------------------------
+
+_GLOB = frozenset(b"*?[\\")
+_MATCHERS: dict[bytes, Callable[[bytes], bool]] = {}
+
+
+def matcher(pattern: bytes) -> Callable[[bytes], bool]:
+    """Redis's ``stringmatchlen(pattern, s)`` as a function of ``s``: the common shapes
+    (``*``, a literal, ``prefix*``) as one bytes operation, the others by ``stringmatch``.
+    Cached per pattern (patterns come from a few users)."""
+    m = _MATCHERS.get(pattern)
+    if m is None:
+        if pattern == b"*":
+            m = _any
+        elif _GLOB.isdisjoint(pattern):
+            m = pattern.__eq__
+        elif pattern.endswith(b"*") and _GLOB.isdisjoint(pattern[:-1]):
+            prefix = pattern[:-1]
+            m = lambda s: s.startswith(prefix)  # noqa: E731
+        else:
+            m = lambda s: stringmatch(pattern, s)  # noqa: E731
+        if len(_MATCHERS) >= 4096:
+            _MATCHERS.clear()
+        _MATCHERS[pattern] = m
+    return m
+
+
+def _any(s: bytes) -> bool:
+    return True
+
+
+def access_of(kflags: int) -> int:
+    """The permission a key spec's flags ask for: READ for ACCESS, WRITE for INSERT,
+    DELETE or UPDATE (ACLSelectorCheckKey)."""
+    want = 0
+    if kflags & _ACCESS:
+        want |= READ
+    if kflags & _WRITES:
+        want |= WRITE
+    return want
+
+
+_ACCESS = int(KeyFlag.ACCESS)
+_WRITES = int(KeyFlag.INSERT | KeyFlag.DELETE | KeyFlag.UPDATE)
 
 
 # -- describe: the command rules ------------------------------------------------------------------

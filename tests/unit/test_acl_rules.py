@@ -296,3 +296,13 @@ def test_acl_file_round_trip():
     # a file without the default user gives a new server's default user
     loaded, _ = A.load_file(b"user x on\n", "f", VIEW, False)
     assert loaded[b"default"].describe(VIEW) == b"on nopass ~* &* +@all"
+
+
+@settings(max_examples=500, deadline=None)
+@given(pattern=st.binary(max_size=6).map(lambda b: b.replace(b"\x00", b"*")) | st.sampled_from(
+    [b"*", b"a*", b"ab", b"a?c", b"[a-c]*", b"a\\*", b"\\", b"a*b*", b"*a", b""]),
+    key=st.sampled_from([b"", b"a", b"ab", b"abc", b"a*", b"b", b"*", b"\\"]) | st.binary(max_size=4))
+def test_compiled_patterns_match_as_stringmatch(pattern, key):
+    from marekvs.commands.args import stringmatch
+
+    assert A.matcher(pattern)(key) == stringmatch(pattern, key)
