@@ -19,7 +19,7 @@ from marekvs.commands import errors
 from marekvs.commands.errors import CommandError
 from marekvs.commands.reply import NULL_ARRAY, DoubleText
 from marekvs.commands.table import command
-from marekvs.commands.zsets import _z, add_items, double_arg
+from marekvs.commands.zsets import _z, add_items, double_arg, store_entries
 from marekvs.core import geohash as G
 from marekvs.keyspace import geo as KG
 from marekvs.keyspace import zsets as Z
@@ -127,7 +127,7 @@ def geodist(ctx, args: list[bytes]):
     elif len(args) > 5:
         raise CommandError(errors.SYNTAX)
     z, now = _z(ctx), ctx.ks.now()
-    zs = Z.lookup(z, args[1], now)
+    zs = Z.read_lookup(z, args[1], now)
     if zs is None:
         return None
     a, b = KG.position(z, zs, args[2], now), KG.position(z, zs, args[3], now)
@@ -142,7 +142,7 @@ def geodist(ctx, args: list[bytes]):
          syntax="key [member [member ...]]")
 def geohash(ctx, args: list[bytes]):
     z, now = _z(ctx), ctx.ks.now()
-    zs = Z.lookup(z, args[1], now)
+    zs = Z.read_lookup(z, args[1], now)
     out: list = []
     for m in args[2:]:
         s = None if zs is None else Z.score(z, zs, m, now)
@@ -155,7 +155,7 @@ def geohash(ctx, args: list[bytes]):
          complexity="O(N) where N is the number of members requested.", syntax="key [member [member ...]]")
 def geopos(ctx, args: list[bytes]):
     z, now = _z(ctx), ctx.ks.now()
-    zs = Z.lookup(z, args[1], now)
+    zs = Z.read_lookup(z, args[1], now)
     out: list = []
     for m in args[2:]:
         xy = None if zs is None else KG.position(z, zs, m, now)
@@ -166,7 +166,7 @@ def geopos(ctx, args: list[bytes]):
 def georadius_generic(ctx, args: list[bytes], src: int, flags: int):
     """georadiusGeneric: the shape, then the options, then the checks, in Redis's order."""
     z, now = _z(ctx), ctx.ks.now()
-    zs = Z.lookup(z, args[src], now)
+    zs = Z.read_lookup(z, args[src], now)
     storekey: bytes | None = None
     storedist = False
     xy: tuple[float, float] | None = None
@@ -254,9 +254,10 @@ def georadius_generic(ctx, args: list[bytes], src: int, flags: int):
         raise CommandError(errors.geo_by_required(args[0]))
     if any_ and not count:
         raise CommandError(errors.GEO_ANY_WITHOUT_COUNT)
+    event = b"geosearchstore" if flags & SEARCH else b"georadiusstore"
     if zs is None:
         if storekey is not None:
-            return Z.store(z, storekey, (), now)
+            return store_entries(ctx, storekey, event, ())
         return []
     if count and not sort and not any_:
         sort = 1
@@ -271,7 +272,7 @@ def georadius_generic(ctx, args: list[bytes], src: int, flags: int):
         points = points[:count]
     if storekey is not None:
         entries = sorted(((p.dist / conversion if storedist else p.score), p.member) for p in points)
-        return Z.store(z, storekey, entries, now)
+        return store_entries(ctx, storekey, event, entries)
     if not (withdist or withhash or withcoords):
         return [p.member for p in points]
     out = []
