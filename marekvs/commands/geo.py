@@ -8,6 +8,10 @@ distances print with four decimals (``%.4f``), coordinates as ``%.17Lf`` trimmed
 zeros (a double in RESP3). Results are sorted as Redis sorts them (a stable sort by
 distance); with COUNT smaller than the result Redis uses a partial quicksort, whose order
 among members at exactly the same distance this port does not reproduce.
+
+GEOADD fires ZADD's events; the STORE forms fire ``geosearchstore`` / ``georadiusstore``
+(or ``del`` for an empty result), as Redis does; every form reads its source as a counted
+lookup (a keyspace hit or miss), the STORE forms too.
 """
 
 from __future__ import annotations

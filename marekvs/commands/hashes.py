@@ -9,7 +9,13 @@ value. Replicated semantics: docs/compatibility.md, "Hashes".
 The field TTL commands of Redis 7.4 (HEXPIRE, HPEXPIRE, HEXPIREAT, HPEXPIREAT, HTTL,
 HPTTL, HEXPIRETIME, HPEXPIRETIME, HPERSIST) set and read each field record's own deadline;
 their replies are 7.4's (-2 no such field, -1 no TTL, 0 condition not met, 1 done,
-2 deleted by a deadline in the past). HSCAN's NOVALUES is 7.4's too.
+2 deleted by a deadline in the past). HSCAN's NOVALUES is 7.4's too; so are their events
+(``hexpire``, ``hpersist``, ``hdel`` for a deadline in the past).
+
+Keyspace notifications: each command fires Redis 7.0's events after its write, in Redis's
+order, and ``del`` when it emptied its key (``commands/members.py``: ``fire``,
+``fire_removal``); its reads count INFO's keyspace hits and misses as Redis's
+``lookupKeyRead`` does (the keyspace's ``read_lookup`` and counted reads).
 """
 
 from __future__ import annotations

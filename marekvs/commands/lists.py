@@ -17,6 +17,13 @@ a null array (RESP2 ``*-1``, RESP3 ``_``) for the array forms (LPOP/RPOP with a 
 LMPOP, BLPOP, BRPOP, BLMPOP), and every blocking command's timeout is a null array,
 except BLMOVE/BRPOPLPUSH refused to block inside MULTI or a script, which answer a
 null bulk.
+
+Keyspace notifications: each command fires Redis 7.0's events after its write, in Redis's
+order, and ``del`` when it emptied its key (``commands/members.py``: ``fire``,
+``fire_removal``); its reads count INFO's keyspace hits and misses as Redis's
+``lookupKeyRead`` does (the keyspace's ``read_lookup`` and counted reads).
+A blocked pop fires its events when it is served, as Redis does (after the push that
+served it).
 """
 
 from __future__ import annotations

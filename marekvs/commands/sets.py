@@ -4,6 +4,11 @@ A set is a collection head plus one observed-remove element per member
 (``keyspace/sets.py``). Each handler parses its arguments in Redis's order, calls the
 keyspace and returns the reply value; members come back in byte order (Redis's order is
 unspecified). Replicated semantics: docs/compatibility.md, "Sets".
+
+Keyspace notifications: each command fires Redis 7.0's events after its write, in Redis's
+order, and ``del`` when it emptied its key (``commands/members.py``: ``fire``,
+``fire_removal``); its reads count INFO's keyspace hits and misses as Redis's
+``lookupKeyRead`` does (the keyspace's ``read_lookup`` and counted reads).
 """
 
 from __future__ import annotations

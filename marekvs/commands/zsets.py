@@ -15,6 +15,11 @@ of the newest dot; ZINCRBY and ZADD INCR are last-writer-wins on the result (two
 concurrent increments of one member keep one of them). Blocking pops wake on a ZADD made
 on any node once it has replicated here; two nodes can serve the same member to waiters
 of their own (no coordination).
+
+Keyspace notifications: each command fires Redis 7.0's events after its write, in Redis's
+order, and ``del`` when it emptied its key (``commands/members.py``: ``fire``,
+``fire_removal``); its reads count INFO's keyspace hits and misses as Redis's
+``lookupKeyRead`` does (the keyspace's ``read_lookup`` and counted reads).
 """
 
 from __future__ import annotations
