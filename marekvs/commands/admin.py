@@ -303,22 +303,46 @@ SECTIONS = {
     "persistence": _section_persistence, "stats": _section_stats, "replication": _section_replication,
     "cpu": lambda s: [("used_cpu_sys", "%.6f" % resource.getrusage(resource.RUSAGE_SELF).ru_stime),
                       ("used_cpu_user", "%.6f" % resource.getrusage(resource.RUSAGE_SELF).ru_utime)],
+    "modules": lambda s: [],  # no modules: the header alone, as Redis without modules
     "cluster": _section_cluster, "keyspace": _section_keyspace, "marekvs": _section_marekvs,
 }
-DEFAULT_SECTIONS = ("server", "clients", "memory", "persistence", "stats", "replication", "cpu",
-                    "cluster", "keyspace", "marekvs")
+# Redis 7.0's sections in its order (genRedisInfoString), and marekvs's own at the end.
+# commandstats, errorstats and latencystats are not kept by this node: asked for by
+# name they print nothing, like an unknown section, and all/everything leave them out.
+SECTION_ORDER = ("server", "clients", "memory", "persistence", "stats", "replication", "cpu", "modules",
+                 "commandstats", "errorstats", "latencystats", "cluster", "keyspace", "marekvs")
+# what INFO, INFO default, INFO all and INFO everything print (Redis: default has every
+# section but commandstats and latencystats; all every one but those of modules;
+# everything all of them)
+DEFAULT_SECTIONS = ("server", "clients", "memory", "persistence", "stats", "replication", "cpu", "modules",
+                    "errorstats", "cluster", "keyspace", "marekvs")
+ALL_SECTIONS = SECTION_ORDER
+_TITLES = {"cpu": "CPU"}  # as Redis spells the header (the others: capitalised)
+
+
+def info_sections(names: list[str]) -> list[str]:
+    """The sections ``INFO names...`` prints, in Redis's order: every section named
+    (any case), ``default`` (also with no names) the default ones, ``all`` and
+    ``everything`` every one; unknown names add nothing."""
+    wanted: set[str] = set()
+    if not names:
+        wanted.update(DEFAULT_SECTIONS)
+    for n in names:
+        n = n.lower()
+        if n == "default":
+            wanted.update(DEFAULT_SECTIONS)
+        elif n in ("all", "everything"):
+            wanted.update(ALL_SECTIONS)
+        else:
+            wanted.add(n)
+    return [n for n in SECTION_ORDER if n in wanted and n in SECTIONS]
 
 
 def info_text(node, names: list[str]) -> str:
-    if not names or any(n in ("all", "everything", "default") for n in names):
-        names = list(DEFAULT_SECTIONS)
     parts = []
-    for n in names:
-        f = SECTIONS.get(n)
-        if f is None:
-            continue
-        body = "".join(f"{k}:{v}\r\n" for k, v in f(node))
-        parts.append(f"# {n.capitalize()}\r\n{body}")
+    for n in info_sections(names):
+        body = "".join(f"{k}:{v}\r\n" for k, v in SECTIONS[n](node))
+        parts.append(f"# {_TITLES.get(n) or n.capitalize()}\r\n{body}")
     return "\r\n".join(parts)
 
 

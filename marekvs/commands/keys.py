@@ -13,13 +13,15 @@ it starts, so a key that exists for the whole scan is returned at least once, an
 bounds the keys visited as in Redis (MATCH and TYPE filter afterwards).
 
 RENAME / COPY move strings and counters (the destination gets a plain string record
-with a new version; a counter is materialised, which reads the same). Moving a
-collection means re-keying every element record; that is not implemented yet and
-replies ``RENAME_COLLECTION`` / ``COPY_COLLECTION``.
+with a new version; a counter is materialised, which reads the same) and collections of
+every type: every live element record is re-keyed under the destination with a fresh
+version, with a new head, in one apply (one replication-log entry;
+``keyspace/collections.py``).
 
 OBJECT reports what marekvs can know: ENCODING is derived from the value (no record
-keeps Redis's in-memory representation), REFCOUNT follows Redis's shared-integer rule,
-IDLETIME is 0 and FREQ needs an LFU policy, as in Redis.
+keeps Redis's in-memory representation; a collection's by Redis's rules from its
+contents and the ``*-max-*`` parameters, ``collections.encoding``), REFCOUNT follows
+Redis's shared-integer rule, IDLETIME is 0 and FREQ needs an LFU policy, as in Redis.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from marekvs.core import keys as K
 from marekvs.core import pncounter
 from marekvs.core.partition import PARTITIONS
 from marekvs.keyspace import Keyspace
+from marekvs.keyspace import collections as kcoll
 from marekvs.keyspace import strings as kstr
 
 
@@ -55,8 +58,6 @@ _ACL_R_SLOW = "keyspace read slow"
 _EXPIRE_FLAGS_SYNTAX = " [NX | XX | GT | LT]"
 _OBJ_SHARED_INTEGERS = 10000
 _OBJ_SHARED_REFCOUNT = (1 << 31) - 1
-_HEAD_ENCODINGS = {"hash": b"hashtable", "set": b"hashtable", "zset": b"skiplist",
-                   "list": b"quicklist", "stream": b"stream", "string": b"raw"}
 
 
 # =========================================================================================
@@ -118,6 +119,14 @@ def string_encoding(rec: bytes) -> bytes:
     if len(v) <= 20 and A.parse_ll(v) is not None:
         return b"int"
     return b"embstr" if len(v) <= 44 else b"raw"
+
+
+def encoding_limits(ctx) -> kcoll.Limits:
+    """The ``*-max-*`` parameters OBJECT ENCODING of a collection depends on."""
+    t = ctx.node.tunable
+    return kcoll.Limits(int(t("hash-max-listpack-entries")), int(t("hash-max-listpack-value")),
+                        int(t("set-max-intset-entries")), int(t("zset-max-listpack-entries")),
+                        int(t("zset-max-listpack-value")))
 
 
 def _policy(ctx) -> str:
@@ -367,9 +376,10 @@ def _rename(ctx, args: list[bytes], nx: bool):
     if nx and ks.exists(dst, now):
         return 0
     ikey, rec = found
-    if not is_string_ikey(ikey):
-        raise CommandError(errors.RENAME_COLLECTION)
-    kstr.copy(ks, rec, dst, now, delete_src=src)
+    if is_string_ikey(ikey):
+        kstr.copy(ks, rec, dst, now, delete_src=src)
+    else:
+        kcoll.move(ks, src, rec, dst, now, delete_source=True)
     return 1 if nx else reply.OK
 
 
@@ -418,9 +428,10 @@ def copy(ctx, args: list[bytes]):
     if not replace and ks.exists(dst, now):
         return 0
     ikey, rec = found
-    if not is_string_ikey(ikey):
-        raise CommandError(errors.COPY_COLLECTION)
-    kstr.copy(ks, rec, dst, now)
+    if is_string_ikey(ikey):
+        kstr.copy(ks, rec, dst, now)
+    else:
+        kcoll.move(ks, src, rec, dst, now, delete_source=False)
     return 1
 
 
@@ -464,7 +475,7 @@ def object_encoding(ctx, args: list[bytes]):
     ikey, rec = found
     if is_string_ikey(ikey):
         return string_encoding(rec)
-    return _HEAD_ENCODINGS.get(ctx.ks.type_name(args[2], now), b"raw")
+    return kcoll.encoding(ctx.ks, args[2], rec, now, encoding_limits(ctx))
 
 
 @command("freq", 3, "readonly", (2, 2, 1), group="generic", parent="object",

@@ -479,6 +479,9 @@ FAMILIES = (
     "marekvs.commands.strings",
     "marekvs.commands.keys",
     "marekvs.commands.debug",
+    # HyperLogLog and bitmaps (branch hll-keyspace)
+    "marekvs.commands.hll",
+    "marekvs.commands.bitmaps",
 )
 
 
