@@ -56,7 +56,6 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Protocol
-from weakref import WeakKeyDictionary
 
 from marekvs.core import envelope as env
 from marekvs.core import head, hll
@@ -67,16 +66,17 @@ from marekvs.keyspace.status import KeyspaceError, WrongType
 HLL = head.CollectionType.HLL
 M = hll.M
 CAPACITY = 256  # HLLs whose ranks the cache keeps (16 KB each)
+KEYS_KEPT = 4096  # user keys whose internal keys the cache keeps
 
 _TAG = K.TAG_HLL
 _ORD_HLL = K.TAG_HLL[0]
 _ORD_HEAD = K.ORD_HEAD
 _HEADER = env.HEADER
 _TTL = env.TTL
+_HLC = env.HLC
 _NO_TTL = env.NO_TTL
 _TOMB = env.FLAG_TOMBSTONE
 _observe = hll.observe
-_encode = K.encode_hll_key
 _prefix = K.collection_prefix
 _is_live = env.is_live
 _HLL_FLAGS = hll.FLAGS
@@ -154,6 +154,20 @@ class RegisterCache:
         self.feed: ChangeFeed | None = None
         self._subscribed = False
         self.builds = 0  # entries built by a scan (tests, INFO-style counters)
+        # user key -> (pid, string key, head key, register prefix): built once per key
+        self.keys: dict[bytes, tuple[int, bytes, bytes, bytes]] = {}
+        self._dclock: tuple[bytes | None, int] = (None, 0)
+
+    def locate(self, key: bytes) -> tuple[int, bytes, bytes, bytes]:
+        """(pid, string key, head key, register key prefix) of the user key ``key``."""
+        loc = self.keys.get(key)
+        if loc is None:
+            pid, ik = K.locate_string(key)
+            loc = (pid, ik, K.head_key_of_string_key(ik), _prefix(_TAG, key))
+            if len(self.keys) >= KEYS_KEPT:
+                self.keys.clear()
+            self.keys[key] = loc
+        return loc
 
     def attach(self, feed: ChangeFeed) -> None:
         """The change feed to follow while the cache holds entries."""
@@ -163,6 +177,14 @@ class RegisterCache:
                 self._subscribed = False
             self.entries.clear()
             self.feed = feed
+
+    def delete_clock(self, head_rec: bytes, now: int) -> int:
+        """``head.delete_clock`` of a live head, remembered for the last head asked about
+        (PFADD without a cached entry compares each register it reads with it)."""
+        last = self._dclock
+        if last[0] is not head_rec:
+            last = self._dclock = (head_rec, head.delete_clock(head_rec, now))
+        return last[1]
 
     def valid(self, key: bytes, head_rec: bytes) -> _Entry | None:
         """The entry of ``key`` if it was built under the live head ``head_rec``."""
@@ -237,32 +259,46 @@ class RegisterCache:
                     self.drop(key)
 
 
-# one cache per keyspace, dropped with it
-_CACHES: WeakKeyDictionary[Keyspace, RegisterCache] = WeakKeyDictionary()
+_STATE = "hll"  # the cache's name in ``Keyspace.state``
 
 
 def cache_for(ks: Keyspace, feed: ChangeFeed | None = None) -> RegisterCache:
-    """The register cache of keyspace ``ks`` (one per keyspace), following ``feed``."""
-    cache = _CACHES.get(ks)
+    """The register cache of keyspace ``ks`` (one per keyspace, kept in ``ks.state``),
+    following ``feed``."""
+    cache = ks.state.get(_STATE)
     if cache is None:
-        cache = _CACHES[ks] = RegisterCache()
+        cache = ks.state[_STATE] = RegisterCache()
+    assert isinstance(cache, RegisterCache)
     if feed is not None and cache.feed is not feed:
         cache.attach(feed)
     return cache
 
 
 # -- lookups ------------------------------------------------------------------------------
+# The hot path of PFADD and PFCOUNT: the keys of a user key are built once and kept
+# (``RegisterCache.locate``), the head is read with the engine's point reads, and a register
+# key is the HLL's element prefix plus the bucket's u16 suffix, as ``keys.encode_hll_key``
+# builds it (tests/unit/test_hll_keyspace.py pins the copies to core's functions).
 
-def lookup(ks: Keyspace, key: bytes, now: int) -> tuple[bytes, bytes | None]:
+_BUCKETS = [b.to_bytes(2, "big") for b in range(M)]  # the [bucket:u16] suffix of each register key
+_ORD_STRING = K.ORD_STRING
+_CTYPE_AT = _HEADER + 1  # a head payload's ctype byte (head.ctype_of)
+
+
+def lookup(ks: Keyspace, key: bytes, now: int,
+           cache: RegisterCache | None = None) -> tuple[bytes, bytes | None]:
     """(head key, live head or None) of the HLL ``key``: InvalidHll if a live string
     holds the key, WrongType if a collection of another type does."""
-    try:
-        return ks.collection(key, HLL, now)
-    except WrongType:
-        found = ks.live_record(key, now)
-        if found is not None and found[0][K.TAG_AT] == K.ORD_STRING:
-            raise InvalidHll() from None
-        raise
+    pid, ik, hk, _ = (cache or cache_for(ks)).locate(key)
+    get = ks.get
+    if _is_live(get(ik), now):
+        raise InvalidHll()
+    h = get(hk) if ks.head_pids[pid] else None
+    if h is None or not _is_live(h, now):
+        return hk, None
+    if h[_CTYPE_AT] != HLL:
+        raise WrongType()
+    return hk, h
 
 
 def register_map(ks: Keyspace, key: bytes, head_rec: bytes | None, now: int) -> dict[int, int]:
@@ -276,40 +312,51 @@ def ranks_of(ks: Keyspace, cache: RegisterCache, key: bytes, head_rec: bytes, no
     return cache.get_or_build(ks, key, head_rec, now).ranks
 
 
-def _current_rank(ks: Keyspace, key: bytes, bucket: int, head_rec: bytes, now: int) -> int:
-    rec = ks.get(_encode(key, bucket))
-    if rec is None or not head.element_live(head_rec, rec, now):
-        return 0
-    return rec[_HEADER]
+def register_record(rank: int, stamp: int, node: int) -> bytes:
+    """``hll.new(rank, stamp, node)``, inlined."""
+    return _pack(_HLL_FLAGS, stamp, node, 0) + _RANK_BYTES[rank]
+
+
+_RANK_BYTES = [bytes((r,)) for r in range(256)]
 
 
 # -- operations ---------------------------------------------------------------------------
 
 def pfadd(ks: Keyspace, cache: RegisterCache, key: bytes, elements: Iterable[bytes], now: int) -> int:
     """PFADD: 1 if the HLL was created or a register rose, else 0 (nothing written)."""
-    hk, h = lookup(ks, key, now)
+    hk, h = lookup(ks, key, now, cache)
+    prefix = cache.locate(key)[3]
+    recs: list[tuple[bytes, bytes]] = []
+    entry: _Entry | None = None
+    if h is None:
+        h = head.new(HLL, ks.hlc.now(), ks.node_id, prior=ks.get(hk), now_ms=now)
+        recs.append((hk, h))
+    else:
+        entry = cache.valid(key, h)
     best: dict[int, int] = {}
     for e in elements:
         bucket, rank = _observe(e)
         if rank > best.get(bucket, 0):
             best[bucket] = rank
-    recs: list[tuple[bytes, bytes]] = []
-    if h is None:
-        h = head.new(HLL, ks.hlc.now(), ks.node_id, prior=ks.get(hk), now_ms=now)
-        recs.append((hk, h))
-        entry = None
-    else:
-        entry = cache.valid(key, h)
     if best:
-        stamp = ks.hlc.now()
-        node = ks.node_id
-        prefix = _prefix(_TAG, key)
+        stamp = 0
+        get = ks.get
+        dclock = -1 if recs else cache.delete_clock(h, now)
         for bucket, rank in best.items():
-            cur = entry.ranks[bucket] if entry is not None else (
-                0 if recs else _current_rank(ks, key, bucket, h, now))
+            if entry is not None:
+                cur = entry.ranks[bucket]
+            elif dclock < 0:
+                cur = 0  # a new head gates every register already stored
+            else:
+                # the stored register, if live and newer than the delete clock
+                # (head.element_live, with the head's clock read once)
+                rec = get(prefix + _BUCKETS[bucket])
+                cur = rec[_HEADER] if (rec is not None and _is_live(rec, now)
+                                       and int.from_bytes(rec[_HLC], "big") > dclock) else 0
             if rank > cur:
-                recs.append((prefix + bucket.to_bytes(2, "big"),
-                             _pack(_HLL_FLAGS, stamp, node, 0) + bytes((rank,))))
+                if not stamp:
+                    stamp = ks.hlc.now()
+                recs.append((prefix + _BUCKETS[bucket], register_record(rank, stamp, ks.node_id)))
     if not recs:
         return 0
     return 1 if ks.apply(recs) else 0
@@ -319,7 +366,7 @@ def pfcount(ks: Keyspace, cache: RegisterCache, keys: list[bytes], now: int) -> 
     """PFCOUNT: the estimate of one HLL (cached while it does not change), or of the
     union of several (absent keys are empty HLLs)."""
     if len(keys) == 1:
-        _, h = lookup(ks, keys[0], now)
+        _, h = lookup(ks, keys[0], now, cache)
         if h is None:
             return 0
         e = cache.get_or_build(ks, keys[0], h, now)
@@ -328,7 +375,7 @@ def pfcount(ks: Keyspace, cache: RegisterCache, keys: list[bytes], now: int) -> 
         return e.count
     union: bytes | None = None
     for key in keys:
-        _, h = lookup(ks, key, now)
+        _, h = lookup(ks, key, now, cache)
         if h is None:
             continue
         ranks = ranks_of(ks, cache, key, h, now)
@@ -339,7 +386,7 @@ def pfcount(ks: Keyspace, cache: RegisterCache, keys: list[bytes], now: int) -> 
 def pfmerge(ks: Keyspace, cache: RegisterCache, dest: bytes, sources: list[bytes], now: int) -> None:
     """PFMERGE: ``dest`` becomes the union of itself and ``sources`` (absent ones are
     empty); created if absent. Every key's type is checked before anything is written."""
-    found: list[tuple[bytes, bytes | None]] = [lookup(ks, k, now) for k in [dest, *sources]]
+    found: list[tuple[bytes, bytes | None]] = [lookup(ks, k, now, cache) for k in [dest, *sources]]
     hk, h = found[0]
     union: bytes | bytearray = bytes(M)
     for key, (_, sh) in zip(sources, found[1:]):
@@ -356,10 +403,9 @@ def pfmerge(ks: Keyspace, cache: RegisterCache, dest: bytes, sources: list[bytes
     if any(union):
         stamp = ks.hlc.now()
         node = ks.node_id
-        prefix = _prefix(_TAG, dest)
+        prefix = cache.locate(dest)[3]
         for bucket, rank in enumerate(union):
             if rank > current[bucket]:
-                recs.append((prefix + bucket.to_bytes(2, "big"),
-                             _pack(_HLL_FLAGS, stamp, node, 0) + bytes((rank,))))
+                recs.append((prefix + _BUCKETS[bucket], register_record(rank, stamp, node)))
     if recs:
         ks.apply(recs)

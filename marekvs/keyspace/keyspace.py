@@ -60,6 +60,9 @@ class Keyspace:
         self.apply = engine.apply
         self.get = engine.get
         self.head_pids = engine.head_pids
+        # in-memory state a type module keeps beside the records, by its name (e.g. the
+        # list hints of keyspace/lists.py), made on first use; never persisted
+        self.state: dict[str, object] = {}
 
     def stamp(self) -> int:
         return self.hlc.now()
