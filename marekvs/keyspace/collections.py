@@ -23,11 +23,13 @@ Moving a collection (``move``)
       none, as readers confirm index hits against the member record anyway).
 
     The new head is the source head's type, TTL, stream state (last id, configuration)
-    with a fresh version; its delete clock folds in whatever the destination held, so the
-    destination's old elements (if it was a collection, or a dead one not swept yet) stay
-    dead and only the moved ones are live. A live destination of any type is replaced (its
-    string tombstoned, or its head folded into the new one); RENAME also writes the source
-    head's tombstone, so the source's records are reclaimed by the sweeper like any DEL.
+    with a fresh version, and its delete clock is that version's own hlc: everything the
+    destination held (a live or dead collection of any type, older than this stamp) reads
+    as dead, as after a DEL, and only the moved elements (stamped after it) are live. A
+    live string at the destination gets its tombstone; a head there is merged into the new
+    one. RENAME also writes the source head's tombstone, so the source's records are
+    reclaimed by the sweeper like after any DEL. (A HyperLogLog destination that held
+    registers is subject to the HLL DEL caveat, ``keyspace/hll.py``.)
 
     The cost is O(N) records read and written for N elements (Redis's RENAME is O(1), its
     COPY O(N)); the whole collection is one apply and one log entry.
