@@ -75,6 +75,21 @@ WORKLOADS: dict[str, Workload] = {
     "incr": Workload(probe=(b"INCR", b"bench:probe:ctr"), cleanup=(b"bench:probe:ctr",)),
     "mset": Workload(probe=(b"MSET", b"bench:probe:a", b"1", b"bench:probe:b", b"2"),
                      cleanup=(b"bench:probe:a", b"bench:probe:b"), weight=4),
+    # HyperLogLog: PFADD of one random element (of --keyspace) to one HLL; PFCOUNT of an HLL
+    # of 10k elements (+ what the PFADD rows added), which a PFADD row may have changed
+    "pfadd": Workload(command=("PFADD", "bench:hll", "ele:__rand_int__"),
+                      probe=(b"PFADD", b"bench:probe:hll", b"x"), cleanup=(b"bench:probe:hll",)),
+    "pfcount": Workload(command=("PFCOUNT", "bench:hll"), probe=(b"PFCOUNT", b"bench:probe:hll"),
+                        setup=tuple((b"PFADD", b"bench:hll", *(b"seed:%d" % i for i in range(j, j + 1000)))
+                                    for j in range(0, 10_000, 1000))),
+    # Bitmaps: SETBIT of one random bit (of --keyspace: a bitmap of up to 12.5 KB, created
+    # whole by the setup) and BITCOUNT of that whole bitmap. A bitmap is a string register,
+    # so every SETBIT that changes a bit writes (and logs) the whole value
+    "setbit": Workload(command=("SETBIT", "bench:bitmap", "__rand_int__", "1"),
+                       probe=(b"SETBIT", b"bench:probe:bitmap", b"7", b"1"), cleanup=(b"bench:probe:bitmap",),
+                       setup=((b"SETBIT", b"bench:bitmap", b"99999", b"1"),)),
+    "bitcount": Workload(command=("BITCOUNT", "bench:bitmap"), probe=(b"BITCOUNT", b"bench:probe:bitmap"),
+                         setup=((b"SETBIT", b"bench:bitmap", b"99999", b"1"),)),
 }
 TESTS = tuple(WORKLOADS)
 TARGETS = {  # pipeline -> (min geomean ratio, min row ratio)

@@ -62,10 +62,16 @@ def count_bits(value: bytes, first: int, last: int) -> int:
     if first > last:
         return 0
     lo, hi = first >> 3, last >> 3
-    x = int.from_bytes(value[lo:hi + 1], "big")
-    x >>= 7 - (last & 7)
-    x &= (1 << (last - first + 1)) - 1
-    return x.bit_count()
+    # the whole bytes' count (little-endian: CPython's native, twice as fast for a popcount,
+    # which does not care about the order), less the bits of the first byte before
+    # ``first`` and of the last byte after ``last``
+    n = int.from_bytes(value[lo:hi + 1], "little").bit_count()
+    before, after = first & 7, 7 - (last & 7)
+    if before:
+        n -= (value[lo] >> (8 - before)).bit_count()
+    if after:
+        n -= (value[hi] & ((1 << after) - 1)).bit_count()
+    return n
 
 
 def find_bit(value: bytes, bit: int, first: int, last: int) -> int:
