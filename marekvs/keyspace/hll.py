@@ -61,7 +61,7 @@ from marekvs.core import envelope as env
 from marekvs.core import head, hll
 from marekvs.core import keys as K
 from marekvs.keyspace.keyspace import Keyspace
-from marekvs.keyspace.status import KeyspaceError, WrongType
+from marekvs.keyspace.status import KeyspaceError
 
 HLL = head.CollectionType.HLL
 M = hll.M
@@ -294,11 +294,13 @@ def lookup(ks: Keyspace, key: bytes, now: int,
     if _is_live(get(ik), now):
         raise InvalidHll()
     h = get(hk) if ks.head_pids[pid] else None
-    if h is None or not _is_live(h, now):
+    if h is None:
         return hk, None
-    if h[_CTYPE_AT] != HLL:
-        raise WrongType()
-    return hk, h
+    if h[_CTYPE_AT] == HLL:
+        return hk, (h if _is_live(h, now) else None)
+    # another type's head, live or not: whether it stands for a key (an emptied hash
+    # does not, a dead one with newer members does) is the keyspace's rule
+    return ks.collection(key, HLL, now)
 
 
 def register_map(ks: Keyspace, key: bytes, head_rec: bytes | None, now: int) -> dict[int, int]:

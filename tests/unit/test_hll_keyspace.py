@@ -145,7 +145,7 @@ def test_pfadd_creates_the_key_even_without_elements_and_pfmerge_creates_its_des
 def test_types(n):
     n("SET", "s", "a string")
     n("PFADD", "h", "a")
-    n.ks.apply([(K.encode_head_key(b"hash"), head.new(head.CollectionType.HASH, n.ks.stamp(), 1))])
+    n("HSET", "hash", "f", "v")
     not_hll = ("ERR", "WRONGTYPE Key is not a valid HyperLogLog string value.")
     wrong = ("ERR", "WRONGTYPE Operation against a key holding the wrong kind of value")
     assert n("PFADD", "s", "x") == not_hll
@@ -158,6 +158,10 @@ def test_types(n):
     assert n("GET", "h") == wrong and n("SETBIT", "h", 1, 1) == wrong and n("APPEND", "h", "x") == wrong
     assert n("TYPE", "h") == b"string"
     assert n("SET", "h", "replaced") == b"OK" and n("GET", "h") == b"replaced"
+    # a hash emptied by HDEL is no key (its head stays, live): PFADD makes an HLL there
+    assert n("HDEL", "hash", "f") == 1 and n("EXISTS", "hash") == 0
+    assert n("PFADD", "hash", "x") == 1 and n("TYPE", "hash") == b"string"
+    assert n("PFCOUNT", "hash") == 1 and n("HLEN", "hash") == wrong
 
 
 # -- the register cache --------------------------------------------------------------------------
