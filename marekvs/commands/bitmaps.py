@@ -10,6 +10,12 @@ module for how concurrent bit writes on two nodes resolve). Offsets are limited 
 
 A HyperLogLog is a collection here, not a string, so the bit commands answer WRONGTYPE on
 one (docs/divergences.md).
+
+Keyspace events and hit/miss counts as Redis 7.0: ``setbit`` when SETBIT created the string,
+grew it or flipped the bit, and when a BITFIELD write ran and changed its field (any that ran,
+if the string grew); ``set`` on BITOP's destination, ``del`` when an empty result deleted it.
+The reads (GETBIT, BITCOUNT, BITPOS, BITFIELD without a write, BITFIELD_RO, BITOP's sources)
+count a keyspace hit or miss (``strings.read``), the writes do not.
 """
 
 from __future__ import annotations
@@ -93,7 +99,10 @@ def setbit(ctx, args: list[bytes]):
     on = A.parse_ll(args[3])
     if on is None or on & ~1:
         raise CommandError(errors.BIT_VALUE)
-    return kbit.setbit(ctx.ks, args[1], offset, on, ctx.ks.now())
+    was, changed = kbit.setbit(ctx.ks, args[1], offset, on, ctx.ks.now())
+    if changed:
+        ctx.fire("$", b"setbit", args[1])
+    return was
 
 
 @command("getbit", 3, "readonly fast", specs="RO ACCESS index 1 range 0", group=_GROUP,
@@ -174,7 +183,12 @@ def bitop(ctx, args: list[bytes]):
         raise CommandError(errors.SYNTAX)
     if op == kbit.NOT and len(args) != 4:
         raise CommandError(errors.BITOP_NOT_ONE_KEY)
-    return kbit.bitop_store(ctx.ks, op, args[2], args[3:], ctx.ks.now())
+    n, deleted = kbit.bitop_store(ctx.ks, op, args[2], args[3:], ctx.ks.now())
+    if n:
+        ctx.fire("$", b"set", args[2])
+    elif deleted:
+        ctx.fire("g", b"del", args[2])
+    return n
 
 
 def _bitfield(ctx, args: list[bytes], readonly_command: bool):
@@ -207,10 +221,13 @@ def _bitfield(ctx, args: list[bytes], readonly_command: bool):
     now = ctx.ks.now()
     if not writes:
         current = kbit.read(ctx.ks, args[1], now)
-        return kbit.run_fields(bytearray(current or b""), ops)
+        return kbit.run_fields(bytearray(current or b""), ops)[0]
     if readonly_command:
         raise CommandError(errors.BITFIELD_RO_GET)
-    return kbit.bitfield(ctx.ks, args[1], ops, now)
+    out, changes = kbit.bitfield(ctx.ks, args[1], ops, now)
+    if changes:
+        ctx.fire("$", b"setbit", args[1])
+    return out
 
 
 @command("bitfield", -2, "write denyoom", getkeys="bitfield", group=_GROUP, acl="write bitmap slow",

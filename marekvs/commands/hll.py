@@ -15,6 +15,10 @@ PFDEBUG and PFSELFTEST, which inspect Redis's own sparse/dense encodings, do not
 
 PFCOUNT reads the ranks through the keyspace's register cache, which follows the node's
 change feed (``ctx.node.changes``): see ``keyspace/hll.py`` for what a PFCOUNT costs.
+
+Keyspace events and hit/miss counts as Redis 7.0: ``pfadd`` when PFADD created the key or
+raised a register, and on PFMERGE's destination always; PFCOUNT counts a hit or miss for
+every key, PFMERGE for its destination and every source, PFADD none.
 """
 
 from __future__ import annotations
@@ -34,7 +38,10 @@ def _cache(ctx) -> khll.RegisterCache:
          acl="write hyperloglog fast", summary="Adds the specified elements to the specified HyperLogLog.",
          since="2.8.9", complexity="O(1) to add every element.", syntax="key [element [element ...]]")
 def pfadd(ctx, args: list[bytes]):
-    return khll.pfadd(ctx.ks, _cache(ctx), args[1], args[2:], ctx.ks.now())
+    updated = khll.pfadd(ctx.ks, _cache(ctx), args[1], args[2:], ctx.ks.now())
+    if updated:
+        ctx.fire("$", b"pfadd", args[1])
+    return updated
 
 
 @command("pfcount", -2, "readonly may_replicate",
@@ -56,4 +63,5 @@ def pfcount(ctx, args: list[bytes]):
          syntax="destkey sourcekey [sourcekey ...]")
 def pfmerge(ctx, args: list[bytes]):
     khll.pfmerge(ctx.ks, _cache(ctx), args[1], args[2:], ctx.ks.now())
+    ctx.fire("$", b"pfadd", args[1])  # (Redis: even when no register rose)
     return reply.OK

@@ -450,7 +450,7 @@ def copy(ctx, args: list[bytes]):
     if src == dst:
         raise CommandError(errors.SAME_OBJECT)
     now = ctx.ks.now()
-    found = ks.live_record(src, now)
+    found = ks.read_record(src, now)  # (Redis reads the source: a keyspace hit or miss)
     if found is None:
         return 0
     if not replace and ks.exists(dst, now):
@@ -493,12 +493,23 @@ def object_help(ctx, args: list[bytes]):
     return [reply.Simple(line.encode()) for line in _OBJECT_HELP]
 
 
+def _object_lookup(ctx, key: bytes, now: int):
+    """The key OBJECT inspects, as Redis's objectCommandLookup reads it: a keyspace hit or
+    miss, but no keymiss event."""
+    found = ctx.ks.live_record(key, now)
+    if found is None:
+        ctx.ks.misses += 1
+    else:
+        ctx.ks.hits += 1
+    return found
+
+
 @command("encoding", 3, "readonly", (2, 2, 1), group="generic", parent="object",
          acl=_ACL_R_SLOW, summary="Inspect the internal encoding of a Redis object",
          since="2.2.3", complexity="O(1)", syntax="key")
 def object_encoding(ctx, args: list[bytes]):
     now = ctx.ks.now()
-    found = ctx.ks.live_record(args[2], now)
+    found = _object_lookup(ctx, args[2], now)
     if found is None:
         return None
     ikey, rec = found
@@ -512,7 +523,7 @@ def object_encoding(ctx, args: list[bytes]):
          summary="Get the logarithmic access frequency counter of a Redis object",
          since="4.0.0", complexity="O(1)", syntax="key")
 def object_freq(ctx, args: list[bytes]):
-    if ctx.ks.live_record(args[2], ctx.ks.now()) is None:
+    if _object_lookup(ctx, args[2], ctx.ks.now()) is None:
         return None
     if not _lfu(ctx):
         raise CommandError(errors.LFU_NOT_SELECTED)
@@ -523,7 +534,7 @@ def object_freq(ctx, args: list[bytes]):
          acl=_ACL_R_SLOW, summary="Get the time since a Redis object was last accessed",
          since="2.2.3", complexity="O(1)", syntax="key")
 def object_idletime(ctx, args: list[bytes]):
-    if ctx.ks.live_record(args[2], ctx.ks.now()) is None:
+    if _object_lookup(ctx, args[2], ctx.ks.now()) is None:
         return None
     if _lfu(ctx):
         raise CommandError(errors.LFU_SELECTED)
@@ -535,7 +546,7 @@ def object_idletime(ctx, args: list[bytes]):
          summary="Get the number of references to the value of the key", since="2.2.3",
          complexity="O(1)", syntax="key")
 def object_refcount(ctx, args: list[bytes]):
-    found = ctx.ks.live_record(args[2], ctx.ks.now())
+    found = _object_lookup(ctx, args[2], ctx.ks.now())
     if found is None:
         return None
     ikey, rec = found

@@ -169,10 +169,13 @@ class FieldOp(NamedTuple):
     owtype: int = WRAP
 
 
-def run_fields(buf: bytearray, ops: Sequence[FieldOp]) -> list[int | None]:
+def run_fields(buf: bytearray, ops: Sequence[FieldOp], grew: bool = False) -> tuple[list[int | None], int]:
     """Run BITFIELD's operations in order on ``buf`` (already grown to every written
-    bit); the replies (None where OVERFLOW FAIL skipped a write)."""
+    bit): the replies (None where OVERFLOW FAIL skipped a write) and Redis's count of
+    changes, which decides its keyspace event: the writes that ran and either changed
+    their field or, the string having ``grew``, any."""
     out: list[int | None] = []
+    changes = 0
     for op in ops:
         old = get_field(buf, op.offset, op.bits, op.signed)
         if op.opcode == GET:
@@ -194,7 +197,9 @@ def run_fields(buf: bytearray, ops: Sequence[FieldOp]) -> list[int | None]:
             continue
         out.append(ret)
         set_field(buf, op.offset, op.bits, new)
-    return out
+        if grew or new != old:  # both within the field's range here
+            changes += 1
+    return out, changes
 
 
 def bitop(op: int, values: Sequence[bytes | None]) -> bytes:
@@ -235,8 +240,9 @@ def _write_grown(ks: Keyspace, key: bytes, rec: bytes | None, old: bytes, new: b
         kstr.write_plain(ks, key, new, env.ttl_of(rec))
 
 
-def setbit(ks: Keyspace, key: bytes, offset: int, on: int, now: int) -> int:
-    """SETBIT: the bit's old value; the string is created or zero padded to hold it."""
+def setbit(ks: Keyspace, key: bytes, offset: int, on: int, now: int) -> tuple[int, bool]:
+    """SETBIT: (the bit's old value, whether the string changed: created, zero padded
+    to hold the bit, or the bit flipped)."""
     rec = kstr.record(ks, key, now)
     old = b"" if rec is None else kstr.string_value(rec)
     byte = offset >> 3
@@ -249,32 +255,34 @@ def setbit(ks: Keyspace, key: bytes, offset: int, on: int, now: int) -> int:
         buf[byte] |= 1 << shift
     else:
         buf[byte] &= ~(1 << shift) & 0xFF
-    _write_grown(ks, key, rec, old, bytes(buf), now)
-    return was
+    new = bytes(buf)
+    _write_grown(ks, key, rec, old, new, now)
+    return was, rec is None or new != old
 
 
-def bitfield(ks: Keyspace, key: bytes, ops: Sequence[FieldOp], now: int) -> list[int | None]:
+def bitfield(ks: Keyspace, key: bytes, ops: Sequence[FieldOp], now: int) -> tuple[list[int | None], int]:
     """BITFIELD with at least one SET or INCRBY: the string is created or zero padded up
-    to the highest bit written, then the operations run in order."""
+    to the highest bit written, then the operations run in order; (the replies, the
+    changes: ``run_fields``)."""
     rec = kstr.record(ks, key, now)
     old = b"" if rec is None else kstr.string_value(rec)
     highest = max(op.offset + op.bits - 1 for op in ops if op.opcode != GET)
     buf = bytearray(old)
     need = (highest >> 3) + 1
-    if len(buf) < need:
+    grew = len(buf) < need
+    if grew:
         buf.extend(bytes(need - len(buf)))
-    out = run_fields(buf, ops)
+    out = run_fields(buf, ops, grew)
     _write_grown(ks, key, rec, old, bytes(buf), now)
     return out
 
 
-def bitop_store(ks: Keyspace, op: int, dest: bytes, sources: Sequence[bytes], now: int) -> int:
+def bitop_store(ks: Keyspace, op: int, dest: bytes, sources: Sequence[bytes], now: int) -> tuple[int, bool]:
     """BITOP: ``dest`` becomes the result (any old value or type replaced, no TTL), or is
-    deleted when the result is empty; the result's length."""
+    deleted when the result is empty; (the result's length, whether a key was deleted)."""
     values = [kstr.read(ks, k, now) for k in sources]
     result = bitop(op, values)
     if result:
         kstr.write(ks, dest, result, 0, now)
-    else:
-        ks.delete(dest, now)
-    return len(result)
+        return len(result), False
+    return 0, ks.delete(dest, now)

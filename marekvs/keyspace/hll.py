@@ -303,6 +303,23 @@ def lookup(ks: Keyspace, key: bytes, now: int,
     return ks.collection(key, HLL, now)
 
 
+def read_lookup(ks: Keyspace, key: bytes, now: int, cache: RegisterCache) -> tuple[bytes, bytes | None]:
+    """``lookup`` for a read (Redis's lookupKeyRead): counted as a keyspace hit (the key
+    exists, whatever its type) or a miss."""
+    try:
+        found = lookup(ks, key, now, cache)
+    except KeyspaceError:
+        ks.hits += 1
+        raise
+    if found[1] is None:
+        ks.misses += 1
+        if ks.on_miss is not None:
+            ks.on_miss(key)
+    else:
+        ks.hits += 1
+    return found
+
+
 def register_map(ks: Keyspace, key: bytes, head_rec: bytes | None, now: int) -> dict[int, int]:
     """bucket -> rank of every live register of the HLL ``key`` (a scan, no cache)."""
     if head_rec is None:
@@ -368,7 +385,7 @@ def pfcount(ks: Keyspace, cache: RegisterCache, keys: list[bytes], now: int) -> 
     """PFCOUNT: the estimate of one HLL (cached while it does not change), or of the
     union of several (absent keys are empty HLLs)."""
     if len(keys) == 1:
-        _, h = lookup(ks, keys[0], now, cache)
+        _, h = read_lookup(ks, keys[0], now, cache)
         if h is None:
             return 0
         e = cache.get_or_build(ks, keys[0], h, now)
@@ -377,7 +394,7 @@ def pfcount(ks: Keyspace, cache: RegisterCache, keys: list[bytes], now: int) -> 
         return e.count
     union: bytes | None = None
     for key in keys:
-        _, h = lookup(ks, key, now, cache)
+        _, h = read_lookup(ks, key, now, cache)
         if h is None:
             continue
         ranks = ranks_of(ks, cache, key, h, now)
@@ -388,7 +405,7 @@ def pfcount(ks: Keyspace, cache: RegisterCache, keys: list[bytes], now: int) -> 
 def pfmerge(ks: Keyspace, cache: RegisterCache, dest: bytes, sources: list[bytes], now: int) -> None:
     """PFMERGE: ``dest`` becomes the union of itself and ``sources`` (absent ones are
     empty); created if absent. Every key's type is checked before anything is written."""
-    found: list[tuple[bytes, bytes | None]] = [lookup(ks, k, now, cache) for k in [dest, *sources]]
+    found: list[tuple[bytes, bytes | None]] = [read_lookup(ks, k, now, cache) for k in [dest, *sources]]
     hk, h = found[0]
     union: bytes | bytearray = bytes(M)
     for key, (_, sh) in zip(sources, found[1:]):
