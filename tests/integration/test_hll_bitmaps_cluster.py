@@ -115,3 +115,25 @@ def test_concurrent_setbits_on_two_nodes_converge_on_one_whole_value(cluster):
         c.setbit("bm", 1000, 1)
     cluster.wait_converged(timeout=60)
     assert _all(cluster, lambda c: c.bitcount("bm")) == {i: len(set_bits) + 1 for i in cluster.ids}
+
+
+def test_rename_and_copy_of_hashes_sets_and_lists_replicate_as_one_entry_each(cluster):
+    with cluster.client(1) as c:
+        c.hset("hash", mapping={f"f{i}": f"v{i}" for i in range(200)})
+        c.sadd("set", *[f"m{i}" for i in range(200)])
+        c.rpush("list", *[f"x{i}" for i in range(200)])
+    cluster.wait_converged(timeout=60)
+    with cluster.client(3) as c:
+        seq = int(info_section(c, "persistence")["replog_last_seq"])
+        for key in ("hash", "set", "list"):
+            assert c.rename(key, key + ":moved") is True
+            assert c.copy(key + ":moved", key + ":copy") is True
+        assert int(info_section(c, "persistence")["replog_last_seq"]) == seq + 6
+    cluster.wait_converged(timeout=60)
+
+    def read(c):
+        return (c.exists("hash", "set", "list"), sorted(c.hgetall("hash:moved").items()) == sorted(
+                    c.hgetall("hash:copy").items()), c.hlen("hash:copy"), c.scard("set:moved"),
+                c.smembers("set:copy") == c.smembers("set:moved"), c.lrange("list:moved", 0, -1)
+                == c.lrange("list:copy", 0, -1) == [f"x{i}".encode() for i in range(200)])
+    assert _all(cluster, read) == {i: (0, True, 200, 200, True, True) for i in cluster.ids}
