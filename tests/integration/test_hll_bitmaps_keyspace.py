@@ -171,11 +171,33 @@ def test_keyspace_commands_over_collections(c):
     assert c.pfcount("hll2") == 2 and c.exists("hll") == 0 and c.pttl("hll2") > 99_000
     assert c.copy("hll2", "hll3") is True and c.pfcount("hll3") == 2
     assert c.renamenx("hll3", "hll2") is False
-    assert c.execute_command("DEBUG", "DIGEST-VALUE", "hll2") == c.execute_command("DEBUG", "DIGEST-VALUE", "hll2")
+    digest = c.execute_command("DEBUG", "DIGEST-VALUE", "hll2")
+    assert c.pfadd("hll2", "a", "b") == 0 and c.execute_command("DEBUG", "DIGEST-VALUE", "hll2") == digest
+    assert c.pfadd("hll2", "c") == 1 and c.execute_command("DEBUG", "DIGEST-VALUE", "hll2") != digest
     assert c.unlink("hll2") == 1 and c.delete("hll3") == 1
     assert c.pfcount("hll2") == 0 and c.exists("hll2", "hll3") == 0
     with pytest.raises(redis.ResponseError, match="^no such key$"):
         c.rename("hll2", "x")
+
+
+def test_type_scan_keys_and_dbsize_see_every_collection_type(c):
+    c.pfadd("hll", "a")
+    c.set("str", "v")
+    c.hset("hash", "f", "v")
+    c.sadd("set", "m")
+    c.rpush("list", "x")
+    c.hset("emptied", "f", "v")
+    c.hdel("emptied", "f")  # a hash emptied by HDEL is no key, as in Redis
+    want = {"hll": "string", "str": "string", "hash": "hash", "set": "set", "list": "list"}
+    assert {k: c.type(k) for k in want} == {k: t.encode() for k, t in want.items()}
+    assert sorted(c.keys("*")) == sorted(k.encode() for k in want) and c.dbsize() == 5
+    for t in ("string", "hash", "set", "list", "zset", "stream"):
+        found = c.scan(0, _type=t, count=1000)[1]
+        assert sorted(found) == sorted(k.encode() for k, kt in want.items() if kt == t), t
+    assert c.exists(*want, "emptied") == 5
+    assert [c.expire(k, 100) for k in want] == [True] * 5 and c.expire("emptied", 100) is False
+    assert all(90 < c.ttl(k) <= 100 for k in want)
+    assert c.delete(*want, "emptied") == 5 and c.dbsize() == 0
 
 
 def test_expired_hll_reads_as_absent(c):
