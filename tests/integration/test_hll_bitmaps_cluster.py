@@ -33,10 +33,22 @@ def _all(cluster, fn):
 def test_pfadd_on_different_nodes_is_a_union(cluster):
     elements = [f"e{i}" for i in range(3000)]
     parts = {1: elements[:1200], 2: elements[800:2200], 3: elements[1800:]}  # overlapping
-    for i, part in parts.items():
-        with cluster.client(i) as c:
-            for j in range(0, len(part), 200):
-                c.pfadd("u", *part[j:j + 200])
+    errors: list = []
+
+    def adder(i: int) -> None:  # the three nodes add at the same time
+        try:
+            with cluster.client(i) as c:
+                for j in range(0, len(parts[i]), 50):
+                    c.pfadd("u", *parts[i][j:j + 50])
+        except Exception as e:  # reported below
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=adder, args=(i,)) for i in parts]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors and not any(t.is_alive() for t in threads), errors
     with cluster.client(1) as c:
         c.pfadd("{ref}", *elements)  # every element, on one node
     cluster.wait_converged(timeout=60)
