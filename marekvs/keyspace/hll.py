@@ -259,19 +259,17 @@ class RegisterCache:
                     self.drop(key)
 
 
-_STATE = "hll"  # the cache's name in ``Keyspace.state``
-
-
 def cache_for(ks: Keyspace, feed: ChangeFeed | None = None) -> RegisterCache:
-    """The register cache of keyspace ``ks`` (one per keyspace, kept in ``ks.state``),
+    """The register cache of keyspace ``ks`` (one per keyspace: ``Keyspace.extension``),
     following ``feed``."""
-    cache = ks.state.get(_STATE)
-    if cache is None:
-        cache = ks.state[_STATE] = RegisterCache()
-    assert isinstance(cache, RegisterCache)
+    cache = ks.extension("hll", _new_cache)
     if feed is not None and cache.feed is not feed:
         cache.attach(feed)
     return cache
+
+
+def _new_cache(ks: Keyspace) -> RegisterCache:
+    return RegisterCache()
 
 
 # -- lookups ------------------------------------------------------------------------------

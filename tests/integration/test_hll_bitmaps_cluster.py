@@ -129,23 +129,27 @@ def test_concurrent_setbits_on_two_nodes_converge_on_one_whole_value(cluster):
     assert _all(cluster, lambda c: c.bitcount("bm")) == {i: len(set_bits) + 1 for i in cluster.ids}
 
 
-def test_rename_and_copy_of_hashes_sets_and_lists_replicate_as_one_entry_each(cluster):
+def test_rename_and_copy_of_hashes_sets_zsets_and_lists_replicate_as_one_entry_each(cluster):
     with cluster.client(1) as c:
         c.hset("hash", mapping={f"f{i}": f"v{i}" for i in range(200)})
         c.sadd("set", *[f"m{i}" for i in range(200)])
         c.rpush("list", *[f"x{i}" for i in range(200)])
+        c.zadd("zset", {f"m{i}": i % 17 for i in range(200)})
     cluster.wait_converged(timeout=60)
     with cluster.client(3) as c:
         seq = int(info_section(c, "persistence")["replog_last_seq"])
-        for key in ("hash", "set", "list"):
+        for key in ("hash", "set", "list", "zset"):
             assert c.rename(key, key + ":moved") is True
             assert c.copy(key + ":moved", key + ":copy") is True
-        assert int(info_section(c, "persistence")["replog_last_seq"]) == seq + 6
+        assert int(info_section(c, "persistence")["replog_last_seq"]) == seq + 8
     cluster.wait_converged(timeout=60)
 
     def read(c):
-        return (c.exists("hash", "set", "list"), sorted(c.hgetall("hash:moved").items()) == sorted(
+        zsets = [c.zrange(k, 0, -1, withscores=True) for k in ("zset:moved", "zset:copy")]
+        return (c.exists("hash", "set", "list", "zset"), zsets[0] == zsets[1] and len(zsets[0]) == 200,
+                c.zrank("zset:copy", "m16"), sorted(c.hgetall("hash:moved").items()) == sorted(
                     c.hgetall("hash:copy").items()), c.hlen("hash:copy"), c.scard("set:moved"),
                 c.smembers("set:copy") == c.smembers("set:moved"), c.lrange("list:moved", 0, -1)
                 == c.lrange("list:copy", 0, -1) == [f"x{i}".encode() for i in range(200)])
-    assert _all(cluster, read) == {i: (0, True, 200, 200, True, True) for i in cluster.ids}
+    rank = sorted((i % 17, f"m{i}") for i in range(200)).index((16, "m16"))
+    assert _all(cluster, read) == {i: (0, True, rank, True, 200, 200, True, True) for i in cluster.ids}

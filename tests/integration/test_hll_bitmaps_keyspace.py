@@ -186,18 +186,19 @@ def test_type_scan_keys_and_dbsize_see_every_collection_type(c):
     c.hset("hash", "f", "v")
     c.sadd("set", "m")
     c.rpush("list", "x")
+    c.zadd("zset", {"m": 1})
     c.hset("emptied", "f", "v")
     c.hdel("emptied", "f")  # a hash emptied by HDEL is no key, as in Redis
-    want = {"hll": "string", "str": "string", "hash": "hash", "set": "set", "list": "list"}
+    want = {"hll": "string", "str": "string", "hash": "hash", "set": "set", "list": "list", "zset": "zset"}
     assert {k: c.type(k) for k in want} == {k: t.encode() for k, t in want.items()}
-    assert sorted(c.keys("*")) == sorted(k.encode() for k in want) and c.dbsize() == 5
+    assert sorted(c.keys("*")) == sorted(k.encode() for k in want) and c.dbsize() == 6
     for t in ("string", "hash", "set", "list", "zset", "stream"):
         found = c.scan(0, _type=t, count=1000)[1]
         assert sorted(found) == sorted(k.encode() for k, kt in want.items() if kt == t), t
-    assert c.exists(*want, "emptied") == 5
-    assert [c.expire(k, 100) for k in want] == [True] * 5 and c.expire("emptied", 100) is False
+    assert c.exists(*want, "emptied") == 6
+    assert [c.expire(k, 100) for k in want] == [True] * 6 and c.expire("emptied", 100) is False
     assert all(90 < c.ttl(k) <= 100 for k in want)
-    assert c.delete(*want, "emptied") == 5 and c.dbsize() == 0
+    assert c.delete(*want, "emptied") == 6 and c.dbsize() == 0
 
 
 def test_expired_hll_reads_as_absent(c):

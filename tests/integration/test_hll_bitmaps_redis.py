@@ -72,11 +72,12 @@ NOTIFY = [  # (setup, commands)
     (b"", b"PFADD h@ a b\r\nPFADD h@ a\r\nPFADD e@\r\nPFCOUNT h@\r\nPFCOUNT h@ e@ nokey@\r\n"
      b"PFMERGE m@ h@\r\nPFMERGE m@ h@\r\nPFMERGE m2@\r\n"),
     # the keyspace commands over collections of every type on this branch
-    (b"HSET hash@ f v g w\r\nSADD set@ a b\r\nRPUSH list@ a b c\r\n",
+    (b"HSET hash@ f v g w\r\nSADD set@ a b\r\nRPUSH list@ a b c\r\nZADD zset@ 1 a 2 b\r\n",
      b"PFADD h@ a\r\nEXPIRE h@ 100\r\nPERSIST h@\r\nRENAME h@ h2@\r\nCOPY h2@ h3@\r\nDEL h2@ h3@\r\n"
      b"RENAME hash@ hash2@\r\nCOPY hash2@ hash3@\r\nRENAMENX hash3@ hash2@\r\nRENAME set@ set2@\r\n"
      b"COPY list@ list2@\r\nUNLINK list@\r\nPEXPIRE set2@ 100000\r\nDEL hash2@ set2@ list2@\r\n"
-     b"OBJECT ENCODING nokey@\r\nCOPY nokey@ x@\r\n"),
+     b"OBJECT ENCODING nokey@\r\nCOPY nokey@ x@\r\nRENAME zset@ zset2@\r\nCOPY zset2@ zset3@ REPLACE\r\n"
+     b"EXPIRE zset3@ 100\r\nDEL zset2@ zset3@\r\n"),
     # errors fire nothing
     (b"SET s@ v\r\nHSET hh@ f v\r\n",
      b"PFADD s@ x\r\nPFMERGE s@ h@\r\nSETBIT hh@ 1 1\r\nPFADD hh@ x\r\nPFCOUNT hh@\r\n"),
@@ -111,6 +112,17 @@ HITS = [
     ["HSET", "hash@", "f", "v"], ["PFCOUNT", "hash@"], ["GETBIT", "hash@", "0"],
     ["COPY", "h@", "h3@"], ["COPY", "nokey@", "x@"], ["RENAME", "h@", "h4@"], ["TYPE", "h4@"], ["TYPE", "hash@"],
     ["EXISTS", "h4@", "hash@", "nokey@"], ["OBJECT", "ENCODING", "h4@"], ["OBJECT", "ENCODING", "hash@"],
+    # OBJECT ENCODING of collections written by their commands, by Redis 7.0's rules
+    ["SADD", "iset@", "1", "-5", "300"], ["OBJECT", "ENCODING", "iset@"], ["SADD", "iset@", "x"],
+    ["OBJECT", "ENCODING", "iset@"], ["SADD", "iset2@", *map(str, range(513))], ["OBJECT", "ENCODING", "iset2@"],
+    ["SADD", "iset3@", "01"], ["OBJECT", "ENCODING", "iset3@"],
+    ["HSET", "hash2@", "f", "x" * 64], ["OBJECT", "ENCODING", "hash2@"], ["HSET", "hash2@", "g", "x" * 65],
+    ["OBJECT", "ENCODING", "hash2@"], ["HSET", "hash3@", *[f"f{i}" for i in range(258)]],
+    ["OBJECT", "ENCODING", "hash3@"],
+    ["ZADD", "zset@", "1", "m"], ["OBJECT", "ENCODING", "zset@"], ["ZADD", "zset@", "2", "m" * 65],
+    ["OBJECT", "ENCODING", "zset@"], ["ZADD", "zset2@", *[x for i in range(129) for x in (str(i), f"m{i}")]],
+    ["OBJECT", "ENCODING", "zset2@"], ["RPUSH", "list@", "a"], ["OBJECT", "ENCODING", "list@"],
+    ["RENAME", "zset2@", "zset3@"], ["OBJECT", "ENCODING", "zset3@"], ["TYPE", "zset3@"],
 ]
 
 

@@ -251,6 +251,9 @@ def _read(n, key: str) -> object:
         return t, n("SCARD", key), sorted(n("SMEMBERS", key))
     if t == b"list":
         return t, n("LLEN", key), n("LRANGE", key, 0, -1), n("LINDEX", key, -1), n("LPOS", key, "x5")
+    if t == b"zset":
+        return (t, n("ZCARD", key), n("ZRANGE", key, 0, -1, "WITHSCORES"), n("ZRANK", key, "m7"),
+                n("ZRANGEBYSCORE", key, 3, 9), n("ZREVRANGE", key, 0, 4), n("ZSCORE", key, "m11"))
     return t, n("PFCOUNT", key)
 
 
@@ -262,6 +265,11 @@ def _fill(n, key: str, kind: str, salt: str = "") -> None:
     elif kind == "set":
         n("SADD", key, *[f"m{i}" for i in range(40)], *range(10))
         n("SREM", key, "m1", "m2")
+    elif kind == "zset":
+        n("ZADD", key, *[x for i in range(40) for x in (i % 13, f"m{i}")])
+        n("ZREM", key, "m1", "m2")
+        n("ZINCRBY", key, 100, "m11")
+        n("ZADD", key, "XX", "GT", 50, "m12")
     elif kind == "list":
         n("RPUSH", key, *[f"x{i}" for i in range(30)])
         n("LPUSH", key, "first", "second")
@@ -272,7 +280,7 @@ def _fill(n, key: str, kind: str, salt: str = "") -> None:
         n("PFADD", key, *[f"e{salt}{i}" for i in range(500)])
 
 
-@pytest.mark.parametrize("kind", ["hash", "set", "list", "hll"])
+@pytest.mark.parametrize("kind", ["hash", "set", "zset", "list", "hll"])
 def test_rename_and_copy_of_collections_written_by_their_commands(n, kind):
     _fill(n, "a", kind)
     n("PEXPIRE", "a", 500_000)
@@ -294,6 +302,11 @@ def test_rename_and_copy_of_collections_written_by_their_commands(n, kind):
         n("SADD", "b", "new")
         n("SREM", "c", "m10")
         assert (n("SCARD", "b"), n("SCARD", "c")) == (want[1] + 1, want[1] - 1)
+    elif kind == "zset":
+        n("ZADD", "b", -1, "new")
+        n("ZREM", "c", "m0")  # (score 0: ranked before m7)
+        assert (n("ZCARD", "b"), n("ZCARD", "c")) == (want[1] + 1, want[1] - 1)
+        assert n("ZRANGE", "b", 0, 0) == [b"new"] and n("ZRANK", "c", "m7") == want[3] - 1
     elif kind == "list":
         n("RPUSH", "b", "new")
         assert n("LPOP", "c") == want[2][0]
