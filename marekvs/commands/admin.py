@@ -328,7 +328,16 @@ def _section_marekvs(s):
             ("sweeper_cycles", s.sweeper.cycles)]
 
 
+# -- INFO antientropy: the background exchange and the digest verifier --------------------
+# (marekvs/antientropy/background.py; the process attaches it as ``node.antientropy``)
+
+def _section_antientropy(s):
+    ae = getattr(s, "antientropy", None)
+    return ae.info_fields() if ae is not None else []
+
+
 SECTIONS = {
+    "antientropy": _section_antientropy,
     "server": _section_server, "clients": _section_clients, "memory": _section_memory,
     "persistence": _section_persistence, "stats": _section_stats, "replication": _section_replication,
     "cpu": lambda s: [("used_cpu_sys", "%.6f" % resource.getrusage(resource.RUSAGE_SELF).ru_stime),
@@ -337,9 +346,9 @@ SECTIONS = {
     "modules": lambda s: [], "errorstats": _section_errorstats, "commandstats": _section_commandstats,
 }
 DEFAULT_SECTIONS = ("server", "clients", "memory", "persistence", "stats", "replication", "cpu",
-                    "modules", "errorstats", "cluster", "keyspace", "marekvs")
+                    "modules", "errorstats", "cluster", "keyspace", "marekvs", "antientropy")
 ALL_SECTIONS = ("server", "clients", "memory", "persistence", "stats", "replication", "cpu", "modules",
-                "commandstats", "errorstats", "cluster", "keyspace", "marekvs")  # INFO all / everything
+                "commandstats", "errorstats", "cluster", "keyspace", "marekvs", "antientropy")  # INFO all
 _TITLES = {"cpu": "CPU"}
 
 

@@ -31,7 +31,7 @@ import asyncio
 import collections
 import logging
 import time
-from typing import Protocol
+from typing import Any, Callable, Protocol
 
 import grpc
 
@@ -90,6 +90,12 @@ class ReplicationManager:
         self.incarnation_changes = 0
         self.last_incarnation_change = ""
         self.md = ((SECRET_HEADER, self.config.cluster_secret),)
+        # More services on this gRPC server (same port, TLS and secret), each a function
+        # that adds its servicer, and companions started once the server is up and stopped
+        # before it: the anti-entropy service and its background exchange
+        # (marekvs/antientropy/background.py) register here.
+        self.services: list[Callable[[grpc.aio.Server], None]] = []
+        self.companions: list[Any] = []  # objects with start() and stop()
         for spec in self.config.peers:
             nid, addr = parse_peer(spec)
             self.add_peer(nid, addr, persist=False)
@@ -128,6 +134,8 @@ class ReplicationManager:
     async def start(self) -> None:
         self.grpc_server = peers.server(self.config)
         pbg.add_ReplicationServicer_to_server(self.receiver, self.grpc_server)
+        for add_service in self.services:
+            add_service(self.grpc_server)
         creds = peers.server_credentials(self.config)
         addr = f"{self.config.bind}:{self.grpc_port}"
         if creds is None:
@@ -141,9 +149,13 @@ class ReplicationManager:
         for p in list(self.peers.values()):
             self.start_sender(p)
         self.tasks[-1] = asyncio.get_running_loop().create_task(self._trim_loop())
+        for c in self.companions:
+            c.start()
 
     async def stop(self) -> None:
         self.stopping = True
+        for c in self.companions:
+            c.stop()
         for t in list(self.tasks.values()) + list(self.bootstraps.values()):
             t.cancel()
         if self.grpc_server is not None:
