@@ -153,7 +153,7 @@ class AntiEntropy:
                 while read < budget and parts > 0:
                     parts -= 1
                     pid = self.verify_pid
-                    bad, n = self.local.verify(pid, correct=True)
+                    bad, n, _ = self.local.verify(pid, correct=True)
                     read += n
                     cycle_records += n
                     if bad:

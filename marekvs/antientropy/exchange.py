@@ -5,7 +5,9 @@ The procedure, for ``count`` partitions from ``first`` (in chunks of ``Options.c
 
 1. ``roots``     every replica's root of every partition; the partitions whose roots do
                  not all agree are *mismatched* (with ``verify`` each replica first
-                 recomputes the digests of the range from its data and corrects them);
+                 recomputes the digests of the range from its data and corrects them,
+                 or, in a dry run, only reports them: those partitions are drilled into
+                 whole, as their kept segments are not to be trusted);
 2. ``segments``  for a batch of mismatched partitions, every replica's 16 kept segments:
                  the segments that differ;
 3. ``fine``      the 16 fine segments under each of those (computed from the data);
@@ -102,9 +104,11 @@ async def exchange(replicas: Sequence[Replica], first: int = 0, count: int = PAR
         else:
             roots = await _gather(report, "roots", [r.roots(lo, n) for r in replicas])
         ids = _check(replicas, roots, report)
+        doubted: set[int] = set()
         for i, r in zip(ids, roots):
             if r.wrong:
                 report.digests_wrong[i] = report.digests_wrong.get(i, 0) + len(r.wrong)
+                doubted.update(r.wrong)
         report.bytes_digests += 8 * n * len(replicas)
         now = max(r.info.now_ms for r in roots)
         mism = [lo + i for i in P.mismatched({i: r.roots for i, r in zip(ids, roots)})]
@@ -119,7 +123,7 @@ async def exchange(replicas: Sequence[Replica], first: int = 0, count: int = PAR
         budget -= len(todo)
         for b in range(0, len(todo), opts.batch):
             batch = todo[b:b + opts.batch]
-            await _drill(replicas, ids, batch, now, opts, report)
+            await _drill(replicas, ids, batch, now, opts, report, doubted)
             done += len(batch)
             if progress:
                 progress(done, count)
@@ -130,18 +134,21 @@ async def exchange(replicas: Sequence[Replica], first: int = 0, count: int = PAR
 
 
 async def _drill(replicas: Sequence[Replica], ids: list[str], batch: list[int], now: int, opts: Options,
-                 report: Report) -> None:
+                 report: Report, doubted: set[int] = frozenset()) -> None:  # type: ignore[assignment]
     segs = await _gather(report, "segments", [r.segments(batch) for r in replicas])
     report.bytes_digests += 8 * D.SEGMENTS * len(batch) * len(replicas)
     sets = {}
     for pid in batch:
-        diff = P.mismatched({i: s[pid] for i, s in zip(ids, segs)})
+        if pid in doubted:  # a kept digest found wrong and left so (dry run): every segment
+            diff = list(range(D.SEGMENTS))
+        else:
+            diff = P.mismatched({i: s[pid] for i, s in zip(ids, segs)})
         if diff:
             sets[pid] = diff
             report.segments_mismatched += len(diff)
     if not sets:
         return  # the roots differed a moment ago only (a write arriving meanwhile)
-    fine = await _gather(report, "fine", [r.fine(sets) for r in replicas])
+    fine = await _gather(report, "fine", [r.fine(sets, opts.dry_run) for r in replicas])
     report.bytes_digests += 8 * D.FINE_PER_SEGMENT * sum(map(len, sets.values())) * len(replicas)
     fsets: dict[int, list[int]] = {}
     per = D.FINE_PER_SEGMENT
@@ -152,7 +159,7 @@ async def _drill(replicas: Sequence[Replica], ids: list[str], batch: list[int], 
     report.fine_segments_mismatched += sum(map(len, fsets.values()))
     if not fsets:
         return  # only records past gc_grace differed: reading them removed them
-    fetched = await _gather(report, "fetch", [r.fetch(fsets) for r in replicas])
+    fetched = await _gather(report, "fetch", [r.fetch(fsets, opts.dry_run) for r in replicas])
     t = time.perf_counter()
     by_node = {}
     for i, recs in zip(ids, fetched):

@@ -72,8 +72,8 @@ class GrpcReplica:
         r = await self._call("Segments", self.stub.Segments, pb.SegmentsRequest(caller=self.caller, partitions=pids))
         return {p.partition: D.unpack_u64s(p.segments, D.SEGMENTS) for p in r.partitions}
 
-    async def fine(self, sets: dict[int, list[int]]) -> dict[int, dict[int, list[int]]]:
-        req = pb.FineRequest(caller=self.caller,
+    async def fine(self, sets: dict[int, list[int]], dry_run: bool = False) -> dict[int, dict[int, list[int]]]:
+        req = pb.FineRequest(caller=self.caller, dry_run=dry_run,
                              sets=[pb.SegmentSet(partition=p, segments=s) for p, s in sets.items()])
         r = await self._call("FineSegments", self.stub.FineSegments, req)
         out: dict[int, dict[int, list[int]]] = {}
@@ -83,8 +83,8 @@ class GrpcReplica:
             out[p.partition] = {s: fine[i * per:(i + 1) * per] for i, s in enumerate(p.segments)}
         return out
 
-    async def fetch(self, sets: dict[int, list[int]]) -> list[Record]:
-        req = pb.FetchRequest(caller=self.caller,
+    async def fetch(self, sets: dict[int, list[int]], dry_run: bool = False) -> list[Record]:
+        req = pb.FetchRequest(caller=self.caller, dry_run=dry_run,
                               sets=[pb.SegmentSet(partition=p, segments=s) for p, s in sets.items()])
         out: list[Record] = []
         try:

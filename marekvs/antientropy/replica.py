@@ -10,11 +10,12 @@ that a remote replica (``remote.GrpcReplica``) and this node's own are driven al
 
 - roots and segments from the kept digest (``storage/digest.py``); with ``verify`` the
   partitions' digests are first recomputed from their records and, if they were wrong
-  (records changed behind the engine's back), reported and corrected;
+  (records changed behind the engine's back), reported and corrected (``VERIFY_CORRECT``)
+  or only reported, with the recomputed roots (``VERIFY_CHECK``, for dry runs);
 - fine segments and records from a read of the whole partition (a partition is one key
   range; the fine segment of a record is a hash of its key). The read applies the sweep
-  rules and removes what they allow before answering (``plan.removable``): a record past
-  gc_grace is never sent;
+  rules and removes what they allow before answering (``plan.removable``; a dry run only
+  skips them): a record past gc_grace is never sent;
 - pushed records are validated like replicated ones (``core.registry.check_record``: one
   bad record refuses the whole push, nothing written), joined with the partition's own
   records, and those the sweep rules would remove are dropped (``past_gc_grace``); the
@@ -78,9 +79,9 @@ class Replica(Protocol):
 
     async def segments(self, pids: list[int]) -> dict[int, list[int]]: ...
 
-    async def fine(self, sets: dict[int, list[int]]) -> dict[int, dict[int, list[int]]]: ...
+    async def fine(self, sets: dict[int, list[int]], dry_run: bool = False) -> dict[int, dict[int, list[int]]]: ...
 
-    async def fetch(self, sets: dict[int, list[int]]) -> list[P.Record]: ...
+    async def fetch(self, sets: dict[int, list[int]], dry_run: bool = False) -> list[P.Record]: ...
 
     async def push(self, records: list[P.Record]) -> Pushed: ...
 
@@ -139,73 +140,79 @@ class LocalReplica:
                            self.resp_addr, now_ms(), int(self.config.gc_grace))
 
     # -- reading a partition --------------------------------------------------------------
-    def records(self, pid: int) -> list[P.Record]:
-        """The records of partition ``pid`` an exchange may see: after removing those the
-        sweep rules allow (committed before this returns)."""
+    def records(self, pid: int, dry_run: bool = False) -> list[P.Record]:
+        """The records of partition ``pid`` an exchange may see: those the sweep rules do not
+        allow to remove. The others are removed (committed before this returns), unless
+        ``dry_run``."""
         start, end = partition_range(pid)
         recs = list(self.engine.scan(start, end))
         dead = P.removable(recs, now_ms(), int(self.config.gc_grace * 1000)) if recs else set()
         if dead:
-            for k in dead:
-                self.engine.purge(k)
-            self.engine.commit()
-            self.removed_past_gc_grace += len(dead)
+            if not dry_run:
+                for k in dead:
+                    self.engine.purge(k)
+                self.engine.commit()
+                self.removed_past_gc_grace += len(dead)
             recs = [r for r in recs if r[0] not in dead]
         return recs
 
-    def verify(self, pid: int, correct: bool) -> tuple[bool, int]:
+    def verify(self, pid: int, correct: bool) -> tuple[bool, int, list[int]]:
         """Recompute partition ``pid``'s segments from its records and compare them with the
-        kept ones (correcting them if asked): (kept digest was wrong, records read)."""
+        kept ones (correcting them if asked): (kept digest was wrong, records read, the
+        recomputed segments)."""
         start, end = partition_range(pid)
         recs = list(self.engine.scan(start, end))  # commits first: nothing pending after
         actual = D.segments_of(recs)
         digest = self.engine.digest
         self.verified += 1
         if actual == digest.segments(pid):
-            return False, len(recs)
+            return False, len(recs), actual
         if correct:
             digest.correct(pid, actual)
             self.engine.commit()
             self.corrected += 1
-        return True, len(recs)
+        return True, len(recs), actual
 
     # -- the Replica interface --------------------------------------------------------------
     async def roots(self, first: int, count: int, verify: int = VERIFY_NONE) -> Roots:
         check_range(first, count)
-        wrong: list[int] = []
+        wrong: dict[int, int] = {}  # pid -> its root recomputed from the data
         read = 0
         if verify:
             for i, pid in enumerate(range(first, first + count)):
-                bad, n = self.verify(pid, verify == VERIFY_CORRECT)
+                bad, n, actual = self.verify(pid, verify == VERIFY_CORRECT)
                 read += n
                 if bad:
-                    wrong.append(pid)
+                    wrong[pid] = D.root_of(actual)
                 if i % 16 == 15:
                     await asyncio.sleep(0)  # let clients in between
-        return Roots(self.info(), self.engine.digest.roots(first, count), wrong, read)
+        roots = self.engine.digest.roots(first, count)
+        for pid, root in wrong.items():
+            roots[pid - first] = root  # (the same as kept, unless only checked)
+        return Roots(self.info(), roots, list(wrong), read)
 
     async def segments(self, pids: list[int]) -> dict[int, list[int]]:
         check_sets({p: [] for p in pids}, 0, "segment")
         digest = self.engine.digest
         return {p: digest.segments(p) for p in pids}
 
-    async def fine(self, sets: dict[int, list[int]]) -> dict[int, dict[int, list[int]]]:
+    async def fine(self, sets: dict[int, list[int]], dry_run: bool = False) -> dict[int, dict[int, list[int]]]:
         check_sets(sets, D.SEGMENTS, "segment")
         out: dict[int, dict[int, list[int]]] = {}
         per = D.FINE_PER_SEGMENT
         for i, (pid, segs) in enumerate(sets.items()):
-            fine = D.fine_segments_of(self.records(pid))
+            fine = D.fine_segments_of(self.records(pid, dry_run))
             out[pid] = {s: fine[s * per:(s + 1) * per] for s in segs}
             if i % 8 == 7:
                 await asyncio.sleep(0)
         return out
 
-    async def fetch(self, sets: dict[int, list[int]]) -> list[P.Record]:
+    async def fetch(self, sets: dict[int, list[int]], dry_run: bool = False) -> list[P.Record]:
         check_sets(sets, D.FINE_SEGMENTS, "fine segment")
         out: list[P.Record] = []
         for i, (pid, segs) in enumerate(sets.items()):
             wanted = set(segs)
-            out += [(k, v) for k, v in self.records(pid) if D.fine_segment_of(k) in wanted]
+            out += [(k, v) for k, v in self.records(pid, dry_run) if D.fine_segment_of(k) in wanted]
             if i % 8 == 7:
                 await asyncio.sleep(0)
         return out

@@ -95,7 +95,7 @@ class AntiEntropyService(pbg.AntiEntropyServicer):
         await self._admit(request, context)
         try:
             sets = sets_of(request.sets)
-            fine = await self.local.fine(sets)
+            fine = await self.local.fine(sets, request.dry_run)
         except BadRequest as e:
             await self._bad(e, "FineSegments", context)
         return pb.FineReply(partitions=[
@@ -105,7 +105,7 @@ class AntiEntropyService(pbg.AntiEntropyServicer):
     async def Fetch(self, request: pb.FetchRequest, context: grpc.aio.ServicerContext):
         await self._admit(request, context)
         try:
-            records = await self.local.fetch(sets_of(request.sets))
+            records = await self.local.fetch(sets_of(request.sets), request.dry_run)
         except BadRequest as e:
             await self._bad(e, "Fetch", context)
         for i in range(0, len(records), FETCH_CHUNK):

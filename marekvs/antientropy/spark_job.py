@@ -81,7 +81,7 @@ def task_conf(args: argparse.Namespace) -> TaskConf:
         "tls": {"secret": args.cluster_secret, "cluster_name": args.cluster_name, "tls_cert": args.tls_cert,
                 "tls_key": args.tls_key, "tls_ca": args.tls_ca, "tls_server_name": args.tls_server_name},
         "options": {"dry_run": args.dry_run, "settle_ms": int(args.settle * 1000),
-                    "verify": R.VERIFY_CORRECT if args.verify else R.VERIFY_NONE,
+                    "verify": (R.VERIFY_CHECK if args.dry_run else R.VERIFY_CORRECT) if args.verify else R.VERIFY_NONE,
                     "push_records": args.batch_records, "chunk": 512},
     }
 

@@ -56,7 +56,7 @@ def test_background_exchange_heals_what_log_shipping_cannot(tmp_path):
         assert sum(int(x["records_repaired"]) for x in info.values()) > 0, info
         assert sum(int(x["exchanges"]) for x in info.values()) > 0
         assert int(info[3]["digest_corrected_partitions"]) >= 1, info[3]  # the partition lost behind its back
-        for i, port in metrics.items():
+        for port in metrics.values():
             body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
             assert "marekvs_antientropy_exchanges_total" in body
             assert 'marekvs_antientropy_records_repaired_total{direction="pulled"}' in body

@@ -214,6 +214,10 @@ def test_verify_finds_records_deleted_behind_the_engines_back(tmp_path):
     assert plain.status == "consistent"  # the kept digests cannot know
     checked = run(reps[1].roots(0, 4096, VERIFY_CHECK))
     assert checked.wrong == [D.partition_of_key(lost[0])]
+    kept = list(reps[1].engine.digest.segs)
+    dry = run(X.exchange(reps, opts=X.Options(settle_ms=0, verify=VERIFY_CHECK, dry_run=True)))
+    assert dry.digests_wrong == {"2": 1} and dry.records_to_push == {"2": len(lost)} and dry.records_repaired == {}
+    assert list(reps[1].engine.digest.segs) == kept and reps[1].corrected == 0  # a dry run writes nothing
     rep = run(X.exchange(reps, opts=X.Options(settle_ms=0, verify=VERIFY_CORRECT)))
     assert rep.digests_wrong == {"2": 1} and rep.records_repaired == {"2": len(lost)}
     assert records(reps[0]) == records(reps[1]) == dict(recs)
