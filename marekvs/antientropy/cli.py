@@ -161,7 +161,8 @@ def spark_command(args: argparse.Namespace, zip_path: str) -> list[str]:
     cmd = [spark_submit(), "--master", args.master, "--name", "marekvs-repair",
            "--conf", f"spark.pyspark.python={sys.executable}",
            "--conf", f"spark.pyspark.driver.python={sys.executable}",
-           "--conf", "spark.ui.showConsoleProgress=true"]
+           "--conf", "spark.ui.showConsoleProgress=true",
+           "--conf", f"spark.log.level={os.environ.get('MAREKVS_SPARK_LOG_LEVEL', 'WARN')}"]
     for kv in args.spark_conf:
         cmd += ["--conf", kv]
     cmd += ["--py-files", zip_path, job, "--nodes", ",".join(args.nodes), "--cluster-name", args.cluster_name,
@@ -189,8 +190,10 @@ def run_spark(args: argparse.Namespace) -> int:
     try:
         cmd = spark_command(args, package_zip(tmp))
         if args.print_command:
+            tmp = ""  # the zip stays for the command
             print(" ".join(_quote(c) for c in cmd))
-            print("# with MAREKVS_CLUSTER_SECRET set in the environment (the secret is not on the command line)")
+            print("# run it with MAREKVS_CLUSTER_SECRET set in the environment (the secret is never on the "
+                  "command line); the zip is marekvs's package for the executors", file=sys.stderr)
             return EXIT_CONSISTENT
         env = dict(os.environ)
         env["MAREKVS_CLUSTER_SECRET"] = args.cluster_secret  # not on the command line
@@ -200,7 +203,8 @@ def run_spark(args: argparse.Namespace) -> int:
         rc = subprocess.run(cmd, env=env).returncode
         return rc if rc in (EXIT_CONSISTENT, EXIT_REPAIRED, EXIT_FAILED) else EXIT_FAILED
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _quote(s: str) -> str:
