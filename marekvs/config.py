@@ -61,6 +61,7 @@ class Config:
     antientropy_partitions: int = 256  # mismatched partitions one background exchange repairs at most
     antientropy_settle: float = 2.0  # differences younger than this are left to log shipping
     digest_verify_interval: float = 3600.0  # seconds per pass checking the kept digest against the data
+    redis_version: str = "7.0.15"
 
     HELP = {
         "port": "RESP TCP port",
@@ -92,6 +93,8 @@ class Config:
         "antientropy_settle": "seconds a difference may be log shipping's before anti-entropy repairs it",
         "digest_verify_interval": "seconds per background pass recomputing the kept digests from the data "
                                   "(the first pass after start runs faster; 0 = off)",
+        "redis_version": "the Redis version HELLO and INFO report (clients pick features by it; "
+                         "redis-py's client-side cache wants 7.4.0 or later)",
     }
 
     def validate(self) -> None:

@@ -31,6 +31,7 @@ class Process:
         self.node.replication = self.replication
         self.antientropy = AntiEntropy(self.node, self.replication)  # its service and tasks ride replication
         self.node.antientropy = self.antientropy  # INFO antientropy, metrics
+        self.node.pubsub.relay = self.replication.relay.publish  # PUBLISH reaches every node
         self.resp = RespServer(self.node)
         self.metrics_server: asyncio.AbstractServer | None = None
 

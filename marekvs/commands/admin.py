@@ -18,7 +18,7 @@ import resource
 import sys
 import time
 
-from marekvs import REDIS_COMPAT_VERSION, __version__
+from marekvs import __version__
 from marekvs.commands import errors, reply, tunables
 from marekvs.commands.args import int_arg
 from marekvs.commands.errors import CommandError
@@ -99,18 +99,18 @@ def config_set(ctx, args):
         except tunables.TunableError as e:
             raise _set_failed(name, e) from None
         names.append(canon)
-    changes: list[tuple[str, str]] = []
-    for canon, (name, value) in zip(names, pairs):
+    changes: list[tuple[str, str, str]] = []
+    for canon, (name, given) in zip(names, pairs):
         try:
             if canon in _OWN_PARAMS:
-                value = _OWN_PARAMS[canon](value)
+                value = _OWN_PARAMS[canon](given)
             else:
-                value = tunables.check(canon, value, node.tunable(canon))
+                value = tunables.check(canon, given, node.tunable(canon))
         except tunables.TunableError as e:
             raise _set_failed(name, e) from None
-        changes.append((canon, value))
+        changes.append((canon, value, given))
     # maxclients first: the one change that can fail, before any other is made
-    for name, value in sorted(changes, key=lambda change: change[0] != "maxclients"):
+    for name, value, given in sorted(changes, key=lambda change: change[0] != "maxclients"):
         if name == "maxclients":
             try:
                 node.set_maxclients(int(value))
@@ -126,7 +126,7 @@ def config_set(ctx, args):
             node.config.max_clock_drift = int(value)
             node.hlc.max_drift_ms = int(value)
         else:
-            node.set_tunable(name, value)
+            node.set_tunable(name, value, given)
     return reply.OK
 
 
@@ -170,11 +170,17 @@ def _flush(ctx, args):
         raise CommandError(errors.SYNTAX)
     ks = ctx.ks
     now = ctx.ks.now()
+    tracking = ctx.node.tracking
+    tracking.flush_all()  # one null invalidation for everybody, not one per key
     recs = []
     for key, _, _ in list(ks.all_keys(now)):
         recs += ks.delete_records(key, now)
     if recs:
-        ks.apply(recs)
+        tracking.suppress = True
+        try:
+            ks.apply(recs)
+        finally:
+            tracking.suppress = False
     return reply.OK
 
 
@@ -230,7 +236,7 @@ def shutdown(ctx, args):
 def _section_server(s) -> list[tuple[str, object]]:
     up = int(time.monotonic() - s.started_mono)
     return [
-        ("redis_version", REDIS_COMPAT_VERSION), ("marekvs_version", __version__),
+        ("redis_version", s.config.redis_version), ("marekvs_version", __version__),
         ("redis_git_sha1", "00000000"), ("redis_git_dirty", 0), ("redis_mode", "standalone"),
         ("os", f"{platform.system()} {platform.release()} {platform.machine()}"),
         ("arch_bits", 64 if sys.maxsize > 2**32 else 32), ("multiplexing_api", "epoll"),
@@ -243,7 +249,8 @@ def _section_server(s) -> list[tuple[str, object]]:
 
 def _section_clients(s):
     blocked = sum(1 for ctx in s.clients.values() if ctx.blocked)
-    return [("connected_clients", len(s.clients)), ("blocked_clients", blocked), ("tracking_clients", 0),
+    return [("connected_clients", len(s.clients)), ("blocked_clients", blocked),
+            ("tracking_clients", s.tracking.clients), ("pubsub_clients", sum(c.in_pubsub for c in s.clients.values())),
             ("maxclients", s.maxclients)]
 
 
@@ -284,7 +291,9 @@ def _section_stats(s):
             ("expired_records_removed", s.sweeper.removed), ("evicted_keys", 0),
             ("total_error_replies", st.error_replies), ("unexpected_error_replies", st.unexpected_errors),
             ("instantaneous_ops_per_sec", s.ops.rate()), ("keyspace_hits", s.ks.hits),
-            ("keyspace_misses", s.ks.misses), ("client_query_buffer_limit_disconnections", st.query_buffer_closes)]
+            ("keyspace_misses", s.ks.misses), ("pubsub_channels", len(s.pubsub.channels)),
+            ("pubsub_patterns", s.pubsub.numpat()), ("pubsubshard_channels", len(s.pubsub.shard_channels)),
+            *s.tracking.info(), ("client_query_buffer_limit_disconnections", st.query_buffer_closes)]
 
 
 def _section_commandstats(s):

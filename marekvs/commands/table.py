@@ -363,6 +363,10 @@ KeyRef = tuple[int, KeyFlag]
 GetKeysProc = Callable[[Sequence[bytes]], list[KeyRef]]
 
 
+# what MULTI does not queue (Redis's processCommand): these run at once
+_RUN_IN_MULTI = frozenset(("exec", "discard", "multi", "watch", "quit", "reset"))
+
+
 @dataclass(slots=True)
 class Command:
     name: str  # lowercase, e.g. "get" or "setname" for CLIENT SETNAME
@@ -386,6 +390,9 @@ class Command:
     no_auth: bool = field(init=False, default=False)
     movablekeys: bool = field(init=False, default=False)
     fast: bool = field(init=False, default=False)
+    readonly: bool = field(init=False, default=False)
+    no_multi: bool = field(init=False, default=False)  # refused inside MULTI
+    queued_in_multi: bool = field(init=False, default=True)  # False: runs at once inside MULTI
     # INFO commandstats (CONFIG RESETSTAT clears them): runs, their time in ns, and the
     # calls refused before running (arity, auth, ...) or that ended in an error reply
     calls: int = field(init=False, default=0)
@@ -396,7 +403,10 @@ class Command:
     def __post_init__(self) -> None:
         self.write = "write" in self.flags
         self.fast = "fast" in self.flags
+        self.readonly = "readonly" in self.flags
         self.no_auth = "no_auth" in self.flags
+        self.no_multi = "no_multi" in self.flags
+        self.queued_in_multi = self.parent is not None or self.name not in _RUN_IN_MULTI
         if self.key_specs:
             if self.first_key:
                 raise ValueError(f"{self.name}: declare specs= or keys=, not both")
@@ -488,6 +498,14 @@ FAMILIES = (
     "marekvs.commands.keys",
     "marekvs.commands.debug",
     "marekvs.commands.monitoring",
+    "marekvs.commands.pubsub",
+    "marekvs.commands.transactions",
+    # hashes, sets and per-member TTL (hashes-sets)
+    "marekvs.commands.hashes",
+    "marekvs.commands.sets",
+    "marekvs.commands.members",
+    # -- lists --
+    "marekvs.commands.lists",
 )
 
 

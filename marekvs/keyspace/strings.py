@@ -83,6 +83,8 @@ def read(ks: Keyspace, key: bytes, now: int = 0) -> bytes | None:
         ks.hits += 1
         raise WrongType()
     ks.misses += 1
+    if ks.on_miss is not None:
+        ks.on_miss(key)
     return None
 
 

@@ -30,7 +30,7 @@ from marekvs import __version__
 from marekvs.commands import errors, tunables
 from marekvs.commands.context import Context
 from marekvs.commands.errors import CommandError
-from marekvs.commands.reply import Err
+from marekvs.commands.reply import QUEUED, Err
 from marekvs.commands.table import CommandTable, build_table
 from marekvs.config import Config, Limits
 from marekvs.core.hlc import HLC, wall_ms
@@ -38,12 +38,19 @@ from marekvs.keyspace import Keyspace
 from marekvs.keyspace.status import KeyspaceError
 from marekvs.node.blocking import BlockingRegistry
 from marekvs.node.changes import ChangeFeed
+from marekvs.node.events import Events
 from marekvs.node.monitor import LatencyMonitor, OpsMeter, SlowLog
+from marekvs.node.pubsub import PubSub
+from marekvs.node.tracking import Tracking
+from marekvs.node.watch import Watches
 from marekvs.storage.engine import Engine
 from marekvs.storage.sweeper import Sweeper
 
 log = logging.getLogger("marekvs.node")
 _clock = time.perf_counter_ns
+# what a RESP2 client in subscribed mode may run (Redis 7.0)
+_PUBSUB_MODE = frozenset(("ping", "subscribe", "ssubscribe", "unsubscribe", "sunsubscribe", "psubscribe",
+                          "punsubscribe", "quit", "reset"))
 
 DEFAULT_MAXCLIENTS = 10000
 RESERVED_FDS = 32  # Redis's CONFIG_MIN_RESERVED_FDS: descriptors kept for everything but clients
@@ -81,10 +88,17 @@ class Node:
         self.ks = Keyspace(self.engine, self.hlc, config.node_id)
         self.changes = ChangeFeed(self.engine)  # which records changed, whoever wrote them
         self.blocking = BlockingRegistry(self.changes, self.engine)
+        self.pubsub = PubSub()
+        self.blocking.current_setter = self._set_current
+        self.current: Context | None = None  # the client whose command is running (None: a peer's records)
+        self.events = Events(self)  # keyspace notifications
+        self.tracking = Tracking(self)  # client-side caching
+        self.watches = Watches(self)  # WATCH for MULTI/EXEC
         self.table: CommandTable = build_table()
         self._lookup = self.table.dispatch
         self.sweeper = Sweeper(self.engine, config)
         self.tunables: dict[str, str] = {}  # Redis parameters changed by CONFIG SET (tunables.py)
+        self.pubsub.limits = pubsub_limits(self.tunable("client-output-buffer-limit"))
         self.limits = Limits()  # request limits the RESP parsers read
         self.stats = Stats()
         self.error_codes: dict[str, int] = {}  # INFO errorstats
@@ -125,7 +139,16 @@ class Node:
     def drop_context(self, ctx: Context) -> None:
         self.clients.pop(ctx.id, None)
         self.blocking.drop_client(ctx)
+        if ctx.in_pubsub:
+            self.pubsub.drop_client(ctx)
+        if ctx.tracking is not None:
+            self.tracking.disable(ctx)
+        if ctx.watched is not None:
+            self.watches.unwatch_all(ctx)
         ctx.closing = True
+
+    def _set_current(self, ctx: Context | None) -> None:
+        self.current = ctx
 
     def tunable(self, name: str) -> str:
         """A Redis parameter's current value (CONFIG SET, else its default)."""
@@ -141,22 +164,30 @@ class Node:
         if cmd is None:
             cmd = self._lookup.get(args[0].lower())
             if cmd is None:
-                return self.rejected(None, errors.unknown_command(args))
+                return self.rejected(ctx, None, errors.unknown_command(args))
         n = len(args)
         a = cmd.arity
         if (a > 0 and n != a) or n < -a:
-            return self.rejected(cmd, errors.wrong_arity(cmd.fullname))
+            return self.rejected(ctx, cmd, errors.wrong_arity(cmd.fullname))
         if cmd.subcommands and (n > 1 or cmd.handler is None):
             sub = cmd.subcommands.get(args[1].lower().decode("latin-1"))
             if sub is None:
-                return self.rejected(None, errors.unknown_subcommand(cmd.name, args[1]))
+                return self.rejected(ctx, None, errors.unknown_subcommand(cmd.name, args[1]))
             cmd = sub
             a = cmd.arity
             if (a > 0 and n != a) or n < -a:
-                return self.rejected(cmd, errors.wrong_arity(cmd.fullname))
+                return self.rejected(ctx, cmd, errors.wrong_arity(cmd.fullname))
         if not ctx.authed and not cmd.no_auth:
-            return self.rejected(cmd, errors.NOAUTH)
+            return self.rejected(ctx, cmd, errors.NOAUTH)
+        if ctx.in_pubsub and ctx.proto == 2 and (cmd.parent is not None or cmd.name not in _PUBSUB_MODE):
+            return self.rejected(ctx, cmd, errors.pubsub_context(cmd.fullname))
+        if ctx.multi is not None and cmd.queued_in_multi:
+            if cmd.no_multi:
+                return self.rejected(ctx, cmd, errors.NOT_IN_MULTI)
+            ctx.multi.append((cmd, args))
+            return QUEUED
         ctx.last_cmd = cmd
+        self.current = ctx
         t0 = _clock()
         try:
             r = cmd.handler(ctx, args)  # type: ignore[misc]
@@ -169,6 +200,9 @@ class Node:
             log.exception("command %s failed", cmd.fullname)
             r = Err(errors.internal_error(cmd.fullname))
         dt = _clock() - t0
+        self.current = None
+        if self.events.on and self.events.pending_new:
+            self.events.flush_new()
         cmd.calls += 1
         cmd.nsec += dt
         if type(r) is Err:
@@ -176,14 +210,19 @@ class Node:
             self.count_error(r)
         elif cmd.write:
             ctx.last_write_seq = self.engine.next_seq
+        elif ctx.tracking is not None and cmd.readonly:
+            self.tracking.after_read(ctx, cmd, args)
         if dt > self.slow_ns:
             self._slow(ctx, cmd, args, dt)
         return r
 
-    def rejected(self, cmd: Any, text: str) -> Err:
-        """A command refused before it ran (unknown, arity, auth, ...): counted for INFO."""
+    def rejected(self, ctx: Context, cmd: Any, text: str) -> Err:
+        """A command refused before it ran (unknown, arity, auth, ...): counted for INFO;
+        inside MULTI it makes EXEC fail (EXECABORT)."""
         if cmd is not None:
             cmd.rejected_calls += 1
+        if ctx.multi is not None:
+            ctx.multi_error = True
         err = Err(text)
         self.count_error(err)
         return err
@@ -231,7 +270,15 @@ class Node:
             self._tick_scheduled = True
             self.loop.call_soon(self.end_tick)  # type: ignore[union-attr]
 
+    def request_tick(self) -> None:
+        """Make sure this tick ends with ``end_tick`` (work waits for it, no reply does)."""
+        if not self._tick_scheduled and self.loop is not None:
+            self._tick_scheduled = True
+            self.loop.call_soon(self.end_tick)
+
     def end_tick(self) -> None:
+        if self.tracking.pending:
+            self.tracking.flush_bcast()
         self._tick_scheduled = False
         waiting = self._after_commit
         self._after_commit = []
@@ -251,6 +298,10 @@ class Node:
         if ev is not None:
             self._ack_event = None
             ev.set()
+
+    def deliver_published(self, channel: bytes, payload: bytes, shard: bool) -> None:
+        """A message PUBLISHed on a peer: to this node's subscribers (not relayed again)."""
+        self.pubsub.deliver(channel, payload, shard)
 
     def ack_waiter(self) -> asyncio.Event:
         if self._ack_event is None:
@@ -283,8 +334,9 @@ class Node:
         for resume in held:
             resume()
 
-    def paused_for(self, args: list[bytes]) -> bool:
-        """Must this command wait for the pause to end? (Only asked while one is on.)"""
+    def paused_for(self, ctx: Context, args: list[bytes]) -> bool:
+        """Must this command wait for the pause to end? (Only asked while one is on.)
+        With WRITE, so does an EXEC whose transaction writes, as in Redis."""
         if time.monotonic() >= self.pause_end:
             self.unpause()
             return False
@@ -293,7 +345,9 @@ class Node:
         cmd = self.table.lookup(args[0])
         if cmd is not None and cmd.subcommands and len(args) > 1:
             cmd = cmd.subcommands.get(args[1].lower().decode("latin-1"), cmd)
-        return cmd is not None and (cmd.write or "may_replicate" in cmd.flags)
+        if cmd is not None and cmd.name == "exec" and ctx.multi:
+            return any(may_replicate(c) for c, _ in ctx.multi)
+        return cmd is not None and may_replicate(cmd)
 
     def hold(self, resume: Callable[[], None]) -> None:
         """Call ``resume()`` when the pause ends."""
@@ -312,10 +366,16 @@ class Node:
                 f"The operating system is not able to handle the specified number of clients, try with {fits}")
         self.maxclients = n
 
-    def set_tunable(self, name: str, value: str) -> None:
+    def set_tunable(self, name: str, value: str, given: str | None = None) -> None:
+        """A Redis parameter's new ``value`` (as CONFIG GET prints it; ``given`` as set)."""
         self.tunables[name] = value
         if name in ("slowlog-log-slower-than", "slowlog-max-len", "latency-monitor-threshold"):
             self.monitor_thresholds()
+        elif name == "client-output-buffer-limit":
+            self.pubsub.limits = pubsub_limits(value)
+        elif name == "notify-keyspace-events":
+            # (the flags as given: Redis prints "AKEm" for "KEAnm" but keeps 'n' on)
+            self.events.configure(value if given is None else given)
         elif name == "proto-max-bulk-len":
             self.limits.max_bulk = int(value)
         elif name == "client-query-buffer-limit":
@@ -363,6 +423,19 @@ class Node:
             ctx.kill()
         self.engine.save_hlc(self.hlc.last)
         self.engine.close()
+
+
+def may_replicate(cmd: Any) -> bool:
+    return cmd.write or "may_replicate" in cmd.flags
+
+
+def pubsub_limits(value: str) -> tuple[int, int, int]:
+    """(hard, soft, seconds) of the pubsub class of a client-output-buffer-limit value."""
+    parts = value.split()
+    for i in range(0, len(parts) - 3, 4):
+        if parts[i] == "pubsub":
+            return int(parts[i + 1]), int(parts[i + 2]), int(parts[i + 3])
+    return 0, 0, 0
 
 
 # -- open-files limits (the process's, for maxclients) -------------------------------------
