@@ -213,3 +213,24 @@ def test_correct_repairs_a_partition_whose_records_went_behind_the_engines_back(
     e = Engine(path, 1)
     assert kept_equals_data(e)  # the correction was persisted
     e.close()
+
+
+def test_a_sweeper_step_commits_what_it_removes(tmp_path):
+    """An idle node has no tick to commit the sweeper's removals: the step commits them, so
+    the kept digest (which peers compare) stops counting them at once."""
+    import time
+    from types import SimpleNamespace
+
+    from marekvs.storage.sweeper import Sweeper
+
+    e = Engine(str(tmp_path / "db"), 1)
+    old = (time.time_ns() // 1_000_000 - 60_000) << 16
+    e.apply([(K.encode_string_key(b"live"), string_record(old))])
+    e.apply([(K.encode_string_key(b"gone%d" % i), string_record(old, tomb=True)) for i in range(5)])
+    e.commit()
+    before = list(e.digest.segs)
+    sw = Sweeper(e, SimpleNamespace(gc_grace=1, sweep_interval=0.1))
+    assert sw.step(10_000) == 5
+    assert not e.pending and list(e.digest.segs) != before
+    assert kept_equals_data(e) and e.data.get(K.encode_string_key(b"gone0")) is None
+    e.close()
