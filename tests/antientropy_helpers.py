@@ -140,8 +140,13 @@ def make_divergences(cluster: Cluster, n: int = 60) -> Expected:
     cluster.start_node(1)
     c[1] = cluster.client(1)
     assert c[1].get(b"restored-0") is None  # the copy is older
-    cluster.proxy(1, 2).heal()
+    # Node 2 first reaches the restored node 1 (still under its old incarnation: it takes a
+    # new one only when its own handshake with node 2 shows its log behind), then node 1
+    # reaches node 2 under the new incarnation, at another address than node 2 reaches it
+    # by (the proxy): node 2 must not take it for a second node with node 1's id.
     cluster.proxy(2, 1).heal()
+    wait_links(cluster, [(2, 1)], up=True)
+    cluster.proxy(1, 2).heal()
     wait_for(lambda: c[1].get(b"restored-%d" % (n - 1)) == b"r%d" % (n - 1), 60,
              "node 1 pulling back what its old copy lacked from node 2")
     assert int(info_section(c[1], "replication")["incarnation_changes"]) >= 1

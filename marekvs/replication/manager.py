@@ -59,6 +59,7 @@ from marekvs.storage.engine import FORMAT_VERSION, Engine
 log = logging.getLogger("marekvs.replication")
 
 LOG_KEEP_ALONE = 100_000
+RECHECK_SECONDS = 1.0  # a peer's handshake is redone on a rival claim at most this often
 
 
 class NodeServices(Protocol):
@@ -182,6 +183,20 @@ class ReplicationManager:
         if p.node_id not in self.tasks and not self.stopping:
             self.tasks[p.node_id] = asyncio.get_running_loop().create_task(self.sender.run(p))
             self.relay.start(p)
+
+    def recheck_peer(self, p: PeerState) -> None:
+        """Shake hands with peer ``p`` again now (restart its sender), at most once a
+        second: a call claimed its id under another incarnation (``Receiver._admit``).
+        The handshake learns the incarnation of the node at ``p``'s address: a peer
+        restored from a copy has taken a new one, and its claim then holds."""
+        now = time.monotonic()
+        if now - p.rechecked < RECHECK_SECONDS or self.stopping:
+            return
+        p.rechecked = now
+        t = self.tasks.pop(p.node_id, None)
+        if t is not None:
+            t.cancel()
+        self.tasks[p.node_id] = asyncio.get_running_loop().create_task(self.sender.run(p))
 
     # -- shipping ------------------------------------------------------------------------
     def _on_commit(self, log_seq: int) -> None:
