@@ -15,7 +15,8 @@ the PySpark job) share them.
   the new incarnation from position 1 (nothing was trimmed, so no snapshot is needed) and
   never sees those writes: only anti-entropy can bring them to node 3.
 - **log lost**: with nodes 2 and 3 down (and node 1's log trimmed: every entry
-  acknowledged), node 1 writes ``lost-*`` and deletes some base keys; its replication-log
+  acknowledged), node 1 writes ``lost-*`` (strings, a hash, a set, a list), deletes some
+  base keys, removes set members, deletes a whole hash; its replication-log
   entries are then deleted from its data directory while it is stopped (a batch a bug
   dropped). Peers resume at node 1's log end and never receive them.
 - **behind the back**: every record of one partition is deleted from node 3's data column
@@ -64,7 +65,34 @@ class Expected:
     def delete(self, c: redis.Redis, key: bytes) -> None:
         c.delete(key)
         self.values.pop(key, None)
+        self.hashes.pop(key, None)
+        self.sets.pop(key, None)
+        self.lists.pop(key, None)
         self.deleted.add(key)
+
+    # collections: every record kind is bytes under a key to the digest and the exchange
+    hashes: dict[bytes, dict[bytes, bytes]] = field(default_factory=dict)
+    sets: dict[bytes, set[bytes]] = field(default_factory=dict)
+    lists: dict[bytes, list[bytes]] = field(default_factory=dict)
+
+    def hset(self, c: redis.Redis, key: bytes, mapping: dict[bytes, bytes]) -> None:
+        c.hset(key, mapping=mapping)
+        self.hashes.setdefault(key, {}).update(mapping)
+        self.deleted.discard(key)
+
+    def sadd(self, c: redis.Redis, key: bytes, *members: bytes) -> None:
+        c.sadd(key, *members)
+        self.sets.setdefault(key, set()).update(members)
+        self.deleted.discard(key)
+
+    def srem(self, c: redis.Redis, key: bytes, *members: bytes) -> None:
+        c.srem(key, *members)
+        self.sets[key].difference_update(members)
+
+    def rpush(self, c: redis.Redis, key: bytes, *values: bytes) -> None:
+        c.rpush(key, *values)
+        self.lists.setdefault(key, []).extend(values)
+        self.deleted.discard(key)
 
 
 def set_antientropy(cluster: Cluster, on: bool, extra: list[str] | None = None) -> None:
@@ -117,6 +145,9 @@ def make_divergences(cluster: Cluster, n: int = 60) -> Expected:
             exp.set(c[i], b"base-%d-%d" % (i, k), b"b%d-%d" % (i, k))
     for k in range(0, n, 6):
         exp.delete(c[2], b"base-1-%d" % k)  # tombstones everywhere, in time
+    for i in (1, 2, 3):
+        exp.hset(c[i], b"hash-%d" % i, {b"f%d" % k: b"v%d" % k for k in range(8)})
+        exp.sadd(c[i], b"set-%d" % i, *[b"m%d" % k for k in range(8)])
 
     # -- restored: node 1 from an older copy of its data directory ----------------------------
     wait_for(lambda: c[2].get(b"base-1-%d" % (n - 1)) is not None, 30, "node 1's writes on node 2")
@@ -167,6 +198,12 @@ def make_divergences(cluster: Cluster, n: int = 60) -> Expected:
         exp.set(c[1], b"lost-%d" % k, b"l%d" % k)
     for k in range(2, n, 6):
         exp.delete(c[1], b"base-2-%d" % k)  # peers keep the live value: the delete must win
+    exp.hset(c[1], b"lost-hash", {b"a": b"1", b"b": b"2"})
+    exp.hset(c[1], b"hash-2", {b"f0": b"new", b"extra": b"x"})
+    exp.sadd(c[1], b"lost-set", b"x", b"y", b"z")
+    exp.srem(c[1], b"set-2", b"m0", b"m1")  # peers keep the members: the removes must win
+    exp.delete(c[1], b"hash-3")  # ... and the whole-collection delete
+    exp.rpush(c[1], b"lost-list", b"p", b"q", b"r")
     cluster[1].stop()
     gone = with_rocksdb(cluster[1].data_dir, _drop_log_entries)
     assert gone >= 1
@@ -179,12 +216,14 @@ def make_divergences(cluster: Cluster, n: int = 60) -> Expected:
     wait_for(lambda: all(c[j].get(b"marker-lost-%d" % i) == b"m" for i in (1, 2, 3) for j in (1, 2, 3)), 60,
              "markers everywhere")
     assert c[2].get(b"lost-0") is None and c[2].get(b"base-2-2") is not None
+    assert not c[2].exists(b"lost-hash", b"lost-set", b"lost-list") and c[2].sismember(b"set-2", b"m0")
+    assert c[2].hget(b"hash-3", b"f0") == b"v0" and c[2].hget(b"hash-2", b"f0") == b"v0"
 
     # -- behind the back: node 3 loses a partition's records ------------------------------------
     victim = b"base-3-5"
     pid = partition_of(victim)
     cluster[3].stop()
-    dropped = with_rocksdb(cluster[3].data_dir, lambda db: _drop_partition(db, pid))
+    dropped = with_rocksdb(cluster[3].data_dir, lambda db: drop_partition_records(db, pid))
     assert dropped >= 1
     cluster.start_node(3)
     c[3] = cluster.client(3)
@@ -204,7 +243,7 @@ def _drop_log_entries(db) -> int:
     return len(keys)
 
 
-def _drop_partition(db, pid: int) -> int:
+def drop_partition_records(db, pid: int) -> int:
     data = db.get_column_family("data")
     lo, hi = K.pid_prefix(pid), K.pid_prefix(pid + 1)
     keys = []
@@ -222,17 +261,21 @@ def check_healed(cluster: Cluster, exp: Expected) -> None:
     """Every node serves every acknowledged write, no deleted key came back, and all
     digests (DEBUG DIGEST and every partition's kept root) agree."""
     cluster.wait_converged(timeout=90)
-    keys = list(exp.values) + sorted(exp.deleted)
+    keys = list(exp.values)
     for i in cluster.running():
         with cluster.client(i) as c:
             got = {}
             for b in range(0, len(keys), 500):
                 chunk = keys[b:b + 500]
                 got.update(zip(chunk, c.mget(chunk)))
+            back = [k for k in exp.deleted if c.exists(k)]
+            hashes = {k: c.hgetall(k) for k in exp.hashes}
+            sets = {k: c.smembers(k) for k in exp.sets}
+            lists = {k: c.lrange(k, 0, -1) for k in exp.lists}
         lost = {k: v for k, v in exp.values.items() if got[k] != v}
         assert not lost, f"node {i} lacks {len(lost)} acknowledged writes, e.g. {list(lost.items())[:3]}"
-        back = [k for k in exp.deleted if got[k] is not None]
         assert not back, f"node {i}: deleted keys came back: {back[:5]}"
+        assert hashes == exp.hashes and sets == exp.sets and lists == exp.lists, f"node {i}'s collections"
     roots = {i: kept_roots(cluster, i) for i in cluster.running()}
     assert len(set(roots.values())) == 1, "kept digests differ between nodes"
 

@@ -12,14 +12,15 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import time
 from pathlib import Path
 
+import pyspark
 import pytest
 
-from marekvs.core import keys as K
 from marekvs.core.partition import partition_of
 from tests.antientropy_helpers import (
     AE_OFF,
@@ -28,6 +29,7 @@ from tests.antientropy_helpers import (
     Expected,
     check_healed,
     digests_differ,
+    drop_partition_records,
     grpc_nodes,
     make_divergences,
     marekvs,
@@ -37,8 +39,15 @@ from tests.antientropy_helpers import (
 from tests.cluster import Cluster, Writer, missing_writes, wait_for
 from tests.helpers import free_port
 
-pyspark = pytest.importorskip("pyspark", reason="pip install pyspark (the project's spark extra)")
 pytestmark = pytest.mark.timeout(600)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def java():
+    """Spark runs on a JVM: a test machine without one fails here, saying so (``.ci/run``
+    installs a headless JRE; pyspark itself is a test dependency)."""
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        pytest.fail("no Java runtime: Spark needs one (apt-get install default-jre-headless; .ci/run does)")
 
 
 @pytest.fixture(scope="module")
@@ -49,23 +58,8 @@ def cluster(tmp_path_factory):
 
 def drop_partition(cluster: Cluster, i: int, key: bytes) -> int:
     """Delete every record of ``key``'s partition from node ``i``'s RocksDB while it is stopped."""
-    pid = partition_of(key)
     cluster[i].stop()
-
-    def drop(db):
-        data = db.get_column_family("data")
-        lo, hi = K.pid_prefix(pid), K.pid_prefix(pid + 1)
-        keys = []
-        for k in data.keys(from_key=lo):
-            if k >= hi:
-                break
-            keys.append(k)
-        for k in keys:
-            data.delete(k)
-        del data
-        return len(keys)
-
-    n = with_rocksdb(cluster[i].data_dir, drop)
+    n = with_rocksdb(cluster[i].data_dir, lambda db: drop_partition_records(db, partition_of(key)))
     cluster.start_node(i)
     return n
 
