@@ -96,22 +96,7 @@ async def exchange(replicas: Sequence[Replica], first: int = 0, count: int = PAR
     budget = opts.max_partitions
     for lo in range(first, first + count, opts.chunk):
         n = min(opts.chunk, first + count - lo)
-        if opts.verify:
-            t = time.perf_counter()
-            roots = list(await asyncio.gather(*(r.roots(lo, n, opts.verify) for r in replicas)))
-            report.timed("verify", time.perf_counter() - t)
-            report.digests_verified += n * len(replicas)
-        else:
-            roots = await _gather(report, "roots", [r.roots(lo, n) for r in replicas])
-        ids = _check(replicas, roots, report)
-        doubted: set[int] = set()
-        for i, r in zip(ids, roots):
-            if r.wrong:
-                report.digests_wrong[i] = report.digests_wrong.get(i, 0) + len(r.wrong)
-                doubted.update(r.wrong)
-        report.bytes_digests += 8 * n * len(replicas)
-        now = max(r.info.now_ms for r in roots)
-        mism = [lo + i for i in P.mismatched({i: r.roots for i, r in zip(ids, roots)})]
+        ids, now, mism, doubted = await _compare_roots(replicas, lo, n, opts.verify, report)
         report.partitions_compared += n
         report.partitions_mismatched += len(mism)
         report.partitions_matching += n - len(mism)
@@ -131,6 +116,44 @@ async def exchange(replicas: Sequence[Replica], first: int = 0, count: int = PAR
     report.tasks += 1
     report.wall_seconds += time.perf_counter() - t0
     return report
+
+
+async def _compare_roots(replicas: Sequence[Replica], lo: int, n: int, verify: int,
+                         report: Report) -> tuple[list[str], int, list[int], set[int]]:
+    """Stage 1 over partitions ``lo .. lo + n - 1``: (replica ids, the replicas' latest
+    clock, the partitions whose roots differ, those whose kept digest a replica found
+    wrong)."""
+    if verify:
+        t = time.perf_counter()
+        roots = list(await asyncio.gather(*(r.roots(lo, n, verify) for r in replicas)))
+        report.timed("verify", time.perf_counter() - t)
+        report.digests_verified += n * len(replicas)
+    else:
+        roots = await _gather(report, "roots", [r.roots(lo, n) for r in replicas])
+    ids = _check(replicas, roots, report)
+    doubted: set[int] = set()
+    for i, r in zip(ids, roots):
+        if r.wrong:
+            report.digests_wrong[i] = report.digests_wrong.get(i, 0) + len(r.wrong)
+            doubted.update(r.wrong)
+    report.bytes_digests += 8 * n * len(replicas)
+    now = max(r.info.now_ms for r in roots)
+    mism = [lo + i for i in P.mismatched({i: r.roots for i, r in zip(ids, roots)})]
+    return ids, now, mism, doubted
+
+
+async def mismatched_partitions(replicas: Sequence[Replica], first: int = 0, count: int = PARTITIONS,
+                                report: Report | None = None) -> list[int]:
+    """Stage 1 alone, from the kept digests: the partitions of ``first .. first + count -
+    1`` whose roots differ (8 bytes per partition and replica). The PySpark driver runs it
+    before it plans its tasks: a consistent cluster is confirmed without a Spark job, and
+    ranges of partitions that all match get no task."""
+    report = report if report is not None else Report()
+    out: list[int] = []
+    for lo in range(first, first + count, PARTITIONS):
+        n = min(PARTITIONS, first + count - lo)
+        out += (await _compare_roots(replicas, lo, n, 0, report))[2]
+    return out
 
 
 async def _drill(replicas: Sequence[Replica], ids: list[str], batch: list[int], now: int, opts: Options,

@@ -11,8 +11,12 @@ with ``--print-command``)::
 marekvs's pure code: ``--py-files`` ships the package as a zip (``marekvs repair --spark``
 builds it), or install marekvs in the executors' Python.
 
-The job: the 4096 partitions are cut into ``--tasks`` contiguous ranges, one Spark task
-each. A task connects to every node (gRPC, the cluster secret, TLS like the replication
+The job: the driver first compares every node's partition roots from their kept digests
+(8 bytes per partition and node, well under a second): when all agree the cluster is
+consistent and no SparkContext is even started. Otherwise the 4096 partitions are cut into
+``--tasks`` contiguous ranges, and each range holding a partition whose roots differ is one
+Spark task (with ``--verify`` every range is, as each node first recomputes its digests
+from its data in the tasks). A task connects to every node (gRPC, the cluster secret, TLS like the replication
 links) and runs ``exchange.exchange`` over its range: roots of every node, kept segments
 and fine segments of the partitions that differ, the records of the fine segments that
 differ, their join with the core lattices (``plan.plan_records``: the same merge code as
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import bisect
 import json
 import os
 import sys
@@ -52,6 +57,42 @@ def ranges(first: int, count: int, tasks: int) -> list[tuple[int, int]]:
 def run_range(rng: tuple[int, int], conf: TaskConf) -> dict[str, Any]:
     """One Spark task: the exchange over one range of partitions, on every node."""
     return asyncio.run(_run_range(rng, conf))
+
+
+def precheck(conf: TaskConf, first: int, count: int) -> tuple[list[int], Any]:
+    """The driver's look before the job: the partitions whose roots differ on the nodes,
+    and the report of that comparison (its stage time, bytes, nodes; an error)."""
+    return asyncio.run(_precheck(conf, first, count))
+
+
+async def _precheck(conf: TaskConf, first: int, count: int) -> tuple[list[int], Any]:
+    from marekvs.antientropy import exchange as X
+    from marekvs.antientropy.remote import GrpcReplica, tls_config
+    from marekvs.antientropy.report import Report
+
+    config = tls_config(**conf["tls"])
+    replicas = [GrpcReplica(addr, config) for addr in conf["nodes"]]
+    report = Report(dry_run=conf["options"]["dry_run"])
+    mism: list[int] = []
+    try:
+        mism = await X.mismatched_partitions(replicas, first, count, report)
+    except Exception as e:
+        report.error = f"comparing the roots: {e}"
+    finally:
+        for r in replicas:
+            await r.close()
+    return mism, report
+
+
+def planned(parts: list[tuple[int, int]], mism: list[int]) -> list[tuple[int, int]]:
+    """The ranges holding a mismatched partition (the others all matched)."""
+    have = sorted(mism)
+    out = []
+    for lo, n in parts:
+        i = bisect.bisect_left(have, lo)
+        if i < len(have) and have[i] < lo + n:
+            out.append((lo, n))
+    return out
 
 
 async def _run_range(rng: tuple[int, int], conf: TaskConf) -> dict[str, Any]:
@@ -139,34 +180,66 @@ def main(argv: list[str] | None = None) -> int:
 
     first, count = partition_range(args.partitions)
     t0 = time.perf_counter()
-    spark = (SparkSession.builder.appName("marekvs-repair")
-             .config("spark.ui.showConsoleProgress", "true").getOrCreate())
-    sc = spark.sparkContext
-    sc.setLogLevel(os.environ.get("MAREKVS_SPARK_LOG_LEVEL", "WARN"))
-    setup = time.perf_counter() - t0
     conf = task_conf(args)
-    parts = ranges(first, count, args.tasks)
-    print(f"marekvs repair on Spark ({sc.master}, {sc.defaultParallelism} cores): {len(parts)} tasks over "
-          f"partitions {first}-{first + count - 1} of {', '.join(args.nodes)}"
-          + (" (dry run)" if args.dry_run else ""), file=sys.stderr, flush=True)
+    all_parts = ranges(first, count, args.tasks)
+    parts = all_parts
+    pre = None
+    if not args.verify:  # (with --verify every node recomputes its digests in the tasks)
+        mism, pre = precheck(conf, first, count)
+        if not pre.error:
+            parts = planned(all_parts, mism)
+            print(f"marekvs repair: {len(mism)} of {count} partitions differ on {', '.join(args.nodes)}",
+                  file=sys.stderr, flush=True)
+    precheck_s = time.perf_counter() - t0
+    spark = None
+    if parts and not (pre is not None and pre.error):
+        spark = (SparkSession.builder.appName("marekvs-repair")
+                 .config("spark.ui.showConsoleProgress", "true").getOrCreate())
+        sc = spark.sparkContext
+        sc.setLogLevel(os.environ.get("MAREKVS_SPARK_LOG_LEVEL", "WARN"))
+        master = sc.master
+    else:  # every root matched (or a node failed): no SparkContext to start, no job to run
+        from pyspark import SparkConf
+
+        master = SparkConf().get("spark.master", "local[*]")
+    setup = time.perf_counter() - t0 - precheck_s
     t1 = time.perf_counter()
-    try:
-        sc.setJobDescription("marekvs diff and repair")
-        results = sc.parallelize(parts, len(parts)).map(lambda r: run_range(r, conf)).collect()
-        report = total([Report.from_dict(d) for d in results])
-    except Exception as e:
-        report = Report(dry_run=args.dry_run, error=f"Spark job failed: {e}")
+    if pre is not None and pre.error:
+        report = pre
+    else:
+        if spark is not None:
+            print(f"marekvs repair on Spark ({master}, {sc.defaultParallelism} cores): {len(parts)} tasks over "
+                  f"partitions {first}-{first + count - 1}" + (" (dry run)" if args.dry_run else ""),
+                  file=sys.stderr, flush=True)
+        try:
+            results = []
+            if spark is not None:
+                sc.setJobDescription("marekvs diff and repair")
+                results = sc.parallelize(parts, len(parts)).map(lambda r: run_range(r, conf)).collect()
+            report = total([Report.from_dict(d) for d in results])
+        except Exception as e:
+            report = Report(dry_run=args.dry_run, error=f"Spark job failed: {e}")
+        if pre is not None:  # the ranges the driver found matching had no task
+            skipped = sum(n for lo, n in all_parts) - sum(n for lo, n in parts)
+            report.partitions_compared += skipped
+            report.partitions_matching += skipped
+            report.bytes_digests += pre.bytes_digests
+            report.timed("roots", pre.stage_seconds.get("roots", 0.0))
+            report.nodes.update(pre.nodes)
     report.dry_run = args.dry_run
-    report.wall_seconds = time.perf_counter() - t1
-    spark.stop()
+    report.wall_seconds = time.perf_counter() - t1 + precheck_s
+    if spark is not None:
+        spark.stop()
     out = report.to_dict()
-    out["spark"] = {"master": sc.master, "tasks": len(parts), "setup_seconds": round(setup, 3),
-                    "job_seconds": round(report.wall_seconds, 3), "total_seconds": round(time.perf_counter() - t0, 3)}
+    out["spark"] = {"master": master, "tasks": len(parts), "setup_seconds": round(setup, 3),
+                    "precheck_seconds": round(precheck_s, 3), "job_seconds": round(time.perf_counter() - t1, 3),
+                    "total_seconds": round(time.perf_counter() - t0, 3)}
     if args.json == "-":
         print(json.dumps(out, indent=2))
     else:
         print(report.table())
-        print(f"spark: {sc.master}, {len(parts)} tasks; session {setup:.2f}s, job {report.wall_seconds:.2f}s")
+        print(f"spark: {master}, {len(parts)} tasks; roots compared first {precheck_s:.2f}s, session {setup:.2f}s, "
+              f"job {out['spark']['job_seconds']:.2f}s")
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(out, f, indent=2)
