@@ -509,6 +509,9 @@ FAMILIES = (
     # sorted sets and geo
     "marekvs.commands.zsets",
     "marekvs.commands.geo",
+    # HyperLogLog and bitmaps (branch hll-keyspace)
+    "marekvs.commands.hll",
+    "marekvs.commands.bitmaps",
     # ACL users (acl)
     "marekvs.commands.acl",
 )

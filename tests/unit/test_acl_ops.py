@@ -419,3 +419,18 @@ def test_protected_mode_refuses_non_loopback_clients_while_the_default_user_has_
     c("ACL", "SETUSER", "default", ">pw")
     assert not acl.protected_from("192.0.2.7")
     assert not nodes("p", protected_mode="no").acl.protected_from("192.0.2.7")
+
+
+def test_anti_entropy_carries_user_records_older_than_gc_grace():
+    """A user record is not an element: anti-entropy must not refuse an old one for lack
+    of a collection head (it does refuse headless elements older than the horizon)."""
+    from marekvs.antientropy.plan import refused
+
+    now = 10_000_000
+    old = acluser.new(b"on nopass ~* +@all", (now - 7_200_000) << 16, 2)
+    ikey = K.encode_user_key(b"alice")
+    assert refused({}, [(ikey, old)], now, 3_600_000) == set()
+    element = K.encode_set_member_key(b"alice", b"m")
+    from marekvs.core import orswot
+    stale = orswot.new(env.RecordType.SET_MEMBER, (now - 7_200_000) << 16, 2, b"")
+    assert refused({}, [(element, stale)], now, 3_600_000) == {element}
