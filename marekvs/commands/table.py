@@ -479,6 +479,8 @@ FAMILIES = (
     "marekvs.commands.strings",
     "marekvs.commands.keys",
     "marekvs.commands.debug",
+    # streams and consumer groups
+    "marekvs.commands.streams",
 )
 
 

@@ -26,9 +26,31 @@ Entry payload (format byte first)::
     [fmt u8 = 1] [npairs varint] npairs x ([flen varint][field][vlen varint][value])
 
 varint = unsigned LEB128. Field order is the XADD argument order.
+
+Counters (tag b'X', one record per stream and origin, ``[pid]'X'[klen][key][origin u16]``)
+keep what Redis keeps beside the entries: ``entries-added``, ``max-deleted-entry-id`` and
+the stream's last id as Redis sees it (which starts over when a deleted stream is made
+again and which XSETID may move back; the head's last id, max-joined, never goes back and
+is what ``next_id`` mints after). Record type STREAM_ENTRY, never a tombstone; payload::
+
+    [fmt u8 = 0x21] [gen u64] [epoch_hlc u64] [epoch_origin u16]
+    [added u64] [last_ms u64] [last_seq u64] [maxdel_ms u64] [maxdel_seq u64]
+
+Each node writes only its own record (a grow-only counter of the entries it added, the
+greatest id it added and the greatest id it deleted). ``gen`` is the stream head's delete clock the node saw and
+``epoch`` the version of the last XSETID that set the counters (``(0, 0)``: none): the
+counts of a record start over when either changes. A reader with head delete clock ``D``
+takes the records with ``gen == D``, the greatest epoch ``E`` among them, and sums
+``added`` (maxes ``last`` and ``maxdel``) over those in epoch ``E`` (``totals``). An XSETID
+is a new epoch whose record holds the values it set. Merge: the greater
+``(gen, epoch)`` wins whole; equal ones take each count's max and the envelope of the
+higher version. A lexicographic product of a total order and a product of joins: a join.
 """
 
 from __future__ import annotations
+
+import struct
+from typing import Iterable, NamedTuple
 
 from marekvs.core import envelope as env
 from marekvs.core import lww
@@ -140,3 +162,91 @@ def value(record: bytes, now_ms: int) -> list[tuple[bytes, bytes]] | None:
     """The entry's field/value pairs, None if deleted."""
     payload = lww.value(record, now_ms)
     return None if payload is None else from_bytes(payload)
+
+
+# -- per-origin counters (tag b'X') ----------------------------------------------------------
+
+COUNTER_FMT = 0x21
+_COUNTERS = struct.Struct(">BQQHQQQQQ")  # fmt, gen, epoch hlc/origin, added, last, maxdel
+NO_EPOCH = (0, 0)
+
+
+class Counters(NamedTuple):
+    gen: int  # the head delete clock the writer saw
+    epoch: tuple[int, int]  # the XSETID version the counts start from, NO_EPOCH: none
+    added: int = 0
+    last: StreamId = (0, 0)
+    max_deleted: StreamId = (0, 0)
+
+
+def counters_to_bytes(c: Counters) -> bytes:
+    return _COUNTERS.pack(COUNTER_FMT, c.gen, c.epoch[0], c.epoch[1], c.added, *c.last, *c.max_deleted)
+
+
+def counters_from_bytes(payload: bytes) -> Counters:
+    if len(payload) != _COUNTERS.size or payload[0] != COUNTER_FMT:
+        raise StreamFormatError("not a stream counters payload")
+    _, gen, eh, eo, added, lms, lseq, ms, seq = _COUNTERS.unpack(payload)
+    return Counters(gen, (eh, eo), added, (lms, lseq), (ms, seq))
+
+
+def counters_of(record: bytes) -> Counters:
+    return counters_from_bytes(record[_SIZE:])
+
+
+def counters_record(c: Counters, hlc: int, origin: int) -> bytes:
+    return env.pack(env.make_flags(RecordType.STREAM_ENTRY), hlc, origin, 0, counters_to_bytes(c))
+
+
+def merge_counters(a: bytes, b: bytes) -> bytes:
+    if a == b:
+        return a
+    ca, cb = counters_of(a), counters_of(b)
+    ka, kb = (ca.gen, ca.epoch), (cb.gen, cb.epoch)
+    if ka != kb:
+        return a if ka > kb else b
+    top = a if (a[1:11], a[:_SIZE]) >= (b[1:11], b[:_SIZE]) else b
+    out = top[:_SIZE] + counters_to_bytes(
+        Counters(ca.gen, ca.epoch, max(ca.added, cb.added), max(ca.last, cb.last),
+                 max(ca.max_deleted, cb.max_deleted)))
+    if out == a:
+        return a
+    if out == b:
+        return b
+    return out
+
+
+def check_counters(record: bytes) -> None:
+    if record[0] & env.FLAG_TOMBSTONE:
+        raise StreamFormatError("stream counters are never a tombstone")
+    counters_of(record)
+
+
+class Totals(NamedTuple):
+    epoch: tuple[int, int]
+    added: int
+    last: StreamId
+    max_deleted: StreamId
+
+
+def totals(records: Iterable[Counters], gen: int) -> Totals:
+    """The counters of a stream whose head delete clock is ``gen``, from its live counter
+    records (one per origin)."""
+    cur = [c for c in records if c.gen == gen]
+    if not cur:
+        return Totals(NO_EPOCH, 0, (0, 0), (0, 0))
+    epoch = max(c.epoch for c in cur)
+    cur = [c for c in cur if c.epoch == epoch]
+    return Totals(epoch, sum(c.added for c in cur), max(c.last for c in cur),
+                  max(c.max_deleted for c in cur))
+
+
+def bump(own: Counters | None, gen: int, epoch: tuple[int, int], added: int = 0,
+         last: StreamId = (0, 0), deleted: StreamId = (0, 0)) -> Counters:
+    """This node's counters after adding ``added`` entries up to ``last`` / deleting up to
+    ``deleted``, under the stream's current ``gen`` and ``epoch`` (its record starts
+    over if either is newer than the ones it counted under)."""
+    if own is None or (own.gen, own.epoch) != (gen, epoch):
+        own = Counters(gen, epoch)
+    return own._replace(added=own.added + added, last=max(own.last, last),
+                        max_deleted=max(own.max_deleted, deleted))

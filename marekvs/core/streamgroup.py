@@ -1,0 +1,425 @@
+"""Stream consumer groups as lattices: groups (b'g'), consumers (b'c'), pending entries (b'p').
+
+Redis keeps a consumer group as one in-memory structure: a last-delivered id, an
+entries-read counter, the consumers, and a pending entries list (PEL) of entries
+delivered but not acknowledged. marekvs splits it into records that merge on their own,
+all of them elements of the stream's collection (gated by the stream head's delete
+clock like any element, ``head.element_live``), all of envelope record type
+``STREAM_ENTRY`` (the 3-bit record type has no free value; the tag tells the kinds apart
+and each payload starts with a format byte of its own kind, checked on every peer
+record):
+
+``g`` group ``[pid]'g'[klen][key][group]``, format ``GROUP_FMT``::
+
+    [fmt u8 = 0x22] [state u8] [destroy_clock u64]
+    [base_ms u64] [base_seq u64] [base_read u64]                        set by CREATE / SETID
+    [nslots u16] nslots x ([origin u16] [ms u64] [seq u64] [read u64])  deliveries, by origin
+
+  A *position* is a last-delivered id with its entries-read counter, ``read`` =
+  entries-read + 1 (0: unknown, Redis's SCG_INVALID_ENTRIES_READ). The group's
+  position is the greatest of the base and the slots, ordered as ``(ms, seq, read)``.
+  The record's version is the version of the last CREATE, SETID or DESTROY: the shape of
+  the PN counter of the data model, whose base version is the envelope's. Delivering
+  (XREADGROUP ``>``, XCLAIM LASTID) does not make a new version: the delivering node
+  raises its own slot to its new position and keeps the header, so concurrent
+  deliveries on several nodes all count, and a CREATE/SETID (a new version) resets the
+  position wholesale, as in Redis.
+
+  Merge: the input with the higher ``(version, LWW part)`` (the LWW part is the header,
+  the state and the base) gives the header, state, base and its slots; equal keys join
+  their slots pointwise (the greater position per origin); ``destroy_clock`` is the max
+  of both. A lexicographic product of a total order with a join, times a max: a join.
+  DESTROY is a new version with ``state`` 0 (destroyed, no base, no slots) and
+  ``destroy_clock`` = its hlc. It is not a tombstone, on purpose: a tombstone is
+  physically removed after gc_grace, and with it the destroy clock that keeps the old
+  group's pending entries and consumers dead if the name is created again.
+
+``p`` pending entry ``[pid]'p'[klen][key][glen][group][id_ms u64][id_seq u64]``::
+
+    [fmt u8 = 0x24] [epoch_hlc u64] [epoch_origin u16] [incarnation u32]
+    [delivery_ms u64] [delivery_count u64] [consumer: the rest]
+
+  The *epoch* is the version of the group (its CREATE or SETID) the delivery was made
+  under; the *incarnation* counts the times the entry entered this group's PEL in that
+  epoch. An acknowledgement (XACK, or the PEL entries XGROUP DELCONSUMER drops) is the
+  record as a tombstone. Merge is the maximum under the total order
+  ``(epoch, incarnation, tombstone, version, bytes)``: an ack is *sticky*, it beats any
+  claim or delivery of the same epoch and incarnation, however late its version; a
+  claim, a re-read or a duplicate delivery of a pending entry keeps its epoch and
+  incarnation and wins by version (owner, delivery time and count are LWW); only a node
+  that has seen the ack can start a new incarnation (XCLAIM FORCE), and a SETID starts a
+  new epoch (redelivery after an acknowledged read, as Redis does). A pending entry is
+  live if its record is live and its epoch is newer than the group's destroy clock.
+
+``c`` consumer ``[pid]'c'[klen][key][glen][group][consumer]``, format ``CONSUMER_FMT``::
+
+    [fmt u8 = 0x23] [observed-remove element]     the data model's OR element (6.2)
+
+  A consumer is an element of an observed-remove set whose dot values are its
+  seen-time (u64 ms, big-endian): every interaction (XREADGROUP, XCLAIM, CREATECONSUMER)
+  is an add with a new dot that covers the dots it observed, XGROUP DELCONSUMER a remove
+  of the observed dots, so a consumer active on another node at the same time survives
+  its deletion. The caps are 4 live and 4 covered dots: with the OR element's cap rule a
+  dot among the four highest adds is live exactly when it is not covered, so covered
+  dots below the fourth-highest add decide nothing (``orswot``'s docstring), and four
+  keep the record small although every read rewrites it. A consumer is live if it has a
+  live dot newer than the group's destroy clock.
+
+Every merge here is commutative, associative and idempotent byte for byte and returns
+an input unchanged when it is the join (tests/merge_laws/test_streamgroup.py).
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import NamedTuple
+
+from marekvs.core import envelope as env
+from marekvs.core import orswot
+from marekvs.core.envelope import RecordType
+
+GROUP_FMT = 0x22
+CONSUMER_FMT = 0x23
+PENDING_FMT = 0x24
+RTYPE = RecordType.STREAM_ENTRY
+FLAGS = env.make_flags(RTYPE)
+_TOMB = env.FLAG_TOMBSTONE
+_SIZE = env.ENVELOPE_SIZE
+
+Version = tuple[int, int]  # (hlc, origin)
+
+
+class GroupFormatError(ValueError):
+    pass
+
+
+# =========================================================================================
+# groups
+# =========================================================================================
+
+LIVE = 1
+DESTROYED = 0
+_GROUP = struct.Struct(">BBQQQQH")  # fmt, state, destroy clock, base ms/seq/read, nslots
+_SLOT = struct.Struct(">HQQQ")  # origin, ms, seq, read
+_BASE_END = _SIZE + 1 + 1 + 8 + 24  # the LWW part: header, fmt, state, destroy clock, base
+UNKNOWN_READ = 0  # a position's read field when entries-read is unknown
+
+
+class Position(NamedTuple):
+    """A last-delivered id and its entries-read counter + 1 (0: unknown)."""
+
+    ms: int = 0
+    seq: int = 0
+    read: int = UNKNOWN_READ
+
+    @property
+    def id(self) -> tuple[int, int]:
+        return self.ms, self.seq
+
+    @property
+    def entries_read(self) -> int | None:
+        return self.read - 1 if self.read else None
+
+
+ZERO = Position()
+
+
+class Group(NamedTuple):
+    state: int
+    destroy_clock: int
+    base: Position
+    slots: tuple[tuple[int, Position], ...] = ()  # (origin, position), by origin
+
+    @property
+    def live(self) -> bool:
+        return self.state == LIVE
+
+    def position(self) -> Position:
+        """The group's last-delivered id and entries read: the greatest position."""
+        return max([self.base, *(p for _, p in self.slots)])
+
+
+def group_to_bytes(g: Group) -> bytes:
+    out = [_GROUP.pack(GROUP_FMT, g.state, g.destroy_clock, *g.base, len(g.slots))]
+    out += [_SLOT.pack(o, *p) for o, p in g.slots]
+    return b"".join(out)
+
+
+def group_from_bytes(payload: bytes) -> Group:
+    if len(payload) < _GROUP.size or payload[0] != GROUP_FMT:
+        raise GroupFormatError("not a consumer group payload")
+    _, state, clock, ms, seq, read, n = _GROUP.unpack_from(payload, 0)
+    if state not in (LIVE, DESTROYED):
+        raise GroupFormatError(f"unknown group state {state}")
+    if len(payload) != _GROUP.size + n * _SLOT.size:
+        raise GroupFormatError("group payload length does not match its slot count")
+    slots = tuple((o, Position(m, s, r)) for o, m, s, r in _SLOT.iter_unpack(payload[_GROUP.size:]))
+    if any(a[0] >= b[0] for a, b in zip(slots, slots[1:])):
+        raise GroupFormatError("group slots not in strictly increasing origin order")
+    if state == DESTROYED and (slots or (ms, seq, read) != (0, 0, 0)):
+        raise GroupFormatError("a destroyed group has no position")
+    return Group(state, clock, Position(ms, seq, read), slots)
+
+
+def group_of(record: bytes) -> Group:
+    return group_from_bytes(record[_SIZE:])
+
+
+def _group_key(r: bytes) -> tuple[bytes, bytes]:
+    return r[1:11], r[:_BASE_END]
+
+
+def merge_group(a: bytes, b: bytes) -> bytes:
+    if a == b:
+        return a
+    ga, gb = group_of(a), group_of(b)
+    ka, kb = _group_key(a), _group_key(b)
+    clock = max(ga.destroy_clock, gb.destroy_clock)
+    if ka != kb:
+        top, g = (a, ga) if ka > kb else (b, gb)
+        slots = g.slots
+    else:
+        top, g = a, ga
+        joined = dict(ga.slots)
+        for o, p in gb.slots:
+            if p > joined.get(o, ZERO):
+                joined[o] = p
+        slots = tuple(sorted(joined.items()))
+    out = top[:_SIZE] + group_to_bytes(g._replace(destroy_clock=clock, slots=slots))
+    if out == a:
+        return a
+    if out == b:
+        return b
+    return out
+
+
+def new_group(hlc: int, origin: int, base: Position, prior: bytes | None = None,
+              dead_clock: int = 0) -> bytes:
+    """XGROUP CREATE (and XREADGROUP's MKSTREAM path): a group at ``base``. ``prior`` is
+    a dead record stored under the name (destroyed, or gated by a DEL of the stream,
+    which ``dead_clock`` is then the head's delete clock of); its destroy clock and
+    ``dead_clock`` carry over, so what the old group left stays dead."""
+    clock = dead_clock
+    if prior is not None:
+        clock = max(clock, group_of(prior).destroy_clock)
+    rec = env.pack(FLAGS, hlc, origin, 0, group_to_bytes(Group(LIVE, clock, base)))
+    return rec if prior is None else merge_group(prior, rec)
+
+
+def set_position(current: bytes, hlc: int, origin: int, base: Position) -> bytes:
+    """XGROUP SETID: a new version whose base is ``base`` (the slots reset)."""
+    g = group_of(current)
+    rec = env.pack(FLAGS, hlc, origin, 0, group_to_bytes(Group(LIVE, g.destroy_clock, base)))
+    return merge_group(current, rec)
+
+
+def destroy(current: bytes, hlc: int, origin: int) -> bytes:
+    """XGROUP DESTROY: a new version, destroyed, whose destroy clock is its hlc."""
+    g = group_of(current)
+    rec = env.pack(FLAGS, hlc, origin, 0,
+                   group_to_bytes(Group(DESTROYED, max(g.destroy_clock, hlc), ZERO)))
+    return merge_group(current, rec)
+
+
+def deliver(current: bytes, origin: int, pos: Position) -> bytes:
+    """Deliveries made on ``origin`` up to ``pos`` (XREADGROUP ``>``, XCLAIM LASTID):
+    the origin's slot rises to ``pos``; the header (version) is kept."""
+    g = group_of(current)
+    slots = dict(g.slots)
+    if pos <= slots.get(origin, ZERO):
+        return current
+    slots[origin] = pos
+    return current[:_SIZE] + group_to_bytes(g._replace(slots=tuple(sorted(slots.items()))))
+
+
+def epoch_of(record: bytes) -> Version:
+    """The version a delivery under this group record belongs to."""
+    return env.hlc_of(record), env.origin_of(record)
+
+
+# =========================================================================================
+# pending entries
+# =========================================================================================
+
+_PENDING = struct.Struct(">BQHIQQ")  # fmt, epoch hlc/origin, incarnation, delivery ms, count
+INCARNATION_MAX = (1 << 32) - 1
+
+
+class Pending(NamedTuple):
+    epoch: Version
+    incarnation: int
+    delivery_ms: int
+    deliveries: int
+    consumer: bytes
+
+
+def pending_to_bytes(p: Pending) -> bytes:
+    return _PENDING.pack(PENDING_FMT, p.epoch[0], p.epoch[1], p.incarnation, p.delivery_ms,
+                         p.deliveries) + p.consumer
+
+
+def pending_from_bytes(payload: bytes) -> Pending:
+    if len(payload) < _PENDING.size or payload[0] != PENDING_FMT:
+        raise GroupFormatError("not a pending entry payload")
+    _, eh, eo, inc, ms, count = _PENDING.unpack_from(payload, 0)
+    return Pending((eh, eo), inc, ms, count, bytes(payload[_PENDING.size:]))
+
+
+def pending_of(record: bytes) -> Pending:
+    return pending_from_bytes(record[_SIZE:])
+
+
+def _pending_key(r: bytes) -> tuple[bytes, int, bytes, bytes]:
+    # epoch hlc + origin + incarnation are the 14 payload bytes after the format byte,
+    # big-endian: their bytes order like the numbers
+    return r[_SIZE + 1:_SIZE + 15], r[0] & _TOMB, r[1:11], r
+
+
+def merge_pending(a: bytes, b: bytes) -> bytes:
+    """The greater record under (epoch, incarnation, acknowledged, version, bytes)."""
+    return a if _pending_key(a) >= _pending_key(b) else b
+
+
+def _pending_record(p: Pending, hlc: int, origin: int, acked: bool = False) -> bytes:
+    return env.pack(env.make_flags(RTYPE, tombstone=acked), hlc, origin, 0, pending_to_bytes(p))
+
+
+def deliver_pending(current: bytes | None, epoch: Version, hlc: int, origin: int, consumer: bytes,
+                    now_ms: int) -> bytes:
+    """An entry delivered to ``consumer`` under the group version ``epoch``
+    (XREADGROUP ``>``): a new pending entry with delivery count 1, or, if the entry is
+    already pending in this epoch (a duplicate delivery), the same one reassigned."""
+    if current is None:
+        p = Pending(epoch, 1, now_ms, 1, consumer)
+    else:
+        c = pending_of(current)
+        if c.epoch < epoch:
+            p = Pending(epoch, 1, now_ms, 1, consumer)
+        else:
+            inc = c.incarnation + 1 if current[0] & _TOMB else c.incarnation
+            p = Pending(c.epoch, min(inc, INCARNATION_MAX), now_ms, 1, consumer)
+    rec = _pending_record(p, hlc, origin)
+    return rec if current is None else merge_pending(current, rec)
+
+
+def claim_pending(current: bytes, hlc: int, origin: int, consumer: bytes, delivery_ms: int,
+                  count: int) -> bytes:
+    """XCLAIM / XAUTOCLAIM / a re-read of one's own PEL: owner, delivery time and count
+    rewritten (LWW within the epoch and incarnation). On an acknowledged record (XCLAIM
+    FORCE after the ack was seen) a new incarnation."""
+    c = pending_of(current)
+    inc = c.incarnation + 1 if current[0] & _TOMB else c.incarnation
+    p = c._replace(incarnation=min(inc, INCARNATION_MAX), delivery_ms=delivery_ms, deliveries=count,
+                   consumer=consumer)
+    return merge_pending(current, _pending_record(p, hlc, origin))
+
+
+def force_pending(epoch: Version, hlc: int, origin: int, consumer: bytes, delivery_ms: int,
+                  count: int) -> bytes:
+    """XCLAIM FORCE of an entry that has no pending record at all."""
+    return _pending_record(Pending(epoch, 1, delivery_ms, count, consumer), hlc, origin)
+
+
+def ack_pending(current: bytes, hlc: int, origin: int) -> bytes:
+    """XACK: the record as a tombstone of the same epoch and incarnation (sticky)."""
+    if current[0] & _TOMB:
+        return current
+    return merge_pending(current, _pending_record(pending_of(current), hlc, origin, acked=True))
+
+
+def pending_live(record: bytes, destroy_clock: int) -> bool:
+    """Pending (not acknowledged) in a group whose destroy clock is ``destroy_clock``."""
+    return not record[0] & _TOMB and int.from_bytes(record[_SIZE + 1:_SIZE + 9], "big") > destroy_clock
+
+
+# =========================================================================================
+# consumers
+# =========================================================================================
+
+CONSUMER_CAPS = (4, 4)  # live, covered
+_MS = struct.Struct(">Q")
+
+
+def element_of_consumer(record: bytes) -> orswot.Element:
+    if len(record) <= _SIZE or record[_SIZE] != CONSUMER_FMT:
+        raise GroupFormatError("not a consumer payload")
+    return orswot.from_bytes(record[_SIZE + 1:])
+
+
+def _consumer_record(header: bytes, e: orswot.Element) -> bytes:
+    flags = (header[0] & ~_TOMB) | (0 if e.live else _TOMB)
+    return bytes((flags,)) + header[1:_SIZE] + bytes((CONSUMER_FMT,)) + orswot.to_bytes(e)
+
+
+def _header_key(r: bytes) -> tuple[bytes, bytes]:
+    return r[1:11], bytes((r[0] & ~_TOMB,)) + r[11:_SIZE]
+
+
+def merge_consumer(a: bytes, b: bytes) -> bytes:
+    if a == b:
+        return a
+    top = a if _header_key(a) >= _header_key(b) else b
+    e = orswot.join(element_of_consumer(a), element_of_consumer(b), *CONSUMER_CAPS)
+    out = _consumer_record(top, e)
+    if out == a:
+        return a
+    if out == b:
+        return b
+    return out
+
+
+def touch_consumer(current: bytes | None, hlc: int, origin: int, seen_ms: int) -> bytes:
+    """A consumer seen at ``seen_ms`` (created if absent): an add with the dot
+    ``(hlc, origin)`` covering the dots it observed."""
+    observed: tuple[orswot.Dot, ...] = ()
+    if current is not None:
+        observed = tuple(d for d, _ in element_of_consumer(current).live)
+    e = orswot.Element((((hlc, origin), _MS.pack(seen_ms)),), observed)
+    rec = _consumer_record(env.pack(FLAGS, hlc, origin, 0), orswot.join(e, orswot.EMPTY, *CONSUMER_CAPS))
+    return rec if current is None else merge_consumer(current, rec)
+
+
+def remove_consumer(current: bytes, hlc: int, origin: int) -> bytes:
+    """XGROUP DELCONSUMER: cover the observed dots."""
+    observed = tuple(d for d, _ in element_of_consumer(current).live)
+    if not observed:
+        return current
+    e = orswot.Element((), observed)
+    return merge_consumer(current, _consumer_record(env.pack(FLAGS, hlc, origin, 0), e))
+
+
+def consumer_seen(record: bytes, destroy_clock: int) -> int | None:
+    """The consumer's seen-time, None if it is not live in a group whose destroy clock
+    is ``destroy_clock`` (no live dot newer than it)."""
+    if record[0] & _TOMB:
+        return None
+    live = element_of_consumer(record).live
+    if not live or live[0][0][0] <= destroy_clock:
+        return None
+    seen: int = _MS.unpack(live[0][1])[0]
+    return seen
+
+
+# -- payload checks (the registry's rows) --------------------------------------------------
+
+def check_group(record: bytes) -> None:
+    group_of(record)
+
+
+def check_pending(record: bytes) -> None:
+    pending_of(record)
+
+
+def check_consumer(record: bytes) -> None:
+    e = element_of_consumer(record)
+    live = [d for d, _ in e.live]
+    if len(live) > CONSUMER_CAPS[0] or len(e.covered) > CONSUMER_CAPS[1]:
+        raise GroupFormatError("consumer element above its caps")
+    if any(a <= b for a, b in zip(live, live[1:])) or any(a <= b for a, b in zip(e.covered, e.covered[1:])):
+        raise GroupFormatError("dots not in canonical (strictly descending) order")
+    if not set(live).isdisjoint(e.covered):
+        raise GroupFormatError("a dot is both live and covered")
+    if any(len(v) != 8 for _, v in e.live):
+        raise GroupFormatError("a consumer's seen-time is 8 bytes")
+    if bool(record[0] & _TOMB) == bool(live):
+        raise GroupFormatError("tombstone flag disagrees with the live dots")
