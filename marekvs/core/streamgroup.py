@@ -36,20 +36,26 @@ record):
 
 ``p`` pending entry ``[pid]'p'[klen][key][glen][group][id_ms u64][id_seq u64]``::
 
-    [fmt u8 = 0x24] [epoch_hlc u64] [epoch_origin u16] [incarnation u32]
-    [delivery_ms u64] [delivery_count u64] [consumer: the rest]
+    [fmt u8 = 0x24] [epoch_hlc u64] [epoch_origin u16] [incarnation u32] [delivery_ms u64]
+    [base_hlc u64] [base_origin u16] [base_count u64]
+    [nslots u8] nslots x ([origin u16] [count u64])              by origin
+    [consumer: the rest]
 
   The *epoch* is the version of the group (its CREATE or SETID) the delivery was made
   under; the *incarnation* counts the times the entry entered this group's PEL in that
   epoch. An acknowledgement (XACK, or the PEL entries XGROUP DELCONSUMER drops) is the
-  record as a tombstone. Merge is the maximum under the total order
-  ``(epoch, incarnation, tombstone, version, bytes)``: an ack is *sticky*, it beats any
-  claim or delivery of the same epoch and incarnation, however late its version; a
-  claim, a re-read or a duplicate delivery of a pending entry keeps its epoch and
-  incarnation and wins by version (owner, delivery time and count are LWW); only a node
-  that has seen the ack can start a new incarnation (XCLAIM FORCE), and a SETID starts a
-  new epoch (redelivery after an acknowledged read, as Redis does). A pending entry is
-  live if its record is live and its epoch is newer than the group's destroy clock.
+  record as a tombstone. Merge: the greater ``(epoch, incarnation)`` wins whole; within
+  one, an ack is *sticky*, it beats any claim or delivery of the same epoch and
+  incarnation however late its version (two acks: LWW); two pending records join: the
+  owner (``consumer``) and delivery time are LWW by version, the delivery count is
+  ``base_count + sum(counts)`` in the PN-counter shape (the higher base version wins
+  whole, equal bases take each origin's max; a fresh delivery has base (0, 0, 0), so two
+  nodes delivering one entry at the same time count 2, and XPENDING shows the duplicate;
+  RETRYCOUNT is a new base). An ordinal sum of that product join under a chain of acks,
+  inside a lexicographic order: a join. Only a node that has seen the ack starts a new
+  incarnation (XCLAIM FORCE), and a SETID starts a new epoch (redelivery after an
+  acknowledged read, as Redis does). A pending entry is live if its record is live and
+  its epoch is newer than the group's destroy clock.
 
 ``c`` consumer ``[pid]'c'[klen][key][glen][group][consumer]``, format ``CONSUMER_FMT``::
 
@@ -101,7 +107,8 @@ LIVE = 1
 DESTROYED = 0
 _GROUP = struct.Struct(">BBQQQQH")  # fmt, state, destroy clock, base ms/seq/read, nslots
 _SLOT = struct.Struct(">HQQQ")  # origin, ms, seq, read
-_BASE_END = _SIZE + 1 + 1 + 8 + 24  # the LWW part: header, fmt, state, destroy clock, base
+_STATE_END = _SIZE + 2  # header, fmt, state: then the destroy clock (max-joined, not LWW) ...
+_BASE_END = _STATE_END + 8 + 24  # ... and the base: the LWW part is [:_STATE_END] + base
 UNKNOWN_READ = 0  # a position's read field when entries-read is unknown
 
 
@@ -166,7 +173,7 @@ def group_of(record: bytes) -> Group:
 
 
 def _group_key(r: bytes) -> tuple[bytes, bytes]:
-    return r[1:11], r[:_BASE_END]
+    return r[1:11], r[:_STATE_END] + r[_STATE_END + 8:_BASE_END]
 
 
 def merge_group(a: bytes, b: bytes) -> bytes:
@@ -182,7 +189,7 @@ def merge_group(a: bytes, b: bytes) -> bytes:
         top, g = a, ga
         joined = dict(ga.slots)
         for o, p in gb.slots:
-            if p > joined.get(o, ZERO):
+            if o not in joined or p > joined[o]:
                 joined[o] = p
         slots = tuple(sorted(joined.items()))
     out = top[:_SIZE] + group_to_bytes(g._replace(destroy_clock=clock, slots=slots))
@@ -241,83 +248,151 @@ def epoch_of(record: bytes) -> Version:
 # pending entries
 # =========================================================================================
 
-_PENDING = struct.Struct(">BQHIQQ")  # fmt, epoch hlc/origin, incarnation, delivery ms, count
+_PENDING = struct.Struct(">BQHIQQHQB")  # fmt, epoch, incarnation, delivery ms, count base, nslots
+_COUNT_SLOT = struct.Struct(">HQ")  # origin, deliveries counted there
 INCARNATION_MAX = (1 << 32) - 1
+NO_BASE = (0, 0, 0)  # (hlc, origin, value): the count base of a fresh delivery
 
 
 class Pending(NamedTuple):
     epoch: Version
     incarnation: int
     delivery_ms: int
-    deliveries: int
+    base: tuple[int, int, int]  # (hlc, origin, value) of the last RETRYCOUNT, NO_BASE: none
+    slots: tuple[tuple[int, int], ...]  # (origin, deliveries counted there since the base)
     consumer: bytes
+
+    @property
+    def deliveries(self) -> int:
+        """The delivery count: the base plus every node's deliveries since."""
+        return self.base[2] + sum(n for _, n in self.slots)
 
 
 def pending_to_bytes(p: Pending) -> bytes:
-    return _PENDING.pack(PENDING_FMT, p.epoch[0], p.epoch[1], p.incarnation, p.delivery_ms,
-                         p.deliveries) + p.consumer
+    out = [_PENDING.pack(PENDING_FMT, p.epoch[0], p.epoch[1], p.incarnation, p.delivery_ms, *p.base,
+                         len(p.slots))]
+    out += [_COUNT_SLOT.pack(o, n) for o, n in p.slots]
+    out.append(p.consumer)
+    return b"".join(out)
 
 
 def pending_from_bytes(payload: bytes) -> Pending:
     if len(payload) < _PENDING.size or payload[0] != PENDING_FMT:
         raise GroupFormatError("not a pending entry payload")
-    _, eh, eo, inc, ms, count = _PENDING.unpack_from(payload, 0)
-    return Pending((eh, eo), inc, ms, count, bytes(payload[_PENDING.size:]))
+    _, eh, eo, inc, ms, bh, bo, bv, n = _PENDING.unpack_from(payload, 0)
+    end = _PENDING.size + n * _COUNT_SLOT.size
+    if len(payload) < end:
+        raise GroupFormatError("pending entry payload shorter than its count slots")
+    slots = tuple(_COUNT_SLOT.iter_unpack(payload[_PENDING.size:end]))
+    if any(a[0] >= b[0] for a, b in zip(slots, slots[1:])):
+        raise GroupFormatError("count slots not in strictly increasing origin order")
+    return Pending((eh, eo), inc, ms, (bh, bo, bv), slots, bytes(payload[end:]))
 
 
 def pending_of(record: bytes) -> Pending:
     return pending_from_bytes(record[_SIZE:])
 
 
-def _pending_key(r: bytes) -> tuple[bytes, int, bytes, bytes]:
+def _pending_key(r: bytes) -> tuple[bytes, int]:
     # epoch hlc + origin + incarnation are the 14 payload bytes after the format byte,
     # big-endian: their bytes order like the numbers
-    return r[_SIZE + 1:_SIZE + 15], r[0] & _TOMB, r[1:11], r
+    return r[_SIZE + 1:_SIZE + 15], r[0] & _TOMB
 
 
 def merge_pending(a: bytes, b: bytes) -> bytes:
-    """The greater record under (epoch, incarnation, acknowledged, version, bytes)."""
-    return a if _pending_key(a) >= _pending_key(b) else b
+    """(epoch, incarnation) decides; within one, an acknowledgement (tombstone) beats any
+    pending record and acks merge LWW; two pending records join: owner and delivery time
+    LWW by version, the count a PN-counter-shaped join (the higher base wins whole,
+    equal bases take each origin's max)."""
+    if a == b:
+        return a
+    ka, kb = _pending_key(a), _pending_key(b)
+    if ka != kb:
+        return a if ka > kb else b
+    if ka[1]:  # two acks
+        return a if (a[1:11], a) >= (b[1:11], b) else b
+    pa, pb = pending_of(a), pending_of(b)
+    top, pt = (a, pa) if (a[1:11], a[:_SIZE], pa.delivery_ms, pa.consumer) >= \
+        (b[1:11], b[:_SIZE], pb.delivery_ms, pb.consumer) else (b, pb)
+    if pa.base != pb.base:
+        slots = (pa if pa.base > pb.base else pb).slots
+        base = max(pa.base, pb.base)
+    else:
+        joined = dict(pa.slots)
+        for o, n in pb.slots:
+            if n > joined.get(o, -1):
+                joined[o] = n
+        slots, base = tuple(sorted(joined.items())), pa.base
+    out = top[:_SIZE] + pending_to_bytes(pt._replace(base=base, slots=slots))
+    if out == a:
+        return a
+    if out == b:
+        return b
+    return out
 
 
 def _pending_record(p: Pending, hlc: int, origin: int, acked: bool = False) -> bytes:
     return env.pack(env.make_flags(RTYPE, tombstone=acked), hlc, origin, 0, pending_to_bytes(p))
 
 
+def _counted(p: Pending, origin: int, add: int) -> tuple[tuple[int, int], ...]:
+    slots = dict(p.slots)
+    slots[origin] = slots.get(origin, 0) + add
+    return tuple(sorted(slots.items()))
+
+
+def _fresh(epoch: Version, incarnation: int, origin: int, consumer: bytes, delivery_ms: int,
+           deliveries: int) -> Pending:
+    """A pending entry entering the PEL, counted ``deliveries`` times by ``origin``: the
+    base is NO_BASE, so two nodes delivering the same entry concurrently count twice."""
+    return Pending(epoch, min(incarnation, INCARNATION_MAX), delivery_ms, NO_BASE,
+                   ((origin, deliveries),) if deliveries else (), consumer)
+
+
 def deliver_pending(current: bytes | None, epoch: Version, hlc: int, origin: int, consumer: bytes,
                     now_ms: int) -> bytes:
     """An entry delivered to ``consumer`` under the group version ``epoch``
-    (XREADGROUP ``>``): a new pending entry with delivery count 1, or, if the entry is
-    already pending in this epoch (a duplicate delivery), the same one reassigned."""
+    (XREADGROUP ``>``): a new pending entry delivered once (a fresh count: two nodes that
+    deliver it at the same time, neither seeing the other, count 2 once merged, so the
+    duplicate shows in its delivery count). An entry already pending here in this epoch
+    (XCLAIM FORCE made it pending before it was delivered) is reassigned with its count
+    reset to 1, as Redis does: a new count base."""
     if current is None:
-        p = Pending(epoch, 1, now_ms, 1, consumer)
+        return _pending_record(_fresh(epoch, 1, origin, consumer, now_ms, 1), hlc, origin)
+    c = pending_of(current)
+    if c.epoch < epoch:
+        p = _fresh(epoch, 1, origin, consumer, now_ms, 1)
+    elif current[0] & _TOMB:
+        p = _fresh(c.epoch, c.incarnation + 1, origin, consumer, now_ms, 1)
     else:
-        c = pending_of(current)
-        if c.epoch < epoch:
-            p = Pending(epoch, 1, now_ms, 1, consumer)
-        else:
-            inc = c.incarnation + 1 if current[0] & _TOMB else c.incarnation
-            p = Pending(c.epoch, min(inc, INCARNATION_MAX), now_ms, 1, consumer)
-    rec = _pending_record(p, hlc, origin)
-    return rec if current is None else merge_pending(current, rec)
+        p = c._replace(delivery_ms=now_ms, consumer=consumer, base=(hlc, origin, 1), slots=())
+    return merge_pending(current, _pending_record(p, hlc, origin))
 
 
 def claim_pending(current: bytes, hlc: int, origin: int, consumer: bytes, delivery_ms: int,
-                  count: int) -> bytes:
-    """XCLAIM / XAUTOCLAIM / a re-read of one's own PEL: owner, delivery time and count
-    rewritten (LWW within the epoch and incarnation). On an acknowledged record (XCLAIM
-    FORCE after the ack was seen) a new incarnation."""
+                  add: int = 1, retrycount: int | None = None) -> bytes:
+    """XCLAIM / XAUTOCLAIM / a re-read of one's own PEL: owner and delivery time
+    rewritten (LWW within the epoch and incarnation), the count raised by ``add`` on this
+    origin, or set to ``retrycount`` (a new count base). On an acknowledged record
+    (XCLAIM FORCE after the ack was seen): a new incarnation, counted as Redis counts a
+    forced claim (created delivered once, plus ``add``)."""
     c = pending_of(current)
-    inc = c.incarnation + 1 if current[0] & _TOMB else c.incarnation
-    p = c._replace(incarnation=min(inc, INCARNATION_MAX), delivery_ms=delivery_ms, deliveries=count,
-                   consumer=consumer)
+    if current[0] & _TOMB:
+        p = _fresh(c.epoch, c.incarnation + 1, origin, consumer, delivery_ms, 1 + add)
+    else:
+        p = c._replace(delivery_ms=delivery_ms, consumer=consumer, slots=_counted(c, origin, add))
+    if retrycount is not None:
+        p = p._replace(base=(hlc, origin, retrycount), slots=())
     return merge_pending(current, _pending_record(p, hlc, origin))
 
 
 def force_pending(epoch: Version, hlc: int, origin: int, consumer: bytes, delivery_ms: int,
-                  count: int) -> bytes:
-    """XCLAIM FORCE of an entry that has no pending record at all."""
-    return _pending_record(Pending(epoch, 1, delivery_ms, count, consumer), hlc, origin)
+                  add: int = 1, retrycount: int | None = None) -> bytes:
+    """XCLAIM FORCE of an entry with no pending record in the group's epoch."""
+    p = _fresh(epoch, 1, origin, consumer, delivery_ms, 1 + add)
+    if retrycount is not None:
+        p = p._replace(base=(hlc, origin, retrycount), slots=())
+    return _pending_record(p, hlc, origin)
 
 
 def ack_pending(current: bytes, hlc: int, origin: int) -> bytes:

@@ -307,6 +307,20 @@ def entry(ks: Keyspace, st: Stream, sid: StreamId) -> list[tuple[bytes, bytes]] 
     return _fields(rec)
 
 
+def entry_state(ks: Keyspace, st: Stream, sid: StreamId) -> tuple[list[tuple[bytes, bytes]] | None, bool]:
+    """(fields of the live entry at ``sid`` or None, whether it is known to be gone).
+    Gone means deleted here: an XDEL/XTRIM tombstone, or gated by a DEL of the stream.
+    An entry with no record at all may simply not have reached this node yet (a pending
+    entry arrives with its delivery, the entry with its XADD, from different nodes), so
+    the group commands leave such a pending entry alone instead of dropping it."""
+    rec = ks.get(K.encode_stream_key(st.key, *sid))
+    if rec is None:
+        return None, False
+    if not _entry_live(rec, st.dc):
+        return None, True
+    return _fields(rec), False
+
+
 def first_entry(ks: Keyspace, st: Stream) -> Entry | None:
     got = range_entries(ks, st, MIN_ID, MAX_ID, 1)
     return got[0] if got else None
@@ -693,11 +707,13 @@ def delete_consumer(ks: Keyspace, g: GroupRef, name: bytes) -> int:
     if not live or rec is None:
         return 0
     recs = [(ck, G.remove_consumer(rec, ks.hlc.now(), ks.node_id))]
+    dropped = []
     for pk, prec in _pending_records(ks, g):
         if G.pending_of(prec).consumer == name:
             recs.append((pk, G.ack_pending(prec, ks.hlc.now(), ks.node_id)))
-    ks.apply(recs)
-    return len(recs) - 1
+            dropped.append(_ID.unpack_from(pk, len(pk) - 16))
+    ks.apply(recs + _covering(ks, g, dropped))
+    return len(dropped)
 
 
 # -- pending entries -------------------------------------------------------------------------
@@ -740,6 +756,21 @@ def pending_one(ks: Keyspace, g: GroupRef, sid: StreamId) -> tuple[bytes, bytes 
     return pk, rec, live
 
 
+def _covering(ks: Keyspace, g: GroupRef, ids: list[StreamId]) -> list[tuple[bytes, bytes]]:
+    """The group record with this node's slot raised to the group's position, written
+    beside an ack, a claim or a re-read of entries at or below that position (nothing
+    changes here: the position is the greatest slot already). A node that receives the
+    ack before the delivery that made the entry pending (they may come from different
+    nodes) then never delivers the entry again with ``>``: replication is in order per
+    origin, so the ack arrives with a position that covers it. No write when this node's
+    slot is there already (a node that delivered and acknowledges itself)."""
+    pos = g.position()
+    if not any(sid <= pos.id for sid in ids):
+        return []
+    rec = G.deliver(g.record, ks.node_id, pos)
+    return [] if rec is g.record else [(g.gk, rec)]
+
+
 def ack(ks: Keyspace, g: GroupRef, ids: list[StreamId]) -> int:
     """XACK: how many of ``ids`` were pending (now acknowledged)."""
     recs = []
@@ -752,8 +783,8 @@ def ack(ks: Keyspace, g: GroupRef, ids: list[StreamId]) -> int:
             seen.add(sid)
             recs.append((pk, G.ack_pending(rec, ks.hlc.now(), ks.node_id)))
     if recs:
-        ks.apply(recs)
-    return len(recs)
+        ks.apply(recs + _covering(ks, g, list(seen)))
+    return len(seen)
 
 
 # -- XREADGROUP ------------------------------------------------------------------------------
@@ -813,10 +844,10 @@ def read_history(ks: Keyspace, g: GroupRef, consumer: bytes, after: StreamId, co
             fields = entry(ks, g.st, sid)
             out.append((sid, fields))
             if fields is not None:
-                recs.append((ik, G.claim_pending(rec, ks.hlc.now(), ks.node_id, consumer, now, p.deliveries + 1)))
+                recs.append((ik, G.claim_pending(rec, ks.hlc.now(), ks.node_id, consumer, now)))
             if len(out) == count:
                 break
-    ks.apply(recs)
+    ks.apply(recs + _covering(ks, g, [sid for sid, _ in out]))
     return out
 
 
@@ -846,25 +877,25 @@ def claim(ks: Keyspace, g: GroupRef, consumer: bytes, ids: list[StreamId], how: 
         pk, rec, live = pending_one(ks, g, sid)
         if pk in claimed:
             rec, live = claimed[pk], True
-        fields = entry(ks, g.st, sid)
+        fields, gone = entry_state(ks, g.st, sid)
         if fields is None:
-            if live and rec is not None:
+            if gone and live and rec is not None:  # deleted: it leaves the PEL (as Redis 7.0)
                 recs.append((pk, G.ack_pending(rec, ks.hlc.now(), origin)))
                 claimed.pop(pk, None)
             continue
+        add = 0 if how.justid else 1
         if live and rec is not None:
             p = G.pending_of(rec)
             if how.min_idle and now - p.delivery_ms < how.min_idle:
                 continue
-            count = how.retrycount if how.retrycount is not None else p.deliveries + (0 if how.justid else 1)
-            new = G.claim_pending(rec, ks.hlc.now(), origin, consumer, how.delivery_ms, count)
+            new = G.claim_pending(rec, ks.hlc.now(), origin, consumer, how.delivery_ms, add, how.retrycount)
         elif how.force:
-            # Redis creates the pending entry delivered once, then counts the claim
-            count = how.retrycount if how.retrycount is not None else (1 if how.justid else 2)
-            fresh = G.force_pending(g.epoch, ks.hlc.now(), origin, consumer, how.delivery_ms, count)
-            new = fresh if rec is None else (
-                G.claim_pending(rec, ks.hlc.now(), origin, consumer, how.delivery_ms, count)
-                if G.pending_of(rec).epoch >= g.epoch else G.merge_pending(rec, fresh))
+            if rec is not None and G.pending_of(rec).epoch >= g.epoch:
+                new = G.claim_pending(rec, ks.hlc.now(), origin, consumer, how.delivery_ms, add, how.retrycount)
+            else:
+                fresh = G.force_pending(g.epoch, ks.hlc.now(), origin, consumer, how.delivery_ms, add,
+                                        how.retrycount)
+                new = fresh if rec is None else G.merge_pending(rec, fresh)
         else:
             continue
         if not touched:
@@ -875,7 +906,7 @@ def claim(ks: Keyspace, g: GroupRef, consumer: bytes, ids: list[StreamId], how: 
         recs.append((pk, new))
         out.append((sid, None if how.justid else fields))
     if recs:
-        ks.apply(recs)
+        ks.apply(recs + _covering(ks, g, [sid for sid, _ in out]))
     return out
 
 
@@ -898,11 +929,12 @@ def autoclaim(ks: Keyspace, g: GroupRef, consumer: bytes, min_idle: int, start: 
             cursor = sid
             break
         attempts -= 1
-        fields = entry(ks, g.st, sid)
+        fields, gone = entry_state(ks, g.st, sid)
         if fields is None:
-            recs.append((ik, G.ack_pending(rec, ks.hlc.now(), origin)))
-            deleted.append(sid)
-            count -= 1
+            if gone:
+                recs.append((ik, G.ack_pending(rec, ks.hlc.now(), origin)))
+                deleted.append(sid)
+                count -= 1
             continue
         p = G.pending_of(rec)
         if min_idle and now - p.delivery_ms < min_idle:
@@ -911,10 +943,9 @@ def autoclaim(ks: Keyspace, g: GroupRef, consumer: bytes, min_idle: int, start: 
             touch, _ = touch_consumer(ks, g, consumer, now)
             recs.append(touch)
             touched = True
-        recs.append((ik, G.claim_pending(rec, ks.hlc.now(), origin, consumer, now,
-                                         p.deliveries + (0 if justid else 1))))
+        recs.append((ik, G.claim_pending(rec, ks.hlc.now(), origin, consumer, now, 0 if justid else 1)))
         out.append((sid, None if justid else fields))
         count -= 1
     if recs:
-        ks.apply(recs)
+        ks.apply(recs + _covering(ks, g, [sid for sid, _ in out]))
     return cursor, out, deleted
