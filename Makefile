@@ -11,9 +11,9 @@ PORT   ?= 6379
 DATA   ?= ./data
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test laws bench bench-cluster proto clean lint
+.PHONY: run test laws bench bench-cluster bench-pubsub proto clean lint
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test]'
@@ -43,6 +43,9 @@ bench: proto
 
 bench-cluster: proto
 	$(PY) bench/bench_cluster.py
+
+bench-pubsub: proto
+	$(PY) bench/bench_pubsub.py
 
 # ruff over everything; mypy (strict, configured in pyproject's [tool.mypy]) over the pure
 # core and the keyspace.

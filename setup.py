@@ -40,6 +40,7 @@ BASE_REQUIREMENTS = [
     "msgpack>=1.0",
     "uvloop>=0.19",
     "hiredis>=2.3",
+    "prometheus_client>=0.17",
 ]
 
 

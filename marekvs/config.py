@@ -56,6 +56,7 @@ class Config:
     tls_server_name: str = ""
     metrics_port: int = 0
     clock_offset_ms: int = 0
+    redis_version: str = "7.0.15"
 
     HELP = {
         "port": "RESP TCP port",
@@ -82,6 +83,8 @@ class Config:
         "tls_server_name": "expected TLS name of peers (override when connecting by IP)",
         "metrics_port": "Prometheus text exporter port on the bind address (0 = off)",
         "clock_offset_ms": "testing only: shift this node's HLC wall clock by this many ms",
+        "redis_version": "the Redis version HELLO and INFO report (clients pick features by it; "
+                         "redis-py's client-side cache wants 7.4.0 or later)",
     }
 
     def validate(self) -> None:

@@ -28,6 +28,7 @@ class Process:
         self.node = Node(config, config_file)
         self.replication = ReplicationManager(self.node)
         self.node.replication = self.replication
+        self.node.pubsub.relay = self.replication.relay.publish  # PUBLISH reaches every node
         self.resp = RespServer(self.node)
         self.metrics_server: asyncio.AbstractServer | None = None
 

@@ -6,6 +6,7 @@ Every process is started by the test that needs it and stopped by its own pid.
 from __future__ import annotations
 
 import itertools
+import re
 import os
 import shutil
 import signal
@@ -200,3 +201,40 @@ class RedisServer:
         import redis
 
         return redis.Redis(host="127.0.0.1", port=self.port, **kw)
+
+
+# -- raw conversations (side-by-side tests) -------------------------------------------------
+
+_END_REPLY = re.compile(rb"(?:\*2\r\n\$4\r\npong\r\n)?\$7\r\n__end__\r\n")  # PING's, subscribed or not
+
+
+def sync(s: socket.socket) -> bytes:
+    """Everything the server sends on ``s`` before its reply to a ``PING __end__`` sent now
+    (its own packet, so a tick of its own: what the commands before it pushed at the end of
+    their tick comes first). A closed connection ends it too. (Not inside MULTI: the
+    PING would be queued.)"""
+    try:
+        s.sendall(b"PING __end__\r\n")
+    except OSError:
+        pass  # closed by QUIT: read what came before
+    out = b""
+    s.settimeout(30)
+    while True:
+        m = _END_REPLY.search(out)
+        if m:  # (what came in the same read after it, e.g. BCAST invalidations, stays)
+            return out[:m.start()] + out[m.end():]
+        try:
+            d = s.recv(65536)
+        except ConnectionResetError:
+            d = b""
+        if not d:
+            return out
+        out += d
+
+
+def conversation(port: int, data: bytes) -> bytes:
+    """Send ``data``; everything the server sent back, including what it pushed at the end
+    of the tick that ran the last command (two sentinels: see ``sync``)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(data)
+        return sync(s) + sync(s)

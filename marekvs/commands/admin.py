@@ -18,7 +18,7 @@ import resource
 import sys
 import time
 
-from marekvs import REDIS_COMPAT_VERSION, __version__
+from marekvs import __version__
 from marekvs.commands import errors, reply, tunables
 from marekvs.commands.args import int_arg
 from marekvs.commands.errors import CommandError
@@ -99,18 +99,18 @@ def config_set(ctx, args):
         except tunables.TunableError as e:
             raise _set_failed(name, e) from None
         names.append(canon)
-    changes: list[tuple[str, str]] = []
-    for canon, (name, value) in zip(names, pairs):
+    changes: list[tuple[str, str, str]] = []
+    for canon, (name, given) in zip(names, pairs):
         try:
             if canon in _OWN_PARAMS:
-                value = _OWN_PARAMS[canon](value)
+                value = _OWN_PARAMS[canon](given)
             else:
-                value = tunables.check(canon, value, node.tunable(canon))
+                value = tunables.check(canon, given, node.tunable(canon))
         except tunables.TunableError as e:
             raise _set_failed(name, e) from None
-        changes.append((canon, value))
+        changes.append((canon, value, given))
     # maxclients first: the one change that can fail, before any other is made
-    for name, value in sorted(changes, key=lambda change: change[0] != "maxclients"):
+    for name, value, given in sorted(changes, key=lambda change: change[0] != "maxclients"):
         if name == "maxclients":
             try:
                 node.set_maxclients(int(value))
@@ -126,7 +126,7 @@ def config_set(ctx, args):
             node.config.max_clock_drift = int(value)
             node.hlc.max_drift_ms = int(value)
         else:
-            node.set_tunable(name, value)
+            node.set_tunable(name, value, given)
     return reply.OK
 
 
@@ -137,7 +137,7 @@ def _set_failed(name: str, e: Exception) -> CommandError:
 @command("resetstat", 2, "admin noscript loading stale", parent="config", group="server",
          summary="Resets the server's statistics.", since="2.0.0")
 def config_resetstat(ctx, args):
-    ctx.node.stats.reset(len(ctx.node.clients))
+    ctx.node.reset_stats()
     return reply.OK
 
 
@@ -170,11 +170,17 @@ def _flush(ctx, args):
         raise CommandError(errors.SYNTAX)
     ks = ctx.ks
     now = ctx.ks.now()
+    tracking = ctx.node.tracking
+    tracking.flush_all()  # one null invalidation for everybody, not one per key
     recs = []
     for key, _, _ in list(ks.all_keys(now)):
         recs += ks.delete_records(key, now)
     if recs:
-        ks.apply(recs)
+        tracking.suppress = True
+        try:
+            ks.apply(recs)
+        finally:
+            tracking.suppress = False
     return reply.OK
 
 
@@ -230,7 +236,7 @@ def shutdown(ctx, args):
 def _section_server(s) -> list[tuple[str, object]]:
     up = int(time.monotonic() - s.started_mono)
     return [
-        ("redis_version", REDIS_COMPAT_VERSION), ("marekvs_version", __version__),
+        ("redis_version", s.config.redis_version), ("marekvs_version", __version__),
         ("redis_git_sha1", "00000000"), ("redis_git_dirty", 0), ("redis_mode", "standalone"),
         ("os", f"{platform.system()} {platform.release()} {platform.machine()}"),
         ("arch_bits", 64 if sys.maxsize > 2**32 else 32), ("multiplexing_api", "epoll"),
@@ -243,15 +249,29 @@ def _section_server(s) -> list[tuple[str, object]]:
 
 def _section_clients(s):
     blocked = sum(1 for ctx in s.clients.values() if ctx.blocked)
-    return [("connected_clients", len(s.clients)), ("blocked_clients", blocked), ("tracking_clients", 0),
+    return [("connected_clients", len(s.clients)), ("blocked_clients", blocked),
+            ("tracking_clients", s.tracking.clients), ("pubsub_clients", sum(c.in_pubsub for c in s.clients.values())),
             ("maxclients", s.maxclients)]
 
 
 def _section_memory(s):
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    return [("used_memory", rss), ("used_memory_human", f"{rss / 1048576:.2f}M"), ("used_memory_rss", rss),
-            ("maxmemory", 0), ("maxmemory_policy", "noeviction"), ("cache_entries", len(s.engine.cache)),
-            ("mem_allocator", "libc")]
+    """The process's resident memory (marekvs has no allocator of its own to ask: the
+    record cache, RocksDB's memtables and block cache and Python's heap are all in it)."""
+    rss = s.memory_rss()
+    peak = max(s.memory_peak, rss)
+    return [("used_memory", rss), ("used_memory_human", _human(rss)), ("used_memory_rss", rss),
+            ("used_memory_rss_human", _human(rss)), ("used_memory_peak", peak),
+            ("used_memory_peak_human", _human(peak)), ("used_memory_peak_perc", f"{100 * rss / peak:.2f}%"),
+            ("maxmemory", 0), ("maxmemory_human", "0B"), ("maxmemory_policy", "noeviction"),
+            ("cache_entries", len(s.engine.cache)), ("mem_allocator", "libc")]
+
+
+def _human(n: int) -> str:
+    """Redis's bytesToHuman."""
+    for unit, size in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.2f}{unit}"
+    return f"{n}B"
 
 
 def _section_persistence(s):
@@ -270,7 +290,26 @@ def _section_stats(s):
             ("rejected_connections", st.rejected_connections), ("expired_keys", 0),
             ("expired_records_removed", s.sweeper.removed), ("evicted_keys", 0),
             ("total_error_replies", st.error_replies), ("unexpected_error_replies", st.unexpected_errors),
-            ("client_query_buffer_limit_disconnections", st.query_buffer_closes)]
+            ("instantaneous_ops_per_sec", s.ops.rate()), ("keyspace_hits", s.ks.hits),
+            ("keyspace_misses", s.ks.misses), ("pubsub_channels", len(s.pubsub.channels)),
+            ("pubsub_patterns", s.pubsub.numpat()), ("pubsubshard_channels", len(s.pubsub.shard_channels)),
+            *s.tracking.info(), ("client_query_buffer_limit_disconnections", st.query_buffer_closes)]
+
+
+def _section_commandstats(s):
+    """Every command run or refused since the last CONFIG RESETSTAT, as Redis prints it."""
+    out = []
+    for c in s.table.all_commands():
+        if c.calls or c.rejected_calls or c.failed_calls:
+            usec = c.nsec // 1000
+            per = usec / c.calls if c.calls else 0.0
+            out.append((f"cmdstat_{c.fullname}", f"calls={c.calls},usec={usec},usec_per_call={per:.2f},"
+                                                 f"rejected_calls={c.rejected_calls},failed_calls={c.failed_calls}"))
+    return out
+
+
+def _section_errorstats(s):
+    return [(f"errorstat_{code}", f"count={n}") for code, n in sorted(s.error_codes.items())]
 
 
 def _section_replication(s):
@@ -304,21 +343,29 @@ SECTIONS = {
     "cpu": lambda s: [("used_cpu_sys", "%.6f" % resource.getrusage(resource.RUSAGE_SELF).ru_stime),
                       ("used_cpu_user", "%.6f" % resource.getrusage(resource.RUSAGE_SELF).ru_utime)],
     "cluster": _section_cluster, "keyspace": _section_keyspace, "marekvs": _section_marekvs,
+    "modules": lambda s: [], "errorstats": _section_errorstats, "commandstats": _section_commandstats,
 }
 DEFAULT_SECTIONS = ("server", "clients", "memory", "persistence", "stats", "replication", "cpu",
-                    "cluster", "keyspace", "marekvs")
+                    "modules", "errorstats", "cluster", "keyspace", "marekvs")
+ALL_SECTIONS = ("server", "clients", "memory", "persistence", "stats", "replication", "cpu", "modules",
+                "commandstats", "errorstats", "cluster", "keyspace", "marekvs")  # INFO all / everything
+_TITLES = {"cpu": "CPU"}
 
 
 def info_text(node, names: list[str]) -> str:
-    if not names or any(n in ("all", "everything", "default") for n in names):
+    if any(n in ("all", "everything") for n in names):
+        names = list(ALL_SECTIONS)
+    elif not names or "default" in names:
         names = list(DEFAULT_SECTIONS)
+    else:  # in Redis's order, whatever the order asked
+        names = [n for n in ALL_SECTIONS if n in names]
     parts = []
     for n in names:
         f = SECTIONS.get(n)
         if f is None:
             continue
         body = "".join(f"{k}:{v}\r\n" for k, v in f(node))
-        parts.append(f"# {n.capitalize()}\r\n{body}")
+        parts.append(f"# {_TITLES.get(n, n.capitalize())}\r\n{body}")
     return "\r\n".join(parts)
 
 

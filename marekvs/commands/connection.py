@@ -5,9 +5,9 @@ from __future__ import annotations
 import hmac
 import time
 
-from marekvs import REDIS_COMPAT_VERSION
 from marekvs.commands import errors
 from marekvs.commands.args import parse_ll
+from marekvs.commands.context import TrackingState
 from marekvs.commands.errors import CommandError
 from marekvs.commands.table import command, container, help_subcommand
 from marekvs.commands import reply
@@ -21,6 +21,8 @@ CONTAINERS = (container("client", group="connection", summary="A container for c
 def ping(ctx, args):
     if len(args) > 2:
         raise CommandError(errors.wrong_arity("ping"))
+    if ctx.in_pubsub and ctx.proto == 2:  # subscribed mode: an array, as Redis
+        return [b"pong", args[1] if len(args) == 2 else b""]
     return reply.PONG if len(args) == 1 else args[1]
 
 
@@ -91,7 +93,7 @@ def hello(ctx, args):
         ctx.name = name
     ctx.proto = proto
     return reply.Map([
-        b"server", b"redis", b"version", REDIS_COMPAT_VERSION.encode(), b"proto", proto,
+        b"server", b"redis", b"version", ctx.node.config.redis_version.encode(), b"proto", proto,
         b"id", ctx.id, b"mode", b"standalone", b"role", b"master", b"modules", [],
     ])
 
@@ -119,6 +121,15 @@ def quit_(ctx, args):
 @command("reset", 1, "noscript loading stale fast no_auth allow_busy", group="connection",
          summary="Resets the connection.", since="6.2.0")
 def reset(ctx, args):
+    ctx.multi = None
+    if ctx.watched is not None:
+        ctx.node.watches.unwatch_all(ctx)
+    if ctx.tracking is not None:
+        ctx.node.tracking.disable(ctx)
+    if ctx.in_pubsub:
+        ctx.node.pubsub.drop_client(ctx)
+        ctx.in_pubsub = False
+    ctx.reply_mode = 0
     ctx.proto = 2
     ctx.name = b""
     ctx.no_evict = False
@@ -135,12 +146,22 @@ def _check_name(name: bytes) -> bytes:
     return name
 
 
+def client_flags(cl) -> str:
+    """CLIENT LIST's flags, in Redis's order (``catClientInfoString``)."""
+    t = cl.tracking
+    f = [c for c, on in (("P", cl.in_pubsub), ("x", cl.multi is not None), ("b", cl.blocked),
+                         ("t", t is not None), ("B", t is not None and t.bcast), ("d", cl.watch_dirty),
+                         ("c", cl.closing), ("e", cl.no_evict)) if on]
+    return "".join(f) or "N"
+
+
 def client_line(cl) -> str:
     now = time.monotonic()
     cmd = cl.last_cmd.fullname if cl.last_cmd is not None else "NULL"
     return (f"id={cl.id} addr={cl.addr} laddr={cl.laddr} fd={cl.fd} name={cl.name.decode('utf-8', 'replace')} "
-            f"age={int(now - cl.created)} idle={int(now - cl.last_active)} flags={'e' if cl.no_evict else 'N'} "
-            f"db=0 sub=0 psub=0 ssub=0 multi=-1 qbuf={cl.query_buffer()} qbuf-free=0 argv-mem=0 "
+            f"age={int(now - cl.created)} idle={int(now - cl.last_active)} flags={client_flags(cl)} "
+            f"db=0 sub={len(cl.channels)} psub={len(cl.patterns)} ssub={len(cl.shard_channels)} "
+            f"multi={-1 if cl.multi is None else len(cl.multi)} qbuf={cl.query_buffer()} qbuf-free=0 argv-mem=0 "
             f"multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={cmd} user=default "
             f"redir=-1 resp={cl.proto} lib-name={cl.lib_name.decode('utf-8', 'replace')} "
             f"lib-ver={cl.lib_ver.decode('utf-8', 'replace')}")
@@ -301,17 +322,182 @@ def client_unblock(ctx, args):
     return 1 if ctx.node.blocking.unblock(cid, error) else 0
 
 
+@command("pause", -3, "admin noscript loading stale", parent="client", group="connection",
+         acl="admin slow dangerous connection",
+         summary="Suspends commands processing.", since="3.0.0", complexity="O(1)",
+         syntax="timeout [WRITE | ALL]")
+def client_pause(ctx, args):
+    if len(args) > 4:
+        raise CommandError(errors.subcommand_syntax("client", args[1]))
+    ms = parse_ll(args[2])
+    if ms is None:
+        raise CommandError(errors.TIMEOUT_NOT_INT)
+    if ms < 0:
+        raise CommandError(errors.TIMEOUT_NEGATIVE)
+    writes_only = False
+    if len(args) == 4:
+        mode = args[3].lower()
+        if mode not in (b"write", b"all"):
+            raise CommandError(errors.PAUSE_MODE)
+        writes_only = mode == b"write"
+    ctx.node.pause(ms / 1000, writes_only)
+    return reply.OK
+
+
+@command("unpause", 2, "admin noscript loading stale", parent="client", group="connection",
+         acl="admin slow dangerous connection",
+         summary="Resumes processing of clients that were paused.", since="6.2.0",
+         complexity="O(N) Where N is the number of paused clients")
+def client_unpause(ctx, args):
+    ctx.node.unpause()
+    return reply.OK
+
+
+@command("reply", 3, "noscript loading stale", parent="client", group="connection", acl="slow connection",
+         summary="Instructs the server whether to reply to commands.", since="3.2.0", complexity="O(1)",
+         syntax="ON | OFF | SKIP")
+def client_reply(ctx, args):
+    mode = args[2].lower()
+    if mode == b"on":
+        ctx.reply_mode = 0
+        return reply.OK
+    if mode == b"off":
+        ctx.reply_mode = 1
+    elif mode == b"skip":
+        ctx.reply_mode = 2  # this reply and the next command's
+    else:
+        raise CommandError(errors.SYNTAX)
+    return reply.NO_REPLY
+
+
+@command("tracking", -3, "noscript loading stale", parent="client", group="connection", acl="slow connection",
+         summary="Controls server-assisted client-side caching for the connection.", since="6.0.0",
+         complexity="O(1). Some options may introduce additional complexity.",
+         syntax="ON | OFF [REDIRECT client-id] [PREFIX prefix [PREFIX prefix ...]] [BCAST] [OPTIN] [OPTOUT] "
+                "[NOLOOP]")
+def client_tracking(ctx, args):
+    onoff = args[2].lower()
+    if onoff not in (b"on", b"off"):
+        raise CommandError(errors.SYNTAX)
+    redirect, bcast, optin, optout, noloop = 0, False, False, False, False
+    prefixes: list[bytes] = []
+    i = 3
+    while i < len(args):
+        opt = args[i].lower()
+        more = i + 1 < len(args)
+        if opt == b"redirect" and more:
+            if redirect:
+                raise CommandError(errors.TRACKING_ONE_REDIRECT)
+            cid = parse_ll(args[i + 1])
+            if cid is None:
+                raise CommandError(errors.NOT_INTEGER)
+            if cid not in ctx.node.clients:
+                raise CommandError(errors.TRACKING_NO_REDIRECT)
+            redirect = cid
+            i += 1
+        elif opt == b"bcast":
+            bcast = True
+        elif opt == b"optin":
+            optin = True
+        elif opt == b"optout":
+            optout = True
+        elif opt == b"noloop":
+            noloop = True
+        elif opt == b"prefix" and more:
+            prefixes.append(args[i + 1])
+            i += 1
+        else:
+            raise CommandError(errors.SYNTAX)
+        i += 1
+    tracking = ctx.node.tracking
+    if onoff == b"off":
+        tracking.disable(ctx)
+        return reply.OK
+    if prefixes and not bcast:
+        raise CommandError(errors.TRACKING_PREFIX_BCAST)
+    if ctx.tracking is not None and ctx.tracking.bcast != bcast:
+        raise CommandError(errors.TRACKING_SWITCH_BCAST)
+    if optin and optout:
+        raise CommandError(errors.TRACKING_OPTIN_OPTOUT)
+    if bcast and (optin or optout):
+        raise CommandError(errors.TRACKING_OPT_BCAST)
+    if ctx.tracking is not None and (optin and ctx.tracking.optout or optout and ctx.tracking.optin):
+        raise CommandError(errors.TRACKING_SWITCH_OPT)
+    for a in prefixes:
+        for b in prefixes:
+            if a is not b and (a.startswith(b) or b.startswith(a)):
+                raise CommandError(errors.tracking_prefix_overlap(a, b))
+    if ctx.tracking is not None and bcast:
+        prefixes = ctx.tracking.prefixes + [p for p in prefixes if p not in ctx.tracking.prefixes]
+    tracking.enable(ctx, TrackingState(redirect, bcast, prefixes, optin, optout, noloop))
+    return reply.OK
+
+
+@command("caching", 3, "noscript loading stale", parent="client", group="connection", acl="slow connection",
+         summary="Instructs the server whether to track the keys in the next request.", since="6.0.0",
+         complexity="O(1)", syntax="YES | NO")
+def client_caching(ctx, args):
+    st = ctx.tracking
+    if st is None:
+        raise CommandError(errors.CACHING_MODE)
+    v = args[2].lower()
+    if v == b"yes":
+        if not st.optin:
+            raise CommandError(errors.CACHING_YES)
+        st.caching = True
+    elif v == b"no":
+        if not st.optout:
+            raise CommandError(errors.CACHING_NO)
+        st.caching = False
+    else:
+        raise CommandError(errors.SYNTAX)
+    return reply.OK
+
+
+@command("getredir", 2, "noscript loading stale", parent="client", group="connection", acl="slow connection",
+         summary="Returns the client ID to which the connection's tracking notifications are redirected.",
+         since="6.0.0", complexity="O(1)")
+def client_getredir(ctx, args):
+    st = ctx.tracking
+    return -1 if st is None else st.redirect
+
+
+@command("trackinginfo", 2, "noscript loading stale", parent="client", group="connection",
+         acl="slow connection", summary="Returns information about server-assisted client-side caching for the "
+                                        "connection.", since="6.2.0", complexity="O(1)")
+def client_trackinginfo(ctx, args):
+    st = ctx.tracking
+    if st is None:
+        return reply.Map([b"flags", reply.SetReply([b"off"]), b"redirect", -1, b"prefixes", []])
+    return reply.Map([b"flags", reply.SetReply(st.flags()), b"redirect", st.redirect,
+                      b"prefixes", list(st.prefixes)])
+
+
+# Redis 7.0's CLIENT HELP, word for word; SETINFO (Redis 7.2) is marekvs's addition
 client_help = help_subcommand("client", (
     "CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "CACHING (YES|NO)", "    Enable/disable tracking of the keys for next command in OPTIN/OPTOUT modes.",
+    "GETREDIR", "    Return the client ID we are redirecting to when tracking is enabled.",
     "GETNAME", "    Return the name of the current connection.",
     "ID", "    Return the ID of the current connection.",
     "INFO", "    Return information about the current client connection.",
     "KILL <ip:port>", "    Kill connection made from <ip:port>.",
-    "KILL <option> <value> [<option> <value> [...]]", "    Kill connections. Options are: ID, TYPE, USER,"
-    " ADDR, LADDR, SKIPME.",
-    "LIST [options ...]", "    Return information about client connections.",
-    "NO-EVICT (ON|OFF)", "    Protect current client connection from eviction.",
-    "SETINFO <option> <value>", "    Set client meta attr. Options are: LIB-NAME, LIB-VER.",
+    "KILL <option> <value> [<option> <value> [...]]", "    Kill connections. Options are:",
+    "    * ADDR (<ip:port>|<unixsocket>:0)", "      Kill connections made from the specified address",
+    "    * LADDR (<ip:port>|<unixsocket>:0)", "      Kill connections made to specified local address",
+    "    * TYPE (NORMAL|MASTER|REPLICA|PUBSUB)", "      Kill connections by type.",
+    "    * USER <username>", "      Kill connections authenticated by <username>.",
+    "    * SKIPME (YES|NO)", "      Skip killing current connection (default: yes).",
+    "LIST [options ...]", "    Return information about client connections. Options:",
+    "    * TYPE (NORMAL|MASTER|REPLICA|PUBSUB)", "      Return clients of specified type.",
+    "UNPAUSE", "    Stop the current client pause, resuming traffic.",
+    "PAUSE <timeout> [WRITE|ALL]", "    Suspend all, or just write, clients for <timeout> milliseconds.",
+    "REPLY (ON|OFF|SKIP)", "    Control the replies sent to the current connection.",
     "SETNAME <name>", "    Assign the name <name> to the current connection.",
+    "SETINFO <option> <value>", "    Set client meta attr. Options are: LIB-NAME, LIB-VER.",
     "UNBLOCK <clientid> [TIMEOUT|ERROR]", "    Unblock the specified blocked client.",
-    "HELP", "    Print this help."), group="connection")
+    "TRACKING (ON|OFF) [REDIRECT <id>] [BCAST] [PREFIX <prefix> [...]]",
+    "         [OPTIN] [OPTOUT] [NOLOOP]", "    Control server assisted client side caching.",
+    "TRACKINGINFO", "    Report tracking status for the current connection.",
+    "NO-EVICT (ON|OFF)", "    Protect current client connection from eviction.",
+    "HELP", "    Prints this help."), group="connection")

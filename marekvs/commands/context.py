@@ -22,7 +22,9 @@ from typing import Any, Callable
 class Context:
     __slots__ = ("node", "ks", "id", "proto", "authed", "name", "lib_name", "lib_ver", "addr", "laddr",
                  "fd", "created", "last_active", "last_cmd", "no_evict", "db", "blocked", "last_write_seq",
-                 "deny_blocking", "closing", "on_kill", "on_auth", "query_buffer")
+                 "deny_blocking", "closing", "on_kill", "on_auth", "query_buffer", "reply_mode",
+                 "channels", "patterns", "shard_channels", "in_pubsub", "on_push", "soft_limit_since",
+                 "tracking", "deferred", "multi", "multi_error", "watched", "watch_dirty")
 
     def __init__(self, node: Any, client_id: int, *, authed: bool = True, addr: str = "?", laddr: str = "?",
                  fd: int = -1):
@@ -41,6 +43,25 @@ class Context:
         self.blocked = False  # a blocking command is pending: the transport holds later ones
         self.last_write_seq = 0  # log seq of this client's last write (WAIT)
         self.deny_blocking = False
+        self.reply_mode = 0  # CLIENT REPLY: 0 on, 1 off, 2 skip this reply and the next
+        # Pub/Sub: this client's subscriptions (node/pubsub.py keeps the index), whether it
+        # has any (RESP2 subscribed mode), how its transport takes a push (returning the
+        # bytes it still holds), and since when it is over the soft output limit
+        self.channels: dict[bytes, None] = {}
+        self.patterns: dict[bytes, None] = {}
+        self.shard_channels: dict[bytes, None] = {}
+        self.in_pubsub = False
+        self.on_push: Callable[[Any], int] | None = None
+        self.soft_limit_since = 0.0
+        self.tracking: TrackingState | None = None  # CLIENT TRACKING (node/tracking.py); None: off
+        self.deferred: list[Any] | None = None  # pushes to send after this command's reply
+        # MULTI: the queued (command, argv) pairs (None: not in a transaction); a command
+        # refused while queueing makes EXEC fail (EXECABORT). WATCH (node/watch.py): the
+        # watched keys (-> whether each existed) and whether one changed since.
+        self.multi: list[tuple[Any, list[bytes]]] | None = None
+        self.multi_error = False
+        self.watched: dict[bytes, bool] | None = None
+        self.watch_dirty = False
         self.closing = False
         self.on_kill: Callable[[], None] | None = None
         self.on_auth: Callable[[bool], None] | None = None
@@ -56,6 +77,12 @@ class Context:
         if self.on_kill is not None:
             self.on_kill()
 
+    def fire(self, cls: str, event: bytes, key: bytes) -> None:
+        """A keyspace notification of this client's command (``node/events.py``)."""
+        ev = self.node.events
+        if ev.on:
+            ev.fire(cls, event, key)
+
     def set_authed(self, authed: bool) -> None:
         self.authed = authed
         if self.on_auth is not None:
@@ -64,3 +91,33 @@ class Context:
 
 def _zero() -> int:
     return 0
+
+
+class TrackingState:
+    __slots__ = ("redirect", "bcast", "prefixes", "optin", "optout", "noloop", "caching")
+
+    def __init__(self, redirect: int, bcast: bool, prefixes: list[bytes], optin: bool, optout: bool,
+                 noloop: bool):
+        self.redirect = redirect
+        self.bcast = bcast
+        self.prefixes = prefixes
+        self.optin = optin
+        self.optout = optout
+        self.noloop = noloop
+        self.caching: bool | None = None  # CLIENT CACHING yes/no for the next command
+
+    def flags(self) -> list[bytes]:
+        out = [b"on"]
+        if self.bcast:
+            out.append(b"bcast")
+        if self.optin:
+            out.append(b"optin")
+            if self.caching:
+                out.append(b"caching-yes")
+        if self.optout:
+            out.append(b"optout")
+            if self.caching is False:
+                out.append(b"caching-no")
+        if self.noloop:
+            out.append(b"noloop")
+        return out

@@ -26,6 +26,12 @@ NAN_OR_INF = "ERR increment would produce NaN or Infinity"
 SYNTAX = "ERR syntax error"
 NO_SUCH_KEY = "ERR no such key"
 NOAUTH = "NOAUTH Authentication required."
+MULTI_NESTED = "ERR MULTI calls can not be nested"
+EXEC_WITHOUT_MULTI = "ERR EXEC without MULTI"
+DISCARD_WITHOUT_MULTI = "ERR DISCARD without MULTI"
+WATCH_IN_MULTI = "ERR WATCH inside MULTI is not allowed"
+NOT_IN_MULTI = "ERR Command not allowed inside a transaction"
+EXECABORT = "EXECABORT Transaction discarded because of previous errors."
 WRONGPASS = "WRONGPASS invalid username-password pair or user is disabled."
 AUTH_NOT_CONFIGURED = ("ERR AUTH <password> called without any password configured for the "
                        "default user. Are you sure your configuration is correct?")
@@ -108,7 +114,34 @@ NO_SUCH_CLIENT = "ERR No such client"
 CLIENT_ID_POSITIVE = "ERR client-id should be greater than 0"
 INTERNAL = "ERR internal error"
 UNBLOCKED = "UNBLOCKED client unblocked via CLIENT UNBLOCK"
+TRACKING_PREFIX_BCAST = "ERR PREFIX option requires BCAST mode to be enabled"
+TRACKING_NO_REDIRECT = "ERR The client ID you want redirect to does not exist"
+TRACKING_ONE_REDIRECT = "ERR A client can only redirect to a single other client"
+TRACKING_OPTIN_OPTOUT = "ERR You can't specify both OPTIN mode and OPTOUT mode"
+TRACKING_OPT_BCAST = "ERR OPTIN and OPTOUT are not compatible with BCAST"
+TRACKING_SWITCH_BCAST = ("ERR You can't switch BCAST mode on/off before disabling tracking for this client, "
+                         "and then re-enabling it with a different mode.")
+TRACKING_SWITCH_OPT = ("ERR You can't switch OPTIN/OPTOUT mode before disabling tracking for this client, "
+                       "and then re-enabling it with a different mode.")
+CACHING_MODE = ("ERR CLIENT CACHING can be called only when the client is in tracking mode with OPTIN or "
+                "OPTOUT mode enabled")
+CACHING_YES = "ERR CLIENT CACHING YES is only valid when tracking is enabled in OPTIN mode."
+CACHING_NO = "ERR CLIENT CACHING NO is only valid when tracking is enabled in OPTOUT mode."
+
+
+def tracking_prefix_overlap(a: bytes, b: bytes) -> str:
+    return (f"ERR Prefix '{echo(a)}' overlaps with another provided prefix '{echo(b)}'. "
+            "Prefixes for a single client must not overlap.")
+
+
+def pubsub_context(fullname: str) -> str:
+    return (f"ERR Can't execute '{fullname}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET "
+            "are allowed in this context")
+
+
 UNBLOCK_REASON = "ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR"
+PAUSE_MODE = "ERR CLIENT PAUSE mode must be WRITE or ALL"
+SLOWLOG_COUNT = "ERR count should be greater than or equal to -1"
 
 
 def hello_option(opt: bytes) -> str:
@@ -181,13 +214,46 @@ def value_out_of_range(lo: int, hi: int) -> str:
     return f"ERR value is out of range, value must between {lo} and {hi}"
 
 
+# -- hashes, sets and per-member TTL (hashes.py, sets.py, members.py) ----------------------
+HASH_NOT_INTEGER = "ERR hash value is not an integer"
+HASH_NOT_FLOAT = "ERR hash value is not a float"
+NAN_OR_INFINITY = "ERR value is NaN or Infinity"
+OUT_OF_RANGE = "ERR value is out of range"
+OUT_OF_RANGE_POSITIVE = "ERR value is out of range, must be positive"
+NUMKEYS_POSITIVE = "ERR numkeys should be greater than 0"
+NUMKEYS_TOO_MANY = "ERR Number of keys can't be greater than number of args"
+LIMIT_NEGATIVE = "ERR LIMIT can't be negative"
+# Redis 7.4's field TTL commands (HEXPIRE, HTTL, HPERSIST ...)
+EXPIRE_NEGATIVE = "ERR invalid expire time, must be >= 0"
+FIELDS_MISSING = "ERR Mandatory argument FIELDS is missing or not at the right position"
+NUMFIELDS_POSITIVE = "ERR Parameter `numFields` should be greater than 0"
+NUMFIELDS_NOT_POSITIVE_INT = "ERR Number of fields must be a positive integer"
+NUMFIELDS_MISMATCH = "ERR The `numfields` parameter must match the number of arguments"
+# KeyDB's per-member TTL (EXPIREMEMBER ..., TTL key member)
+TYPE_UNSUPPORTED = "ERR object type is unsupported"
+INVALID_NUMBER_OF_ARGUMENTS = "ERR Invalid number of arguments"
+INVALID_UNIT = "ERR Invalid unit arg"
+MEMBER_TTL_ARGUMENTS = "ERR Invalid arguments"
+# marekvs-specific: Redis builds such a reply until memory runs out (a count of 2^62)
+TOO_MANY_REPLIES = "ERR count exceeds the number of elements marekvs replies with at once (2147483647)"
+# -- lists (lists.py) ------------------------------------------------------------------------
+TIMEOUT_NOT_FLOAT = "ERR timeout is not a float or out of range"
+NOT_POSITIVE = OUT_OF_RANGE_POSITIVE
+INDEX_OUT_OF_RANGE = "ERR index out of range"
+LPOS_RANK_ZERO = ("ERR RANK can't be zero: use 1 to start from the first match, 2 from the second ... "
+                  "or use negative to start from the end of the list")
+LPOS_COUNT_NEGATIVE = "ERR COUNT can't be negative"
+LPOS_MAXLEN_NEGATIVE = "ERR MAXLEN can't be negative"
+COUNT_POSITIVE = "ERR count should be greater than 0"
+
+
 # -- streams and consumer groups (streams.py) ---------------------------------------------
 INVALID_STREAM_ID = "ERR Invalid stream ID specified as stream command argument"
 INVALID_START_ID = "ERR invalid start ID for the interval"
 INVALID_END_ID = "ERR invalid end ID for the interval"
 MAXLEN_AND_MINID = "ERR syntax error, MAXLEN and MINID options at the same time are not compatible"
 MAXLEN_NEGATIVE = "ERR The MAXLEN argument must be >= 0."
-LIMIT_NEGATIVE = "ERR The LIMIT argument must be >= 0."
+XTRIM_LIMIT_NEGATIVE = "ERR The LIMIT argument must be >= 0."
 LIMIT_WITHOUT_STRATEGY = "ERR syntax error, LIMIT cannot be used without specifying a trimming strategy"
 XTRIM_WITHOUT_STRATEGY = "ERR syntax error, XTRIM must be called with a trimming strategy"
 LIMIT_WITHOUT_APPROX = "ERR syntax error, LIMIT cannot be used without the special ~ option"

@@ -29,6 +29,7 @@ import random
 from marekvs.commands import args as A
 from marekvs.commands import errors, reply, table
 from marekvs.commands.errors import CommandError
+from marekvs.commands.members import member_ttl
 from marekvs.commands.stepwise import in_steps
 from marekvs.commands.table import command
 from marekvs.core import envelope as env
@@ -97,14 +98,14 @@ def op_random_key(ks: Keyspace, now: int) -> bytes | None:
     return None
 
 
-def op_delete_keys(ks: Keyspace, keys: list[bytes], now: int) -> int:
-    """DEL: tombstone every live key (repeats count once) in one apply."""
+def op_delete_keys(ks: Keyspace, keys: list[bytes], now: int) -> list[bytes]:
+    """DEL: tombstone every live key (repeats count once) in one apply; the keys deleted."""
     recs: list[tuple[bytes, bytes]] = []
-    deleted = 0
+    deleted = []
     for key in dict.fromkeys(keys):
         r = ks.delete_records(key, now)
         if r:
-            deleted += 1
+            deleted.append(key)
             recs.extend(r)
     if recs:
         ks.apply(recs)
@@ -155,7 +156,11 @@ def shared_integers(ctx) -> bool:
          syntax="key [key ...]")
 def del_(ctx, args: list[bytes]):
     """DEL and UNLINK: a collection dies in one head tombstone, so both are O(1) per key."""
-    return op_delete_keys(ctx.ks, args[1:], ctx.ks.now())
+    deleted = op_delete_keys(ctx.ks, args[1:], ctx.ks.now())
+    if ctx.node.events.on:
+        for key in deleted:
+            ctx.fire("g", b"del", key)
+    return len(deleted)
 
 
 @command("exists", -2, "readonly fast", (1, -1, 1), group="generic", acl=_ACL_R_FAST,
@@ -163,7 +168,7 @@ def del_(ctx, args: list[bytes]):
          complexity="O(N) where N is the number of keys to check.", syntax="key [key ...]")
 def exists(ctx, args: list[bytes]):
     now = ctx.ks.now()
-    return sum(1 for key in args[1:] if ctx.ks.exists(key, now))
+    return sum(1 for key in args[1:] if ctx.ks.read_record(key, now) is not None)
 
 
 @command("touch", -2, "readonly fast", (1, -1, 1), group="generic", acl=_ACL_R_FAST,
@@ -203,8 +208,10 @@ def _expire(ctx, args: list[bytes], name: str, seconds: bool, relative: bool):
         return 0
     if when <= now:
         ks.delete(key, now)
+        ctx.fire("g", b"del", key)
     else:
         ks.set_ttl(key, when, now)
+        ctx.fire("g", b"expire", key)
     return 1
 
 
@@ -237,31 +244,47 @@ def pexpireat(ctx, args: list[bytes]):
     return _expire(ctx, args, "pexpireat", seconds=False, relative=False)
 
 
-def _ttl(ctx, key: bytes, ms: bool, absolute: bool) -> int:
-    """``ttlGenericCommand``: -2 absent, -1 persistent, else the (rounded) TTL."""
+def _ttl(ctx, key: bytes, ms: bool, absolute: bool, args: list[bytes] | None = None) -> int:
+    """``ttlGenericCommand``: -2 absent, -1 persistent, else the (rounded) TTL. With
+    ``args`` (TTL/PTTL) the KeyDB form ``TTL key member`` is the member's TTL."""
     now = ctx.ks.now()
-    found = ctx.ks.live_record(key, now)
-    if found is None:
-        return -2
-    deadline = env.ttl_of(found[1])
+    if args is not None and len(args) > 2:
+        deadline = _member_ttl(ctx, args, now)
+        if deadline < 0:
+            return deadline
+    else:
+        found = ctx.ks.read_record(key, now)
+        if found is None:
+            return -2
+        deadline = env.ttl_of(found[1])
     if not deadline:
         return -1
     ttl = max(deadline if absolute else deadline - now, 0)
     return ttl if ms else (ttl + 500) // 1000
 
 
-@command("ttl", 2, "readonly fast", specs="RO ACCESS index 1 range 0", group="generic", acl=_ACL_R_FAST,
+# -- TTL key member: KeyDB's per-member TTL (hashes-sets; commands/members.py) ----------
+# TTL and PTTL take an optional member (KeyDB's arity -2); a third argument is KeyDB's
+# "Invalid arguments".
+
+def _member_ttl(ctx, args: list[bytes], now: int) -> int:
+    if len(args) > 3:
+        raise CommandError(errors.MEMBER_TTL_ARGUMENTS)
+    return member_ttl(ctx.ks, args[1], args[2], now)
+
+
+@command("ttl", -2, "readonly fast", specs="RO ACCESS index 1 range 0", group="generic", acl=_ACL_R_FAST,
          summary="Get the time to live for a key in seconds", since="1.0.0",
-         complexity="O(1)", syntax="key")
+         complexity="O(1)", syntax="key [member]")
 def ttl(ctx, args: list[bytes]):
-    return _ttl(ctx, args[1], ms=False, absolute=False)
+    return _ttl(ctx, args[1], ms=False, absolute=False, args=args)
 
 
-@command("pttl", 2, "readonly fast", specs="RO ACCESS index 1 range 0", group="generic", acl=_ACL_R_FAST,
+@command("pttl", -2, "readonly fast", specs="RO ACCESS index 1 range 0", group="generic", acl=_ACL_R_FAST,
          summary="Get the time to live for a key in milliseconds", since="2.6.0",
-         complexity="O(1)", syntax="key")
+         complexity="O(1)", syntax="key [member]")
 def pttl(ctx, args: list[bytes]):
-    return _ttl(ctx, args[1], ms=True, absolute=False)
+    return _ttl(ctx, args[1], ms=True, absolute=False, args=args)
 
 
 @command("expiretime", 2, "readonly fast", specs="RO ACCESS index 1 range 0", group="generic", acl=_ACL_R_FAST,
@@ -287,6 +310,7 @@ def persist(ctx, args: list[bytes]):
     if found is None or not env.ttl_of(found[1]):
         return 0
     ctx.ks.set_ttl(args[1], 0, now)
+    ctx.fire("g", b"persist", args[1])
     return 1
 
 
@@ -370,6 +394,10 @@ def _rename(ctx, args: list[bytes], nx: bool):
     if not is_string_ikey(ikey):
         raise CommandError(errors.RENAME_COLLECTION)
     kstr.copy(ks, rec, dst, now, delete_src=src)
+    if ctx.node.events.on:
+        ctx.node.events.flush_new()  # (Redis fires the destination's "new" first)
+    ctx.fire("g", b"rename_from", src)
+    ctx.fire("g", b"rename_to", dst)
     return 1 if nx else reply.OK
 
 
@@ -421,6 +449,7 @@ def copy(ctx, args: list[bytes]):
     if not is_string_ikey(ikey):
         raise CommandError(errors.COPY_COLLECTION)
     kstr.copy(ks, rec, dst, now)
+    ctx.fire("g", b"copy_to", dst)
     return 1
 
 

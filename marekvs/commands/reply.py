@@ -9,6 +9,8 @@ an array, ``str`` a bulk string of its UTF-8 bytes, ``bool`` a RESP3 boolean (RE
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class Simple(bytes):
     """A simple string reply (+OK)."""
@@ -35,7 +37,18 @@ class Verbatim(bytes):
 
 
 class Push(list):
-    """RESP3 '>' push, RESP2 array."""
+    """RESP3 '>' push, RESP2 array. ``wire`` caches its encoding per protocol, so a message
+    fanned out to many subscribers is encoded once per protocol, not once per client."""
+
+    __slots__ = ("wire",)
+
+    def __init__(self, items: list[Any]):
+        super().__init__(items)
+        self.wire: dict[int, bytes] = {}
+
+
+class Replies(list):
+    """Several replies to one command, each sent on its own (SUBSCRIBE's one per channel)."""
 
 
 class NullArray:

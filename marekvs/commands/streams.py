@@ -199,7 +199,7 @@ def parse_add_or_trim(args: list[bytes], xadd: bool) -> tuple[int, xs.Trim | Non
         elif _is(opt, b"limit") and more:
             limit = A.int_arg(args[i + 1])
             if limit < 0:
-                raise CommandError(errors.LIMIT_NEGATIVE)
+                raise CommandError(errors.XTRIM_LIMIT_NEGATIVE)
             limit_given = True
             i += 1
         elif xadd and _is(opt, b"nomkstream"):

@@ -141,6 +141,8 @@ def lcs_walk(a: bytes, b: bytes, t: LcsTable, minmatchlen: int,
 def set_(ctx, args: list[bytes]):
     if len(args) == 3:  # the common case: no options to parse, no clock read
         kstr.write(ctx.ks, args[1], args[2], 0)
+        if ctx.node.events.on:
+            ctx.fire("$", b"set", args[1])
         return reply.OK
     ks, key = ctx.ks, args[1]
     now = ctx.ks.now()
@@ -153,6 +155,9 @@ def set_(ctx, args: list[bytes]):
     if flags & A.KEEPTTL and found:
         deadline = env.ttl_of(found[1])
     kstr.write(ks, key, args[2], deadline, now, found)
+    ctx.fire("$", b"set", key)
+    if expire is not None:
+        ctx.fire("g", b"expire", key)
     return old if flags & A.GET else reply.OK
 
 
@@ -164,6 +169,7 @@ def setnx(ctx, args: list[bytes]):
     if ctx.ks.exists(args[1], now):
         return 0
     kstr.write(ctx.ks, args[1], args[2], 0, now)
+    ctx.fire("$", b"set", args[1])
     return 1
 
 
@@ -171,6 +177,8 @@ def _set_expiring(ctx, args: list[bytes], name: str, unit: int):
     now = ctx.ks.now()
     deadline = A.expire_deadline(name, args[2], unit, now)
     kstr.write(ctx.ks, args[1], args[3], deadline, now)
+    ctx.fire("$", b"set", args[1])
+    ctx.fire("g", b"expire", args[1])
     return reply.OK
 
 
@@ -209,10 +217,13 @@ def getex(ctx, args: list[bytes]):
     value = kstr.string_value(rec)
     if flags & (A.EXAT | A.PXAT) and deadline <= now:
         ks.delete(key, now)
+        ctx.fire("g", b"del", key)
     elif expire is not None:
         ks.set_ttl(key, deadline, now)
+        ctx.fire("g", b"expire", key)
     elif flags & A.PERSIST and env.ttl_of(rec):
         ks.set_ttl(key, 0, now)
+        ctx.fire("g", b"persist", key)
     return value
 
 
@@ -224,6 +235,7 @@ def getdel(ctx, args: list[bytes]):
     value = kstr.read(ctx.ks, args[1], now)
     if value is not None:
         ctx.ks.delete(args[1], now)
+        ctx.fire("g", b"del", args[1])
     return value
 
 
@@ -234,6 +246,7 @@ def getset(ctx, args: list[bytes]):
     now = ctx.ks.now()
     old = kstr.read(ctx.ks, args[1], now)
     kstr.write(ctx.ks, args[1], args[2], 0, now)
+    ctx.fire("$", b"set", args[1])
     return old
 
 
@@ -264,6 +277,7 @@ def _mset_records(ctx, args: list[bytes], name: str, now: int) -> list[tuple[byt
 def mset(ctx, args: list[bytes]):
     now = ctx.ks.now()
     ctx.ks.apply(_mset_records(ctx, args, "mset", now))
+    _fire_each(ctx, args)
     return reply.OK
 
 
@@ -278,7 +292,14 @@ def msetnx(ctx, args: list[bytes]):
     if any(ctx.ks.exists(args[i], now) for i in range(1, len(args), 2)):
         return 0
     ctx.ks.apply(_mset_records(ctx, args, "msetnx", now))
+    _fire_each(ctx, args)
     return 1
+
+
+def _fire_each(ctx, args: list[bytes]) -> None:
+    if ctx.node.events.on:
+        for i in range(1, len(args), 2):
+            ctx.fire("$", b"set", args[i])
 
 
 @command("append", 3, "write denyoom fast", specs="RW INSERT index 1 range 0", group="string", acl=_ACL_W_FAST,
@@ -294,11 +315,13 @@ def append(ctx, args: list[bytes]):
     rec = kstr.record(ks, key, now)
     if rec is None:
         kstr.write(ks, key, tail, 0, now)
+        ctx.fire("$", b"append", key)
         return len(tail)
     cur = kstr.string_value(rec)
     if len(cur) + len(tail) > A.proto_max_bulk_len(ctx):
         raise CommandError(errors.STRING_TOO_LONG)
     kstr.write_plain(ks, key, cur + tail, env.ttl_of(rec))
+    ctx.fire("$", b"append", key)
     return len(cur) + len(tail)
 
 
@@ -350,6 +373,7 @@ def setrange(ctx, args: list[bytes]):
         cur += bytes(offset - len(cur))  # zero padding
     new = cur[:offset] + part + cur[offset + len(part):]
     kstr.write_plain(ks, key, new, 0 if rec is None else env.ttl_of(rec))
+    ctx.fire("$", b"setrange", key)
     return len(new)
 
 
@@ -357,21 +381,28 @@ def setrange(ctx, args: list[bytes]):
          summary="Increment the integer value of a key by one", since="1.0.0",
          complexity="O(1)", syntax="key")
 def incr(ctx, args: list[bytes]):
-    return kstr.incr(ctx.ks, args[1], 1, ctx.ks.now())
+    return _incr(ctx, args[1], 1)
+
+
+def _incr(ctx, key: bytes, delta: int) -> int:
+    value = kstr.incr(ctx.ks, key, delta, ctx.ks.now())
+    if ctx.node.events.on:
+        ctx.fire("$", b"incrby", key)
+    return value
 
 
 @command("decr", 2, "write denyoom fast", specs="RW ACCESS UPDATE index 1 range 0", group="string", acl=_ACL_W_FAST,
          summary="Decrement the integer value of a key by one", since="1.0.0",
          complexity="O(1)", syntax="key")
 def decr(ctx, args: list[bytes]):
-    return kstr.incr(ctx.ks, args[1], -1, ctx.ks.now())
+    return _incr(ctx, args[1], -1)
 
 
 @command("incrby", 3, "write denyoom fast", specs="RW ACCESS UPDATE index 1 range 0", group="string", acl=_ACL_W_FAST,
          summary="Increment the integer value of a key by the given amount", since="1.0.0",
          complexity="O(1)", syntax="key increment")
 def incrby(ctx, args: list[bytes]):
-    return kstr.incr(ctx.ks, args[1], A.int_arg(args[2]), ctx.ks.now())
+    return _incr(ctx, args[1], A.int_arg(args[2]))
 
 
 @command("decrby", 3, "write denyoom fast", specs="RW ACCESS UPDATE index 1 range 0", group="string", acl=_ACL_W_FAST,
@@ -381,7 +412,7 @@ def decrby(ctx, args: list[bytes]):
     by = A.int_arg(args[2])
     if by == A.LLONG_MIN:
         raise CommandError(errors.DECREMENT_OVERFLOW)
-    return kstr.incr(ctx.ks, args[1], -by, ctx.ks.now())
+    return _incr(ctx, args[1], -by)
 
 
 @command("incrbyfloat", 3, "write denyoom fast", specs="RW ACCESS UPDATE index 1 range 0",
@@ -405,6 +436,7 @@ def incrbyfloat(ctx, args: list[bytes]):
         raise CommandError(errors.NAN_OR_INF)
     out = A.format_ld(total)
     kstr.write_plain(ks, key, out, 0 if rec is None else env.ttl_of(rec))
+    ctx.fire("$", b"incrbyfloat", key)
     return out
 
 

@@ -363,6 +363,10 @@ KeyRef = tuple[int, KeyFlag]
 GetKeysProc = Callable[[Sequence[bytes]], list[KeyRef]]
 
 
+# what MULTI does not queue (Redis's processCommand): these run at once
+_RUN_IN_MULTI = frozenset(("exec", "discard", "multi", "watch", "quit", "reset"))
+
+
 @dataclass(slots=True)
 class Command:
     name: str  # lowercase, e.g. "get" or "setname" for CLIENT SETNAME
@@ -385,10 +389,24 @@ class Command:
     write: bool = field(init=False, default=False)
     no_auth: bool = field(init=False, default=False)
     movablekeys: bool = field(init=False, default=False)
+    fast: bool = field(init=False, default=False)
+    readonly: bool = field(init=False, default=False)
+    no_multi: bool = field(init=False, default=False)  # refused inside MULTI
+    queued_in_multi: bool = field(init=False, default=True)  # False: runs at once inside MULTI
+    # INFO commandstats (CONFIG RESETSTAT clears them): runs, their time in ns, and the
+    # calls refused before running (arity, auth, ...) or that ended in an error reply
+    calls: int = field(init=False, default=0)
+    nsec: int = field(init=False, default=0)
+    rejected_calls: int = field(init=False, default=0)
+    failed_calls: int = field(init=False, default=0)
 
     def __post_init__(self) -> None:
         self.write = "write" in self.flags
+        self.fast = "fast" in self.flags
+        self.readonly = "readonly" in self.flags
         self.no_auth = "no_auth" in self.flags
+        self.no_multi = "no_multi" in self.flags
+        self.queued_in_multi = self.parent is not None or self.name not in _RUN_IN_MULTI
         if self.key_specs:
             if self.first_key:
                 raise ValueError(f"{self.name}: declare specs= or keys=, not both")
@@ -479,6 +497,15 @@ FAMILIES = (
     "marekvs.commands.strings",
     "marekvs.commands.keys",
     "marekvs.commands.debug",
+    "marekvs.commands.monitoring",
+    "marekvs.commands.pubsub",
+    "marekvs.commands.transactions",
+    # hashes, sets and per-member TTL (hashes-sets)
+    "marekvs.commands.hashes",
+    "marekvs.commands.sets",
+    "marekvs.commands.members",
+    # -- lists --
+    "marekvs.commands.lists",
     # streams and consumer groups
     "marekvs.commands.streams",
 )
@@ -542,6 +569,12 @@ class CommandTable:
 
     def __len__(self) -> int:
         return len(self.commands)
+
+    def all_commands(self):
+        """Every command and subcommand."""
+        for c in self.commands.values():
+            yield c
+            yield from c.subcommands.values()
 
     def __iter__(self):
         return iter(self.commands.values())

@@ -30,7 +30,7 @@ from marekvs import __version__
 from marekvs.commands import errors, tunables
 from marekvs.commands.context import Context
 from marekvs.commands.errors import CommandError
-from marekvs.commands.reply import Err
+from marekvs.commands.reply import QUEUED, Err
 from marekvs.commands.table import CommandTable, build_table
 from marekvs.config import Config, Limits
 from marekvs.core.hlc import HLC, wall_ms
@@ -38,10 +38,19 @@ from marekvs.keyspace import Keyspace
 from marekvs.keyspace.status import KeyspaceError
 from marekvs.node.blocking import BlockingRegistry
 from marekvs.node.changes import ChangeFeed
+from marekvs.node.events import Events
+from marekvs.node.monitor import LatencyMonitor, OpsMeter, SlowLog
+from marekvs.node.pubsub import PubSub
+from marekvs.node.tracking import Tracking
+from marekvs.node.watch import Watches
 from marekvs.storage.engine import Engine
 from marekvs.storage.sweeper import Sweeper
 
 log = logging.getLogger("marekvs.node")
+_clock = time.perf_counter_ns
+# what a RESP2 client in subscribed mode may run (Redis 7.0)
+_PUBSUB_MODE = frozenset(("ping", "subscribe", "ssubscribe", "unsubscribe", "sunsubscribe", "psubscribe",
+                          "punsubscribe", "quit", "reset"))
 
 DEFAULT_MAXCLIENTS = 10000
 RESERVED_FDS = 32  # Redis's CONFIG_MIN_RESERVED_FDS: descriptors kept for everything but clients
@@ -79,12 +88,33 @@ class Node:
         self.ks = Keyspace(self.engine, self.hlc, config.node_id)
         self.changes = ChangeFeed(self.engine)  # which records changed, whoever wrote them
         self.blocking = BlockingRegistry(self.changes, self.engine)
+        self.pubsub = PubSub()
+        self.blocking.current_setter = self._set_current
+        self.current: Context | None = None  # the client whose command is running (None: a peer's records)
+        self.events = Events(self)  # keyspace notifications
+        self.tracking = Tracking(self)  # client-side caching
+        self.watches = Watches(self)  # WATCH for MULTI/EXEC
         self.table: CommandTable = build_table()
         self._lookup = self.table.dispatch
         self.sweeper = Sweeper(self.engine, config)
         self.tunables: dict[str, str] = {}  # Redis parameters changed by CONFIG SET (tunables.py)
+        self.pubsub.limits = pubsub_limits(self.tunable("client-output-buffer-limit"))
         self.limits = Limits()  # request limits the RESP parsers read
         self.stats = Stats()
+        self.error_codes: dict[str, int] = {}  # INFO errorstats
+        self.slowlog = SlowLog()
+        self.latency = LatencyMonitor()
+        self.ops = OpsMeter()
+        self.memory_peak = 0
+        # CLIENT PAUSE: until when (monotonic s; 0 = no pause), writes only or all, and the
+        # connections holding commands until it ends
+        self.pause_end = 0.0
+        self.pause_writes_only = True
+        self._held: list[Callable[[], None]] = []
+        self._pause_timer: asyncio.TimerHandle | None = None
+        self._cron_task: asyncio.Task | None = None
+        self.slow_ns = 0
+        self.monitor_thresholds()
         self.clients: dict[int, Context] = {}
         self._client_seq = 0
         self.last_save = int(time.time())
@@ -109,7 +139,16 @@ class Node:
     def drop_context(self, ctx: Context) -> None:
         self.clients.pop(ctx.id, None)
         self.blocking.drop_client(ctx)
+        if ctx.in_pubsub:
+            self.pubsub.drop_client(ctx)
+        if ctx.tracking is not None:
+            self.tracking.disable(ctx)
+        if ctx.watched is not None:
+            self.watches.unwatch_all(ctx)
         ctx.closing = True
+
+    def _set_current(self, ctx: Context | None) -> None:
+        self.current = ctx
 
     def tunable(self, name: str) -> str:
         """A Redis parameter's current value (CONFIG SET, else its default)."""
@@ -118,51 +157,109 @@ class Node:
     # -- dispatch --------------------------------------------------------------------
     def dispatch(self, ctx: Context, args: list[bytes]) -> Any:
         """Run one command for ``ctx``: the table lookup, arity, subcommand and auth
-        checks, then its handler. Returns the reply value (an ``Err`` for an error)."""
-        stats = self.stats
-        stats.total_commands += 1
+        checks, then its handler, measured (INFO commandstats, SLOWLOG, LATENCY). Returns
+        the reply value (an ``Err`` for an error)."""
+        self.stats.total_commands += 1
         cmd = self._lookup.get(args[0])
         if cmd is None:
             cmd = self._lookup.get(args[0].lower())
             if cmd is None:
-                stats.error_replies += 1
-                return Err(errors.unknown_command(args))
+                return self.rejected(ctx, None, errors.unknown_command(args))
         n = len(args)
         a = cmd.arity
         if (a > 0 and n != a) or n < -a:
-            stats.error_replies += 1
-            return Err(errors.wrong_arity(cmd.fullname))
+            return self.rejected(ctx, cmd, errors.wrong_arity(cmd.fullname))
         if cmd.subcommands and (n > 1 or cmd.handler is None):
             sub = cmd.subcommands.get(args[1].lower().decode("latin-1"))
             if sub is None:
-                stats.error_replies += 1
-                return Err(errors.unknown_subcommand(cmd.name, args[1]))
+                return self.rejected(ctx, None, errors.unknown_subcommand(cmd.name, args[1]))
             cmd = sub
             a = cmd.arity
             if (a > 0 and n != a) or n < -a:
-                stats.error_replies += 1
-                return Err(errors.wrong_arity(cmd.fullname))
+                return self.rejected(ctx, cmd, errors.wrong_arity(cmd.fullname))
         if not ctx.authed and not cmd.no_auth:
-            stats.error_replies += 1
-            return Err(errors.NOAUTH)
+            return self.rejected(ctx, cmd, errors.NOAUTH)
+        if ctx.in_pubsub and ctx.proto == 2 and (cmd.parent is not None or cmd.name not in _PUBSUB_MODE):
+            return self.rejected(ctx, cmd, errors.pubsub_context(cmd.fullname))
+        if ctx.multi is not None and cmd.queued_in_multi:
+            if cmd.no_multi:
+                return self.rejected(ctx, cmd, errors.NOT_IN_MULTI)
+            ctx.multi.append((cmd, args))
+            return QUEUED
         ctx.last_cmd = cmd
+        self.current = ctx
+        t0 = _clock()
         try:
             r = cmd.handler(ctx, args)  # type: ignore[misc]
         except CommandError as e:
-            stats.error_replies += 1
-            return Err(e.message)
+            r = Err(e.message)
         except KeyspaceError as e:
-            stats.error_replies += 1
-            return Err(errors.status_text(e))
+            r = Err(errors.status_text(e))
         except Exception:
-            stats.unexpected_errors += 1
+            self.stats.unexpected_errors += 1
             log.exception("command %s failed", cmd.fullname)
-            return Err(errors.internal_error(cmd.fullname))
-        if cmd.write:
-            ctx.last_write_seq = self.engine.next_seq
+            r = Err(errors.internal_error(cmd.fullname))
+        dt = _clock() - t0
+        self.current = None
+        if self.events.on and self.events.pending_new:
+            self.events.flush_new()
+        cmd.calls += 1
+        cmd.nsec += dt
         if type(r) is Err:
-            stats.error_replies += 1
+            cmd.failed_calls += 1
+            self.count_error(r)
+        elif cmd.write:
+            ctx.last_write_seq = self.engine.next_seq
+        elif ctx.tracking is not None and cmd.readonly:
+            self.tracking.after_read(ctx, cmd, args)
+        if dt > self.slow_ns:
+            self._slow(ctx, cmd, args, dt)
         return r
+
+    def rejected(self, ctx: Context, cmd: Any, text: str) -> Err:
+        """A command refused before it ran (unknown, arity, auth, ...): counted for INFO;
+        inside MULTI it makes EXEC fail (EXECABORT)."""
+        if cmd is not None:
+            cmd.rejected_calls += 1
+        if ctx.multi is not None:
+            ctx.multi_error = True
+        err = Err(text)
+        self.count_error(err)
+        return err
+
+    def count_error(self, err: str) -> None:
+        """INFO errorstats / total_error_replies: every error reply, by its code."""
+        self.stats.error_replies += 1
+        code = err.split(" ", 1)[0]
+        self.error_codes[code] = self.error_codes.get(code, 0) + 1
+
+    def _slow(self, ctx: Context, cmd: Any, args: list[bytes], dt_ns: int) -> None:
+        us = dt_ns // 1000
+        if self.slowlog.threshold_us >= 0 and us > self.slowlog.threshold_us:
+            self.slowlog.add(args, us, ctx.addr, ctx.name)
+        threshold_ms = self.latency.threshold_ms
+        if threshold_ms and us >= threshold_ms * 1000:
+            self.latency.add("fast-command" if cmd.fast else "command", us // 1000)
+
+    def monitor_thresholds(self) -> None:
+        """Recompute the one comparison every command makes (after CONFIG SET)."""
+        self.slowlog.threshold_us = int(self.tunable("slowlog-log-slower-than"))
+        self.slowlog.resize(int(self.tunable("slowlog-max-len")))
+        self.latency.threshold_ms = int(self.tunable("latency-monitor-threshold"))
+        candidates = []
+        if self.slowlog.threshold_us >= 0:
+            candidates.append(self.slowlog.threshold_us * 1000)
+        if self.latency.threshold_ms > 0:
+            candidates.append(self.latency.threshold_ms * 1_000_000 - 1)
+        self.slow_ns = min(candidates) if candidates else 1 << 62
+
+    def reset_stats(self) -> None:
+        """CONFIG RESETSTAT."""
+        self.stats.reset(len(self.clients))
+        self.error_codes.clear()
+        self.ks.hits = self.ks.misses = 0
+        for cmd in self.table.all_commands():
+            cmd.calls = cmd.nsec = cmd.rejected_calls = cmd.failed_calls = 0
 
     # -- the commit barrier ------------------------------------------------------------
     def after_commit(self, fn: Callable[[bool], None]) -> None:
@@ -173,7 +270,15 @@ class Node:
             self._tick_scheduled = True
             self.loop.call_soon(self.end_tick)  # type: ignore[union-attr]
 
+    def request_tick(self) -> None:
+        """Make sure this tick ends with ``end_tick`` (work waits for it, no reply does)."""
+        if not self._tick_scheduled and self.loop is not None:
+            self._tick_scheduled = True
+            self.loop.call_soon(self.end_tick)
+
     def end_tick(self) -> None:
+        if self.tracking.pending:
+            self.tracking.flush_bcast()
         self._tick_scheduled = False
         waiting = self._after_commit
         self._after_commit = []
@@ -194,12 +299,60 @@ class Node:
             self._ack_event = None
             ev.set()
 
+    def deliver_published(self, channel: bytes, payload: bytes, shard: bool) -> None:
+        """A message PUBLISHed on a peer: to this node's subscribers (not relayed again)."""
+        self.pubsub.deliver(channel, payload, shard)
+
     def ack_waiter(self) -> asyncio.Event:
         if self._ack_event is None:
             self._ack_event = asyncio.Event()
         return self._ack_event
 
     # -- settings CONFIG SET changes ------------------------------------------------------
+    # -- CLIENT PAUSE -------------------------------------------------------------------------
+    def pause(self, seconds: float, writes_only: bool) -> None:
+        """As Redis: a second pause extends the first to the later end, and ALL wins
+        over WRITE."""
+        end = time.monotonic() + seconds
+        self.pause_writes_only = writes_only and (not self.pause_end or self.pause_writes_only)
+        if end > self.pause_end:
+            self.pause_end = end
+            if self._pause_timer is not None:
+                self._pause_timer.cancel()
+            self._pause_timer = self.loop.call_later(seconds, self._pause_over)  # type: ignore[union-attr]
+
+    def _pause_over(self) -> None:
+        if self.pause_end and time.monotonic() >= self.pause_end - 0.001:
+            self.unpause()
+
+    def unpause(self) -> None:
+        self.pause_end = 0.0
+        if self._pause_timer is not None:
+            self._pause_timer.cancel()
+            self._pause_timer = None
+        held, self._held = self._held, []
+        for resume in held:
+            resume()
+
+    def paused_for(self, ctx: Context, args: list[bytes]) -> bool:
+        """Must this command wait for the pause to end? (Only asked while one is on.)
+        With WRITE, so does an EXEC whose transaction writes, as in Redis."""
+        if time.monotonic() >= self.pause_end:
+            self.unpause()
+            return False
+        if not self.pause_writes_only:
+            return True
+        cmd = self.table.lookup(args[0])
+        if cmd is not None and cmd.subcommands and len(args) > 1:
+            cmd = cmd.subcommands.get(args[1].lower().decode("latin-1"), cmd)
+        if cmd is not None and cmd.name == "exec" and ctx.multi:
+            return any(may_replicate(c) for c, _ in ctx.multi)
+        return cmd is not None and may_replicate(cmd)
+
+    def hold(self, resume: Callable[[], None]) -> None:
+        """Call ``resume()`` when the pause ends."""
+        self._held.append(resume)
+
     def set_durability(self, mode: str) -> None:
         self.engine.set_durability(mode)
         self.config.durability = mode
@@ -213,9 +366,17 @@ class Node:
                 f"The operating system is not able to handle the specified number of clients, try with {fits}")
         self.maxclients = n
 
-    def set_tunable(self, name: str, value: str) -> None:
+    def set_tunable(self, name: str, value: str, given: str | None = None) -> None:
+        """A Redis parameter's new ``value`` (as CONFIG GET prints it; ``given`` as set)."""
         self.tunables[name] = value
-        if name == "proto-max-bulk-len":
+        if name in ("slowlog-log-slower-than", "slowlog-max-len", "latency-monitor-threshold"):
+            self.monitor_thresholds()
+        elif name == "client-output-buffer-limit":
+            self.pubsub.limits = pubsub_limits(value)
+        elif name == "notify-keyspace-events":
+            # (the flags as given: Redis prints "AKEm" for "KEAnm" but keeps 'n' on)
+            self.events.configure(value if given is None else given)
+        elif name == "proto-max-bulk-len":
             self.limits.max_bulk = int(value)
         elif name == "client-query-buffer-limit":
             self.limits.max_query = int(value)
@@ -229,6 +390,23 @@ class Node:
         self.loop = self.blocking.loop = loop
         self.stopping = asyncio.Event()
         self.sweeper.start(loop)
+        self._cron_task = loop.create_task(self._cron())
+
+    async def _cron(self) -> None:
+        """Every 100 ms: the ops-per-second sample and the memory peak (INFO)."""
+        while True:
+            await asyncio.sleep(0.1)
+            self.ops.sample(self.stats.total_commands)
+            self.memory_peak = max(self.memory_peak, self.memory_rss())
+
+    @staticmethod
+    def memory_rss() -> int:
+        """Resident set size of this process, in bytes."""
+        try:
+            with open("/proc/self/statm") as f:
+                return int(f.read().split()[1]) * resource.getpagesize()
+        except (OSError, ValueError, IndexError):
+            return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
     def request_shutdown(self) -> None:
         if self.stopping is not None:
@@ -237,12 +415,27 @@ class Node:
     def close(self) -> None:
         """Stop the sweeper, commit what is pending, save the clock, close the engine."""
         self.sweeper.stop()
+        if self._cron_task is not None:
+            self._cron_task.cancel()
         if self._after_commit:
             self.end_tick()
         for ctx in list(self.clients.values()):
             ctx.kill()
         self.engine.save_hlc(self.hlc.last)
         self.engine.close()
+
+
+def may_replicate(cmd: Any) -> bool:
+    return cmd.write or "may_replicate" in cmd.flags
+
+
+def pubsub_limits(value: str) -> tuple[int, int, int]:
+    """(hard, soft, seconds) of the pubsub class of a client-output-buffer-limit value."""
+    parts = value.split()
+    for i in range(0, len(parts) - 3, 4):
+        if parts[i] == "pubsub":
+            return int(parts[i + 1]), int(parts[i + 2]), int(parts[i + 3])
+    return 0, 0, 0
 
 
 # -- open-files limits (the process's, for maxclients) -------------------------------------

@@ -58,6 +58,8 @@ class BlockingRegistry:
         self.ready: dict[bytes, None] = {}
         self._scheduled = False
         self.loop: asyncio.AbstractEventLoop | None = None
+        # who is writing while an attempt runs (the node's ``current``; events, tracking)
+        self.current_setter: Callable[[Context | None], None] = lambda ctx: None
 
     def __len__(self) -> int:
         return len(self.by_client)
@@ -150,7 +152,11 @@ class BlockingRegistry:
             for w in list(self.by_key.get(key, ())):
                 if self.by_client.get(w.ctx.id) is not w:
                     continue  # served through another of its keys meanwhile
-                value = w.attempt()
+                self.current_setter(w.ctx)
+                try:
+                    value = w.attempt()
+                finally:
+                    self.current_setter(None)
                 if value is not None:
                     w.ctx.last_write_seq = self.engine.next_seq  # (WAIT after a blocking pop)
                     self._finish(w, value)

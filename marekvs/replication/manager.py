@@ -50,6 +50,8 @@ from marekvs.replication.peers import (  # noqa: F401 - re-exported for the laun
     new_incarnation,
     parse_peer,
 )
+from marekvs.replication.gen import pubsub_v1_pb2_grpc as psg
+from marekvs.replication.pubsub import Relay
 from marekvs.replication.receiver import Receiver
 from marekvs.replication.sender import MAX_INFLIGHT_BATCHES, Sender  # noqa: F401 - tests read it
 from marekvs.storage.engine import FORMAT_VERSION, Engine
@@ -67,6 +69,8 @@ class NodeServices(Protocol):
     config: Config
 
     def replica_acked(self) -> None: ...
+
+    def deliver_published(self, channel: bytes, payload: bytes, shard: bool) -> None: ...
 
 
 class ReplicationManager:
@@ -101,6 +105,7 @@ class ReplicationManager:
         self.sender = Sender(self)
         self.receiver = Receiver(self)
         self.bootstrap = Bootstrap(self)
+        self.relay = Relay(self)  # cluster-wide Pub/Sub
 
     def channel(self, addr: str) -> grpc.aio.Channel:
         return peers.channel(self.config, addr)
@@ -128,6 +133,7 @@ class ReplicationManager:
     async def start(self) -> None:
         self.grpc_server = peers.server(self.config)
         pbg.add_ReplicationServicer_to_server(self.receiver, self.grpc_server)
+        psg.add_PubSubServicer_to_server(self.relay, self.grpc_server)
         creds = peers.server_credentials(self.config)
         addr = f"{self.config.bind}:{self.grpc_port}"
         if creds is None:
@@ -146,6 +152,7 @@ class ReplicationManager:
         self.stopping = True
         for t in list(self.tasks.values()) + list(self.bootstraps.values()):
             t.cancel()
+        await self.relay.stop()
         if self.grpc_server is not None:
             await self.grpc_server.stop(0.5)
 
@@ -162,6 +169,7 @@ class ReplicationManager:
     def start_sender(self, p: PeerState) -> None:
         if p.node_id not in self.tasks and not self.stopping:
             self.tasks[p.node_id] = asyncio.get_running_loop().create_task(self.sender.run(p))
+            self.relay.start(p)
 
     # -- shipping ------------------------------------------------------------------------
     def _on_commit(self, log_seq: int) -> None:
@@ -259,6 +267,8 @@ class ReplicationManager:
             ("connected_peers", sum(p.state == "streaming" for p in self.peers.values())),
             ("known_peers", len(self.peers)), ("log_first_seq", e.log_first), ("log_last_seq", e.log_seq),
             ("refused_batches", self.receiver.refused_batches),
+            ("pubsub_relayed", self.relay.relayed), ("pubsub_received", self.relay.received),
+            ("pubsub_dropped", self.relay.dropped),
             ("bootstrapping", 1 if self.bootstraps else 0),
             ("log_epoch", e.log.epoch), ("incarnation_changes", self.incarnation_changes),
             ("last_incarnation_change", self.last_incarnation_change.replace(" ", "_")),

@@ -41,7 +41,7 @@ class Connection(asyncio.Protocol):
     """One client connection: its transport, parser and output; its state is ``ctx``."""
 
     __slots__ = ("node", "server", "ctx", "transport", "parser", "out", "scheduled", "paused", "backlog",
-                 "backlog_err", "dispatch", "flush_cb")
+                 "backlog_err", "dispatch", "flush_cb", "held", "pushed")
 
     def __init__(self, server: RespServer):
         self.server = server
@@ -56,6 +56,8 @@ class Connection(asyncio.Protocol):
         self.backlog: list[list[bytes]] = []
         self.backlog_err: str | None = None
         self.flush_cb = self._flush  # (one bound method for every tick)
+        self.held = False  # commands wait for a CLIENT PAUSE to end
+        self.pushed = 0  # bytes of pushes queued since the last flush
 
     # -- asyncio.Protocol ----------------------------------------------------------
     def connection_made(self, transport: Any) -> None:
@@ -76,6 +78,7 @@ class Connection(asyncio.Protocol):
             fd=s.fileno() if s is not None else -1)
         ctx.on_kill = self._close_now
         ctx.on_auth = self._auth_changed
+        ctx.on_push = self._push
         ctx.query_buffer = self.parser.pending_bytes
         self.parser.auth_required = self.parser.gated = bool(node.config.requirepass)
         if s is not None and s.family in (socket.AF_INET, socket.AF_INET6):
@@ -110,7 +113,7 @@ class Connection(asyncio.Protocol):
             self.node.stats.query_buffer_closes += 1
             ctx.kill()
             return
-        if ctx.blocked:
+        if ctx.blocked or self.held:
             self.backlog += cmds
             if err is not None:
                 self.backlog_err = err
@@ -120,10 +123,18 @@ class Connection(asyncio.Protocol):
     def _run(self, cmds: list[list[bytes]], err: str | None) -> None:
         ctx = self.ctx
         dispatch = self.dispatch
+        node = self.node
         while cmds:
             ctx.last_active = time.monotonic()
             out = self.out
             for i, args in enumerate(cmds):
+                if node.pause_end and node.paused_for(ctx, args):
+                    self.held = True
+                    self.backlog = cmds[i:]
+                    self.backlog_err = err
+                    node.hold(self._resume)
+                    err = None
+                    break
                 if i and not ctx.authed and self.parser.auth_required:
                     # a RESET earlier in this batch restored the unauthenticated
                     # limits: a request framed before it meets them now, as it would
@@ -132,7 +143,12 @@ class Connection(asyncio.Protocol):
                     if bad is not None:
                         err = bad
                         break
+                muted = ctx.reply_mode
                 r = dispatch(ctx, args)
+                if muted and self._mute(muted):
+                    if ctx.closing:
+                        break
+                    continue
                 t = type(r)
                 if t is bytes:
                     out.append(b"$%d\r\n%s\r\n" % (len(r), r))
@@ -149,9 +165,13 @@ class Connection(asyncio.Protocol):
                     break
                 elif r is not NO_REPLY:
                     _enc(r, ctx.proto, out)  # (HELLO's own reply is in the protocol it chose)
+                if ctx.deferred is not None:  # invalidations of this client's own writes
+                    for m in ctx.deferred:
+                        _enc(m, ctx.proto, out)
+                    ctx.deferred = None
                 if ctx.closing:
                     break
-            if ctx.blocked or ctx.closing or err is not None:
+            if ctx.blocked or self.held or ctx.closing or err is not None:
                 break
             # Before AUTH the parser hands over one command at a time, so a request
             # pipelined behind a successful AUTH is judged by the limits that now apply.
@@ -184,12 +204,46 @@ class Connection(asyncio.Protocol):
         self.backlog, self.backlog_err = [], None
         self._run(cmds, err)
 
+    def _push(self, value: object) -> int:
+        """An unsolicited message (Pub/Sub, invalidation): queued in order with the
+        replies; returns the bytes this connection holds now (output-buffer limits)."""
+        proto = self.ctx.proto
+        wire = value.wire.get(proto)  # type: ignore[attr-defined]
+        if wire is None:
+            wire = value.wire[proto] = resp.encode(value, proto)  # type: ignore[attr-defined]
+        self.out.append(wire)
+        self.pushed += len(wire)
+        if not self.scheduled:
+            self.scheduled = True
+            self.node.after_commit(self.flush_cb)
+        t = self.transport
+        return self.pushed + (t.get_write_buffer_size() if t is not None else 0)
+
+    def _mute(self, mode: int) -> bool:
+        """CLIENT REPLY OFF / SKIP was in force when the command ran: drop its reply?"""
+        ctx = self.ctx
+        if mode == 2:  # SKIP: this one reply
+            if ctx.reply_mode == 2:
+                ctx.reply_mode = 0
+            return True
+        return ctx.reply_mode == 1  # still OFF (CLIENT REPLY ON turned it back on: reply)
+
+    def _resume(self) -> None:
+        """The pause ended: run what was held, in order."""
+        self.held = False
+        if self.ctx.closing:
+            return
+        cmds, err = self.backlog, self.backlog_err
+        self.backlog, self.backlog_err = [], None
+        self._run(cmds, err)
+
     def _flush(self, committed: bool) -> None:
         """The node committed the tick's writes: send the replies (or, if the commit
         failed, close: none of them may be acknowledged)."""
         self.scheduled = False
         out = self.out
         self.out = []
+        self.pushed = 0
         t = self.transport
         if not committed:
             self._close_now()

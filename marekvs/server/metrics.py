@@ -1,36 +1,90 @@
-"""A minimal Prometheus text exporter (``--metrics-port``): GET /metrics.
+"""Prometheus metrics (``--metrics-port``): ``GET /metrics`` in the text exposition format.
 
-Exports the replication figures of INFO replication (per-peer lag in entries and
-ms, bytes and entries shipped, resync flags) plus a few node counters.
+The metrics are built with ``prometheus_client`` at each scrape, from the node's own
+counters (commands, clients, errors, keyspace hits, the clock) and replication's per-peer
+figures (lag in entries and ms, bytes and entries shipped, resync flags), plus the standard
+process metrics (CPU seconds, resident memory, open file descriptors, start time). The
+scrape runs on the node's event loop, so it reads a consistent state without locks; the
+HTTP server is a few lines of asyncio (one request per connection).
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, Iterator
+
+from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+HELP = {
+    "marekvs_commands_processed": "Commands run by this node since start (or CONFIG RESETSTAT).",
+    "marekvs_connected_clients": "Client connections open now.",
+    "marekvs_blocked_clients": "Clients waiting in a blocking command.",
+    "marekvs_error_replies": "Error replies sent.",
+    "marekvs_keyspace_hits": "Read lookups that found their key.",
+    "marekvs_keyspace_misses": "Read lookups that did not find their key.",
+    "marekvs_hlc_clamped": "Peer clocks clamped for leading this node's wall clock by more than max_clock_drift.",
+    "marekvs_replog_last_seq": "Newest position of this node's replication log.",
+    "marekvs_replog_first_seq": "Oldest position still held in this node's replication log.",
+    "marekvs_peer_up": "1 while the link to the peer is streaming.",
+    "marekvs_peer_lag_entries": "Log entries the peer has not acknowledged.",
+    "marekvs_peer_lag_ms": "Age of the oldest log entry the peer has not acknowledged.",
+    "marekvs_peer_bytes_shipped": "Bytes of log entries shipped to the peer.",
+    "marekvs_peer_entries_shipped": "Log entries shipped to the peer.",
+    "marekvs_peer_needs_resync": "1 if the peer fell behind the trimmed log and must bootstrap.",
+    "marekvs_peer_applied_entries": "Log entries of the peer applied here.",
+}
 
 
-def render(node: Any) -> bytes:
-    rows = [("marekvs_commands_processed_total", {}, node.stats.total_commands),
-            ("marekvs_connected_clients", {}, len(node.clients)),
-            ("marekvs_hlc_clamped_total", {}, node.hlc.clamped)]
-    rows += node.replication.metrics()
-    lines = []
-    for name, labels, value in rows:
-        lab = ",".join(f'{k}="{v}"' for k, v in labels.items())
-        lines.append(f"{name}{{{lab}}} {value}" if lab else f"{name} {value}")
-    return ("\n".join(lines) + "\n").encode()
+class NodeCollector:
+    """Reads the node at scrape time (prometheus_client's custom-collector protocol)."""
+
+    def __init__(self, node: Any):
+        self.node = node
+
+    def collect(self) -> Iterator[Metric]:
+        n = self.node
+        rows: list[tuple[str, dict[str, str], float]] = [
+            ("marekvs_commands_processed_total", {}, n.stats.total_commands),
+            ("marekvs_connected_clients", {}, len(n.clients)),
+            ("marekvs_blocked_clients", {}, sum(1 for c in n.clients.values() if c.blocked)),
+            ("marekvs_error_replies_total", {}, n.stats.error_replies),
+            ("marekvs_keyspace_hits_total", {}, n.ks.hits),
+            ("marekvs_keyspace_misses_total", {}, n.ks.misses),
+            ("marekvs_hlc_clamped_total", {}, n.hlc.clamped),
+        ]
+        if n.replication is not None:
+            rows += n.replication.metrics()
+        families: dict[str, Metric] = {}
+        for name, labels, value in rows:
+            counter = name.endswith("_total")
+            base = name[:-6] if counter else name
+            fam = families.get(base)
+            if fam is None:
+                kind = CounterMetricFamily if counter else GaugeMetricFamily
+                fam = families[base] = kind(base, HELP.get(base, base), labels=sorted(labels))
+            fam.add_metric([labels[k] for k in sorted(labels)], value)
+        yield from families.values()
+
+
+def registry_for(node: Any) -> CollectorRegistry:
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(NodeCollector(node))  # type: ignore[arg-type]
+    ProcessCollector(registry=reg)
+    return reg
 
 
 async def start_metrics(node: Any) -> asyncio.AbstractServer:
+    registry = registry_for(node)
+
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             request = await asyncio.wait_for(reader.readline(), 5)
             while (await asyncio.wait_for(reader.readline(), 5)) not in (b"\r\n", b"\n", b""):
                 pass
             if request.split(b" ")[1:2] == [b"/metrics"]:
-                body = render(node)
-                head = b"HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\n"
+                body = generate_latest(registry)
+                head = b"HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
             else:
                 body = b"not found\n"
                 head = b"HTTP/1.0 404 Not Found\r\nContent-Type: text/plain\r\n"

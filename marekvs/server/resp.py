@@ -60,6 +60,7 @@ from marekvs.commands.reply import (  # noqa: F401 - the reply values this modul
     PONG,
     QUEUED,
     Blocking,
+    Replies,
     Double,
     Err,
     Map,
@@ -528,6 +529,9 @@ def _enc(obj: object, proto: int, out: list[bytes]) -> None:  # noqa: C901 - one
             out.append(b"=%d\r\ntxt:%s\r\n" % (len(obj) + 4, obj))  # type: ignore[arg-type]
         else:
             out.append(b"$%d\r\n%s\r\n" % (len(obj), obj))  # type: ignore[arg-type]
+    elif t is Replies:
+        for x in obj:  # type: ignore[attr-defined]
+            _enc(x, proto, out)
     elif t is Push:
         out.append((b">%d\r\n" if proto == 3 else b"*%d\r\n") % len(obj))  # type: ignore[arg-type]
         for x in obj:  # type: ignore[attr-defined]

@@ -100,8 +100,13 @@ def test_flags_are_consistent(cmd):
     assert not ({"write", "readonly"} <= flags), "write and readonly at once"
     if "denyoom" in flags:
         assert "write" in flags
-    if cmd.first_key and not cmd.subcommands:
-        # every command that touches keys says whether it reads or writes them
+    from marekvs.commands.table import KeyFlag
+
+    channels_only = cmd.key_specs and all(spec.flags & KeyFlag.NOT_KEY for spec in cmd.key_specs)
+    if cmd.first_key and not cmd.subcommands and not channels_only and cmd.group != "transactions":
+        # every command that touches keys says whether it reads or writes them (shard
+        # channels of SSUBSCRIBE/SPUBLISH are declared with NOT_KEY specs: not keys; WATCH
+        # neither reads nor writes its keys, and Redis flags it neither way)
         assert flags & {"write", "readonly"}, f"{cmd.fullname} has keys but no read/write flag"
 
 
@@ -165,7 +170,8 @@ REDIS_INFO = {
     "incrbyfloat": (3, ["denyoom", "fast", "write"], 1, 1, 1, ["@fast", "@string", "@write"],
                     ["RW ACCESS UPDATE index 1 range 0"]),
     "expire": (-3, ["fast", "write"], 1, 1, 1, ["@fast", "@keyspace", "@write"], ["RW UPDATE index 1 range 0"]),
-    "ttl": (2, ["fast", "readonly"], 1, 1, 1, ["@fast", "@keyspace", "@read"], ["RO ACCESS index 1 range 0"]),
+    # arity -2, not Redis's 2: KeyDB's TTL key [member] (per-member TTL, docs/divergences.md)
+    "ttl": (-2, ["fast", "readonly"], 1, 1, 1, ["@fast", "@keyspace", "@read"], ["RO ACCESS index 1 range 0"]),
     "setex": (4, ["denyoom", "write"], 1, 1, 1, ["@slow", "@string", "@write"], ["OW UPDATE index 1 range 0"]),
     "getrange": (4, ["readonly"], 1, 1, 1, ["@read", "@slow", "@string"], ["RO ACCESS index 1 range 0"]),
     "rename": (3, ["write"], 1, 2, 1, ["@keyspace", "@slow", "@write"],
@@ -290,10 +296,18 @@ def test_key_specs_match_redis(name):
     assert info_of(name)[8] == want
 
 
-@pytest.mark.parametrize("cmd", [c for c in ALL if c.key_specs], ids=[c.fullname for c in ALL if c.key_specs])
+def _keys_not_channels(c) -> bool:
+    from marekvs.commands.table import KeyFlag
+
+    return bool(c.key_specs) and not all(spec.flags & KeyFlag.NOT_KEY for spec in c.key_specs)
+
+
+@pytest.mark.parametrize("cmd", [c for c in ALL if _keys_not_channels(c)],
+                         ids=[c.fullname for c in ALL if _keys_not_channels(c)])
 def test_key_spec_access_flags(cmd):
     # each spec says exactly one of RO/RW/OW/RM; a write command writes through at least
-    # one of them (COPY reads its source), a read-only one through none
+    # one of them (COPY reads its source), a read-only one through none (shard channels,
+    # NOT_KEY specs, have none: SSUBSCRIBE, SPUBLISH)
     access = [{_s(f) for f in _map(spec)["flags"]} & {"RO", "RW", "OW", "RM"} for spec in docs.info_reply(cmd)[8]]
     assert all(len(a) == 1 for a in access), access
     if cmd.fullname == "xreadgroup":

@@ -400,6 +400,32 @@ def test_scan_tags_reads_only_the_wanted_tags_from_a_partition_on(engine):
     assert list(engine.scan_tags(4095, b"M")) == []
 
 
+def test_scans_see_pending_writes_without_committing_them(engine):
+    """A scan in the middle of a tick (KEYS inside MULTI/EXEC, a script) merges the
+    pending writes into what it reads and commits nothing: the tick's writes stay one
+    WriteBatch and one log entry."""
+    def ik(pid, tag, rest=b"k"):
+        return pid.to_bytes(2, "big") + tag + rest
+    stored = [ik(1, b"s", b"a"), ik(1, b"s", b"c"), ik(2, b"s", b"a"), ik(2, b"h", b"f")]
+    engine.apply([(k, rec(1)) for k in stored])
+    engine.commit()
+    engine.apply([(ik(1, b"s", b"b"), rec(2)), (ik(1, b"s", b"c"), rec(3, b"new")),
+                  (ik(2, b"s", b"a"), rec(4, tomb=True)), (ik(3, b"s", b"z"), rec(5))])
+    engine.purge(ik(2, b"h", b"f"))
+    seq = engine.log_seq
+    assert [(k, v) for k, v in engine.scan(ik(1, b"s", b""), ik(3, b"s", b""))] == [
+        (ik(1, b"s", b"a"), rec(1)), (ik(1, b"s", b"b"), rec(2)), (ik(1, b"s", b"c"), rec(3, b"new")),
+        (ik(2, b"s", b"a"), rec(4, tomb=True))]  # a tombstone record is a record; a purge is not
+    assert [k for k, _ in engine.scan(b"")] == [ik(1, b"s", b"a"), ik(1, b"s", b"b"), ik(1, b"s", b"c"),
+                                               ik(2, b"s", b"a"), ik(3, b"s", b"z")]
+    assert [k for k, _ in engine.scan_tags(2, b"sh")] == [ik(2, b"s", b"a"), ik(3, b"s", b"z")]
+    assert engine.log_seq == seq and engine.pending  # nothing committed
+    engine.commit()
+    assert [k for k, _ in engine.scan_tags(2, b"sh")] == [ik(2, b"s", b"a"), ik(3, b"s", b"z")]
+    (_, recs), = engine.read_log(seq, 10)
+    assert len(recs) == 4  # the four writes of the tick: one entry
+
+
 def test_reads_alone_keep_the_cache_bounded(tmp_path):
     """A read-only load never commits; its misses (cached absences included) are
     evicted by the reads themselves (the cache grew without bound: 330,000 entries

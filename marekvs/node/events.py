@@ -1,0 +1,189 @@
+"""Keyspace notifications (``notify-keyspace-events``), as Redis 7.0 publishes them.
+
+A command that changes a key fires an event of a class: ``g`` generic (del, expire,
+rename_from, ...), ``$`` string (set, incrby, append, ...), ``l`` list, ``s`` set, ``h``
+hash, ``z`` zset, ``t`` stream, ``x`` expired, ``e`` evicted, ``n`` new key, ``m`` key miss.
+With ``K`` the node publishes ``__keyspace@0__:<key>`` with the event name as the message,
+with ``E`` ``__keyevent@0__:<event>`` with the key; only the classes enabled fire. The
+commands name their events (``fire``), as Redis's do.
+
+A record merged from a peer fires on this node too (the change feed reports it), so a
+listener on any node sees the changes made on every node. A record does not know the
+command that made it, so its event is derived from what changed (``record_event``): a
+string record ``set``, a counter ``incrby``, a tombstone ``del``, a new deadline with the
+same value ``expire`` (``persist`` when removed), a collection head tombstone ``del``, a
+hash field ``hset``/``hdel``, a set member ``sadd``/``srem``, a zset member
+``zadd``/``zrem``, a list element ``lset`` (a push cannot be told from an overwrite) or
+``lpop`` for a removed one, a stream entry ``xadd``/``xdel``, an HLL register ``pfadd``.
+docs/compatibility.md lists them.
+
+``expired`` fires once per key on each node, when the node finds its deadline passed: a
+watcher keeps the deadlines of keys it saw written (locally or from a peer, and those
+present when the ``x`` class was turned on) and fires at the deadline if the key still
+has it. Messages go to this node's subscribers only (``PubSub.deliver``): every node fires
+its own, so they are not relayed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+from typing import Any
+
+from marekvs.core import envelope as env
+from marekvs.core import keys as K
+from marekvs.core import registry
+from marekvs.node.changes import Change
+
+CLASSES = "g$lshzxetdmn"
+_KEY_CODES = frozenset(registry.KEY_TAGS)
+_KIND_EVENTS = {  # element tag -> (class, event when added, event when removed)
+    K.TAG_HASH: ("h", b"hset", b"hdel"),
+    K.TAG_SET: ("s", b"sadd", b"srem"),
+    K.TAG_ZSET: ("z", b"zadd", b"zrem"),
+    K.TAG_LIST: ("l", b"lset", b"lpop"),
+    K.TAG_STREAM: ("t", b"xadd", b"xdel"),
+    K.TAG_HLL: ("$", b"pfadd", b"pfadd"),
+}
+
+
+def parse_flags(value: str) -> tuple[set[str], bool, bool]:
+    """(classes, keyspace channel, keyevent channel) of a notify-keyspace-events value."""
+    classes = set()
+    for ch in value:
+        if ch == "A":
+            classes.update("g$lshzxet")
+        elif ch in CLASSES:
+            classes.add(ch)
+    return classes, "K" in value, "E" in value
+
+
+class Events:
+    def __init__(self, node: Any):
+        self.node = node
+        self.classes: set[str] = set()
+        self.keyspace = self.keyevent = False
+        self.on = False  # any class with a channel: commands check this before firing
+        self.deadlines: list[tuple[int, bytes, bytes]] = []  # heap of (deadline, ikey, user key)
+        self._timer: asyncio.TimerHandle | None = None
+        self._subscribed = False
+        self.fired = 0
+        # 'new' keys a local command created, fired just before that command's own event on
+        # the key (Redis fires "new" as the key is added): MSET interleaves new/set per key
+        self.pending_new: dict[bytes, None] = {}
+
+    def configure(self, value: str) -> None:
+        self.classes, self.keyspace, self.keyevent = parse_flags(value)
+        self.on = bool(self.classes) and (self.keyspace or self.keyevent)
+        feed = self.node.changes
+        if self.on and not self._subscribed:
+            feed.subscribe(self._changed)
+            self._subscribed = True
+        elif not self.on and self._subscribed:
+            feed.unsubscribe(self._changed)
+            self._subscribed = False
+            self.deadlines.clear()
+        if self.on and "x" in self.classes:
+            self._watch_existing()
+        ks = self.node.ks
+        ks.on_miss = self._miss if self.on and "m" in self.classes else None
+
+    def _miss(self, key: bytes) -> None:
+        self.fire("m", b"keymiss", key)
+
+    # -- firing ----------------------------------------------------------------------------
+    def fire(self, cls: str, event: bytes, key: bytes) -> None:
+        """A command's event (Redis's notifyKeyspaceEvent)."""
+        if self.pending_new and key in self.pending_new:
+            del self.pending_new[key]
+            self.fire("n", b"new", key)
+        if cls not in self.classes:
+            return
+        self.fired += 1
+        deliver = self.node.pubsub.deliver
+        if self.keyspace:
+            deliver(b"__keyspace@0__:" + key, event)
+        if self.keyevent:
+            deliver(b"__keyevent@0__:" + event, key)
+
+    def flush_new(self) -> None:
+        """After a command: 'new' keys that no event of the command claimed."""
+        pending, self.pending_new = self.pending_new, {}
+        for key in pending:
+            self.fire("n", b"new", key)
+
+    # -- records from peers, deadlines -------------------------------------------------------
+    def _changed(self, changes: list[Change]) -> None:
+        replicated = self.node.current is None
+        watch = "x" in self.classes
+        now = self.node.ks.now()
+        for ikey, old, new in changes:
+            if watch:
+                self._watch(ikey, new)
+            if "n" in self.classes and ikey[K.TAG_AT] in _KEY_CODES and env.is_live(new, now) \
+                    and (old is None or not env.is_live(old, now)):
+                if replicated:
+                    self.fire("n", b"new", K.user_key_of(ikey))
+                else:
+                    self.pending_new[K.user_key_of(ikey)] = None
+            if replicated:
+                found = record_event(ikey, old, new, self.node.ks.now())
+                if found is not None:
+                    key = K.user_key_of(ikey)
+                    self.fire(found[0], found[1], key)
+
+    def _watch(self, ikey: bytes, rec: bytes) -> None:
+        kind = registry.BY_CODE[ikey[K.TAG_AT]]
+        if kind is None or not kind.is_key:
+            return
+        deadline = env.ttl_of(rec)
+        if deadline and not rec[0] & env.FLAG_TOMBSTONE:
+            heapq.heappush(self.deadlines, (deadline, ikey, K.user_key_of(ikey)))
+            self._arm()
+
+    def _watch_existing(self) -> None:
+        now = self.node.ks.now()
+        for key, ikey, rec in self.node.ks.all_keys(now):
+            if env.ttl_of(rec):
+                heapq.heappush(self.deadlines, (env.ttl_of(rec), ikey, key))
+        self._arm()
+
+    def _arm(self) -> None:
+        loop = self.node.loop
+        if not self.deadlines or loop is None:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        delay = max(0.0, (self.deadlines[0][0] - self.node.ks.now()) / 1000)
+        self._timer = loop.call_later(delay + 0.001, self._expire_due)
+
+    def _expire_due(self) -> None:
+        self._timer = None
+        now = self.node.ks.now()
+        get = self.node.engine.get
+        while self.deadlines and self.deadlines[0][0] <= now:
+            deadline, ikey, key = heapq.heappop(self.deadlines)
+            rec = get(ikey)
+            if rec is not None and not rec[0] & env.FLAG_TOMBSTONE and env.ttl_of(rec) == deadline:
+                self.fire("x", b"expired", key)  # still the record that expired: once
+        self._arm()
+
+
+def record_event(ikey: bytes, old: bytes | None, new: bytes, now: int) -> tuple[str, bytes] | None:
+    """(class, event) a record merged from a peer fires (see the module docstring)."""
+    tag = ikey[K.TAG_AT:K.TAG_AT + 1]
+    if tag == K.TAG_STRING or tag == K.TAG_HEAD:
+        if new[0] & env.FLAG_TOMBSTONE:
+            return ("g", b"del") if old is not None and env.is_live(old, now) else None
+        if old is not None and env.is_live(old, now) and old[env.HEADER:] == new[env.HEADER:]:
+            if env.ttl_of(old) != env.ttl_of(new):
+                return ("g", b"expire") if env.ttl_of(new) else ("g", b"persist")
+            return None
+        if tag == K.TAG_HEAD:
+            return None  # a new or re-created collection: its elements fire
+        return ("$", b"incrby") if env.rtype_of(new) == env.RecordType.COUNTER else ("$", b"set")
+    kind = _KIND_EVENTS.get(tag)
+    if kind is None:
+        return None
+    cls, added, removed = kind
+    return (cls, removed) if new[0] & env.FLAG_TOMBSTONE else (cls, added)

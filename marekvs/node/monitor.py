@@ -1,0 +1,116 @@
+"""What an operator reads about the commands a node runs: SLOWLOG, LATENCY, ops per second.
+
+- The slow log (Redis's ``slowlog.c``): a command that ran for more than
+  ``slowlog-log-slower-than`` microseconds (0: every command, -1: none) is kept, newest
+  first, up to ``slowlog-max-len`` entries: id, unix time, duration in us, its arguments (at
+  most 32, the last one saying how many more; each at most 128 bytes, saying how many more
+  bytes), the client's address and name. AUTH/HELLO credentials are ``(redacted)``.
+- The latency monitor (``latency.c``): with ``latency-monitor-threshold`` N ms > 0, a
+  command that took at least N ms is a sample of the event ``command`` (or ``fast-command``
+  for commands flagged fast); per event the latest 160 samples (one per second: the max of
+  that second) and the all-time max. LATENCY LATEST / HISTORY / RESET read them.
+- ``instantaneous_ops_per_sec`` (INFO stats): the mean rate over the last 16 samples of the
+  command count, taken every 100 ms, as Redis's ``trackInstantaneousMetric``.
+
+The dispatcher measures every command (``Node.dispatch``); this module only keeps what
+crosses a threshold, so a command under the thresholds costs a comparison.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from typing import Any
+
+SLOWLOG_MAX_ARGC = 32
+SLOWLOG_MAX_STRING = 128
+LATENCY_SAMPLES = 160
+OPS_SAMPLES = 16
+REDACTED = {b"auth": (1, 2), b"hello": None}  # argument positions whose values are secrets
+
+
+class SlowLog:
+    def __init__(self, threshold_us: int = 10_000, max_len: int = 128):
+        self.threshold_us = threshold_us
+        self.entries: deque[list[Any]] = deque(maxlen=max_len)
+        self.next_id = 0
+
+    def resize(self, max_len: int) -> None:
+        self.entries = deque(self.entries, maxlen=max_len)
+
+    def add(self, args: list[bytes], duration_us: int, addr: str, name: bytes) -> None:
+        shown = _redact(args)
+        argc = len(shown)
+        if argc > SLOWLOG_MAX_ARGC:
+            shown = shown[:SLOWLOG_MAX_ARGC - 1] + [b"... (%d more arguments)" % (argc - SLOWLOG_MAX_ARGC + 1)]
+        shown = [a if len(a) <= SLOWLOG_MAX_STRING
+                 else a[:SLOWLOG_MAX_STRING] + b"... (%d more bytes)" % (len(a) - SLOWLOG_MAX_STRING)
+                 for a in shown]
+        self.entries.appendleft([self.next_id, int(time.time()), duration_us, shown, addr.encode(), name])
+        self.next_id += 1
+
+    def get(self, count: int) -> list[list[Any]]:
+        return list(self.entries) if count < 0 else list(self.entries)[:count]
+
+
+def _redact(args: list[bytes]) -> list[bytes]:
+    name = args[0].lower()
+    if name == b"auth":
+        return [args[0]] + [b"(redacted)"] * (len(args) - 1)
+    if name == b"hello":
+        out = list(args)
+        for i in range(len(out) - 2):
+            if out[i].lower() == b"auth":
+                out[i + 1] = out[i + 2] = b"(redacted)"
+        return out
+    return list(args)
+
+
+class LatencyMonitor:
+    def __init__(self, threshold_ms: int = 0):
+        self.threshold_ms = threshold_ms
+        # event -> (samples [(unix second, ms)], max ms)
+        self.events: dict[str, tuple[deque[tuple[int, int]], int]] = {}
+
+    def add(self, event: str, ms: int) -> None:
+        now = int(time.time())
+        samples, top = self.events.get(event, (deque(maxlen=LATENCY_SAMPLES), 0))
+        if samples and samples[-1][0] == now:
+            if ms > samples[-1][1]:
+                samples[-1] = (now, ms)
+        else:
+            samples.append((now, ms))
+        self.events[event] = (samples, max(top, ms))
+
+    def latest(self) -> list[list[Any]]:
+        return [[e.encode(), s[-1][0], s[-1][1], top] for e, (s, top) in self.events.items() if s]
+
+    def history(self, event: str) -> list[list[int]]:
+        found = self.events.get(event)
+        return [] if found is None else [[t, ms] for t, ms in found[0]]
+
+    def reset(self, events: list[str]) -> int:
+        if not events:
+            n = len(self.events)
+            self.events.clear()
+            return n
+        return sum(1 for e in events if self.events.pop(e, None) is not None)
+
+
+class OpsMeter:
+    """instantaneous_ops_per_sec: sampled every 100 ms by the node's timer."""
+
+    def __init__(self) -> None:
+        self.samples: deque[float] = deque(maxlen=OPS_SAMPLES)
+        self.last_count = 0
+        self.last_time = time.monotonic()
+
+    def sample(self, count: int) -> None:
+        now = time.monotonic()
+        dt = now - self.last_time
+        if dt > 0:
+            self.samples.append((count - self.last_count) / dt)
+        self.last_count, self.last_time = count, now
+
+    def rate(self) -> int:
+        return int(sum(self.samples) / len(self.samples)) if self.samples else 0
