@@ -245,6 +245,24 @@ def _lookup(ctx: Any, key: bytes) -> xs.Stream | None:
     return xs.lookup(ctx.ks, key, ctx.ks.now())
 
 
+def _read(ctx: Any, key: bytes) -> xs.Stream | None:
+    """``_lookup`` where Redis calls ``lookupKeyRead``: a keyspace hit (a key of another
+    type too, before the WRONGTYPE error) or a miss (INFO stats, the ``keymiss`` event)."""
+    ks = ctx.ks
+    try:
+        st = _lookup(ctx, key)
+    except WrongType:
+        ks.hits += 1
+        raise
+    if st is None:
+        ks.misses += 1
+        if ks.on_miss is not None:
+            ks.on_miss(key)
+    else:
+        ks.hits += 1
+    return st
+
+
 def _nogroup_read(key: bytes, group: bytes) -> CommandError:
     return CommandError(errors.nogroup_read(key, group))
 
@@ -286,20 +304,25 @@ def xadd(ctx, args: list[bytes]):
     _lookup(ctx, args[1])  # subscribes the stream cache
     ms, seq = (None, None) if given is None else given
     try:
-        sid = xs.add(ctx.ks, args[1], fields, ms, seq, nomkstream, trim, now)
+        sid, trimmed = xs.add(ctx.ks, args[1], fields, ms, seq, nomkstream, trim, now)
     except xs.IdNotGreater:
         raise CommandError(errors.XADD_ID_TOO_SMALL) from None
     except xs.IdExhausted:
         raise CommandError(errors.STREAM_EXHAUSTED) from None
     except xs.SeqExhausted:
         raise CommandError(errors.ELEMENTS_TOO_LARGE) from None
-    return None if sid is None else fmt(sid)
+    if sid is None:
+        return None
+    ctx.fire("t", b"xadd", args[1])
+    if trimmed:
+        ctx.fire("t", b"xtrim", args[1])
+    return fmt(sid)
 
 
 @command("xlen", 2, "readonly fast", specs="RO index 1 range 0", group="stream", acl=_ACL_R_FAST,
          since="5.0.0", summary="Return the number of entries in a stream", syntax="key")
 def xlen(ctx, args: list[bytes]):
-    st = _lookup(ctx, args[1])
+    st = _read(ctx, args[1])
     return 0 if st is None else st.length
 
 
@@ -314,7 +337,7 @@ def _range(ctx, args: list[bytes], rev: bool):
             j += 2
         else:
             raise CommandError(errors.SYNTAX)
-    st = _lookup(ctx, args[1])
+    st = _read(ctx, args[1])
     if st is None:
         return []
     if count == 0:
@@ -354,7 +377,10 @@ def xdel(ctx, args: list[bytes]):
     if st is None:
         return 0
     ids = [full_id(a) for a in args[2:]]
-    return xs.delete(ctx.ks, args[1], ids, ctx.ks.now())
+    n = xs.delete(ctx.ks, args[1], ids, ctx.ks.now())
+    if n:
+        ctx.fire("t", b"xdel", args[1])
+    return n
 
 
 @command("xtrim", -4, "write", specs="RW DELETE index 1 range 0", group="stream", acl=_ACL_W_SLOW,
@@ -368,7 +394,10 @@ def xtrim(ctx, args: list[bytes]):
     assert trim is not None
     if _lookup(ctx, args[1]) is None:
         return 0
-    return xs.trim(ctx.ks, args[1], trim, ctx.ks.now())
+    n = xs.trim(ctx.ks, args[1], trim, ctx.ks.now())
+    if n:
+        ctx.fire("t", b"xtrim", args[1])
+    return n
 
 
 @command("xsetid", -3, "write denyoom fast", specs="RW UPDATE index 1 range 0", group="stream",
@@ -400,6 +429,7 @@ def xsetid(ctx, args: list[bytes]):
     except xs.SetIdTooSmall as e:
         raise CommandError(errors.XSETID_TOO_SMALL if e.detail == "top" else errors.XSETID_ADDED_TOO_SMALL) \
             from None
+    ctx.fire("t", b"xsetid", args[1])
     return OK
 
 
@@ -467,7 +497,7 @@ def _resolve(ctx, r: _ReadArgs, xreadgroup: bool) -> list[tuple[bytes, StreamId 
     checked before its id is parsed. ``$`` is the stream's last id; ``>`` is None."""
     out: list[tuple[bytes, StreamId | None]] = []
     for key, arg in zip(r.keys, r.ids):
-        st = _lookup(ctx, key)
+        st = _read(ctx, key)
         if r.group is not None and (st is None or xs.group(ctx.ks, st, r.group) is None):
             raise _nogroup_read(key, r.group)
         if arg == b"$":
@@ -491,9 +521,13 @@ def _read_reply(ctx, served: list[tuple[bytes, list[Any]]]) -> Any:
 
 def _xread_once(ctx, targets: list[tuple[bytes, StreamId | None]], count: int,
                 first_only: bool = False) -> list[tuple[bytes, list[Any]]]:
+    """The entries after each target's id; the first call of a command counts its
+    lookups as reads (Redis's second ``lookupKeyRead`` per stream), a blocked client's
+    retries do not (Redis serves them with ``lookupKeyWrite``)."""
     served = []
+    look = _lookup if first_only else _read
     for key, after in targets:
-        st = _lookup(ctx, key)
+        st = look(ctx, key)
         if st is None or not st.length:
             continue
         assert after is not None
@@ -542,18 +576,23 @@ def xread(ctx, args: list[bytes]):
 
 
 def _group_read(ctx, key: bytes, group: bytes, consumer: bytes, after: StreamId | None, count: int,
-                noack: bool) -> list[Any] | None | Err:
-    """One stream of XREADGROUP: its entries, None when '>' has nothing new."""
-    st = _lookup(ctx, key)
+                noack: bool, retry: bool = False) -> list[Any] | None | Err:
+    """One stream of XREADGROUP: its entries, None when '>' has nothing new (``retry``: a
+    blocked client's, whose lookup is not a counted read)."""
+    st = (_lookup if retry else _read)(ctx, key)
     g = None if st is None else xs.group(ctx.ks, st, group)
     if g is None:
         return None if st is None else Err(errors.NOGROUP_BLOCKED_GONE)
     now = ctx.ks.now()
     if after is _NEW:
-        got = xs.read_new(ctx.ks, g, consumer, count, noack, now)
-        return None if got is None else entries_reply(got)
-    hist = xs.read_history(ctx.ks, g, consumer, after, count, now)
-    return [entry_reply(sid, fields) for sid, fields in hist]
+        got, created = xs.read_new(ctx.ks, g, consumer, count, noack, now)
+        reply = None if got is None else entries_reply(got)
+    else:
+        hist, created = xs.read_history(ctx.ks, g, consumer, after, count, now)
+        reply = [entry_reply(sid, fields) for sid, fields in hist]
+    if created:
+        ctx.fire("t", b"xgroup-createconsumer", key)
+    return reply
 
 
 @command("xreadgroup", -7, "write blocking", specs="RO ACCESS keyword STREAMS 4 range -1 1 2",
@@ -587,7 +626,7 @@ def xreadgroup(ctx, args: list[bytes]):
     def attempt():
         for key, after in targets:
             try:
-                got = _group_read(ctx, key, group, consumer, after, count, r.noack)
+                got = _group_read(ctx, key, group, consumer, after, count, r.noack, retry=True)
             except WrongType:
                 continue
             if isinstance(got, Err):
@@ -608,7 +647,7 @@ def xreadgroup(ctx, args: list[bytes]):
                                  "IDs we were actually able to resolve in the PEL.",
          complexity="O(1) for each message ID processed.", syntax="key group id [id ...]")
 def xack(ctx, args: list[bytes]):
-    st = _lookup(ctx, args[1])
+    st = _read(ctx, args[1])
     g = None if st is None else xs.group(ctx.ks, st, args[2])
     if g is None:
         return 0
@@ -617,7 +656,7 @@ def xack(ctx, args: list[bytes]):
 
 
 def _require_group(ctx, key: bytes, group: bytes) -> xs.GroupRef:
-    st = _lookup(ctx, key)
+    st = _read(ctx, key)
     g = None if st is None else xs.group(ctx.ks, st, group)
     if g is None:
         raise CommandError(errors.nogroup_key(key, group))
@@ -650,7 +689,7 @@ def xpending(ctx, args: list[bytes]):
         start, end = range_bounds(args[at], args[at + 1])
         if at + 3 < n:
             consumer = args[at + 3]
-    st = _lookup(ctx, args[1])
+    st = _read(ctx, args[1])
     g = None if st is None else xs.group(ctx.ks, st, args[2])
     if g is None:
         raise CommandError(errors.nogroup_key(args[1], args[2]))
@@ -737,7 +776,9 @@ def xclaim(ctx, args: list[bytes]):
         delivery = now
     how = xs.Claim(minidle, delivery, retrycount if retrycount is not None and retrycount >= 0 else None,
                    force, justid)
-    got = xs.claim(ctx.ks, g, args[3], ids, how, lastid, now)
+    got, created = xs.claim(ctx.ks, g, args[3], ids, how, lastid, now)
+    if created:
+        ctx.fire("t", b"xgroup-createconsumer", args[1])
     if justid:
         return [fmt(sid) for sid, _ in got]
     return [entry_reply(sid, fields) for sid, fields in got]
@@ -778,7 +819,10 @@ def xautoclaim(ctx, args: list[bytes]):
             raise CommandError(errors.SYNTAX)
         j += 1
     g = _require_group(ctx, args[1], args[2])
-    cursor, got, deleted = xs.autoclaim(ctx.ks, g, args[3], minidle, start, count, justid, ctx.ks.now())
+    cursor, got, deleted, created = xs.autoclaim(ctx.ks, g, args[3], minidle, start, count, justid,
+                                                 ctx.ks.now())
+    if created:
+        ctx.fire("t", b"xgroup-createconsumer", args[1])
     claimed = [fmt(sid) for sid, _ in got] if justid else [entry_reply(sid, f) for sid, f in got]
     return [fmt(cursor), claimed, [fmt(sid) for sid in deleted]]
 
@@ -859,6 +903,7 @@ def xgroup_create(ctx, args: list[bytes]):
         xs.group_create(ctx.ks, st, args[3], sid, entries_read)
     except xs.BusyGroup:
         raise CommandError(errors.BUSYGROUP) from None
+    ctx.fire("t", b"xgroup-create", args[2])
     return OK
 
 
@@ -878,6 +923,7 @@ def xgroup_setid(ctx, args: list[bytes]):
     assert st is not None and g is not None
     sid = st.last_id if args[4] == b"$" else full_id(args[4], strict=False)
     xs.group_setid(ctx.ks, g, sid, entries_read)
+    ctx.fire("t", b"xgroup-setid", args[2])
     return OK
 
 
@@ -890,6 +936,7 @@ def xgroup_destroy(ctx, args: list[bytes]):
     if g is None:
         return 0
     xs.group_destroy(ctx.ks, g)
+    ctx.fire("t", b"xgroup-destroy", args[2])
     return 1
 
 
@@ -899,7 +946,10 @@ def xgroup_destroy(ctx, args: list[bytes]):
 def xgroup_createconsumer(ctx, args: list[bytes]):
     _, g = _xgroup_target(ctx, args, False, True)
     assert g is not None
-    return int(xs.create_consumer(ctx.ks, g, args[4], ctx.ks.now()))
+    created = xs.create_consumer(ctx.ks, g, args[4], ctx.ks.now())
+    if created:
+        ctx.fire("t", b"xgroup-createconsumer", args[2])
+    return int(created)
 
 
 @command("delconsumer", 5, "write", specs="RW DELETE index 2 range 0", group="stream", parent="xgroup",
@@ -908,7 +958,11 @@ def xgroup_createconsumer(ctx, args: list[bytes]):
 def xgroup_delconsumer(ctx, args: list[bytes]):
     _, g = _xgroup_target(ctx, args, False, True)
     assert g is not None
-    return xs.delete_consumer(ctx.ks, g, args[4])
+    if not xs.consumer_exists(ctx.ks, g, args[4]):
+        return 0
+    n = xs.delete_consumer(ctx.ks, g, args[4])
+    ctx.fire("t", b"xgroup-delconsumer", args[2])
+    return n
 
 
 # -- XINFO -------------------------------------------------------------------------------------
@@ -928,7 +982,7 @@ xinfo_help = table.help_subcommand("xinfo", _XINFO_HELP, group="stream", acl="st
 
 
 def _xinfo_stream_of(ctx, key: bytes) -> xs.Stream:
-    st = _lookup(ctx, key)
+    st = _read(ctx, key)
     if st is None:
         raise CommandError(errors.NO_SUCH_KEY)
     return st

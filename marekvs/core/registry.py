@@ -232,6 +232,12 @@ BY_CODE: list[RecordKind | None] = [BY_TAG.get(bytes((c,))) for c in range(256)]
 KEY_TAGS: bytes = bytes(sorted(k.code for k in KINDS if k.is_key))
 ELEMENT_TAGS: bytes = bytes(sorted(k.code for k in KINDS if not k.is_key))
 
+# Streams: state kept beside a key's value that Redis changes without "modifying the key"
+# (no signalModifiedKey: consumer groups, their consumers and pending entries, the
+# counters XSETID sets). WATCH ignores changes to these records, as Redis's does.
+UNWATCHED_CODES: frozenset[int] = frozenset(k.code for k in (STREAM_COUNTERS, STREAM_GROUP, GROUP_CONSUMER,
+                                                              GROUP_PENDING))
+
 
 def element_kinds(ctype: int) -> tuple[RecordKind, ...]:
     """The element kinds a collection of type ``ctype`` keeps its records under (a

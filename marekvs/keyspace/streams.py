@@ -410,13 +410,13 @@ def _trim_victims(ks: Keyspace, st: Stream, trim: Trim, length: int,
 
 
 def add(ks: Keyspace, key: bytes, fields: list[tuple[bytes, bytes]], ms: int | None,
-        seq: int | None, nomkstream: bool, trim: Trim | None, now: int) -> StreamId | None:
-    """XADD. ``ms`` None: ``*``; ``seq`` None: ``ms-*``. Returns the new id, None when
-    NOMKSTREAM found no stream."""
+        seq: int | None, nomkstream: bool, trim: Trim | None, now: int) -> tuple[StreamId | None, int]:
+    """XADD. ``ms`` None: ``*``; ``seq`` None: ``ms-*``. Returns the new id (None when
+    NOMKSTREAM found no stream) and how many entries the trimming removed."""
     st = lookup(ks, key, now)
     if st is None:
         if nomkstream:
-            return None
+            return None, 0
         st = _new_stream(ks, key, now)
     tot = st.totals()
     last = tot.last
@@ -457,7 +457,7 @@ def add(ks: Keyspace, key: bytes, fields: list[tuple[bytes, bytes]], ms: int | N
     recs.append((st.hk, head.with_last_id(st.head, top[0], top[1], ks.hlc.now(), origin)))
     recs.append(_counters_write(ks, st, tot, added=1, last=sid))
     ks.apply(recs)
-    return sid
+    return sid, len(victims)
 
 
 def _counters_write(ks: Keyspace, st: Stream, tot: Totals, added: int = 0, last: StreamId = MIN_ID,
@@ -519,9 +519,10 @@ def set_id(ks: Keyspace, key: bytes, sid: StreamId, added: int | None, maxdel: S
     origin = ks.node_id
     c = Counters(st.dc, (hlc, origin), tot.added if added is None else added, sid,
                  maxdel if maxdel != MIN_ID else tot.max_deleted)
-    top = max(st.top, sid)
-    ks.apply([(K.encode_stream_counter_key(key, origin), stream.counters_record(c, hlc, origin)),
-              (st.hk, head.with_last_id(st.head, top[0], top[1], ks.hlc.now(), origin))])
+    recs = [(K.encode_stream_counter_key(key, origin), stream.counters_record(c, hlc, origin))]
+    if sid > st.top:  # the head's last id only grows (and only then is the key modified)
+        recs.append((st.hk, head.with_last_id(st.head, sid[0], sid[1], ks.hlc.now(), origin)))
+    ks.apply(recs)
 
 
 # -- Redis's logical read counters (entries-read, lag) ----------------------------------------
@@ -790,11 +791,11 @@ def ack(ks: Keyspace, g: GroupRef, ids: list[StreamId]) -> int:
 # -- XREADGROUP ------------------------------------------------------------------------------
 
 def read_new(ks: Keyspace, g: GroupRef, consumer: bytes, count: int, noack: bool,
-             now: int) -> list[Entry] | None:
+             now: int) -> tuple[list[Entry] | None, bool]:
     """XREADGROUP ``>``: deliver the entries after the group's last-delivered id (at most
-    ``count``, 0: all) to ``consumer``, marked seen (created if needed). None, and no
-    write at all, when there is none (as Redis, which creates the consumer only when it
-    serves it)."""
+    ``count``, 0: all) to ``consumer``, marked seen (created if needed); and whether the
+    consumer was created. None, and no write at all, when there is none (as Redis, which
+    creates the consumer only when it serves it)."""
     st = g.st
     pos = g.position()
     out: list[Entry] = []
@@ -805,8 +806,8 @@ def read_new(ks: Keyspace, g: GroupRef, consumer: bytes, count: int, noack: bool
             if len(out) == count:
                 break
     if not out:
-        return None
-    touch, _ = touch_consumer(ks, g, consumer, now)
+        return None, False
+    touch, created = touch_consumer(ks, g, consumer, now)
     recs = [touch]
     read = pos.entries_read
     epoch = g.epoch
@@ -823,15 +824,16 @@ def read_new(ks: Keyspace, g: GroupRef, consumer: bytes, count: int, noack: bool
     new_pos = G.Position(last[0], last[1], 0 if read is None else read + 1)
     recs.append((g.gk, G.deliver(g.record, origin, new_pos)))
     ks.apply(recs)
-    return out
+    return out, created
 
 
 def read_history(ks: Keyspace, g: GroupRef, consumer: bytes, after: StreamId, count: int,
-                 now: int) -> list[tuple[StreamId, list[tuple[bytes, bytes]] | None]]:
+                 now: int) -> tuple[list[tuple[StreamId, list[tuple[bytes, bytes]] | None]], bool]:
     """XREADGROUP with an id: ``consumer``'s pending entries after ``after`` (at most
     ``count``, 0: all), each delivered once more (time now, count + 1); an entry no
-    longer in the stream comes back as None."""
-    touch, _ = touch_consumer(ks, g, consumer, now)
+    longer in the stream comes back as None. And whether the consumer was created (it
+    is, as in Redis, even when it has nothing pending)."""
+    touch, created = touch_consumer(ks, g, consumer, now)
     recs = [touch]
     out: list[tuple[StreamId, list[tuple[bytes, bytes]] | None]] = []
     start = incr_id(after)
@@ -848,7 +850,7 @@ def read_history(ks: Keyspace, g: GroupRef, consumer: bytes, after: StreamId, co
             if len(out) == count:
                 break
     ks.apply(recs + _covering(ks, g, [sid for sid, _ in out]))
-    return out
+    return out, created
 
 
 # -- XCLAIM / XAUTOCLAIM -----------------------------------------------------------------------
@@ -862,8 +864,9 @@ class Claim(NamedTuple):
 
 
 def claim(ks: Keyspace, g: GroupRef, consumer: bytes, ids: list[StreamId], how: Claim,
-          lastid: StreamId, now: int) -> list[tuple[StreamId, list[tuple[bytes, bytes]] | None]]:
-    """XCLAIM: the entries of ``ids`` claimed for ``consumer`` (fields None with JUSTID).
+          lastid: StreamId, now: int) -> tuple[list[tuple[StreamId, list[tuple[bytes, bytes]] | None]], bool]:
+    """XCLAIM: the entries of ``ids`` claimed for ``consumer`` (fields None with JUSTID),
+    and whether the consumer was created (only when it claims something, as Redis).
     Pending entries whose stream entry is gone leave the PEL."""
     recs: list[tuple[bytes, bytes]] = []
     out: list[tuple[StreamId, list[tuple[bytes, bytes]] | None]] = []
@@ -871,7 +874,7 @@ def claim(ks: Keyspace, g: GroupRef, consumer: bytes, ids: list[StreamId], how: 
     pos = g.position()
     if lastid > pos.id:
         recs.append((g.gk, G.deliver(g.record, origin, G.Position(lastid[0], lastid[1], pos.read))))
-    touched = False
+    touched = created = False
     claimed: dict[bytes, bytes] = {}  # this command's own writes, for repeated ids
     for sid in ids:
         pk, rec, live = pending_one(ks, g, sid)
@@ -899,7 +902,7 @@ def claim(ks: Keyspace, g: GroupRef, consumer: bytes, ids: list[StreamId], how: 
         else:
             continue
         if not touched:
-            touch, _ = touch_consumer(ks, g, consumer, now)
+            touch, created = touch_consumer(ks, g, consumer, now)
             recs.append(touch)
             touched = True
         claimed[pk] = new
@@ -907,21 +910,22 @@ def claim(ks: Keyspace, g: GroupRef, consumer: bytes, ids: list[StreamId], how: 
         out.append((sid, None if how.justid else fields))
     if recs:
         ks.apply(recs + _covering(ks, g, [sid for sid, _ in out]))
-    return out
+    return out, created
 
 
 def autoclaim(ks: Keyspace, g: GroupRef, consumer: bytes, min_idle: int, start: StreamId, count: int,
               justid: bool, now: int) -> tuple[StreamId, list[tuple[StreamId, list[tuple[bytes, bytes]] | None]],
-                                               list[StreamId]]:
+                                               list[StreamId], bool]:
     """XAUTOCLAIM: (next cursor, claimed entries, ids deleted from the PEL because their
-    entry is gone), examining at most ``count * 10`` pending entries from ``start``."""
+    entry is gone, whether the consumer was created), examining at most ``count * 10``
+    pending entries from ``start``."""
     recs: list[tuple[bytes, bytes]] = []
     out: list[tuple[StreamId, list[tuple[bytes, bytes]] | None]] = []
     deleted: list[StreamId] = []
     origin = ks.node_id
     attempts = count * 10
     cursor = MIN_ID
-    touched = False
+    touched = created = False
     it = _pending_records(ks, g, start)
     for ik, rec in it:
         sid = _ID.unpack_from(ik, len(ik) - 16)
@@ -940,7 +944,7 @@ def autoclaim(ks: Keyspace, g: GroupRef, consumer: bytes, min_idle: int, start: 
         if min_idle and now - p.delivery_ms < min_idle:
             continue
         if not touched:
-            touch, _ = touch_consumer(ks, g, consumer, now)
+            touch, created = touch_consumer(ks, g, consumer, now)
             recs.append(touch)
             touched = True
         recs.append((ik, G.claim_pending(rec, ks.hlc.now(), origin, consumer, now, 0 if justid else 1)))
@@ -948,4 +952,4 @@ def autoclaim(ks: Keyspace, g: GroupRef, consumer: bytes, min_idle: int, start: 
         count -= 1
     if recs:
         ks.apply(recs + _covering(ks, g, [sid for sid, _ in out]))
-    return cursor, out, deleted
+    return cursor, out, deleted, created
