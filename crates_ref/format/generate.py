@@ -528,12 +528,12 @@ REF_KINDS = [
     ("X", "stream-counters", "[klen][userkey][origin:u16]", [5], "element", False, "counters",
      "stream counters: fmt 0x21, gen, epoch, entries added, last id, max deleted id", "element", 5, "hlc"),
     ("g", "stream-group", "[klen][userkey][group]", [5], "element", False, "group",
-     "consumer group: fmt 0x22, state, destroy clock, base position, per-origin positions",
+     "consumer group: fmt 0x22, state, destroy clock, base position, positions by entry origin",
      "element", 5, "hlc"),
     ("c", "group-consumer", "[klen][userkey][glen][group][consumer]", [5], "element", False, "consumer",
      "consumer: fmt 0x23, OR element (caps 4/4), dot values = seen-time u64", "element", 5, "hlc"),
     ("p", "group-pending", "[klen][userkey][glen][group][id_ms:u64][id_seq:u64]", [5], "element", False,
-     "pending", "pending entry: fmt 0x24, epoch, incarnation, delivery time and count, consumer",
+     "pending", "pending entry: fmt 0x24, epoch, incarnation, delivered flag, delivery time and count, consumer",
      "element", 5, "hlc"),
 ]
 REF_RETIRED = [("l", "whole-list LWW blob")]

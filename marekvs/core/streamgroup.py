@@ -13,18 +13,26 @@ record):
 
     [fmt u8 = 0x22] [state u8] [destroy_clock u64]
     [base_ms u64] [base_seq u64] [base_read u64]                        set by CREATE / SETID
-    [nslots u16] nslots x ([origin u16] [ms u64] [seq u64] [read u64])  deliveries, by origin
+    [nslots u16] nslots x ([origin u16] [ms u64] [seq u64] [read u64])  deliveries, by entry origin
 
   A *position* is a last-delivered id with its entries-read counter, ``read`` =
   entries-read + 1 (0: unknown, Redis's SCG_INVALID_ENTRIES_READ). The group's
-  position is the greatest of the base and the slots, ordered as ``(ms, seq, read)``.
-  The record's version is the version of the last CREATE, SETID or DESTROY: the shape of
-  the PN counter of the data model, whose base version is the envelope's. Delivering
-  (XREADGROUP ``>``, XCLAIM LASTID) does not make a new version: the delivering node
-  raises its own slot to its new position and keeps the header, so concurrent
-  deliveries on several nodes all count, and a CREATE/SETID (a new version) resets the
-  position wholesale, as in Redis.
+  position (its last-delivered-id) is the greatest of the base and the slots, ordered as
+  ``(ms, seq, read)``. The record's version is the version of the last CREATE, SETID or
+  DESTROY: the shape of the PN counter of the data model, whose base version is the
+  envelope's. Delivering (XREADGROUP ``>``, XCLAIM LASTID) does not make a new version:
+  the delivering node raises slots and keeps the header, so concurrent deliveries on
+  several nodes all count, and a CREATE/SETID (a new version) resets the position
+  wholesale, as in Redis.
 
+  Slots are keyed by the *origin of the entries delivered* (the node that XADDed them,
+  the envelope origin of the entry record), not by the delivering node: an entry of
+  origin ``o`` counts as delivered in the group iff its id is at or below the base or
+  below or at slot ``o`` (or its pending record says so, below). Each origin's entries
+  reach every node in the order that origin made them (its ids only grow, and its
+  replication log is shipped in order), so an entry XADDed on node A that arrives at
+  node B after B delivered newer entries of other origins is still above A's slot there
+  and is delivered: a single last-delivered id would skip it for good.
   Merge: the input with the higher ``(version, LWW part)`` (the LWW part is the header,
   the state and the base) gives the header, state, base and its slots; equal keys join
   their slots pointwise (the greater position per origin); ``destroy_clock`` is the max
@@ -36,26 +44,32 @@ record):
 
 ``p`` pending entry ``[pid]'p'[klen][key][glen][group][id_ms u64][id_seq u64]``::
 
-    [fmt u8 = 0x24] [epoch_hlc u64] [epoch_origin u16] [incarnation u32] [delivery_ms u64]
-    [base_hlc u64] [base_origin u16] [base_count u64]
+    [fmt u8 = 0x24] [epoch_hlc u64] [epoch_origin u16] [incarnation u32] [flags u8]
+    [delivery_ms u64] [base_hlc u64] [base_origin u16] [base_count u64]
     [nslots u8] nslots x ([origin u16] [count u64])              by origin
     [consumer: the rest]
 
   The *epoch* is the version of the group (its CREATE or SETID) the delivery was made
   under; the *incarnation* counts the times the entry entered this group's PEL in that
-  epoch. An acknowledgement (XACK, or the PEL entries XGROUP DELCONSUMER drops) is the
-  record as a tombstone. Merge: the greater ``(epoch, incarnation)`` wins whole; within
-  one, an ack is *sticky*, it beats any claim or delivery of the same epoch and
+  epoch; flag bit 0, ``delivered``, says a read of the group handed the entry out (an
+  XCLAIM FORCE of an entry above the group's position leaves it clear: a read with ``>``
+  still delivers that entry, as in Redis). An acknowledgement (XACK, or the PEL entries
+  XGROUP DELCONSUMER drops) is the record as a tombstone. Merge: the greater
+  ``(epoch, incarnation)`` wins whole; within one, ``delivered`` is or-ed, and for the
+  rest an ack is *sticky*, it beats any claim or delivery of the same epoch and
   incarnation however late its version (two acks: LWW); two pending records join: the
   owner (``consumer``) and delivery time are LWW by version, the delivery count is
   ``base_count + sum(counts)`` in the PN-counter shape (the higher base version wins
   whole, equal bases take each origin's max; a fresh delivery has base (0, 0, 0), so two
   nodes delivering one entry at the same time count 2, and XPENDING shows the duplicate;
   RETRYCOUNT is a new base). An ordinal sum of that product join under a chain of acks,
-  inside a lexicographic order: a join. Only a node that has seen the ack starts a new
-  incarnation (XCLAIM FORCE), and a SETID starts a new epoch (redelivery after an
-  acknowledged read, as Redis does). A pending entry is live if its record is live and
-  its epoch is newer than the group's destroy clock.
+  times an or, inside a lexicographic order: a join. Only a node that has seen the ack
+  starts a new incarnation (XCLAIM FORCE), and a SETID starts a new epoch (redelivery
+  after an acknowledged read, as Redis does). A pending entry is live if its record is
+  live and its epoch is newer than the group's destroy clock. A read with ``>`` skips an
+  entry whose record (pending or acknowledged) is ``delivered`` in the group's epoch
+  (``handed_out``): a node that receives the ack of an entry before its delivery (they
+  may come from different nodes) never hands it out again.
 
 ``c`` consumer ``[pid]'c'[klen][key][glen][group][consumer]``, format ``CONSUMER_FMT``::
 
@@ -228,15 +242,25 @@ def destroy(current: bytes, hlc: int, origin: int) -> bytes:
     return merge_group(current, rec)
 
 
-def deliver(current: bytes, origin: int, pos: Position) -> bytes:
-    """Deliveries made on ``origin`` up to ``pos`` (XREADGROUP ``>``, XCLAIM LASTID):
-    the origin's slot rises to ``pos``; the header (version) is kept."""
+def deliver_slots(current: bytes, positions: dict[int, Position]) -> bytes:
+    """Deliveries of entries of the origins in ``positions`` up to their positions
+    (XREADGROUP ``>``, XCLAIM LASTID): each origin's slot rises to its position (a slot
+    never goes back); the header (version) is kept."""
     g = group_of(current)
     slots = dict(g.slots)
-    if pos <= slots.get(origin, ZERO):
+    changed = False
+    for origin, pos in positions.items():
+        if pos > slots.get(origin, ZERO):
+            slots[origin] = pos
+            changed = True
+    if not changed:
         return current
-    slots[origin] = pos
     return current[:_SIZE] + group_to_bytes(g._replace(slots=tuple(sorted(slots.items()))))
+
+
+def deliver(current: bytes, origin: int, pos: Position) -> bytes:
+    """``deliver_slots`` of one origin."""
+    return deliver_slots(current, {origin: pos})
 
 
 def epoch_of(record: bytes) -> Version:
@@ -248,8 +272,10 @@ def epoch_of(record: bytes) -> Version:
 # pending entries
 # =========================================================================================
 
-_PENDING = struct.Struct(">BQHIQQHQB")  # fmt, epoch, incarnation, delivery ms, count base, nslots
+_PENDING = struct.Struct(">BQHIBQQHQB")  # fmt, epoch, incarnation, flags, delivery ms, count base, nslots
 _COUNT_SLOT = struct.Struct(">HQ")  # origin, deliveries counted there
+_FLAGS_AT = _SIZE + 15  # the flags byte, after fmt, epoch and incarnation
+DELIVERED = 1  # flags: the entry was handed out by a read of the group (not only force-claimed)
 INCARNATION_MAX = (1 << 32) - 1
 NO_BASE = (0, 0, 0)  # (hlc, origin, value): the count base of a fresh delivery
 
@@ -257,6 +283,7 @@ NO_BASE = (0, 0, 0)  # (hlc, origin, value): the count base of a fresh delivery
 class Pending(NamedTuple):
     epoch: Version
     incarnation: int
+    delivered: bool  # handed out by XREADGROUP '>' (or claimed at or below the group's position)
     delivery_ms: int
     base: tuple[int, int, int]  # (hlc, origin, value) of the last RETRYCOUNT, NO_BASE: none
     slots: tuple[tuple[int, int], ...]  # (origin, deliveries counted there since the base)
@@ -269,8 +296,8 @@ class Pending(NamedTuple):
 
 
 def pending_to_bytes(p: Pending) -> bytes:
-    out = [_PENDING.pack(PENDING_FMT, p.epoch[0], p.epoch[1], p.incarnation, p.delivery_ms, *p.base,
-                         len(p.slots))]
+    out = [_PENDING.pack(PENDING_FMT, p.epoch[0], p.epoch[1], p.incarnation, DELIVERED if p.delivered else 0,
+                         p.delivery_ms, *p.base, len(p.slots))]
     out += [_COUNT_SLOT.pack(o, n) for o, n in p.slots]
     out.append(p.consumer)
     return b"".join(out)
@@ -279,51 +306,58 @@ def pending_to_bytes(p: Pending) -> bytes:
 def pending_from_bytes(payload: bytes) -> Pending:
     if len(payload) < _PENDING.size or payload[0] != PENDING_FMT:
         raise GroupFormatError("not a pending entry payload")
-    _, eh, eo, inc, ms, bh, bo, bv, n = _PENDING.unpack_from(payload, 0)
+    _, eh, eo, inc, flags, ms, bh, bo, bv, n = _PENDING.unpack_from(payload, 0)
+    if flags & ~DELIVERED:
+        raise GroupFormatError(f"unknown pending entry flags {flags:#04x}")
     end = _PENDING.size + n * _COUNT_SLOT.size
     if len(payload) < end:
         raise GroupFormatError("pending entry payload shorter than its count slots")
     slots = tuple(_COUNT_SLOT.iter_unpack(payload[_PENDING.size:end]))
     if any(a[0] >= b[0] for a, b in zip(slots, slots[1:])):
         raise GroupFormatError("count slots not in strictly increasing origin order")
-    return Pending((eh, eo), inc, ms, (bh, bo, bv), slots, bytes(payload[end:]))
+    return Pending((eh, eo), inc, bool(flags), ms, (bh, bo, bv), slots, bytes(payload[end:]))
 
 
 def pending_of(record: bytes) -> Pending:
     return pending_from_bytes(record[_SIZE:])
 
 
-def _pending_key(r: bytes) -> tuple[bytes, int]:
-    # epoch hlc + origin + incarnation are the 14 payload bytes after the format byte,
-    # big-endian: their bytes order like the numbers
-    return r[_SIZE + 1:_SIZE + 15], r[0] & _TOMB
+def _unflagged(r: bytes) -> bytes:
+    return r[:_FLAGS_AT] + b"\0" + r[_FLAGS_AT + 1:]
 
 
 def merge_pending(a: bytes, b: bytes) -> bytes:
-    """(epoch, incarnation) decides; within one, an acknowledgement (tombstone) beats any
-    pending record and acks merge LWW; two pending records join: owner and delivery time
-    LWW by version, the count a PN-counter-shaped join (the higher base wins whole,
-    equal bases take each origin's max)."""
+    """(epoch, incarnation) decides; within one, the ``delivered`` flag is or-ed, and for
+    the rest an acknowledgement (tombstone) beats any pending record and acks merge LWW;
+    two pending records join: owner and delivery time LWW by version, the count a
+    PN-counter-shaped join (the higher base wins whole, equal bases take each origin's
+    max)."""
     if a == b:
         return a
-    ka, kb = _pending_key(a), _pending_key(b)
-    if ka != kb:
-        return a if ka > kb else b
-    if ka[1]:  # two acks
-        return a if (a[1:11], a) >= (b[1:11], b) else b
-    pa, pb = pending_of(a), pending_of(b)
-    top, pt = (a, pa) if (a[1:11], a[:_SIZE], pa.delivery_ms, pa.consumer) >= \
-        (b[1:11], b[:_SIZE], pb.delivery_ms, pb.consumer) else (b, pb)
-    if pa.base != pb.base:
-        slots = (pa if pa.base > pb.base else pb).slots
-        base = max(pa.base, pb.base)
+    # epoch hlc + origin + incarnation are the 14 payload bytes after the format byte,
+    # big-endian: their bytes order like the numbers
+    ea, eb = a[_SIZE + 1:_FLAGS_AT], b[_SIZE + 1:_FLAGS_AT]
+    if ea != eb:
+        return a if ea > eb else b
+    flags = a[_FLAGS_AT] | b[_FLAGS_AT]
+    ta, tb = a[0] & _TOMB, b[0] & _TOMB
+    if ta != tb or ta:  # an ack beats a pending record; two acks: LWW (the flag aside)
+        top = (a if ta else b) if ta != tb else (a if (a[1:11], _unflagged(a)) >= (b[1:11], _unflagged(b)) else b)
+        out = top if top[_FLAGS_AT] == flags else top[:_FLAGS_AT] + bytes((flags,)) + top[_FLAGS_AT + 1:]
     else:
-        joined = dict(pa.slots)
-        for o, n in pb.slots:
-            if n > joined.get(o, -1):
-                joined[o] = n
-        slots, base = tuple(sorted(joined.items())), pa.base
-    out = top[:_SIZE] + pending_to_bytes(pt._replace(base=base, slots=slots))
+        pa, pb = pending_of(a), pending_of(b)
+        top, pt = (a, pa) if (a[1:11], a[:_SIZE], pa.delivery_ms, pa.consumer) >= \
+            (b[1:11], b[:_SIZE], pb.delivery_ms, pb.consumer) else (b, pb)
+        if pa.base != pb.base:
+            slots = (pa if pa.base > pb.base else pb).slots
+            base = max(pa.base, pb.base)
+        else:
+            joined = dict(pa.slots)
+            for o, n in pb.slots:
+                if n > joined.get(o, -1):
+                    joined[o] = n
+            slots, base = tuple(sorted(joined.items())), pa.base
+        out = top[:_SIZE] + pending_to_bytes(pt._replace(base=base, slots=slots, delivered=bool(flags)))
     if out == a:
         return a
     if out == b:
@@ -341,11 +375,11 @@ def _counted(p: Pending, origin: int, add: int) -> tuple[tuple[int, int], ...]:
     return tuple(sorted(slots.items()))
 
 
-def _fresh(epoch: Version, incarnation: int, origin: int, consumer: bytes, delivery_ms: int,
+def _fresh(epoch: Version, incarnation: int, delivered: bool, origin: int, consumer: bytes, delivery_ms: int,
            deliveries: int) -> Pending:
     """A pending entry entering the PEL, counted ``deliveries`` times by ``origin``: the
     base is NO_BASE, so two nodes delivering the same entry concurrently count twice."""
-    return Pending(epoch, min(incarnation, INCARNATION_MAX), delivery_ms, NO_BASE,
+    return Pending(epoch, min(incarnation, INCARNATION_MAX), delivered, delivery_ms, NO_BASE,
                    ((origin, deliveries),) if deliveries else (), consumer)
 
 
@@ -358,27 +392,28 @@ def deliver_pending(current: bytes | None, epoch: Version, hlc: int, origin: int
     (XCLAIM FORCE made it pending before it was delivered) is reassigned with its count
     reset to 1, as Redis does: a new count base."""
     if current is None:
-        return _pending_record(_fresh(epoch, 1, origin, consumer, now_ms, 1), hlc, origin)
+        return _pending_record(_fresh(epoch, 1, True, origin, consumer, now_ms, 1), hlc, origin)
     c = pending_of(current)
     if c.epoch < epoch:
-        p = _fresh(epoch, 1, origin, consumer, now_ms, 1)
+        p = _fresh(epoch, 1, True, origin, consumer, now_ms, 1)
     elif current[0] & _TOMB:
-        p = _fresh(c.epoch, c.incarnation + 1, origin, consumer, now_ms, 1)
+        p = _fresh(c.epoch, c.incarnation + 1, True, origin, consumer, now_ms, 1)
     else:
-        p = c._replace(delivery_ms=now_ms, consumer=consumer, base=(hlc, origin, 1), slots=())
+        p = c._replace(delivered=True, delivery_ms=now_ms, consumer=consumer, base=(hlc, origin, 1), slots=())
     return merge_pending(current, _pending_record(p, hlc, origin))
 
 
 def claim_pending(current: bytes, hlc: int, origin: int, consumer: bytes, delivery_ms: int,
-                  add: int = 1, retrycount: int | None = None) -> bytes:
+                  add: int = 1, retrycount: int | None = None, delivered: bool = True) -> bytes:
     """XCLAIM / XAUTOCLAIM / a re-read of one's own PEL: owner and delivery time
     rewritten (LWW within the epoch and incarnation), the count raised by ``add`` on this
     origin, or set to ``retrycount`` (a new count base). On an acknowledged record
     (XCLAIM FORCE after the ack was seen): a new incarnation, counted as Redis counts a
-    forced claim (created delivered once, plus ``add``)."""
+    forced claim (created delivered once, plus ``add``), ``delivered`` if the entry is at
+    or below the group's position."""
     c = pending_of(current)
     if current[0] & _TOMB:
-        p = _fresh(c.epoch, c.incarnation + 1, origin, consumer, delivery_ms, 1 + add)
+        p = _fresh(c.epoch, c.incarnation + 1, delivered, origin, consumer, delivery_ms, 1 + add)
     else:
         p = c._replace(delivery_ms=delivery_ms, consumer=consumer, slots=_counted(c, origin, add))
     if retrycount is not None:
@@ -387,9 +422,11 @@ def claim_pending(current: bytes, hlc: int, origin: int, consumer: bytes, delive
 
 
 def force_pending(epoch: Version, hlc: int, origin: int, consumer: bytes, delivery_ms: int,
-                  add: int = 1, retrycount: int | None = None) -> bytes:
-    """XCLAIM FORCE of an entry with no pending record in the group's epoch."""
-    p = _fresh(epoch, 1, origin, consumer, delivery_ms, 1 + add)
+                  add: int = 1, retrycount: int | None = None, delivered: bool = False) -> bytes:
+    """XCLAIM FORCE of an entry with no pending record in the group's epoch
+    (``delivered``: the entry is at or below the group's position, so the group counts
+    it delivered; above it, a read with ``>`` still hands it out, as in Redis)."""
+    p = _fresh(epoch, 1, delivered, origin, consumer, delivery_ms, 1 + add)
     if retrycount is not None:
         p = p._replace(base=(hlc, origin, retrycount), slots=())
     return _pending_record(p, hlc, origin)
@@ -405,6 +442,16 @@ def ack_pending(current: bytes, hlc: int, origin: int) -> bytes:
 def pending_live(record: bytes, destroy_clock: int) -> bool:
     """Pending (not acknowledged) in a group whose destroy clock is ``destroy_clock``."""
     return not record[0] & _TOMB and int.from_bytes(record[_SIZE + 1:_SIZE + 9], "big") > destroy_clock
+
+
+def handed_out(record: bytes, epoch: Version) -> bool:
+    """The entry was delivered by a read of the group in its version ``epoch`` (or a later
+    one this node has not seen yet), pending or acknowledged since: a read with ``>``
+    must not hand it out again, even where the group's position does not cover it yet
+    (the ack came from another node than the delivery, and arrived first)."""
+    return bool(record[_FLAGS_AT] & DELIVERED) and (
+        int.from_bytes(record[_SIZE + 1:_SIZE + 9], "big"),
+        int.from_bytes(record[_SIZE + 9:_SIZE + 11], "big")) >= epoch
 
 
 # =========================================================================================

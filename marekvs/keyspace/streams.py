@@ -307,6 +307,12 @@ def entry(ks: Keyspace, st: Stream, sid: StreamId) -> list[tuple[bytes, bytes]] 
     return _fields(rec)
 
 
+def _entry_origin(ks: Keyspace, st: Stream, sid: StreamId) -> int:
+    """The node that added the entry ``sid`` (its record's origin; this node's if none)."""
+    rec = ks.get(K.encode_stream_key(st.key, *sid))
+    return ks.node_id if rec is None else env.origin_of(rec)
+
+
 def entry_state(ks: Keyspace, st: Stream, sid: StreamId) -> tuple[list[tuple[bytes, bytes]] | None, bool]:
     """(fields of the live entry at ``sid`` or None, whether it is known to be gone).
     Gone means deleted here: an XDEL/XTRIM tombstone, or gated by a DEL of the stream.
@@ -713,7 +719,7 @@ def delete_consumer(ks: Keyspace, g: GroupRef, name: bytes) -> int:
         if G.pending_of(prec).consumer == name:
             recs.append((pk, G.ack_pending(prec, ks.hlc.now(), ks.node_id)))
             dropped.append(_ID.unpack_from(pk, len(pk) - 16))
-    ks.apply(recs + _covering(ks, g, dropped))
+    ks.apply(recs)
     return len(dropped)
 
 
@@ -757,21 +763,6 @@ def pending_one(ks: Keyspace, g: GroupRef, sid: StreamId) -> tuple[bytes, bytes 
     return pk, rec, live
 
 
-def _covering(ks: Keyspace, g: GroupRef, ids: list[StreamId]) -> list[tuple[bytes, bytes]]:
-    """The group record with this node's slot raised to the group's position, written
-    beside an ack, a claim or a re-read of entries at or below that position (nothing
-    changes here: the position is the greatest slot already). A node that receives the
-    ack before the delivery that made the entry pending (they may come from different
-    nodes) then never delivers the entry again with ``>``: replication is in order per
-    origin, so the ack arrives with a position that covers it. No write when this node's
-    slot is there already (a node that delivered and acknowledges itself)."""
-    pos = g.position()
-    if not any(sid <= pos.id for sid in ids):
-        return []
-    rec = G.deliver(g.record, ks.node_id, pos)
-    return [] if rec is g.record else [(g.gk, rec)]
-
-
 def ack(ks: Keyspace, g: GroupRef, ids: list[StreamId]) -> int:
     """XACK: how many of ``ids`` were pending (now acknowledged)."""
     recs = []
@@ -784,45 +775,92 @@ def ack(ks: Keyspace, g: GroupRef, ids: list[StreamId]) -> int:
             seen.add(sid)
             recs.append((pk, G.ack_pending(rec, ks.hlc.now(), ks.node_id)))
     if recs:
-        ks.apply(recs + _covering(ks, g, list(seen)))
+        ks.apply(recs)
     return len(seen)
 
 
 # -- XREADGROUP ------------------------------------------------------------------------------
 
+def _floors(g: GroupRef) -> tuple[StreamId, dict[int, StreamId]]:
+    """The group's base id and, per entry origin, the id up to which that origin's entries
+    are delivered (its slot, at least the base)."""
+    base = g.group.base.id
+    return base, {o: max(base, p.id) for o, p in g.group.slots}
+
+
+def _undelivered_from(g: GroupRef) -> StreamId | None:
+    """Where a read with ``>`` starts scanning: the lowest floor of an origin whose last
+    added entry (the stream's per-origin counters) is above it; None when every origin's
+    entries are delivered."""
+    st = g.st
+    base, floors = _floors(g)
+    start: StreamId | None = None
+    for o, c in st.meta.counters.items():
+        if c.gen != st.dc:
+            continue
+        floor = floors.get(o, base)
+        if c.last > floor and (start is None or floor < start):
+            start = floor
+    return start
+
+
 def read_new(ks: Keyspace, g: GroupRef, consumer: bytes, count: int, noack: bool,
              now: int) -> tuple[list[Entry] | None, bool]:
-    """XREADGROUP ``>``: deliver the entries after the group's last-delivered id (at most
-    ``count``, 0: all) to ``consumer``, marked seen (created if needed); and whether the
-    consumer was created. None, and no write at all, when there is none (as Redis, which
-    creates the consumer only when it serves it)."""
+    """XREADGROUP ``>``: deliver the entries the group has not delivered (at most
+    ``count``, 0: all; in id order) to ``consumer``, marked seen (created if needed); and
+    whether the consumer was created. None, and no write at all, when there is none (as
+    Redis, which creates the consumer only when it serves it).
+
+    An entry is delivered if its id is at or below the base or its origin's slot
+    (``core/streamgroup.py``), or if its pending record says it was handed out in this
+    epoch (the ack of a delivery made elsewhere, arrived before the delivery): such
+    entries are skipped, and the slots rise past them with the entries delivered."""
     st = g.st
-    pos = g.position()
+    start = _undelivered_from(g) if st.length else None
+    if start is None:
+        return None, False
+    base, floors = _floors(g)
+    epoch = g.epoch
     out: list[Entry] = []
-    start = incr_id(pos.id)
-    if st.length and start is not None and start <= st.top:
-        for sid, rec in _scan(ks, st, start, MAX_ID):
+    pendings: list[bytes | None] = []
+    raised: dict[int, StreamId] = {}
+    first = incr_id(start)
+    if first is not None:
+        for sid, rec in _scan(ks, st, first, MAX_ID):
+            o = env.origin_of(rec)
+            if sid <= floors.get(o, base):
+                continue
+            prec = ks.get(K.encode_pending_key(st.key, g.name, *sid))
+            if prec is not None and G.handed_out(prec, epoch):
+                raised[o] = sid
+                continue
             out.append((sid, _fields(rec)))
+            pendings.append(prec)
+            raised[o] = sid
             if len(out) == count:
                 break
     if not out:
         return None, False
     touch, created = touch_consumer(ks, g, consumer, now)
     recs = [touch]
+    pos = g.position()
     read = pos.entries_read
-    epoch = g.epoch
     origin = ks.node_id
-    for sid, _ in out:
+    slots: dict[int, G.Position] = {}
+    last_read: dict[StreamId, int | None] = {}
+    for (sid, _), prec in zip(out, pendings):
         if read is not None and not range_has_tombstones(ks, st, sid):
             read += 1
         elif st.totals().added:
             read = estimate_read(ks, st, sid)
+        last_read[sid] = read
         if not noack:
             pk = K.encode_pending_key(st.key, g.name, *sid)
-            recs.append((pk, G.deliver_pending(ks.get(pk), epoch, ks.hlc.now(), origin, consumer, now)))
-    last = out[-1][0]
-    new_pos = G.Position(last[0], last[1], 0 if read is None else read + 1)
-    recs.append((g.gk, G.deliver(g.record, origin, new_pos)))
+            recs.append((pk, G.deliver_pending(prec, epoch, ks.hlc.now(), origin, consumer, now)))
+    for o, sid in raised.items():
+        r = last_read.get(sid)
+        slots[o] = G.Position(sid[0], sid[1], 0 if r is None else r + 1)
+    recs.append((g.gk, G.deliver_slots(g.record, slots)))
     ks.apply(recs)
     return out, created
 
@@ -849,7 +887,7 @@ def read_history(ks: Keyspace, g: GroupRef, consumer: bytes, after: StreamId, co
                 recs.append((ik, G.claim_pending(rec, ks.hlc.now(), ks.node_id, consumer, now)))
             if len(out) == count:
                 break
-    ks.apply(recs + _covering(ks, g, [sid for sid, _ in out]))
+    ks.apply(recs)
     return out, created
 
 
@@ -873,7 +911,12 @@ def claim(ks: Keyspace, g: GroupRef, consumer: bytes, ids: list[StreamId], how: 
     origin = ks.node_id
     pos = g.position()
     if lastid > pos.id:
-        recs.append((g.gk, G.deliver(g.record, origin, G.Position(lastid[0], lastid[1], pos.read))))
+        # everything up to LASTID counts as delivered: the slots of this node's entries and
+        # of every origin the stream has entries from rise to it
+        last = G.Position(lastid[0], lastid[1], pos.read)
+        origins = {origin} | {o for o, c in g.st.meta.counters.items() if c.gen == g.st.dc}
+        recs.append((g.gk, G.deliver_slots(g.record, {o: last for o in origins})))
+    base, floors = _floors(g)
     touched = created = False
     claimed: dict[bytes, bytes] = {}  # this command's own writes, for repeated ids
     for sid in ids:
@@ -887,6 +930,7 @@ def claim(ks: Keyspace, g: GroupRef, consumer: bytes, ids: list[StreamId], how: 
                 claimed.pop(pk, None)
             continue
         add = 0 if how.justid else 1
+        below = sid <= max(lastid, floors.get(_entry_origin(ks, g.st, sid), base))
         if live and rec is not None:
             p = G.pending_of(rec)
             if how.min_idle and now - p.delivery_ms < how.min_idle:
@@ -894,10 +938,11 @@ def claim(ks: Keyspace, g: GroupRef, consumer: bytes, ids: list[StreamId], how: 
             new = G.claim_pending(rec, ks.hlc.now(), origin, consumer, how.delivery_ms, add, how.retrycount)
         elif how.force:
             if rec is not None and G.pending_of(rec).epoch >= g.epoch:
-                new = G.claim_pending(rec, ks.hlc.now(), origin, consumer, how.delivery_ms, add, how.retrycount)
+                new = G.claim_pending(rec, ks.hlc.now(), origin, consumer, how.delivery_ms, add, how.retrycount,
+                                      delivered=below)
             else:
                 fresh = G.force_pending(g.epoch, ks.hlc.now(), origin, consumer, how.delivery_ms, add,
-                                        how.retrycount)
+                                        how.retrycount, delivered=below)
                 new = fresh if rec is None else G.merge_pending(rec, fresh)
         else:
             continue
@@ -909,7 +954,7 @@ def claim(ks: Keyspace, g: GroupRef, consumer: bytes, ids: list[StreamId], how: 
         recs.append((pk, new))
         out.append((sid, None if how.justid else fields))
     if recs:
-        ks.apply(recs + _covering(ks, g, [sid for sid, _ in out]))
+        ks.apply(recs)
     return out, created
 
 
@@ -951,5 +996,5 @@ def autoclaim(ks: Keyspace, g: GroupRef, consumer: bytes, min_idle: int, start: 
         out.append((sid, None if justid else fields))
         count -= 1
     if recs:
-        ks.apply(recs + _covering(ks, g, [sid for sid, _ in out]))
+        ks.apply(recs)
     return cursor, out, deleted, created

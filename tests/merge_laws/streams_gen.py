@@ -67,7 +67,7 @@ def pending_records(draw) -> bytes:
     base = draw(st.sampled_from([G.NO_BASE, G.NO_BASE, (5, 1, 3), (8, 2, 0)]))
     slots = draw(st.dictionaries(ORIGINS, st.integers(0, 3), max_size=3))
     p = G.Pending(draw(st.sampled_from([(1, 1), (4, 2), (9, 1)])), draw(st.integers(1, 3)),
-                  draw(st.integers(0, 9)), base, tuple(sorted(slots.items())),
+                  draw(st.booleans()), draw(st.integers(0, 9)), base, tuple(sorted(slots.items())),
                   draw(st.sampled_from([b"a", b"b", b""])))
     acked = draw(st.booleans())
     return env.pack(env.make_flags(G.RTYPE, tombstone=acked), hlc, origin, 0, G.pending_to_bytes(p))

@@ -15,7 +15,9 @@ deliveries, and checks, against a model kept from the replies alone:
   holds the acknowledgement;
 - after convergence every replica holds the same records, no acknowledged entry is
   pending, every delivered or claimed entry that was never acknowledged is pending (no
-  loss), and the group's last-delivered id is the greatest id any node delivered.
+  loss), the group's last-delivered id is the greatest id any node delivered, and a read
+  with ``>`` then delivers exactly the entries never delivered (an entry added on one
+  node and read past on another before it arrived is not skipped).
 """
 
 from __future__ import annotations
@@ -199,6 +201,12 @@ class GroupReplicas(RuleBasedStateMachine):
             assert _id(last) == max(self.delivered, default=(0, 0))
             for r in self.nodes[1:]:
                 assert r.call(b"XPENDING", KEY, GROUP) == self.nodes[0].call(b"XPENDING", KEY, GROUP)
+            # no entry is skipped by the group: whatever was never delivered (added on one
+            # node while another read past it) is delivered now, and then nothing is left
+            rest = self.nodes[1].call(b"XREADGROUP", b"GROUP", GROUP, b"late", b"STREAMS", KEY, b">")
+            late = {_id(raw) for raw, _ in rest[0][1]} if isinstance(rest, list) else set()
+            assert not late & set(self.delivered), "an entry delivered twice after convergence"
+            assert set(self.added) == set(self.delivered) | late, "entries the group never delivers"
         finally:
             for r in self.nodes:
                 r.close()
