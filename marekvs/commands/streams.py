@@ -227,21 +227,25 @@ def fmt(sid: StreamId) -> bytes:
     return format_id(sid)
 
 
-def entry_reply(sid: StreamId, fields: list[tuple[bytes, bytes]] | None) -> list[Any]:
-    if fields is None:
-        return [fmt(sid), NULL_ARRAY]
-    return [fmt(sid), [x for pair in fields for x in pair]]
+def entry_reply(sid: StreamId, fields: list[bytes] | None) -> list[Any]:
+    """``[id, [f1, v1, ...]]``; an entry gone from the stream: ``[id, nil]``."""
+    return [b"%d-%d" % sid, NULL_ARRAY if fields is None else fields]
 
 
 def entries_reply(entries: list[xs.Entry]) -> list[Any]:
-    return [entry_reply(sid, fields) for sid, fields in entries]
+    return [[b"%d-%d" % sid, fields] for sid, fields in entries]
 
 
-def _lookup(ctx: Any, key: bytes) -> xs.Stream | None:
+def _subscribe(ctx: Any) -> None:
+    """The stream cache follows the change feed from the first stream command on."""
     cache = xs.cache_of(ctx.ks)
     if not cache.subscribed:
         ctx.node.changes.subscribe(cache.on_change)
         cache.subscribed = True
+
+
+def _lookup(ctx: Any, key: bytes) -> xs.Stream | None:
+    _subscribe(ctx)
     return xs.lookup(ctx.ks, key, ctx.ks.now())
 
 
@@ -301,7 +305,7 @@ def xadd(ctx, args: list[bytes]):
         raise CommandError(errors.XADD_ID_ZERO)
     fields = list(zip(args[field_pos::2], args[field_pos + 1::2]))
     now = ctx.ks.now()
-    _lookup(ctx, args[1])  # subscribes the stream cache
+    _subscribe(ctx)
     ms, seq = (None, None) if given is None else given
     try:
         sid, trimmed = xs.add(ctx.ks, args[1], fields, ms, seq, nomkstream, trim, now)
@@ -455,14 +459,14 @@ def _parse_read(args: list[bytes], xreadgroup: bool) -> _ReadArgs:
     i = 1
     while i < n:
         more = n - i - 1
-        o = args[i]
-        if _is(o, b"block") and more:
+        o = errors.c_str(args[i]).lower()
+        if o == b"block" and more:
             i += 1
             r.timeout = _timeout_ms(args[i])
-        elif _is(o, b"count") and more:
+        elif o == b"count" and more:
             i += 1
             r.count = max(A.int_arg(args[i]), 0)
-        elif _is(o, b"streams") and more:
+        elif o == b"streams" and more:
             streams_arg = i + 1
             nstreams = n - streams_arg
             if nstreams % 2:
@@ -470,12 +474,12 @@ def _parse_read(args: list[bytes], xreadgroup: bool) -> _ReadArgs:
             r.keys = args[streams_arg:streams_arg + nstreams // 2]
             r.ids = args[streams_arg + nstreams // 2:]
             break
-        elif _is(o, b"group") and more >= 2:
+        elif o == b"group" and more >= 2:
             if not xreadgroup:
                 raise CommandError(errors.XREAD_GROUP_OPTION)
             r.group, r.consumer = args[i + 1], args[i + 2]
             i += 2
-        elif _is(o, b"noack"):
+        elif o == b"noack":
             if not xreadgroup:
                 raise CommandError(errors.XREAD_NOACK_OPTION)
             r.noack = True
@@ -492,14 +496,20 @@ def _parse_read(args: list[bytes], xreadgroup: bool) -> _ReadArgs:
 _NEW = None  # the '>' id
 
 
-def _resolve(ctx, r: _ReadArgs, xreadgroup: bool) -> list[tuple[bytes, StreamId | None]]:
+def _resolve(ctx, r: _ReadArgs, xreadgroup: bool,
+             groups: list[xs.GroupRef] | None = None) -> list[tuple[bytes, StreamId | None]]:
     """(key, id) per stream, as Redis resolves them: key by key, its type and group
-    checked before its id is parsed. ``$`` is the stream's last id; ``>`` is None."""
+    checked before its id is parsed. ``$`` is the stream's last id; ``>`` is None.
+    XREADGROUP's groups are appended to ``groups``."""
     out: list[tuple[bytes, StreamId | None]] = []
     for key, arg in zip(r.keys, r.ids):
         st = _read(ctx, key)
-        if r.group is not None and (st is None or xs.group(ctx.ks, st, r.group) is None):
-            raise _nogroup_read(key, r.group)
+        if r.group is not None:
+            g = None if st is None else xs.group(ctx.ks, st, r.group)
+            if g is None:
+                raise _nogroup_read(key, r.group)
+            if groups is not None:
+                groups.append(g)
         if arg == b"$":
             if xreadgroup:
                 raise CommandError(errors.XREADGROUP_DOLLAR)
@@ -576,13 +586,18 @@ def xread(ctx, args: list[bytes]):
 
 
 def _group_read(ctx, key: bytes, group: bytes, consumer: bytes, after: StreamId | None, count: int,
-                noack: bool, retry: bool = False) -> list[Any] | None | Err:
+                noack: bool, retry: bool = False, g: xs.GroupRef | None = None) -> list[Any] | None | Err:
     """One stream of XREADGROUP: its entries, None when '>' has nothing new (``retry``: a
-    blocked client's, whose lookup is not a counted read)."""
-    st = (_lookup if retry else _read)(ctx, key)
-    g = None if st is None else xs.group(ctx.ks, st, group)
-    if g is None:
-        return None if st is None else Err(errors.NOGROUP_BLOCKED_GONE)
+    blocked client's, whose lookup is not a counted read). ``g``: the group as this
+    command resolved it a moment ago (the same lookup, counted again as Redis counts its
+    second ``lookupKeyRead``)."""
+    if g is not None:
+        ctx.ks.hits += 1
+    else:
+        st = (_lookup if retry else _read)(ctx, key)
+        g = None if st is None else xs.group(ctx.ks, st, group)
+        if g is None:
+            return None if st is None else Err(errors.NOGROUP_BLOCKED_GONE)
     now = ctx.ks.now()
     if after is _NEW:
         got, created = xs.read_new(ctx.ks, g, consumer, count, noack, now)
@@ -607,12 +622,15 @@ def _group_read(ctx, key: bytes, group: bytes, consumer: bytes, after: StreamId 
                 "id [id ...]")
 def xreadgroup(ctx, args: list[bytes]):
     r = _parse_read(args, True)
-    targets = _resolve(ctx, r, True)
+    resolved: list[xs.GroupRef] = []
+    targets = _resolve(ctx, r, True, resolved)
     assert r.group is not None
     group, consumer = r.group, r.consumer
+    # a key named twice must see the first read's writes: look it up again then
+    reuse = len(set(r.keys)) == len(r.keys)
     served = []
-    for key, after in targets:
-        got = _group_read(ctx, key, group, consumer, after, r.count, r.noack)
+    for (key, after), g in zip(targets, resolved):
+        got = _group_read(ctx, key, group, consumer, after, r.count, r.noack, g=g if reuse else None)
         if isinstance(got, Err):
             return got
         if got is not None:

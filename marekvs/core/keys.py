@@ -323,6 +323,31 @@ def decode_pending_key(ikey: bytes) -> tuple[bytes, bytes, int, int]:
     return userkey, group, ms, seq
 
 
+# -- the same collection under another tag, without hashing its user key again ------------
+# (a command on one stream builds keys under several tags: entries, counters, groups,
+# consumers, pending entries; each encode_* above hashes the user key for the pid)
+
+def retag(prefix: bytes, tag: bytes) -> bytes:
+    """The collection prefix ``[pid][tag][klen][userkey]`` of the user key whose prefix
+    under another tag is ``prefix``."""
+    return prefix[:2] + tag + prefix[3:]
+
+
+def id_suffix(ms: int, seq: int) -> bytes:
+    """The ``[id_ms:u64][id_seq:u64]`` that ends stream entry and pending entry keys."""
+    return _U64x2.pack(ms, seq)
+
+
+def group_suffix(group: bytes) -> bytes:
+    """The ``[glen][group]`` after the collection prefix of consumer and pending keys."""
+    return encode_varint(len(group)) + group
+
+
+def origin_suffix(origin: int) -> bytes:
+    """The ``[origin:u16]`` that ends a stream counters key."""
+    return _U16.pack(origin)
+
+
 def pid_of_ikey(ikey: bytes) -> int:
     pid: int = _U16.unpack_from(ikey, 0)[0]
     return pid

@@ -53,7 +53,7 @@ import struct
 from typing import Iterable, NamedTuple
 
 from marekvs.core import envelope as env
-from marekvs.core import lww
+from marekvs.core import joins, lww
 from marekvs.core.envelope import RecordType
 from marekvs.core.hlc import physical_ms
 from marekvs.core.keys import decode_varint, encode_varint
@@ -127,26 +127,41 @@ def to_bytes(fields: list[tuple[bytes, bytes]]) -> bytes:
     return bytes(out)
 
 
-def from_bytes(payload: bytes) -> list[tuple[bytes, bytes]]:
+def flat_from_bytes(payload: bytes) -> list[bytes]:
+    """The entry's fields and values, flat (``[f1, v1, f2, v2, ...]``, a reply's shape).
+    Lengths below 128 (one varint byte) are read inline: the common case."""
     if not payload or payload[0] != FMT:
         raise StreamFormatError("unknown stream entry format")
+    end = len(payload)
     try:
-        n, pos = decode_varint(payload, 1)
-        fields = []
-        for _ in range(n):
-            parts = []
-            for _ in range(2):
+        n = payload[1]
+        pos = 2
+        if n >= 0x80:
+            n, pos = decode_varint(payload, 1)
+        out = []
+        for _ in range(2 * n):
+            ln = payload[pos]
+            if ln < 0x80:
+                pos += 1
+            else:
                 ln, pos = decode_varint(payload, pos)
-                if pos + ln > len(payload):
-                    raise StreamFormatError("stream entry runs past its payload")
-                parts.append(bytes(payload[pos:pos + ln]))
-                pos += ln
-            fields.append((parts[0], parts[1]))
+            nxt = pos + ln
+            if nxt > end:
+                raise StreamFormatError("stream entry runs past its payload")
+            out.append(payload[pos:nxt])
+            pos = nxt
+    except IndexError:
+        raise StreamFormatError("truncated stream entry") from None
     except ValueError as e:
         raise StreamFormatError(str(e)) from None
-    if pos != len(payload):
+    if pos != end:
         raise StreamFormatError("trailing bytes after stream entry")
-    return fields
+    return out
+
+
+def from_bytes(payload: bytes) -> list[tuple[bytes, bytes]]:
+    flat = flat_from_bytes(payload)
+    return list(zip(flat[::2], flat[1::2]))
 
 
 def new(fields: list[tuple[bytes, bytes]], hlc: int, origin: int) -> bytes:
@@ -198,9 +213,15 @@ def counters_record(c: Counters, hlc: int, origin: int) -> bytes:
     return env.pack(env.make_flags(RecordType.STREAM_ENTRY), hlc, origin, 0, counters_to_bytes(c))
 
 
+KNOWN = joins.Known()  # counter records built over the stored one (``bumped``)
+
+
 def merge_counters(a: bytes, b: bytes) -> bytes:
     if a == b:
         return a
+    known = KNOWN.join(a, b)
+    if known is not None:
+        return known
     ca, cb = counters_of(a), counters_of(b)
     ka, kb = (ca.gen, ca.epoch), (cb.gen, cb.epoch)
     if ka != kb:
@@ -214,6 +235,20 @@ def merge_counters(a: bytes, b: bytes) -> bytes:
     if out == b:
         return b
     return out
+
+
+def bumped(current: bytes | None, own: Counters | None, c: Counters, hlc: int, origin: int) -> bytes:
+    """This node's counters record ``c`` written over its stored record ``current``:
+    their join. When ``c`` is ``bump(own)`` and ``own`` is what ``current`` holds, that is
+    the new record itself (its ``(gen, epoch)`` is not older, its counts not lower, its
+    version newer), known without a merge."""
+    rec = counters_record(c, hlc, origin)
+    if current is None:
+        return rec
+    if own is not None and current[_SIZE:] == counters_to_bytes(own) and (hlc, origin) > (
+            env.hlc_of(current), env.origin_of(current)):
+        return KNOWN.built(rec, current)
+    return merge_counters(current, rec)
 
 
 def check_counters(record: bytes) -> None:

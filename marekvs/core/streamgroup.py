@@ -95,7 +95,7 @@ import struct
 from typing import NamedTuple
 
 from marekvs.core import envelope as env
-from marekvs.core import orswot
+from marekvs.core import joins, orswot
 from marekvs.core.envelope import RecordType
 
 GROUP_FMT = 0x22
@@ -111,6 +111,12 @@ Version = tuple[int, int]  # (hlc, origin)
 
 class GroupFormatError(ValueError):
     pass
+
+
+# Joins the ops below build, answered by the merges without a parse (core/joins.py).
+KNOWN = joins.Known()
+_built = KNOWN.built
+_known = KNOWN.join
 
 
 # =========================================================================================
@@ -182,8 +188,23 @@ def group_from_bytes(payload: bytes) -> Group:
     return Group(state, clock, Position(ms, seq, read), slots)
 
 
+_PARSED: dict[bytes, Group] = {}  # record -> its parsed group: one command reads a group
+_PARSED_MAX = 4096                # record several times (lookups, merge, delivery)
+
+
 def group_of(record: bytes) -> Group:
-    return group_from_bytes(record[_SIZE:])
+    g = _PARSED.get(record)
+    if g is None:
+        g = group_from_bytes(record[_SIZE:])
+        if len(_PARSED) >= _PARSED_MAX:
+            _PARSED.clear()
+        _PARSED[record] = g
+    return g
+
+
+def group_live(record: bytes) -> bool:
+    """The group record's state is live (not destroyed)."""
+    return record[_SIZE + 1] == LIVE
 
 
 def _group_key(r: bytes) -> tuple[bytes, bytes]:
@@ -193,6 +214,9 @@ def _group_key(r: bytes) -> tuple[bytes, bytes]:
 def merge_group(a: bytes, b: bytes) -> bytes:
     if a == b:
         return a
+    known = _known(a, b)
+    if known is not None:
+        return known
     ga, gb = group_of(a), group_of(b)
     ka, kb = _group_key(a), _group_key(b)
     clock = max(ga.destroy_clock, gb.destroy_clock)
@@ -231,7 +255,7 @@ def set_position(current: bytes, hlc: int, origin: int, base: Position) -> bytes
     """XGROUP SETID: a new version whose base is ``base`` (the slots reset)."""
     g = group_of(current)
     rec = env.pack(FLAGS, hlc, origin, 0, group_to_bytes(Group(LIVE, g.destroy_clock, base)))
-    return merge_group(current, rec)
+    return _built(merge_group(current, rec), current)
 
 
 def destroy(current: bytes, hlc: int, origin: int) -> bytes:
@@ -239,7 +263,7 @@ def destroy(current: bytes, hlc: int, origin: int) -> bytes:
     g = group_of(current)
     rec = env.pack(FLAGS, hlc, origin, 0,
                    group_to_bytes(Group(DESTROYED, max(g.destroy_clock, hlc), ZERO)))
-    return merge_group(current, rec)
+    return _built(merge_group(current, rec), current)
 
 
 def deliver_slots(current: bytes, positions: dict[int, Position]) -> bytes:
@@ -255,7 +279,7 @@ def deliver_slots(current: bytes, positions: dict[int, Position]) -> bytes:
             changed = True
     if not changed:
         return current
-    return current[:_SIZE] + group_to_bytes(g._replace(slots=tuple(sorted(slots.items()))))
+    return _built(current[:_SIZE] + group_to_bytes(g._replace(slots=tuple(sorted(slots.items())))), current)
 
 
 def deliver(current: bytes, origin: int, pos: Position) -> bytes:
@@ -334,6 +358,9 @@ def merge_pending(a: bytes, b: bytes) -> bytes:
     max)."""
     if a == b:
         return a
+    known = _known(a, b)
+    if known is not None:
+        return known
     # epoch hlc + origin + incarnation are the 14 payload bytes after the format byte,
     # big-endian: their bytes order like the numbers
     ea, eb = a[_SIZE + 1:_FLAGS_AT], b[_SIZE + 1:_FLAGS_AT]
@@ -400,7 +427,7 @@ def deliver_pending(current: bytes | None, epoch: Version, hlc: int, origin: int
         p = _fresh(c.epoch, c.incarnation + 1, True, origin, consumer, now_ms, 1)
     else:
         p = c._replace(delivered=True, delivery_ms=now_ms, consumer=consumer, base=(hlc, origin, 1), slots=())
-    return merge_pending(current, _pending_record(p, hlc, origin))
+    return _built(merge_pending(current, _pending_record(p, hlc, origin)), current)
 
 
 def claim_pending(current: bytes, hlc: int, origin: int, consumer: bytes, delivery_ms: int,
@@ -418,7 +445,7 @@ def claim_pending(current: bytes, hlc: int, origin: int, consumer: bytes, delive
         p = c._replace(delivery_ms=delivery_ms, consumer=consumer, slots=_counted(c, origin, add))
     if retrycount is not None:
         p = p._replace(base=(hlc, origin, retrycount), slots=())
-    return merge_pending(current, _pending_record(p, hlc, origin))
+    return _built(merge_pending(current, _pending_record(p, hlc, origin)), current)
 
 
 def force_pending(epoch: Version, hlc: int, origin: int, consumer: bytes, delivery_ms: int,
@@ -436,7 +463,7 @@ def ack_pending(current: bytes, hlc: int, origin: int) -> bytes:
     """XACK: the record as a tombstone of the same epoch and incarnation (sticky)."""
     if current[0] & _TOMB:
         return current
-    return merge_pending(current, _pending_record(pending_of(current), hlc, origin, acked=True))
+    return _built(merge_pending(current, _pending_record(pending_of(current), hlc, origin, acked=True)), current)
 
 
 def pending_live(record: bytes, destroy_clock: int) -> bool:
@@ -480,6 +507,9 @@ def _header_key(r: bytes) -> tuple[bytes, bytes]:
 def merge_consumer(a: bytes, b: bytes) -> bytes:
     if a == b:
         return a
+    known = _known(a, b)
+    if known is not None:
+        return known
     top = a if _header_key(a) >= _header_key(b) else b
     e = orswot.join(element_of_consumer(a), element_of_consumer(b), *CONSUMER_CAPS)
     out = _consumer_record(top, e)
@@ -490,15 +520,28 @@ def merge_consumer(a: bytes, b: bytes) -> bytes:
     return out
 
 
-def touch_consumer(current: bytes | None, hlc: int, origin: int, seen_ms: int) -> bytes:
+def touch_consumer_seen(current: bytes | None, hlc: int, origin: int, seen_ms: int,
+                        destroy_clock: int = 0) -> tuple[bytes, bool]:
     """A consumer seen at ``seen_ms`` (created if absent): an add with the dot
-    ``(hlc, origin)`` covering the dots it observed."""
-    observed: tuple[orswot.Dot, ...] = ()
+    ``(hlc, origin)`` covering the dots it observed; and whether the consumer was live
+    before (in a group whose destroy clock is ``destroy_clock``: ``consumer_seen``). Built
+    directly, from one parse: the new dot is the highest, so the join keeps it alone live,
+    over the top 4 of what was live or covered (``merge_consumer(current, add)``, which
+    tests/merge_laws pins it to)."""
+    covered: tuple[orswot.Dot, ...] = ()
+    was_live = False
     if current is not None:
-        observed = tuple(d for d, _ in element_of_consumer(current).live)
-    e = orswot.Element((((hlc, origin), _MS.pack(seen_ms)),), observed)
-    rec = _consumer_record(env.pack(FLAGS, hlc, origin, 0), orswot.join(e, orswot.EMPTY, *CONSUMER_CAPS))
-    return rec if current is None else merge_consumer(current, rec)
+        e = element_of_consumer(current)
+        was_live = not current[0] & _TOMB and bool(e.live) and e.live[0][0][0] > destroy_clock
+        covered = tuple(sorted({*e.covered, *(d for d, _ in e.live)}, reverse=True)[:CONSUMER_CAPS[1]])
+    rec = _consumer_record(env.pack(FLAGS, hlc, origin, 0),
+                           orswot.Element((((hlc, origin), _MS.pack(seen_ms)),), covered))
+    return _built(rec, current), was_live
+
+
+def touch_consumer(current: bytes | None, hlc: int, origin: int, seen_ms: int) -> bytes:
+    """``touch_consumer_seen``'s record."""
+    return touch_consumer_seen(current, hlc, origin, seen_ms)[0]
 
 
 def remove_consumer(current: bytes, hlc: int, origin: int) -> bytes:
@@ -507,7 +550,7 @@ def remove_consumer(current: bytes, hlc: int, origin: int) -> bytes:
     if not observed:
         return current
     e = orswot.Element((), observed)
-    return merge_consumer(current, _consumer_record(env.pack(FLAGS, hlc, origin, 0), e))
+    return _built(merge_consumer(current, _consumer_record(env.pack(FLAGS, hlc, origin, 0), e)), current)
 
 
 def consumer_seen(record: bytes, destroy_clock: int) -> int | None:

@@ -49,6 +49,7 @@ MAX_ID: StreamId = (U64_MAX, U64_MAX)
 MIN_ID: StreamId = (0, 0)
 _ID = struct.Struct(">QQ")
 _U64 = struct.Struct(">Q")
+_U16 = struct.Struct(">H")
 _TOMB = env.FLAG_TOMBSTONE
 _SIZE = env.ENVELOPE_SIZE
 _ORD_ENTRY = K.TAG_STREAM[0]
@@ -56,7 +57,7 @@ _ORD_COUNTER = K.TAG_STREAM_COUNTER[0]
 _ORD_HEAD = K.ORD_HEAD
 NODE_ENTRIES = 100  # Redis's stream-node-max-entries: '~' trims whole nodes of this size
 
-Entry = tuple[StreamId, list[tuple[bytes, bytes]]]
+Entry = tuple[StreamId, list[bytes]]  # (id, [f1, v1, f2, v2, ...])
 
 
 # -- statuses --------------------------------------------------------------------------------
@@ -113,15 +114,26 @@ def decr_id(sid: StreamId) -> StreamId | None:
 class Meta:
     """What a stream key holds beside its entries, for one head delete clock ``dc``."""
 
-    __slots__ = ("dc", "length", "counters")
+    __slots__ = ("dc", "length", "counters", "_totals")
 
     def __init__(self, dc: int, length: int, counters: dict[int, Counters]):
         self.dc = dc
         self.length = length  # live entries
         self.counters = counters  # origin -> live counter record
+        self._totals: Totals | None = None  # cached until a counter record changes
 
     def totals(self) -> Totals:
-        return stream.totals(self.counters.values(), self.dc)
+        t = self._totals
+        if t is None:
+            t = self._totals = stream.totals(self.counters.values(), self.dc)
+        return t
+
+    def set_counters(self, origin: int, c: Counters | None) -> None:
+        if c is None:
+            self.counters.pop(origin, None)
+        else:
+            self.counters[origin] = c
+        self._totals = None
 
 
 class StreamCache:
@@ -149,11 +161,8 @@ class StreamCache:
             if t == _ORD_ENTRY:
                 m.length += _entry_live(new, m.dc) - (old is not None and _entry_live(old, m.dc))
             elif t == _ORD_COUNTER:
-                origin = K.decode_stream_counter_key(ik)[1]
-                if env.hlc_of(new) > m.dc:
-                    m.counters[origin] = stream.counters_of(new)
-                else:
-                    m.counters.pop(origin, None)
+                origin = _U16.unpack_from(ik, len(ik) - 2)[0]
+                m.set_counters(origin, stream.counters_of(new) if env.hlc_of(new) > m.dc else None)
             elif new[0] & _TOMB or head.delete_clock(new, 0) != m.dc or head.ctype_of(new) != STREAM:
                 del metas[key]
 
@@ -206,12 +215,15 @@ class Stream(NamedTuple):
     head: bytes  # the live head record
     dc: int  # its delete clock: older elements are dead
     meta: Meta
+    xp: bytes  # the collection prefix of its entries (other tags: ``K.retag``)
+
+    def entry_key(self, sid: StreamId) -> bytes:
+        return self.xp + K.id_suffix(*sid)
 
     @property
     def top(self) -> StreamId:
         """The greatest id ever minted here (the head's, max-joined)."""
-        h = head.head_of(self.head)
-        return h.last_ms, h.last_seq
+        return head.last_id_of(self.head)
 
     @property
     def length(self) -> int:
@@ -232,13 +244,13 @@ def lookup(ks: Keyspace, key: bytes, now: int) -> Stream | None:
     if h is None:
         return None
     dc = head.delete_clock(h, now)
-    return Stream(key, hk, h, dc, cache_of(ks).meta(ks, key, dc))
+    return Stream(key, hk, h, dc, cache_of(ks).meta(ks, key, dc), K.collection_prefix(K.TAG_STREAM, key))
 
 
 def _new_stream(ks: Keyspace, key: bytes, now: int) -> Stream:
     hk, h, _ = ks.head_for_write(key, STREAM, now)
     dc = head.delete_clock(h, now)
-    return Stream(key, hk, h, dc, cache_of(ks).meta(ks, key, dc))
+    return Stream(key, hk, h, dc, cache_of(ks).meta(ks, key, dc), K.collection_prefix(K.TAG_STREAM, key))
 
 
 def create_empty(ks: Keyspace, key: bytes, now: int) -> Stream:
@@ -256,7 +268,7 @@ def _entry_prefix(key: bytes) -> bytes:
 
 def _scan(ks: Keyspace, st: Stream, lo: StreamId, hi: StreamId) -> Iterator[tuple[StreamId, bytes]]:
     """Live entry records with ``lo <= id <= hi``, in id order."""
-    prefix = _entry_prefix(st.key)
+    prefix = st.xp
     n = len(prefix)
     end = prefix_end(prefix) if hi == MAX_ID else prefix + _ID.pack(*hi) + b"\x00"
     dc = st.dc
@@ -282,8 +294,9 @@ def _scan_rev(ks: Keyspace, st: Stream, lo: StreamId, hi: StreamId) -> Iterator[
         width = width * 2 if width else 1
 
 
-def _fields(rec: bytes) -> list[tuple[bytes, bytes]]:
-    return stream.from_bytes(rec[_SIZE:])
+def _fields(rec: bytes) -> list[bytes]:
+    """An entry record's fields and values, flat: ``[f1, v1, f2, v2, ...]``."""
+    return stream.flat_from_bytes(rec[_SIZE:])
 
 
 def range_entries(ks: Keyspace, st: Stream, lo: StreamId, hi: StreamId, count: int = 0,
@@ -299,9 +312,9 @@ def range_entries(ks: Keyspace, st: Stream, lo: StreamId, hi: StreamId, count: i
     return out
 
 
-def entry(ks: Keyspace, st: Stream, sid: StreamId) -> list[tuple[bytes, bytes]] | None:
+def entry(ks: Keyspace, st: Stream, sid: StreamId) -> list[bytes] | None:
     """One live entry's fields, None if there is none at ``sid``."""
-    rec = ks.get(K.encode_stream_key(st.key, *sid))
+    rec = ks.get(st.entry_key(sid))
     if rec is None or not _entry_live(rec, st.dc):
         return None
     return _fields(rec)
@@ -309,17 +322,17 @@ def entry(ks: Keyspace, st: Stream, sid: StreamId) -> list[tuple[bytes, bytes]] 
 
 def _entry_origin(ks: Keyspace, st: Stream, sid: StreamId) -> int:
     """The node that added the entry ``sid`` (its record's origin; this node's if none)."""
-    rec = ks.get(K.encode_stream_key(st.key, *sid))
+    rec = ks.get(st.entry_key(sid))
     return ks.node_id if rec is None else env.origin_of(rec)
 
 
-def entry_state(ks: Keyspace, st: Stream, sid: StreamId) -> tuple[list[tuple[bytes, bytes]] | None, bool]:
+def entry_state(ks: Keyspace, st: Stream, sid: StreamId) -> tuple[list[bytes] | None, bool]:
     """(fields of the live entry at ``sid`` or None, whether it is known to be gone).
     Gone means deleted here: an XDEL/XTRIM tombstone, or gated by a DEL of the stream.
     An entry with no record at all may simply not have reached this node yet (a pending
     entry arrives with its delivery, the entry with its XADD, from different nodes), so
     the group commands leave such a pending entry alone instead of dropping it."""
-    rec = ks.get(K.encode_stream_key(st.key, *sid))
+    rec = ks.get(st.entry_key(sid))
     if rec is None:
         return None, False
     if not _entry_live(rec, st.dc):
@@ -448,7 +461,7 @@ def add(ks: Keyspace, key: bytes, fields: list[tuple[bytes, bytes]], ms: int | N
         sid = (ms, seq)
         if sid <= last:
             raise IdNotGreater()
-    ek = K.encode_stream_key(key, *sid)
+    ek = st.entry_key(sid)
     length = st.length + 1
     victims = _trim_victims(ks, st, trim, length, sid) if trim is not None else []
     recs: list[tuple[bytes, bytes]] = []
@@ -458,7 +471,7 @@ def add(ks: Keyspace, key: bytes, fields: list[tuple[bytes, bytes]], ms: int | N
         recs.append((ek, stream.new(fields, hlc, origin)))
     for v in victims:
         if v != sid:
-            recs.append((K.encode_stream_key(key, *v), stream.tombstone(ks.hlc.now(), origin)))
+            recs.append((st.entry_key(v), stream.tombstone(hlc, origin)))
     top = max(st.top, sid)
     recs.append((st.hk, head.with_last_id(st.head, top[0], top[1], ks.hlc.now(), origin)))
     recs.append(_counters_write(ks, st, tot, added=1, last=sid))
@@ -471,7 +484,8 @@ def _counters_write(ks: Keyspace, st: Stream, tot: Totals, added: int = 0, last:
     origin = ks.node_id
     own = st.meta.counters.get(origin)
     c = stream.bump(own, st.dc, tot.epoch, added, last, deleted)
-    return (K.encode_stream_counter_key(st.key, origin), stream.counters_record(c, ks.hlc.now(), origin))
+    ck = K.retag(st.xp, K.TAG_STREAM_COUNTER) + K.origin_suffix(origin)
+    return ck, stream.bumped(ks.get(ck), own, c, ks.hlc.now(), origin)
 
 
 def delete(ks: Keyspace, key: bytes, ids: list[StreamId], now: int) -> int:
@@ -487,7 +501,7 @@ def delete(ks: Keyspace, key: bytes, ids: list[StreamId], now: int) -> int:
             continue
         seen.add(sid)
         top = max(top, sid)
-        recs.append((K.encode_stream_key(key, *sid), stream.tombstone(ks.hlc.now(), ks.node_id)))
+        recs.append((st.entry_key(sid), stream.tombstone(ks.hlc.now(), ks.node_id)))
     if recs:
         tot = st.totals()
         if top > tot.max_deleted:
@@ -503,8 +517,7 @@ def trim(ks: Keyspace, key: bytes, how: Trim, now: int) -> int:
         return 0
     victims = _trim_victims(ks, st, how, st.length)
     if victims:
-        ks.apply([(K.encode_stream_key(key, *v), stream.tombstone(ks.hlc.now(), ks.node_id))
-                  for v in victims])
+        ks.apply([(st.entry_key(v), stream.tombstone(ks.hlc.now(), ks.node_id)) for v in victims])
     return len(victims)
 
 
@@ -600,14 +613,23 @@ class GroupRef(NamedTuple):
     def position(self) -> G.Position:
         return self.group.position()
 
+    @property
+    def pp(self) -> bytes:
+        """The prefix of the group's pending entries."""
+        return K.retag(self.st.xp, K.TAG_PENDING) + K.group_suffix(self.name)
+
+    @property
+    def cp(self) -> bytes:
+        """The prefix of the group's consumers."""
+        return K.retag(self.st.xp, K.TAG_CONSUMER) + K.group_suffix(self.name)
+
 
 def _group_live(rec: bytes | None, st: Stream) -> bool:
-    return (rec is not None and not rec[0] & _TOMB and env.hlc_of(rec) > st.dc
-            and G.group_of(rec).live)
+    return rec is not None and not rec[0] & _TOMB and env.hlc_of(rec) > st.dc and G.group_live(rec)
 
 
 def group(ks: Keyspace, st: Stream, name: bytes) -> GroupRef | None:
-    gk = K.encode_group_key(st.key, name)
+    gk = K.retag(st.xp, K.TAG_GROUP) + name
     rec = ks.get(gk)
     if rec is None or not _group_live(rec, st):
         return None
@@ -616,7 +638,7 @@ def group(ks: Keyspace, st: Stream, name: bytes) -> GroupRef | None:
 
 def groups(ks: Keyspace, st: Stream) -> list[GroupRef]:
     """Every live group of the stream, by name."""
-    prefix = K.collection_prefix(K.TAG_GROUP, st.key)
+    prefix = K.retag(st.xp, K.TAG_GROUP)
     n = len(prefix)
     return [GroupRef(st, ik[n:], ik, rec, G.group_of(rec))
             for ik, rec in ks.engine.scan(prefix, prefix_end(prefix)) if _group_live(rec, st)]
@@ -633,7 +655,7 @@ def require_group(ks: Keyspace, key: bytes, name: bytes, now: int) -> GroupRef:
 
 def group_create(ks: Keyspace, st: Stream, name: bytes, sid: StreamId, entries_read: int | None) -> None:
     """XGROUP CREATE: BusyGroup if the group exists."""
-    gk = K.encode_group_key(st.key, name)
+    gk = K.retag(st.xp, K.TAG_GROUP) + name
     prior = ks.get(gk)
     if _group_live(prior, st):
         raise BusyGroup()
@@ -666,21 +688,21 @@ class Consumer(NamedTuple):
 
 
 def _consumer_records(ks: Keyspace, g: GroupRef) -> list[tuple[bytes, bytes]]:
-    prefix = K.group_prefix(K.TAG_CONSUMER, g.st.key, g.name)
+    prefix = g.cp
     return [(ik, rec) for ik, rec in ks.engine.scan(prefix, prefix_end(prefix))
             if env.hlc_of(rec) > g.st.dc and G.consumer_seen(rec, g.destroy_clock) is not None]
 
 
 def consumers(ks: Keyspace, g: GroupRef) -> list[Consumer]:
     """The group's live consumers, by name."""
-    n = len(K.group_prefix(K.TAG_CONSUMER, g.st.key, g.name))
+    n = len(g.cp)
     return [Consumer(ik[n:], G.consumer_seen(rec, g.destroy_clock) or 0)
             for ik, rec in _consumer_records(ks, g)]
 
 
 def _consumer_record(ks: Keyspace, g: GroupRef, name: bytes) -> tuple[bytes, bytes | None, bool]:
     """(key, record, live) of a consumer."""
-    ck = K.encode_consumer_key(g.st.key, g.name, name)
+    ck = g.cp + name
     rec = ks.get(ck)
     live = (rec is not None and env.hlc_of(rec) > g.st.dc
             and G.consumer_seen(rec, g.destroy_clock) is not None)
@@ -694,8 +716,12 @@ def consumer_exists(ks: Keyspace, g: GroupRef, name: bytes) -> bool:
 def touch_consumer(ks: Keyspace, g: GroupRef, name: bytes, now: int) -> tuple[tuple[bytes, bytes], bool]:
     """The record that marks ``name`` seen now (created if it is not live) and whether it
     was created."""
-    ck, rec, live = _consumer_record(ks, g, name)
-    return (ck, G.touch_consumer(rec, ks.hlc.now(), ks.node_id, now)), not live
+    ck = g.cp + name
+    rec = ks.get(ck)
+    new, was_live = G.touch_consumer_seen(rec, ks.hlc.now(), ks.node_id, now, g.destroy_clock)
+    if was_live and rec is not None and env.hlc_of(rec) <= g.st.dc:
+        was_live = False  # gated by a DEL of the stream
+    return (ck, new), not was_live
 
 
 def create_consumer(ks: Keyspace, g: GroupRef, name: bytes, now: int) -> bool:
@@ -734,7 +760,7 @@ class PendingEntry(NamedTuple):
 
 def _pending_records(ks: Keyspace, g: GroupRef, lo: StreamId = MIN_ID,
                      hi: StreamId = MAX_ID) -> Iterator[tuple[bytes, bytes]]:
-    prefix = K.group_prefix(K.TAG_PENDING, g.st.key, g.name)
+    prefix = g.pp
     end = prefix_end(prefix) if hi == MAX_ID else prefix + _ID.pack(*hi) + b"\x00"
     dc, gdc = g.st.dc, g.destroy_clock
     for ik, rec in ks.engine.scan(prefix + _ID.pack(*lo), end):
@@ -757,7 +783,7 @@ def pending(ks: Keyspace, g: GroupRef, lo: StreamId = MIN_ID, hi: StreamId = MAX
 
 def pending_one(ks: Keyspace, g: GroupRef, sid: StreamId) -> tuple[bytes, bytes | None, bool]:
     """(key, stored record, pending) of the entry ``sid`` in the group's PEL."""
-    pk = K.encode_pending_key(g.st.key, g.name, *sid)
+    pk = g.pp + K.id_suffix(*sid)
     rec = ks.get(pk)
     live = rec is not None and env.hlc_of(rec) > g.st.dc and G.pending_live(rec, g.destroy_clock)
     return pk, rec, live
@@ -821,6 +847,7 @@ def read_new(ks: Keyspace, g: GroupRef, consumer: bytes, count: int, noack: bool
         return None, False
     base, floors = _floors(g)
     epoch = g.epoch
+    pp = g.pp
     out: list[Entry] = []
     pendings: list[bytes | None] = []
     raised: dict[int, StreamId] = {}
@@ -830,7 +857,7 @@ def read_new(ks: Keyspace, g: GroupRef, consumer: bytes, count: int, noack: bool
             o = env.origin_of(rec)
             if sid <= floors.get(o, base):
                 continue
-            prec = ks.get(K.encode_pending_key(st.key, g.name, *sid))
+            prec = ks.get(pp + K.id_suffix(*sid))
             if prec is not None and G.handed_out(prec, epoch):
                 raised[o] = sid
                 continue
@@ -855,7 +882,7 @@ def read_new(ks: Keyspace, g: GroupRef, consumer: bytes, count: int, noack: bool
             read = estimate_read(ks, st, sid)
         last_read[sid] = read
         if not noack:
-            pk = K.encode_pending_key(st.key, g.name, *sid)
+            pk = pp + K.id_suffix(*sid)
             recs.append((pk, G.deliver_pending(prec, epoch, ks.hlc.now(), origin, consumer, now)))
     for o, sid in raised.items():
         r = last_read.get(sid)
@@ -866,14 +893,14 @@ def read_new(ks: Keyspace, g: GroupRef, consumer: bytes, count: int, noack: bool
 
 
 def read_history(ks: Keyspace, g: GroupRef, consumer: bytes, after: StreamId, count: int,
-                 now: int) -> tuple[list[tuple[StreamId, list[tuple[bytes, bytes]] | None]], bool]:
+                 now: int) -> tuple[list[tuple[StreamId, list[bytes] | None]], bool]:
     """XREADGROUP with an id: ``consumer``'s pending entries after ``after`` (at most
     ``count``, 0: all), each delivered once more (time now, count + 1); an entry no
     longer in the stream comes back as None. And whether the consumer was created (it
     is, as in Redis, even when it has nothing pending)."""
     touch, created = touch_consumer(ks, g, consumer, now)
     recs = [touch]
-    out: list[tuple[StreamId, list[tuple[bytes, bytes]] | None]] = []
+    out: list[tuple[StreamId, list[bytes] | None]] = []
     start = incr_id(after)
     if start is not None:
         for ik, rec in _pending_records(ks, g, start):
@@ -902,12 +929,12 @@ class Claim(NamedTuple):
 
 
 def claim(ks: Keyspace, g: GroupRef, consumer: bytes, ids: list[StreamId], how: Claim,
-          lastid: StreamId, now: int) -> tuple[list[tuple[StreamId, list[tuple[bytes, bytes]] | None]], bool]:
+          lastid: StreamId, now: int) -> tuple[list[tuple[StreamId, list[bytes] | None]], bool]:
     """XCLAIM: the entries of ``ids`` claimed for ``consumer`` (fields None with JUSTID),
     and whether the consumer was created (only when it claims something, as Redis).
     Pending entries whose stream entry is gone leave the PEL."""
     recs: list[tuple[bytes, bytes]] = []
-    out: list[tuple[StreamId, list[tuple[bytes, bytes]] | None]] = []
+    out: list[tuple[StreamId, list[bytes] | None]] = []
     origin = ks.node_id
     pos = g.position()
     if lastid > pos.id:
@@ -959,13 +986,13 @@ def claim(ks: Keyspace, g: GroupRef, consumer: bytes, ids: list[StreamId], how: 
 
 
 def autoclaim(ks: Keyspace, g: GroupRef, consumer: bytes, min_idle: int, start: StreamId, count: int,
-              justid: bool, now: int) -> tuple[StreamId, list[tuple[StreamId, list[tuple[bytes, bytes]] | None]],
+              justid: bool, now: int) -> tuple[StreamId, list[tuple[StreamId, list[bytes] | None]],
                                                list[StreamId], bool]:
     """XAUTOCLAIM: (next cursor, claimed entries, ids deleted from the PEL because their
     entry is gone, whether the consumer was created), examining at most ``count * 10``
     pending entries from ``start``."""
     recs: list[tuple[bytes, bytes]] = []
-    out: list[tuple[StreamId, list[tuple[bytes, bytes]] | None]] = []
+    out: list[tuple[StreamId, list[bytes] | None]] = []
     deleted: list[StreamId] = []
     origin = ks.node_id
     attempts = count * 10

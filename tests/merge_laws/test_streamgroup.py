@@ -16,14 +16,15 @@ them through laws_gen.LATTICES): what each lattice means.
 from __future__ import annotations
 
 import functools
+import struct
 
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
-from streams_gen import (POSITIONS, abstract_consumers, consumer_element, consumer_record, counters,
+from streams_gen import (POSITIONS, abstract_consumers, consumer_element, consumer_record, counters, groups,
                          pending_records)
 
 from marekvs.core import envelope as env
-from marekvs.core import orswot, stream
+from marekvs.core import head, orswot, stream
 from marekvs.core import streamgroup as G
 
 E1, E2 = (10, 1), (20, 2)  # two group versions (epochs)
@@ -208,3 +209,58 @@ def test_merging_one_origins_records_never_lowers_what_a_reader_sums(cs, gen):
     assert (merged.gen, merged.epoch) == (best.gen, best.epoch)
     same = [c for c in cs if (c.gen, c.epoch) == (best.gen, best.epoch)]
     assert merged.added == max(c.added for c in same) and merged.last == max(c.last for c in same)
+
+
+# -- the builders' records are the joins the merges compute (core/joins.py memo) -------------
+
+def _merged_fresh(merge, a, b):
+    """``merge(a, b)`` computed from the records, not answered by a memo."""
+    for known in (G.KNOWN, stream.KNOWN, head.KNOWN):
+        known.clear()
+    return merge(a, b)
+
+
+@given(x=abstract_consumers(), hlc=st.integers(13, 40), origin=st.integers(1, 3), seen=st.integers(0, 99))
+def test_touching_a_consumer_builds_the_join_with_the_add(x, hlc, origin, seen):
+    current = consumer_record(consumer_element(*x), 12, 1)
+    out, was_live = G.touch_consumer_seen(current, hlc, origin, seen)
+    add = G._consumer_record(env.pack(G.FLAGS, hlc, origin, 0), orswot.Element(
+        (((hlc, origin), struct.pack(">Q", seen)),), tuple(d for d, _ in G.element_of_consumer(current).live)))
+    assert out == _merged_fresh(G.merge_consumer, current, add)
+    assert _merged_fresh(G.merge_consumer, current, out) == out
+    assert G.merge_consumer(current, out) == out  # answered by the memo
+    assert was_live == (G.consumer_seen(current, 0) is not None)
+
+
+@given(g=groups(), slots=st.dictionaries(st.integers(1, 3), POSITIONS, max_size=3))
+def test_delivering_builds_the_join(g, slots):
+    assume(g.live)  # deliveries are made in live groups only
+    current = env.pack(G.FLAGS, 5, 1, 0, G.group_to_bytes(g))
+    out = G.deliver_slots(current, slots)
+    assert _merged_fresh(G.merge_group, current, out) == out
+
+
+@given(rec=pending_records(), hlc=st.integers(31, 60), origin=st.integers(1, 3), add=st.integers(0, 1))
+def test_pending_ops_build_joins(rec, hlc, origin, add):
+    outs = [G.claim_pending(rec, hlc, origin, b"z", 500, add), G.ack_pending(rec, hlc, origin),
+            G.deliver_pending(rec, (9, 1), hlc, origin, b"z", 500)]
+    for out in outs:
+        assert _merged_fresh(G.merge_pending, rec, out) == out
+
+
+@given(own=counters(), hlc=st.integers(31, 60), added=st.integers(0, 3))
+def test_bumping_counters_builds_the_join(own, hlc, added):
+    current = stream.counters_record(own, 30, 2)
+    c = stream.bump(own, own.gen, own.epoch, added, (9, 9))
+    out = stream.bumped(current, own, c, hlc, 2)
+    assert _merged_fresh(stream.merge_counters, current, out) == out
+
+
+@given(last=st.tuples(st.integers(0, 5), st.integers(0, 5)), new=st.tuples(st.integers(0, 9), st.integers(0, 9)),
+       hlc=st.integers(1, 40))
+def test_raising_a_stream_heads_last_id_builds_the_join(last, new, hlc):
+    current = env.pack(env.make_flags(head.CollectionType.STREAM, head=True), 20, 1, 0,
+                       head.to_bytes(head.Head(head.CollectionType.STREAM, 7, *last)))
+    out = head.with_last_id(current, *new, hlc, 2)
+    assert _merged_fresh(head.merge, current, out) == out
+    assert head.last_id_of(out) == max(last, new)
