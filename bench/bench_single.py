@@ -85,6 +85,10 @@ def _fill(cmd: bytes, key: bytes, prefix: bytes, value: bytes | None = None, n: 
         out.append(tuple(args))
     return tuple(out)
 
+ZSET_MEMBERS = 100_000
+ZSET_SETUP = tuple(
+    (b"ZADD", b"myzset", *[x for i in range(start, start + 10_000) for x in (b"%d" % i, b"element:%012d" % i)])
+    for start in range(0, ZSET_MEMBERS, 10_000))
 
 # The rows of `make bench`, in order. A data-type family adds its rows here; the default
 # run measures every row (`--tests` picks some).
@@ -114,6 +118,13 @@ WORKLOADS: dict[str, Workload] = {
                        setup=tuple((b"RPUSH", b"mylist", *[b"%064d" % (i * 100 + j) for j in range(100)])
                                    for i in range(10))),
     "rpop": Workload(probe=(b"RPOP", b"bench:probe:list")),
+    # -- sorted sets: one zset "myzset" of 100k members element:%012d (redis-benchmark's zadd test
+    # names them so), prefilled by the setup; the zadd row changes their scores at random
+    "zadd": Workload(probe=(b"ZADD", b"bench:probe:z", b"1", b"m"), cleanup=(b"bench:probe:z",)),
+    "zrange": Workload(command=("ZRANGE", "myzset", "0", "99"), probe=(b"ZRANGE", b"bench:probe:z", b"0", b"99"),
+                       setup=ZSET_SETUP),
+    "zrank": Workload(command=("ZRANK", "myzset", "element:__rand_int__"),
+                      probe=(b"ZRANK", b"bench:probe:z", b"m"), setup=ZSET_SETUP),
     # -- streams: XADD to one growing stream; XRANGE of the first 10 entries of a stream of
     # 1000; XREADGROUP+XACK: consumers reading one entry and acknowledging it (its own
     # client, bench/xreadgroup_ack.py: redis-benchmark cannot ack the id it read)

@@ -50,7 +50,7 @@ _FOREVER_MS = 1 << 42
 
 def lists(ctx) -> kl.Lists:
     """The node's lists (their hints follow the node's change feed)."""
-    lx = ctx.ks.state.get("lists")
+    lx = ctx.ks.extensions.get("lists")
     return lx if lx is not None else kl.lists_of(ctx.ks, getattr(ctx.node, "changes", None))
 
 

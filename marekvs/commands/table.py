@@ -506,6 +506,9 @@ FAMILIES = (
     "marekvs.commands.members",
     # -- lists --
     "marekvs.commands.lists",
+    # sorted sets and geo
+    "marekvs.commands.zsets",
+    "marekvs.commands.geo",
     # streams and consumer groups
     "marekvs.commands.streams",
 )

@@ -21,7 +21,7 @@ Hot paths inline the liveness rule with core's named header slices
 
 from __future__ import annotations
 
-from typing import Callable, Iterator
+from typing import Callable, Iterator, TypeVar
 
 from marekvs.core import envelope as env
 from marekvs.core import head
@@ -43,6 +43,7 @@ _TAG_AT = K.TAG_AT
 _USERKEY_AT = K.STRING_USERKEY_AT
 
 KeyRecord = tuple[bytes, bytes, bytes]  # (user key, ikey, record) of a live key
+T = TypeVar("T")
 
 
 is_live = env.is_live
@@ -68,12 +69,21 @@ class Keyspace:
         self.counts = members.Counts(self)
         self.cursors = members.Cursors()
         self.resolve = members.Resolver(self)
-        # in-memory state a type module keeps beside the records, by its name (e.g. the
-        # list hints of keyspace/lists.py), made on first use; never persisted
-        self.state: dict[str, object] = {}
+        # in-memory state a type module keeps beside the records, by its name (the list
+        # hints of keyspace/lists.py, the zset mirrors of keyspace/zsets.py): ``extension``
+        self.extensions: dict[str, object] = {}
 
     def stamp(self) -> int:
         return self.hlc.now()
+
+    # -- per-type state ------------------------------------------------------------------
+    def extension(self, name: str, factory: Callable[["Keyspace"], T]) -> T:
+        """State a type module keeps with this keyspace (caches, an index it maintains),
+        made by ``factory(self)`` on first use: one per node, gone with it."""
+        x = self.extensions.get(name)
+        if x is None:
+            x = self.extensions[name] = factory(self)
+        return x  # type: ignore[return-value]
 
     # -- lookups -------------------------------------------------------------------
     def live_head(self, pid: int, string_ik: bytes, now: int) -> tuple[bytes, bytes] | None:

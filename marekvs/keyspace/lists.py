@@ -310,12 +310,9 @@ class Lists:
 
 
 def lists_of(ks: Keyspace, feed: Feed | None) -> Lists:
-    """The ``Lists`` of ``ks`` (kept in ``ks.state``), made on first use with the node's
+    """The ``Lists`` of ``ks`` (a keyspace extension), made on first use with the node's
     change ``feed``."""
-    lx = ks.state.get("lists")
-    if lx is None:
-        lx = ks.state["lists"] = Lists(ks, feed)
-    return lx  # type: ignore[return-value]
+    return ks.extension("lists", lambda k: Lists(k, feed))
 
 
 # -- reading ------------------------------------------------------------------------------
