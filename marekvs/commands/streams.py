@@ -712,14 +712,11 @@ def xpending(ctx, args: list[bytes]):
     if g is None:
         raise CommandError(errors.nogroup_key(args[1], args[2]))
     if n == 3:
-        entries = list(xs.pending(ctx.ks, g))
-        if not entries:
+        summary = xs.pending_summary(ctx.ks, g)
+        if not summary.size or summary.first is None or summary.last is None:
             return [0, None, None, NULL_ARRAY]
-        per: dict[bytes, int] = {}
-        for p in entries:
-            per[p.consumer] = per.get(p.consumer, 0) + 1
-        return [len(entries), fmt(entries[0].id), fmt(entries[-1].id),
-                [[c, b"%d" % per[c]] for c in sorted(per)]]
+        per = summary.per_consumer
+        return [summary.size, fmt(summary.first), fmt(summary.last), [[c, b"%d" % per[c]] for c in sorted(per)]]
     if consumer is not None and not xs.consumer_exists(ctx.ks, g, consumer):
         return []
     now = ctx.ks.now()
@@ -1077,7 +1074,7 @@ def xinfo_groups(ctx, args: list[bytes]):
     for g in xs.groups(ks, st):
         pos = g.position()
         out.append(Map([b"name", g.name, b"consumers", len(xs.consumers(ks, g)),
-                        b"pending", sum(1 for _ in xs.pending(ks, g)), b"last-delivered-id", fmt(pos.id),
+                        b"pending", xs.pending_summary(ks, g).size, b"last-delivered-id", fmt(pos.id),
                         b"entries-read", _entries_read_reply(pos), b"lag", xs.lag(ks, st, pos)]))
     return out
 
@@ -1091,9 +1088,7 @@ def xinfo_consumers(ctx, args: list[bytes]):
     if g is None:
         raise CommandError(errors.nogroup_name(args[2], args[3]))
     now = ctx.ks.now()
-    per: dict[bytes, int] = {}
-    for p in xs.pending(ctx.ks, g):
-        per[p.consumer] = per.get(p.consumer, 0) + 1
+    per = xs.pending_summary(ctx.ks, g).per_consumer
     return [Map([b"name", c.name, b"pending", per.get(c.name, 0), b"idle", max(now - c.seen_ms, 0)])
             for c in xs.consumers(ctx.ks, g)]
 

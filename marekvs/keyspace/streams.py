@@ -30,7 +30,8 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator
 from typing import NamedTuple
-from weakref import WeakKeyDictionary
+
+from sortedcontainers import SortedDict  # type: ignore[import-untyped]
 
 from marekvs.core import envelope as env
 from marekvs.core import head
@@ -55,6 +56,8 @@ _SIZE = env.ENVELOPE_SIZE
 _ORD_ENTRY = K.TAG_STREAM[0]
 _ORD_COUNTER = K.TAG_STREAM_COUNTER[0]
 _ORD_HEAD = K.ORD_HEAD
+_ORD_GROUP = K.TAG_GROUP[0]
+_ORD_PENDING = K.TAG_PENDING[0]
 NODE_ENTRIES = 100  # Redis's stream-node-max-entries: '~' trims whole nodes of this size
 
 Entry = tuple[StreamId, list[bytes]]  # (id, [f1, v1, f2, v2, ...])
@@ -136,25 +139,70 @@ class Meta:
         self._totals = None
 
 
+class Pel:
+    """A group's pending entries list, in memory: the live pending ids (in order) and
+    their owners, for the stream delete clock ``dc`` and group destroy clock ``gdc`` it
+    was built under. Acknowledged records stay on disk until swept (gc_grace), so the PEL
+    read from disk is a scan of every ack of the last hour; this is the live part only,
+    as Redis holds it."""
+
+    __slots__ = ("dc", "gdc", "ids", "per_consumer")
+
+    def __init__(self, dc: int, gdc: int):
+        self.dc, self.gdc = dc, gdc
+        self.ids: SortedDict = SortedDict()  # StreamId -> consumer
+        self.per_consumer: dict[bytes, int] = {}
+
+    def put(self, sid: StreamId, rec: bytes) -> None:
+        """The pending record of ``sid`` changed to ``rec``."""
+        live = env.hlc_of(rec) > self.dc and G.pending_live(rec, self.gdc)
+        old = self.ids.get(sid)
+        new = G.pending_of(rec).consumer if live else None
+        if old == new:
+            return
+        pc = self.per_consumer
+        if old is not None:
+            n = pc[old] - 1
+            if n:
+                pc[old] = n
+            else:
+                del pc[old]
+        if new is None:
+            del self.ids[sid]
+        else:
+            self.ids[sid] = new
+            pc[new] = pc.get(new, 0) + 1
+
+
 class StreamCache:
     """Per stream key: its live entry count and counter records, for the delete clock they
-    were counted under. Filled on first use by scans, then kept current by ``on_change``
-    (the change feed); trusted only while ``subscribed``. At most ``limit`` keys."""
+    were counted under; per consumer group, its live PEL (``Pel``). Filled on first use by
+    scans, then kept current by ``on_change`` (the change feed); trusted only while
+    ``subscribed``. At most ``limit`` keys (and groups)."""
 
-    def __init__(self, limit: int = 10_000):
+    def __init__(self, ks: Keyspace | None = None, limit: int = 10_000):
         self.metas: dict[bytes, Meta] = {}
+        self.pels: dict[tuple[bytes, bytes], Pel] = {}
         self.limit = limit
         self.subscribed = False
 
     def on_change(self, changes: list[tuple[bytes, bytes | None, bytes]]) -> None:
         metas = self.metas
-        if not metas:
+        if not metas and not self.pels:
             return
         for ik, old, new in changes:
             t = ik[2]
+            if t == _ORD_PENDING or t == _ORD_GROUP:
+                if self.pels:
+                    self._group_change(ik, new)
+                continue
             if t != _ORD_ENTRY and t != _ORD_COUNTER and t != _ORD_HEAD:
                 continue
             key = K.user_key_of(ik)
+            if t == _ORD_HEAD and self.pels:
+                for gk in [gk for gk in self.pels if gk[0] == key]:
+                    if self.pels[gk].dc != head.delete_clock(new, 0):
+                        del self.pels[gk]
             m = metas.get(key)
             if m is None:
                 continue
@@ -165,6 +213,36 @@ class StreamCache:
                 m.set_counters(origin, stream.counters_of(new) if env.hlc_of(new) > m.dc else None)
             elif new[0] & _TOMB or head.delete_clock(new, 0) != m.dc or head.ctype_of(new) != STREAM:
                 del metas[key]
+
+    def _group_change(self, ik: bytes, new: bytes) -> None:
+        if ik[2] == _ORD_PENDING:
+            key, group, ms, seq = K.decode_pending_key(ik)
+            pel = self.pels.get((key, group))
+            if pel is not None:
+                pel.put((ms, seq), new)
+        else:
+            key, group = K.decode_group_key(ik)
+            pel = self.pels.get((key, group))
+            if pel is not None and G.group_of(new).destroy_clock != pel.gdc:
+                del self.pels[(key, group)]
+
+    def pel(self, ks: Keyspace, g: GroupRef) -> Pel:
+        """The live PEL of ``g`` (a scan of its pending records the first time)."""
+        ident = (g.st.key, g.name)
+        p = self.pels.get(ident) if self.subscribed else None
+        if p is not None and p.dc == g.st.dc and p.gdc == g.destroy_clock:
+            return p
+        p = Pel(g.st.dc, g.destroy_clock)
+        prefix = g.pp
+        n = len(prefix)
+        for ik, rec in ks.engine.scan(prefix, prefix_end(prefix)):
+            p.put(_ID.unpack_from(ik, n), rec)
+        if self.subscribed:
+            self.pels.pop(ident, None)
+            if len(self.pels) >= self.limit:
+                del self.pels[next(iter(self.pels))]
+            self.pels[ident] = p
+        return p
 
     def meta(self, ks: Keyspace, key: bytes, dc: int) -> Meta:
         m = self.metas.get(key) if self.subscribed else None
@@ -192,15 +270,9 @@ def _entry_live(rec: bytes, dc: int) -> bool:
     return not rec[0] & _TOMB and env.hlc_of(rec) > dc
 
 
-_CACHES: WeakKeyDictionary[Keyspace, StreamCache] = WeakKeyDictionary()
-
-
 def cache_of(ks: Keyspace) -> StreamCache:
     """The stream cache of a keyspace (created on first use)."""
-    c = _CACHES.get(ks)
-    if c is None:
-        c = _CACHES[ks] = StreamCache()
-    return c
+    return ks.extension("streams", StreamCache)
 
 
 # =========================================================================================
@@ -758,14 +830,39 @@ class PendingEntry(NamedTuple):
     deliveries: int
 
 
-def _pending_records(ks: Keyspace, g: GroupRef, lo: StreamId = MIN_ID,
-                     hi: StreamId = MAX_ID) -> Iterator[tuple[bytes, bytes]]:
+def _pending_records(ks: Keyspace, g: GroupRef, lo: StreamId = MIN_ID, hi: StreamId = MAX_ID,
+                     consumer: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
+    """(key, record) of the group's live pending entries with ``lo <= id <= hi`` (only
+    ``consumer``'s if given), in id order: the ids from the in-memory PEL, each record a
+    point read. No writes to the group while iterating (callers apply after)."""
+    ids = cache_of(ks).pel(ks, g).ids
     prefix = g.pp
-    end = prefix_end(prefix) if hi == MAX_ID else prefix + _ID.pack(*hi) + b"\x00"
     dc, gdc = g.st.dc, g.destroy_clock
-    for ik, rec in ks.engine.scan(prefix + _ID.pack(*lo), end):
-        if env.hlc_of(rec) > dc and G.pending_live(rec, gdc):
+    get = ks.get
+    for sid in ids.irange(lo, hi):
+        if consumer is not None and ids[sid] != consumer:
+            continue
+        ik = prefix + K.id_suffix(*sid)
+        rec = get(ik)
+        if rec is not None and env.hlc_of(rec) > dc and G.pending_live(rec, gdc):
             yield ik, rec
+
+
+class PelSummary(NamedTuple):
+    size: int
+    first: StreamId | None
+    last: StreamId | None
+    per_consumer: dict[bytes, int]
+
+
+def pending_summary(ks: Keyspace, g: GroupRef) -> PelSummary:
+    """XPENDING's summary: how many entries are pending, the first and last id, and how
+    many each consumer has; from the in-memory PEL, without reading the records."""
+    pel = cache_of(ks).pel(ks, g)
+    ids = pel.ids
+    if not ids:
+        return PelSummary(0, None, None, {})
+    return PelSummary(len(ids), ids.keys()[0], ids.keys()[-1], dict(pel.per_consumer))
 
 
 def _pending_entry(ik: bytes, rec: bytes) -> PendingEntry:
@@ -776,7 +873,7 @@ def _pending_entry(ik: bytes, rec: bytes) -> PendingEntry:
 def pending(ks: Keyspace, g: GroupRef, lo: StreamId = MIN_ID, hi: StreamId = MAX_ID,
             consumer: bytes | None = None) -> Iterator[PendingEntry]:
     """The group's pending entries in id order (only ``consumer``'s if given)."""
-    for ik, rec in _pending_records(ks, g, lo, hi):
+    for ik, rec in _pending_records(ks, g, lo, hi, consumer):
         if consumer is None or G.pending_of(rec).consumer == consumer:
             yield _pending_entry(ik, rec)
 
@@ -903,7 +1000,7 @@ def read_history(ks: Keyspace, g: GroupRef, consumer: bytes, after: StreamId, co
     out: list[tuple[StreamId, list[bytes] | None]] = []
     start = incr_id(after)
     if start is not None:
-        for ik, rec in _pending_records(ks, g, start):
+        for ik, rec in _pending_records(ks, g, start, MAX_ID, consumer):
             p = G.pending_of(rec)
             if p.consumer != consumer:
                 continue

@@ -35,6 +35,8 @@ from marekvs.commands.reply import Err
 from marekvs.config import Config
 from marekvs.core import keys as K
 from marekvs.core import streamgroup as G
+from marekvs.keyspace import streams as xs
+from marekvs.storage.engine import prefix_end
 from marekvs.node import Node
 
 KEY, GROUP = b"s", b"g"
@@ -180,6 +182,24 @@ class GroupReplicas(RuleBasedStateMachine):
     @invariant()
     def replies_stay_sane(self):
         assert self.acked <= set(self.delivered)
+
+    @invariant()
+    def the_in_memory_pel_is_the_records_pel(self):
+        """Each node's PEL index (kept from the change feed, replicated records included)
+        holds exactly the live pending records on its disk."""
+        for r in self.nodes:
+            ks = r.node.ks
+            st = xs.lookup(ks, KEY, ks.now())
+            g = None if st is None else xs.group(ks, st, GROUP)
+            if g is None:
+                continue
+            got = dict(xs.cache_of(ks).pel(ks, g).ids)
+            want = {}
+            prefix = K.group_prefix(K.TAG_PENDING, KEY, GROUP)
+            for ik, rec in ks.engine.scan(prefix, prefix_end(prefix)):
+                if G.pending_live(rec, g.destroy_clock):
+                    want[K.decode_pending_key(ik)[2:]] = G.pending_of(rec).consumer
+            assert got == want
 
     def teardown(self):
         try:
