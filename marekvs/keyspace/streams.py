@@ -117,13 +117,17 @@ def decr_id(sid: StreamId) -> StreamId | None:
 class Meta:
     """What a stream key holds beside its entries, for one head delete clock ``dc``."""
 
-    __slots__ = ("dc", "length", "counters", "_totals")
+    __slots__ = ("dc", "length", "counters", "_totals", "low")
 
     def __init__(self, dc: int, length: int, counters: dict[int, Counters]):
         self.dc = dc
         self.length = length  # live entries
         self.counters = counters  # origin -> live counter record
         self._totals: Totals | None = None  # cached until a counter record changes
+        # no live entry has a smaller id: scans start here, not at the tombstones of
+        # trimmed or deleted entries, which stay on disk until swept (gc_grace). Raised by
+        # a scan that finds the first live entry; lowered by an entry arriving below it
+        self.low: StreamId = MIN_ID
 
     def totals(self) -> Totals:
         t = self._totals
@@ -207,7 +211,12 @@ class StreamCache:
             if m is None:
                 continue
             if t == _ORD_ENTRY:
-                m.length += _entry_live(new, m.dc) - (old is not None and _entry_live(old, m.dc))
+                live = _entry_live(new, m.dc)
+                m.length += live - (old is not None and _entry_live(old, m.dc))
+                if live:
+                    sid = _ID.unpack_from(ik, len(ik) - 16)
+                    if sid < m.low:
+                        m.low = sid
             elif t == _ORD_COUNTER:
                 origin = _U16.unpack_from(ik, len(ik) - 2)[0]
                 m.set_counters(origin, stream.counters_of(new) if env.hlc_of(new) > m.dc else None)
@@ -339,15 +348,25 @@ def _entry_prefix(key: bytes) -> bytes:
 
 
 def _scan(ks: Keyspace, st: Stream, lo: StreamId, hi: StreamId) -> Iterator[tuple[StreamId, bytes]]:
-    """Live entry records with ``lo <= id <= hi``, in id order."""
+    """Live entry records with ``lo <= id <= hi``, in id order (from the stream's
+    ``Meta.low`` at the least, which a scan from there raises to the first live id)."""
     prefix = st.xp
     n = len(prefix)
     end = prefix_end(prefix) if hi == MAX_ID else prefix + _ID.pack(*hi) + b"\x00"
     dc = st.dc
     unpack = _ID.unpack_from
+    meta = st.meta
+    from_low = lo <= meta.low
+    if from_low:
+        lo = meta.low
     for ik, rec in ks.engine.scan(prefix + _ID.pack(*lo), end):
         if not rec[0] & _TOMB and env.hlc_of(rec) > dc:
-            yield unpack(ik, n), rec
+            sid = unpack(ik, n)
+            if from_low:
+                from_low = False
+                if meta.low < sid:
+                    meta.low = sid
+            yield sid, rec
 
 
 def _scan_rev(ks: Keyspace, st: Stream, lo: StreamId, hi: StreamId) -> Iterator[tuple[StreamId, bytes]]:
