@@ -512,6 +512,8 @@ FAMILIES = (
     # HyperLogLog and bitmaps (branch hll-keyspace)
     "marekvs.commands.hll",
     "marekvs.commands.bitmaps",
+    # streams and consumer groups
+    "marekvs.commands.streams",
     # ACL users (acl)
     "marekvs.commands.acl",
 )
