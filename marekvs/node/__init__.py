@@ -33,7 +33,6 @@ from marekvs.commands.errors import CommandError
 from marekvs.commands.reply import QUEUED, Err
 from marekvs.commands.table import CommandTable, build_table
 from marekvs.config import Config, Limits
-from marekvs.core import keys as K
 from marekvs.core.hlc import HLC, wall_ms
 from marekvs.keyspace import Keyspace
 from marekvs.keyspace.status import KeyspaceError
@@ -100,12 +99,10 @@ class Node:
         self._lookup = self.table.dispatch
         self.sweeper = Sweeper(self.engine, config)
         self.tunables: dict[str, str] = {}  # Redis parameters changed by CONFIG SET (tunables.py)
-        # node-level records (outside the keyspace) the engine reports apart from the change
-        # feed, routed by tag: ACL users (node/acl.py)
+        # ACL users (node/acl.py): node-level records (outside the keyspace) the engine
+        # reports apart from the change feed
         self.acl = Acl(self)
-        self.node_records: dict[int, Callable[[list[tuple[bytes, bytes]]], None]] = {
-            K.ORD_USER: self.acl.records_changed}
-        self.engine.on_node_change = self._node_records_changed
+        self.changes.on_node_records(self.acl.records_changed)
         self.pubsub.limits = pubsub_limits(self.tunable("client-output-buffer-limit"))
         self.limits = Limits()  # request limits the RESP parsers read
         self.stats = Stats()
@@ -155,16 +152,6 @@ class Node:
         if ctx.watched is not None:
             self.watches.unwatch_all(ctx)
         ctx.closing = True
-
-    def _node_records_changed(self, changes: list[tuple[bytes, bytes]]) -> None:
-        """Node-level records changed (``Engine.on_node_change``): to their handler."""
-        by_tag: dict[int, list[tuple[bytes, bytes]]] = {}
-        for change in changes:
-            by_tag.setdefault(change[0][K.TAG_AT], []).append(change)
-        for tag, group in by_tag.items():
-            handler = self.node_records.get(tag)
-            if handler is not None:
-                handler(group)
 
     def _set_current(self, ctx: Context | None) -> None:
         self.current = ctx

@@ -144,6 +144,8 @@ class Acl:
     def records_changed(self, changes: list[tuple[bytes, bytes]]) -> None:
         """A user record changed (this node's write or a peer's): rebuild the user."""
         for ikey, rec in changes:
+            if ikey[K.TAG_AT] != K.ORD_USER:
+                continue  # (another node-level record: not a user)
             try:
                 name = K.decode_user_key(ikey)
                 rules = acluser.rules_of(rec)

@@ -168,6 +168,21 @@ def test_a_user_created_on_one_node_authenticates_on_another(nodes):
     assert Client(b)("ACL", "LIST") == Client(a)("ACL", "LIST")
 
 
+def test_node_records_reach_every_subscriber_and_users_take_their_own_tag(nodes, caplog):
+    """The node-record feed has several subscribers (ACL users here, function libraries
+    on the scripting side): each sees every node record, and ACL ignores other tags."""
+    a, b = nodes("a", 1), nodes("b", 2)
+    seen: list[bytes] = []
+    b.changes.on_node_records(lambda changes: seen.extend(ik for ik, _ in changes))
+    Client(a)("ACL", "SETUSER", "alice", "on", ">pw")
+    ship(a, b)
+    assert seen == [K.encode_user_key(b"alice")]
+    assert b"alice" in b.acl.users  # (the ACL subscriber still ran)
+    users = dict(b.acl.users)
+    with caplog.at_level("WARNING", logger="marekvs.acl"):
+        b.acl.records_changed([(b"\x00\x00F" + b"alice", b"not a user record")])  # another node tag
+    assert b.acl.users == users and not caplog.records  # (not taken for a malformed user)
+
 def test_a_change_from_a_peer_takes_effect_on_connected_clients(nodes):
     a, b = nodes("a", 1), nodes("b", 2)
     Client(a)("ACL", "SETUSER", "alice", "on", "nopass", "~*", "+get")
