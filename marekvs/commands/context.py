@@ -12,7 +12,8 @@ restores them) call functions the transport installed, if any. ``deny_blocking``
 inside MULTI/EXEC and scripts: a command that would block (WAIT, DEBUG SLEEP, a pass over
 the whole keyspace in steps) answers at once there, as Redis does. ``user`` is the ACL
 user the commands run as and ``acl_context`` where they run (``LUA`` in a script: the
-dispatcher then checks each call and answers a denial with the script's text).
+dispatcher then checks each call and answers a denial with the script's text); a script
+engine's context carries the caller's ``user`` and, in ``script_caller``, the caller.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ class Context:
                  "fd", "created", "last_active", "last_cmd", "no_evict", "db", "blocked", "last_write_seq",
                  "deny_blocking", "closing", "on_kill", "on_auth", "query_buffer", "reply_mode",
                  "channels", "patterns", "shard_channels", "in_pubsub", "on_push", "soft_limit_since",
-                 "tracking", "deferred", "multi", "multi_error", "watched", "watch_dirty", "user", "acl_context")
+                 "tracking", "deferred", "multi", "multi_error", "watched", "watch_dirty", "user", "acl_context",
+                 "script_caller")
 
     def __init__(self, node: Any, client_id: int, *, authed: bool = True, addr: str = "?", laddr: str = "?",
                  fd: int = -1):
@@ -74,6 +76,9 @@ class Context:
         # for the commands a script calls
         self.user: Any = node.acl.default
         self.acl_context = TOPLEVEL
+        # a script engine's own context: the client whose script runs (ACL LOG's
+        # client-info shows it, as Redis shows server.script_caller)
+        self.script_caller: Context | None = None
 
     def close_after_reply(self) -> None:
         """QUIT, SHUTDOWN, CLIENT KILL of oneself: close once the reply is sent."""

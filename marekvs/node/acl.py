@@ -18,7 +18,7 @@ Redis's text for where the command runs: NOPERM at the top level and when queued
 (which then makes EXEC abort), the "ACLs rules changed" text when EXEC runs a queued
 command its user may no longer run, and the script's text for a command a script calls
 (``ctx.acl_context`` is ``LUA``: scripts call ``node.dispatch`` with a context carrying
-the caller's user).
+the caller's user, and the caller in ``ctx.script_caller`` for the log's client-info).
 
 The default user: ``on nopass ~* &* +@all`` until a record says otherwise. ``requirepass``
 (at start and by CONFIG SET) makes its password the given one (``resetpass >pw``, or
@@ -274,7 +274,7 @@ class Acl:
         """addACLLogEntry: a similar entry of the last minute among the newest ten is
         bumped (and moved first) instead of adding one."""
         now = int(time.time() * 1000)
-        cinfo = client_line(ctx).encode("utf-8", "surrogateescape")
+        cinfo = client_line(ctx.script_caller or ctx).encode("utf-8", "surrogateescape")
         why = _REASON[reason]
         for i, e in enumerate(self.log[:10]):
             if e.reason == why and e.context == context and abs(e.ctime - now) <= LOG_GROUPING_MS \

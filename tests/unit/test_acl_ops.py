@@ -297,10 +297,11 @@ def test_a_script_context_gets_the_script_texts(nodes):
     """What a script engine gets from node.dispatch for a redis.call its user may not make
     (the context carries the caller's user and acl_context LUA)."""
     n = nodes()
-    c = Client(n)
-    c("ACL", "SETUSER", "alice", "on", "nopass", "~k*", "-@all", "+get", "+publish", "resetchannels")
-    c("AUTH", "alice", "x")
-    c.ctx.acl_context = LUA
+    caller = Client(n)
+    caller("ACL", "SETUSER", "alice", "on", "nopass", "~k*", "-@all", "+get", "+publish", "resetchannels")
+    caller("AUTH", "alice", "x")
+    c = Client(n)  # the script engine's own context, running for the caller
+    c.ctx.user, c.ctx.acl_context, c.ctx.script_caller = caller.ctx.user, LUA, caller.ctx
     assert c("GET", "x") == Err("ERR The user executing the script can't access at least one of the keys "
                                 "mentioned in the command arguments")
     assert c("SET", "k", "v") == Err("ERR The user executing the script can't run this command or subcommand")
@@ -310,6 +311,7 @@ def test_a_script_context_gets_the_script_texts(nodes):
     entries = n.acl.log
     assert [(e.reason, e.context, e.object) for e in entries] == [
         (b"channel", "lua", b"ch"), (b"command", "lua", b"set"), (b"key", "lua", b"x")]
+    assert all(f"id={caller.ctx.id} ".encode() in e.cinfo and b" user=alice " in e.cinfo for e in entries)
 
 
 def test_log_groups_similar_entries_and_keeps_acllog_max_len(nodes):
