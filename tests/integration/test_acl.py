@@ -28,7 +28,6 @@ import re
 import shutil
 import socket
 import subprocess
-import time
 
 import hiredis
 import pytest
@@ -607,7 +606,7 @@ def test_protected_mode_refuses_non_loopback_clients_with_redis_s_message(tmp_pa
 
 def test_redis_py_acl_methods(both):
     """redis-py's own ACL methods against both servers: the parsed results agree."""
-    m, r = redis.Redis(port=both[0].port), redis.Redis(port=both[1].port)
+    m, r = both[0].client(), both[1].client()
     for c in (m, r):
         assert c.acl_setuser("py", enabled=True, passwords=["+pw"], keys=["k*"], commands=["+get", "+set"],
                              channels=["ch"]) is True
@@ -619,7 +618,6 @@ def test_redis_py_acl_methods(both):
     assert m.acl_deluser("py") == r.acl_deluser("py") == 1
     assert len(m.acl_genpass()) == len(r.acl_genpass())
     with pytest.raises(redis.AuthenticationError):
-        redis.Redis(port=both[0].port, username="nobody", password="x").ping()
-    time.sleep(0)
+        both[0].client(username="nobody", password="x").ping()
     m.close()
     r.close()
