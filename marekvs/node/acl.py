@@ -3,7 +3,8 @@
 Users are cluster-wide records (``core/acluser.py``, ``keyspace/users.py``): one LWW
 record per user name holding the user's rules as ACL LIST prints them. Every change of
 one, made here (ACL SETUSER, DELUSER, LOAD, CONFIG SET requirepass) or merged from a peer,
-comes back through ``Engine.on_node_change`` to ``records_changed``, which rebuilds the
+comes back through ``Engine.on_node_change`` and the change feed's node-record
+subscribers (``ChangeFeed.on_node_records``) to ``records_changed``, which rebuilds the
 user from its rules; so every node holds the same users, and this node's own changes take
 the same path as a peer's. A user object is changed in place, so the connections
 authenticated as it see the new rules at their next command, as in Redis; when a change
