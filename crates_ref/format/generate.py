@@ -389,7 +389,7 @@ def key_vectors() -> list[dict]:
         rec.update(inputs)
         rec.update({"pid": ref_pid(uk), "klen_hex": ref_varint(len(uk)).hex(),
                     "ikey_hex": ikey.hex()})
-        if layout != "string":
+        if layout not in ("string", "function"):  # (no klen: the name is the rest of the key)
             rec["prefix_hex"] = ref_prefix(tag, uk).hex()
         out.append(rec)
 
@@ -429,6 +429,10 @@ def key_vectors() -> list[dict]:
         for ms, seq in (streams if name == "ascii" else streams[3:4]):
             emit("stream", b"x", name, uk, K.encode_stream_key(uk, ms, seq),
                  ref_prefix(b"x", uk) + ref_u64(ms) + ref_u64(seq), ms=str(ms), seq=str(seq))
+    # function libraries: the library name in the string layout (no klen), tag F (the codec
+    # takes any bytes; FUNCTION LOAD only makes names of letters, digits and '_')
+    for name, uk in uks + [("libname", b"mylib_2")]:
+        emit("function", b"F", name, uk, K.encode_function_key(uk), ref_u16(ref_pid(uk)) + b"F" + uk)
     return out
 
 
@@ -508,6 +512,8 @@ REF_KINDS = [
      "one byte: the rank, 0..51", "element", 7, "hlc"),
     ("x", "stream-entry", "[klen][userkey][id_ms:u64][id_seq:u64]", [5], "element", False, "lww",
      "stream entry: fmt, field/value pairs", "element", 5, "hlc"),
+    ("F", "function-library", "[library name]", [0], "node", False, "lww",
+     "fmt u8 = 1, then the library code (FUNCTION LOAD's payload)", "record", None, None),
 ]
 REF_RETIRED = [("l", "whole-list LWW blob")]
 
@@ -522,7 +528,8 @@ def kind_vectors() -> list[dict]:
     _agree("registry tags", [k.tag.decode() for k in registry.KINDS], [r[0] for r in REF_KINDS])
     for kind, (tag, name, layout, rtypes, role, head_flag, lattice, payload, sweep, ctype,
                gate) in zip(registry.KINDS, REF_KINDS):
-        core = (kind.name, sorted(kind.rtypes), "key" if kind.is_key else "element", kind.head_flag,
+        role = "key" if kind.is_key else ("node" if kind.is_node else "element")
+        core = (kind.name, sorted(kind.rtypes), role, kind.head_flag,
                 lattices[kind.merge], kind.sweep.value, kind.ctype, gates[kind.gate_clock])
         _agree(f"registry row {tag!r}", core, (name, rtypes, role, head_flag, lattice, sweep, ctype, gate))
         out.append({"tag": tag, "tag_hex": tag.encode().hex(), "name": name, "retired": False,

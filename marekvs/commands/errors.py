@@ -233,3 +233,33 @@ def status_text(e: st.KeyspaceError) -> str:
 
 # -- COMMAND GETKEYS / GETKEYSANDFLAGS (introspection.py) ----------------------------------
 INVALID_ARGUMENTS = "ERR Invalid arguments specified for command"
+
+
+# -- scripting: EVAL, SCRIPT, FUNCTION, FCALL (scripting.py, node/scripting/) ---------------
+NOSCRIPT = "NOSCRIPT No matching script. Please use EVAL."
+NUMKEYS_TOO_MANY = "ERR Number of keys can't be greater than number of args"
+NUMKEYS_NEGATIVE = "ERR Number of keys can't be negative"
+BAD_NUMKEYS = "ERR Bad number of keys provided"
+SCRIPT_RO_WRITE_FLAG = "ERR Can not execute a script with write flag using *_ro command."
+NOTBUSY = "NOTBUSY No scripts in execution right now."
+UNKILLABLE = ("UNKILLABLE Sorry the script already executed write commands against the dataset. You can "
+              "either wait the script termination or kill the server in a hard way using the SHUTDOWN "
+              "NOSAVE command.")
+BUSY_EVAL = "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE."
+BUSY_FUNCTION = "BUSY Redis is busy running a script. You can only call FUNCTION KILL or SHUTDOWN NOSAVE."
+FUNCTION_NOT_FOUND = "ERR Function not found"
+LIBRARY_NOT_FOUND = "ERR Library not found"
+DUMP_PAYLOAD = "ERR DUMP payload version or checksum are wrong"
+SCRIPT_FLUSH_MODE = "ERR SCRIPT FLUSH only support SYNC|ASYNC option"
+FUNCTION_FLUSH_MODE = "ERR FUNCTION FLUSH only supports SYNC|ASYNC option"
+RESTORE_POLICY = "ERR Wrong restore policy given, value should be either FLUSH, APPEND or REPLACE."
+FUNCTION_CODE_MISSING = "ERR Function code is missing"
+LIBRARY_NAME_MISSING = "ERR library name argument was not given"
+
+
+def function_load_option(opt: bytes) -> str:
+    return "ERR Unknown option given: %s" % echo(opt)
+
+
+def function_list_argument(arg: bytes) -> str:
+    return "ERR Unknown argument %s" % echo(arg)

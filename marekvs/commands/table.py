@@ -500,6 +500,8 @@ FAMILIES = (
     "marekvs.commands.monitoring",
     "marekvs.commands.pubsub",
     "marekvs.commands.transactions",
+    # scripting: EVAL*, SCRIPT, FCALL*, FUNCTION
+    "marekvs.commands.scripting",
 )
 
 

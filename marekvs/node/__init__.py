@@ -41,6 +41,7 @@ from marekvs.node.changes import ChangeFeed
 from marekvs.node.events import Events
 from marekvs.node.monitor import LatencyMonitor, OpsMeter, SlowLog
 from marekvs.node.pubsub import PubSub
+from marekvs.node.scripting import Scripting
 from marekvs.node.tracking import Tracking
 from marekvs.node.watch import Watches
 from marekvs.storage.engine import Engine
@@ -100,6 +101,7 @@ class Node:
         self.tunables: dict[str, str] = {}  # Redis parameters changed by CONFIG SET (tunables.py)
         self.pubsub.limits = pubsub_limits(self.tunable("client-output-buffer-limit"))
         self.limits = Limits()  # request limits the RESP parsers read
+        self.scripting = Scripting(self)  # EVAL and function libraries (node/scripting/)
         self.stats = Stats()
         self.error_codes: dict[str, int] = {}  # INFO errorstats
         self.slowlog = SlowLog()

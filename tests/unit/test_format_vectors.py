@@ -162,6 +162,8 @@ def _encode(v: dict, uk: bytes) -> bytes:
         return K.encode_hll_key(uk, v["bucket"])
     if lay == "stream":
         return K.encode_stream_key(uk, int(v["ms"]), int(v["seq"]))
+    if lay == "function":
+        return K.encode_function_key(uk)
     raise AssertionError(f"unknown layout {lay}")
 
 
@@ -190,11 +192,13 @@ def _check_decode(v: dict, uk: bytes, ikey: bytes) -> None:
         assert K.decode_hll_key(ikey) == (uk, v["bucket"])
     elif lay == "stream":
         assert K.decode_stream_key(ikey) == (uk, int(v["ms"]), int(v["seq"]))
+    elif lay == "function":
+        assert K.decode_function_key(ikey) == uk
 
 
 TAGS = {"string": K.TAG_STRING, "head": K.TAG_HEAD, "hash": K.TAG_HASH, "set": K.TAG_SET,
         "zset": K.TAG_ZSET, "zscore": K.TAG_ZSCORE, "list": K.TAG_LIST, "hll": K.TAG_HLL,
-        "stream": K.TAG_STREAM}
+        "stream": K.TAG_STREAM, "function": K.TAG_FUNCTION}
 
 
 @params("keys.jsonl", "layout")
@@ -209,7 +213,7 @@ def test_key_vector(v):
     assert K.tag_of_ikey(want) == v["tag"].encode()
     assert K.user_key_of(want) == uk
     assert K.encode_varint(len(uk)).hex() == v["klen_hex"]
-    if v["layout"] != "string":
+    if v["layout"] not in ("string", "function"):  # (these two have no klen)
         prefix = H(v["prefix_hex"])
         assert K.collection_prefix(v["tag"].encode(), uk) == prefix
         assert want.startswith(prefix)
