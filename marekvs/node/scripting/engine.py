@@ -118,8 +118,10 @@ class Scripting:
         self.rng = libs.Rand48()
         self.running: ScriptRun | None = None
         self.in_lua = False  # user code is running (not one of our callbacks)
-        # installed by the RESP server: answer other clients while a script is busy
+        # installed by the RESP server: answer other clients while a script is busy, and
+        # end the process at once (SHUTDOWN NOSAVE while busy)
         self.busy_poll: Callable[[], None] | None = None
+        self.hard_exit: Callable[[], None] | None = None
         self.ctx = Context(node, 0)  # the "Lua client" the script's commands run as
         self.ctx.deny_blocking = True
         self.ctx.name = b""
@@ -342,45 +344,47 @@ class Scripting:
     # running
     # =====================================================================================
 
-    def _run(self, caller: Context, vm: LuaVM, fn: Any, nkeys: int, argv: list[bytes], name: bytes,
+    def _run(self, caller: Context, vm: LuaVM, fn: Any, nkeys: int, command: list[bytes], name: bytes,
              eval_mode: bool, read_only: bool) -> Any:
-        run = ScriptRun(caller, name, eval_mode, read_only, [])
-        run.argv = argv
+        """Run a script or function (luaCallFunction) for ``caller``'s ``command``; its
+        reply value."""
+        run = ScriptRun(caller, name, eval_mode, read_only, command)
         node = self.node
         ks = node.ks
         snapshot = ks.now()
         wall = ks.now
-        ks.now = lambda: snapshot
+        ks.now = lambda: snapshot  # the script's time snapshot: no key expires while it runs
         sctx = self.ctx
         sctx.proto = 2
         sctx.db = caller.db
         self.running = run
         self.in_lua = True
-        memory_error = False
         try:
             if eval_mode:
-                r = vm.run_eval(fn, nkeys, argv)
+                r = vm.run_eval(fn, nkeys, command[3:])
             else:
-                r = vm.run_function(fn, nkeys, argv)
+                r = vm.run_function(fn, nkeys, command[3:])
             ok, value = r if type(r) is tuple else (r, None)
         except LuaMemoryError:
-            ok, value, memory_error = False, b"not enough memory", True
+            ok, value = False, b"not enough memory"
         except LuaError as e:
             ok, value = False, str(e).encode()
         finally:
             self.in_lua = False
             ks.now = wall
+        memory_error = not ok and value == b"not enough memory"
         try:
             if ok:
                 reply = vm.to_reply(value, run.resp == 3)
-                if type(reply) is Err and run.dirty is not None:
+                if type(reply) is Err:
                     self._uncount_if_flagged(vm, value, reply)
             else:
-                reply = self._error_reply(vm, value, name, reply_flagged := [False])
-                if reply_flagged[0]:
+                reply, counted = self._error_reply(vm, value, name)
+                if counted:
                     self._uncount(reply)
-                if value == b"not enough memory":
-                    memory_error = True
+        except LuaMemoryError:
+            memory_error = True
+            reply = Err("ERR Error running script %s, not enough memory " % name.decode("latin-1"))
         finally:
             self.running = None
             node.current = caller
@@ -394,17 +398,19 @@ class Scripting:
                 caller.last_write_seq = node.engine.next_seq
         return reply
 
-    def _error_reply(self, vm: LuaVM, value: Any, name: bytes, flagged: list[bool]) -> Err:
+    def _error_reply(self, vm: LuaVM, value: Any, name: bytes) -> tuple[Err, bool]:
+        """The reply of a script that raised ``value`` (luaCallFunction), and whether the
+        error was counted already (a command's error that the script re-raised)."""
         is_table, msg, source, line, ignore = vm.error_info(value)
         if not is_table:
             text = msg.decode("utf-8", "surrogateescape") if type(msg) is bytes else \
                 ("execution failure" if msg is None else str(msg))
-            return Err("ERR Error running script %s, %.100s " % (name.decode("latin-1"), text))
-        flagged[0] = ignore
-        out = _text(msg) if msg is not None else "ERR unknown error"
+            return Err("ERR Error running script %s, %.100s " % (name.decode("latin-1"), text)), False
+        # (an error table without 'err': Redis 7.0 crashes on it; this says so instead)
+        out = _text(msg) if msg is not None else "ERR the script raised an error without a message"
         if line is not None and source is not None:
             out += " script: %s, on %s:%s." % (name.decode("latin-1"), _text(source), _text(line))
-        return Err(out)
+        return Err(out), ignore
 
     def _uncount_if_flagged(self, vm: LuaVM, value: Any, reply: Err) -> None:
         """A script that returns the error table redis.pcall gave it: that error was
@@ -453,7 +459,7 @@ class Scripting:
         if not compat and not flags & F.NO_WRITES and ro:
             return Err(errors.SCRIPT_RO_WRITE_FLAG)
         read_only = ro or (not compat and bool(flags & F.NO_WRITES))
-        return self._run(ctx, self.eval_vm, script.fn, numkeys, args[3:], sha, True, read_only)
+        return self._run(ctx, self.eval_vm, script.fn, numkeys, args, sha, True, read_only)
 
     def _create(self, body: bytes, sha: bytes) -> Script | Err:
         """luaCreateFunction: compile and cache a script."""
@@ -505,6 +511,30 @@ class Scripting:
         run = self.running
         return errors.BUSY_EVAL if run is None or run.eval_mode else errors.BUSY_FUNCTION
 
+    def busy_dispatch(self, ctx: Context, args: list[bytes]) -> Any:
+        """A command of another client while a script is busy (processCommand's busy
+        check): what would be refused anyway is refused as usual (unknown command, arity,
+        NOAUTH); commands flagged ``allow_busy`` run; everything else gets BUSY (and, in a
+        transaction, makes EXEC fail). SHUTDOWN runs only with NOSAVE, which ends the
+        process at once."""
+        node = self.node
+        table = node.table
+        cmd = table.dispatch.get(args[0]) or table.commands.get(args[0].lower())
+        if cmd is not None and cmd.subcommands and len(args) >= 2:
+            cmd = cmd.subcommands.get(args[1].lower().decode("latin-1"))
+        if cmd is None:
+            return node.dispatch(ctx, args)
+        a, n = cmd.arity, len(args)
+        if (a > 0 and n != a) or n < -a or (not ctx.authed and not cmd.no_auth):
+            return node.dispatch(ctx, args)
+        if "allow_busy" not in cmd.flags:
+            return node.rejected(ctx, cmd, self.busy_error())
+        if cmd.name == "shutdown" and cmd.parent is None:
+            if any(x.lower() == b"nosave" for x in args[1:]) and self.hard_exit is not None:
+                self.hard_exit()
+            return node.rejected(ctx, cmd, self.busy_error())
+        return node.dispatch(ctx, args)
+
     # -- FCALL ----------------------------------------------------------------------------------
     def fcall(self, ctx: Context, args: list[bytes], ro: bool) -> Any:
         f = self.catalog.function(args[1])
@@ -520,7 +550,7 @@ class Scripting:
         if not f.flags & F.NO_WRITES and ro:
             return Err(errors.SCRIPT_RO_WRITE_FLAG)
         read_only = ro or bool(f.flags & F.NO_WRITES)
-        return self._run(ctx, self.func_vm, f.callback, numkeys, args[3:], f.name, False, read_only)
+        return self._run(ctx, self.func_vm, f.callback, numkeys, args, f.name, False, read_only)
 
     # =====================================================================================
     # function libraries
@@ -697,8 +727,7 @@ class Scripting:
         run = self.running
         running = None
         if run is not None and not run.loading:
-            running = (run.name, list(run.argv_full) if hasattr(run, "argv_full") else run.argv,
-                       int((time.monotonic() - run.start) * 1000))
+            running = (run.name, list(run.argv), int((time.monotonic() - run.start) * 1000))
         return running, len(self.catalog.libraries), self.catalog.function_count
 
     def memory(self) -> tuple[int, int]:

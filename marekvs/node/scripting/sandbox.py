@@ -108,7 +108,7 @@ local function err_handler(err)
   local lvl = 2
   local i = getinfo(lvl, 'nSl')
   if i and i.what == 'C' then lvl = lvl + 1; i = getinfo(lvl, 'nSl') end
-  while i and i.source == INTERNAL do lvl = lvl + 1; i = getinfo(lvl, 'nSl') end
+  while i and (i.source == INTERNAL or i.what == 'tail') do lvl = lvl + 1; i = getinfo(lvl, 'nSl') end
   if type(err) ~= 'table' then err = {err = 'ERR ' .. tostring(err)} end
   if i then
     err['source'] = i.source
@@ -119,16 +119,25 @@ end
 
 -- -- the count hook: busy scripts, SCRIPT KILL, FUNCTION LOAD timeout -------------------------
 local hook_py = py.hook
+-- (level 2 of a hook is the function running; ours are left to finish: an error there would
+-- escape the script's protected call)
 local count_hook
+local killed = false  -- the running script is being killed: every thread gets the line hook
 local function kill_hook()
+  local i = getinfo(2, 'S')
+  if i and i.source == INTERNAL then return end
   local msg = hook_py()
   if msg then error({err = msg}) end
+  killed = false
   sethook(count_hook, '', 100000)
 end
 count_hook = function()
   local msg = hook_py()
   if msg then
+    killed = true
     sethook(kill_hook, 'l')
+    local i = getinfo(2, 'S')
+    if i and i.source == INTERNAL then return end
     error({err = msg})
   end
 end
@@ -226,12 +235,34 @@ end
 local function w_xpcall(f, h)
   return xpcall(f, function(e) return h(unwrapped(e)) end)
 end
-local raw_resume = coroutine.resume
+local raw_resume, raw_create = coroutine.resume, coroutine.create
 local function resume_result(ok, ...)
   if ok then return true, ... end
   return false, unwrapped((...))
 end
-coroutine.resume = function(co, ...) return resume_result(raw_resume(co, ...)) end
+local function resumed(...)
+  if killed then sethook(kill_hook, 'l') end
+  return resume_result(...)
+end
+coroutine.resume = function(co, ...) return resumed(raw_resume(co, ...)) end
+-- A hook set from Lua belongs to one thread (Redis's C hook covers them all): every
+-- coroutine gets the count hook, so a loop inside one is busy and killable too.
+coroutine.create = function(f)
+  local co = raw_create(f)
+  if killed then sethook(co, kill_hook, 'l') else sethook(co, count_hook, '', 100000) end
+  return co
+end
+local function wrap_result(ok, ...)
+  if ok then return ... end
+  local e = unwrapped((...))
+  local te = type(e)
+  if te == 'string' or te == 'number' then error(e, 2) end
+  error(e, 0)
+end
+coroutine.wrap = function(f)
+  local co = coroutine.create(f)
+  return function(...) return wrap_result(resumed(raw_resume(co, ...))) end
+end
 local function w_type(v)
   local t = type(v)
   if t == 'userdata' and py_objs[v] then return 'function' end
@@ -609,7 +640,10 @@ api.err_handler = err_handler
 
 function api.gc() collectgarbage('collect') end
 function api.gc_step() collectgarbage('step', 50) end
-function api.reset_hook() sethook(count_hook, '', 100000) end
+function api.reset_hook()
+  killed = false
+  sethook(count_hook, '', 100000)
+end
 
 api.reset_hook()
 return api
