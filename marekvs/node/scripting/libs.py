@@ -546,7 +546,7 @@ def make_cjson(bridge: Bridge) -> dict[str, Callable[..., Result]]:
             elif tk is int or tk is float:
                 out.append(b'"' + _fmt_number(k, cfg.precision) + b'"')
             else:
-                raise _JsonError("Cannot serialise table: table key must be a number or string")
+                raise _JsonError(f"Cannot serialise {_typename(bridge, k)}: table key must be a number or string")
             out.append(b":")
             encode_value(v, depth, out)
         out.append(b"}")

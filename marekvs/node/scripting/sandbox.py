@@ -53,7 +53,7 @@ local raw_loadstring, raw_load, setfenv = loadstring, load, setfenv
 local getinfo, sethook = debug.getinfo, debug.sethook
 local collectgarbage = collectgarbage
 local sbyte, ssub, sfind, sgsub, slower = string.byte, string.sub, string.find, string.gsub, string.lower
-local t_insert, t_remove, t_sort, t_setn, t_concat = table.insert, table.remove, table.sort, table.setn, table.concat
+local t_insert, t_remove, t_sort = table.insert, table.remove, table.sort
 
 local INTERNAL = "=[marekvs]"
 local READONLY = "Attempt to modify a readonly table"
@@ -252,11 +252,19 @@ coroutine.create = function(f)
   if killed then sethook(co, kill_hook, 'l') else sethook(co, count_hook, '', 100000) end
   return co
 end
+-- luaL_where(L, 1) as the caller of a C function sees it: the first frame that is not ours
+local function user_where()
+  local lvl = 3
+  local i = getinfo(lvl, 'Sl')
+  while i and (i.source == INTERNAL or i.what == 'tail') do lvl = lvl + 1; i = getinfo(lvl, 'Sl') end
+  if i and i.currentline > 0 then return i.short_src .. ':' .. i.currentline .. ': ' end
+  return ''
+end
 local function wrap_result(ok, ...)
   if ok then return ... end
   local e = unwrapped((...))
   local te = type(e)
-  if te == 'string' or te == 'number' then error(e, 2) end
+  if te == 'string' or te == 'number' then error(user_where() .. e, 0) end
   error(e, 0)
 end
 coroutine.wrap = function(f)
@@ -270,11 +278,17 @@ local function w_type(v)
 end
 
 -- table library: writes refuse read-only tables
+-- (as Redis's read-only tables: a call that would not write does not fail)
 local function w_insert(t, ...) deny(t) return t_insert(t, ...) end
-local function w_remove(t, ...) deny(t) return t_remove(t, ...) end
-local function w_sort(t, ...) deny(t) return t_sort(t, ...) end
-local function w_setn(t, ...) deny(t) return t_setn(t, ...) end
-table.insert, table.remove, table.sort, table.setn = w_insert, w_remove, w_sort, w_setn
+local function w_remove(t, ...)
+  if protected[t] and #real(t) > 0 then error(READONLY, 0) end
+  return t_remove(real(t), ...)
+end
+local function w_sort(t, ...)
+  if protected[t] and #real(t) > 1 then error(READONLY, 0) end
+  return t_sort(real(t), ...)
+end
+table.insert, table.remove, table.sort = w_insert, w_remove, w_sort
 
 -- -- Redis's C libraries, on Python -----------------------------------------------------------
 local null = newproxy()
