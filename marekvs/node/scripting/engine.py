@@ -348,6 +348,8 @@ class Scripting:
              eval_mode: bool, read_only: bool) -> Any:
         """Run a script or function (luaCallFunction) for ``caller``'s ``command``; its
         reply value."""
+        if not vm.room(sum(len(a) for a in command) * 2):
+            return Err("ERR Error running script %s, not enough memory " % name.decode("latin-1"))
         run = ScriptRun(caller, name, eval_mode, read_only, command)
         node = self.node
         ks = node.ks
@@ -468,6 +470,8 @@ class Scripting:
         except F.MetadataError as e:
             return Err("ERR " + str(e))
         try:
+            if not self.eval_vm.room(len(body) * 4):
+                raise LuaMemoryError("not enough memory")
             fn, err = self.eval_vm.compile(body[shebang_len:], b"@user_script")
         except LuaMemoryError:
             self.eval_vm.gc()
@@ -570,6 +574,8 @@ class Scripting:
         return self._run_library(name, code, body)
 
     def _run_library(self, name: bytes, code: bytes, body: bytes) -> F.Library | str:
+        if not self.func_vm.room(len(code) * 4):
+            return "Error registering functions: ERR not enough memory"
         run = ScriptRun(None, name, False, True, [])
         run.loading = True
         prev = self.running
@@ -587,6 +593,8 @@ class Scripting:
             self.running = prev
             if run.killed or run.loading:
                 self.func_vm.reset_hook()
+        if not ok and b == b"not enough memory":
+            self.func_vm.gc()
         if not ok:
             if a == b"compile":
                 return "Error compiling function: %s" % _text(b)

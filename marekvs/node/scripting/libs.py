@@ -591,6 +591,9 @@ def make_cjson(bridge: Bridge) -> dict[str, Callable[..., Result]]:
             s = _num_to_lua_string(s)
         if type(s) is not bytes:
             return _argerr(1, "decode", "string", _typename(bridge, s))
+        too_deep = _nesting_error(s, cfg.decode_max_depth)
+        if too_deep is not None:
+            return (False, too_deep)
         try:
             text = s.decode("utf-8", "surrogateescape")
             value = json.loads(text, object_pairs_hook=_Pairs, parse_constant=_constant)
@@ -642,6 +645,32 @@ def make_cjson(bridge: Bridge) -> dict[str, Callable[..., Result]]:
 
 _CFG_ATTR = {"encode_max_depth": "encode_max_depth", "decode_max_depth": "decode_max_depth",
              "encode_number_precision": "precision"}
+
+
+def _nesting_error(s: bytes, limit: int) -> str | None:
+    """lua-cjson's depth check, which fails as the parser opens the array or object one
+    level too deep (before anything after it is read)."""
+    if s.count(b"[") + s.count(b"{") <= limit:
+        return None
+    depth = 0
+    in_str = esc = False
+    for i, c in enumerate(s):
+        if in_str:
+            if esc:
+                esc = False
+            elif c == 92:
+                esc = True
+            elif c == 34:
+                in_str = False
+        elif c == 34:
+            in_str = True
+        elif c in (91, 123):
+            depth += 1
+            if depth > limit:
+                return f"Found too many nested data structures ({depth}) at character {i + 1}"
+        elif c in (93, 125):
+            depth -= 1
+    return None
 
 
 class _Pairs(list):

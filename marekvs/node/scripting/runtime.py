@@ -77,6 +77,16 @@ def raising(f: Callable[..., tuple], where: Callable[[], Any]) -> Callable[..., 
     return lua_function
 
 
+# Lua's allocator fails past the memory cap. Inside the interpreter that is an error a
+# script gets; but lupa also allocates outside any protected call (pushing the arguments of
+# a call from Python, keeping a reference to a table it returns), and an allocation that
+# fails there aborts the process (Lua's "PANIC: unprotected error"). So the cap that scripts
+# meet is ``max_memory`` only while user code runs; Python's own calls into the interpreter
+# (around a script, and inside the Python functions a script calls) run with this much more.
+HEADROOM = 16 << 20
+SLACK = 1 << 20  # below the cap: a run starts only with at least this much left
+
+
 def _deny_attributes(obj: Any, name: Any, setting: bool) -> Any:
     raise AttributeError("access to Python objects is not allowed from scripts")
 
@@ -123,9 +133,25 @@ class LuaVM:
     def __init__(self, kind: str, callbacks: dict[str, Callable[..., Any]], max_memory: int,
                  redis_version: str, rng: libs.Rand48):
         self.kind = kind
+        self.cap = max_memory
         self.rt = lua51.LuaRuntime(encoding=None, register_eval=False, register_builtins=False,
                                    unpack_returned_tuples=True, attribute_filter=_deny_attributes,
-                                   max_memory=max_memory)
+                                   max_memory=max_memory + HEADROOM)
+        set_max = self.rt.set_max_memory
+        tight, relaxed = max_memory, max_memory + HEADROOM
+
+        def guarded(f: Callable[..., Any]) -> Callable[..., Any]:
+            """``f`` called from user code: Python may call back into Lua, with headroom."""
+            def lua_function(*args: Any) -> Any:
+                set_max(relaxed)
+                try:
+                    return f(*args)
+                finally:
+                    set_max(tight)
+            return lua_function
+
+        self.tighten = lambda: set_max(tight)
+        self.relax = lambda: set_max(relaxed)
         bridge = libs.Bridge()
         bridge.lua_type = lua_type
         pyfuncs: dict[bytes, Callable[..., Any]] = {}
@@ -138,9 +164,9 @@ class LuaVM:
                               ("cjson_", libs.make_cjson(bridge)), ("cmsgpack_", libs.make_cmsgpack(bridge)),
                               ("math_", libs.make_math(bridge, rng))):
             for name, f in funcs.items():
-                pyfuncs[(prefix + name).encode()] = raising(f, where)
+                pyfuncs[(prefix + name).encode()] = guarded(raising(f, where))
         table_from = self.rt.table_from
-        cb: dict[bytes, Any] = {k.encode(): v for k, v in callbacks.items()}
+        cb: dict[bytes, Any] = {k.encode(): (v if k == "hook" else guarded(v)) for k, v in callbacks.items()}
         cb[b"libs"] = table_from(pyfuncs)
         cb[b"unwrap"] = unwrap
         major, minor, patch = (int(x) for x in (redis_version.split(".") + ["0", "0"])[:3])
@@ -200,14 +226,30 @@ class LuaVM:
             return (r[0], None) if r[0] is not None else (None, r[1])
         return r, None
 
+    def room(self, need: int = 0) -> bool:
+        """Is there room under the cap to start user code with ``need`` bytes of
+        arguments? (A full collection first if the interpreter is close to it.)"""
+        limit = self.cap - SLACK - need
+        if self.memory() > limit:
+            self.gc()
+        return self.memory() <= limit
+
+    def _tight(self, f: Callable[..., Any], *args: Any) -> Any:
+        """Call the Lua function ``f`` (user code runs in it) under the scripts' cap."""
+        self.tighten()
+        try:
+            return f(*args)
+        finally:
+            self.relax()
+
     def run_eval(self, fn: Any, nkeys: int, args: list[bytes]) -> tuple[bool, Any]:
-        return self.run_eval_fn(fn, nkeys, *args)  # type: ignore[no-any-return]
+        return self._tight(self.run_eval_fn, fn, nkeys, *args)  # type: ignore[no-any-return]
 
     def run_function(self, cb: Any, nkeys: int, args: list[bytes]) -> tuple[bool, Any]:
-        return self.run_function_fn(cb, nkeys, *args)  # type: ignore[no-any-return]
+        return self._tight(self.run_function_fn, cb, nkeys, *args)  # type: ignore[no-any-return]
 
     def load_library(self, code: bytes) -> tuple[bool, Any, Any]:
-        r = self.api.load_library(code)
+        r = self._tight(self.api.load_library, code)
         if r[0]:
             return True, [tuple(r[1][i + 1][j] for j in (1, 2, 3, 4)) for i in range(len(r[1]))], None
         return False, r[1], r[2]
