@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import hashlib
 import io
 import json
 import math
@@ -65,7 +66,17 @@ class Workload:
     setup: tuple[tuple[bytes, ...], ...] = ()
     cleanup: tuple[bytes, ...] = ()
     weight: int = 1  # probe runs are 1/weight as long (MSET: 10 keys a request)
+    # a raw-socket driver of this module instead of redis-benchmark (``drive``): for what
+    # redis-benchmark cannot send, e.g. pipelined MULTI/EXEC blocks
+    driver: str | None = None
 
+
+# -- scripting and transactions -------------------------------------------------------------
+# A rate limiter: INCR a counter, give it a TTL when it is new, refuse past the limit.
+RATE_LIMITER = (b"local n = redis.call('INCR', KEYS[1]) "
+                b"if n == 1 then redis.call('EXPIRE', KEYS[1], ARGV[2]) end "
+                b"if n > tonumber(ARGV[1]) then return 0 end return 1")
+RATE_LIMITER_SHA = hashlib.sha1(RATE_LIMITER).hexdigest()
 
 # The rows of `make bench`, in order. A data-type family adds its rows here; the default
 # run measures every row (`--tests` picks some).
@@ -75,6 +86,12 @@ WORKLOADS: dict[str, Workload] = {
     "incr": Workload(probe=(b"INCR", b"bench:probe:ctr"), cleanup=(b"bench:probe:ctr",)),
     "mset": Workload(probe=(b"MSET", b"bench:probe:a", b"1", b"bench:probe:b", b"2"),
                      cleanup=(b"bench:probe:a", b"bench:probe:b"), weight=4),
+    # scripting: EVALSHA of the rate limiter (SCRIPT LOAD first; the probe's EVAL caches it too)
+    "evalsha": Workload(command=("EVALSHA", RATE_LIMITER_SHA, "1", "rl:__rand_int__", "100", "60"),
+                        probe=(b"EVAL", RATE_LIMITER, b"1", b"bench:probe:rl", b"100", b"60"),
+                        setup=((b"SCRIPT", b"LOAD", RATE_LIMITER),), cleanup=(b"bench:probe:rl",)),
+    # transactions: MULTI, three SETs, EXEC, pipelined (the "multi" driver below)
+    "multi": Workload(probe=(b"MULTI",), driver="multi", weight=4),
 }
 TESTS = tuple(WORKLOADS)
 TARGETS = {  # pipeline -> (min geomean ratio, min row ratio)
@@ -395,15 +412,111 @@ def parse_csv(text: str) -> dict[str, dict[str, float]]:
 
 def bench_cmd(port: int, test: str, pipeline: int, n: int, clients: int, keyspace: int,
               size: int) -> list[str]:
+    w = WORKLOADS[test]
+    if w.driver is not None:
+        return [sys.executable, os.path.abspath(__file__), "--drive", w.driver, str(port), str(clients), str(n),
+                str(pipeline), str(keyspace), str(size)]
     base = [which_or_die("redis-benchmark"), "-h", "127.0.0.1", "-p", str(port), "-c", str(clients),
             "-n", str(n), "-r", str(keyspace), "-d", str(size), "-P", str(pipeline), "--csv"]
-    w = WORKLOADS[test]
     return base + (["-t", test] if w.command is None else list(w.command))
 
 
+# -- a raw-socket driver, for what redis-benchmark cannot send ---------------------------------
+
+def _tx_multi(keyspace: int, size: int, rng: Any) -> bytes:
+    value = b"x" * size
+    out = [b"*1\r\n$5\r\nMULTI\r\n"]
+    for _ in range(3):
+        k = b"key:%012d" % rng.randrange(keyspace)
+        out.append(b"*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n" % (len(k), k, size, value))
+    out.append(b"*1\r\n$4\r\nEXEC\r\n")
+    return b"".join(out)
+
+
+DRIVERS = {  # name -> (one request's bytes, its reply's bytes, the row name)
+    "multi": (_tx_multi, b"+OK\r\n" + b"+QUEUED\r\n" * 3 + b"*3\r\n" + b"+OK\r\n" * 3, "MULTI"),
+}
+
+
+def drive(argv: list[str]) -> int:
+    """``--drive NAME PORT CLIENTS N PIPELINE KEYSPACE SIZE``: send N requests of driver NAME
+    over CLIENTS connections, PIPELINE at a time per connection, as redis-benchmark does, and
+    print redis-benchmark's CSV. Every reply is known in advance, so a batch is done when its
+    bytes have arrived (and the first batch of each connection is checked byte for byte)."""
+    import random
+    import selectors
+
+    name, port, clients, n, pipeline, keyspace, size = argv[0], *map(int, argv[1:7])
+    make, reply, row = DRIVERS[name]
+    rng = random.Random(1)
+    batches = [b"".join(make(keyspace, size, rng) for _ in range(pipeline)) for _ in range(64)]
+    want = reply * pipeline
+    sel = selectors.DefaultSelector()
+    conns = []
+    for i in range(min(clients, max(1, n // pipeline))):
+        s = socket.create_connection(("127.0.0.1", port))
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        s.setblocking(False)
+        conns.append(s)
+    state = {}  # socket -> [received bytes, sent at, batches done, checked]
+    sent = 0
+    lat: list[float] = []
+    t0 = time.perf_counter()
+
+    def send(s: socket.socket) -> bool:
+        nonlocal sent
+        if sent >= n:
+            return False
+        s.sendall(batches[(sent // pipeline) % len(batches)])
+        sent += pipeline
+        state[s][0] = bytearray()
+        state[s][1] = time.perf_counter()
+        return True
+
+    for s in conns:
+        state[s] = [bytearray(), 0.0, 0, False]
+        sel.register(s, selectors.EVENT_READ)
+        send(s)
+    active = len(conns)
+    while active:
+        for key, _ in sel.select():
+            s = key.fileobj
+            data = s.recv(1 << 16)
+            if not data:
+                sys.exit("drive: the server closed a connection")
+            st = state[s]
+            st[0] += data
+            if len(st[0]) < len(want):
+                continue
+            if not st[3]:
+                if bytes(st[0]) != want:
+                    sys.exit(f"drive: unexpected reply {bytes(st[0])[:200]!r}")
+                st[3] = True
+            rtt = (time.perf_counter() - st[1]) * 1000
+            lat.extend([rtt] * pipeline)
+            if not send(s):
+                sel.unregister(s)
+                s.close()
+                active -= 1
+    wall = time.perf_counter() - t0
+    lat.sort()
+
+    def pct(q: float) -> float:
+        return lat[min(len(lat) - 1, int(q * len(lat)))]
+
+    print('"test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms",'
+          '"p99_latency_ms","max_latency_ms"')
+    print(f'"{row}","{sent / wall:.2f}","{sum(lat) / len(lat):.3f}","{lat[0]:.3f}","{pct(0.5):.3f}",'
+          f'"{pct(0.95):.3f}","{pct(0.99):.3f}","{lat[-1]:.3f}"')
+    return 0
+
+
 def csv_name(test: str) -> str:
-    """The row name redis-benchmark's CSV gives ``test`` (its command line for a command)."""
+    """The row name redis-benchmark's CSV gives ``test`` (its command line for a command;
+    a driver's row name)."""
     w = WORKLOADS[test]
+    if w.driver is not None:
+        return DRIVERS[w.driver][2]
     return test.upper() if w.command is None else " ".join(w.command).upper()
 
 
@@ -698,6 +811,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    raw = sys.argv[1:] if argv is None else argv
+    if raw[:1] == ["--drive"]:
+        return drive(raw[1:])
     args = parse_args(argv)
     for tool in ("redis-server", "redis-cli", "redis-benchmark"):
         which_or_die(tool)

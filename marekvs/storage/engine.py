@@ -79,6 +79,8 @@ log = logging.getLogger("marekvs.storage")
 _TAG_AT = K.TAG_AT
 _ORD_HEAD = K.ORD_HEAD
 _NODE_TAG = bytes(1 if c in registry.NODE_TAGS else 0 for c in range(256))  # tag byte -> node record?
+if any(c >= _ORD_HEAD for c in registry.NODE_TAGS):  # apply() tests them below the head tag
+    raise RuntimeError("node-level record tags must sort below the head tag 'M'")
 MISSING = None  # cached absence is stored as None; a cache miss is _NOT_CACHED
 _NOT_CACHED = object()
 _U16 = struct.Struct(">H")
@@ -309,13 +311,14 @@ class Engine:
             if m is cur:
                 continue
             t = ikey[_TAG_AT]
-            if t == _ORD_HEAD:  # a collection head
-                self.head_pids[(ikey[0] << 8) | ikey[1]] = 1
-            elif _NODE_TAG[t]:  # a node-level record (a function library): not on the feed
-                if node_recs is None:
-                    node_recs = []
-                node_recs.append((ikey, m))
-                t = -1
+            if t <= _ORD_HEAD:  # (one compare for the rest: node-level tags sort below 'M')
+                if t == _ORD_HEAD:  # a collection head
+                    self.head_pids[(ikey[0] << 8) | ikey[1]] = 1
+                elif _NODE_TAG[t]:  # a node-level record (a function library): not on the feed
+                    if node_recs is None:
+                        node_recs = []
+                    node_recs.append((ikey, m))
+                    t = -1
             cache[ikey] = m
             pending[ikey] = m
             changed.append((ikey, m))

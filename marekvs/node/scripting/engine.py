@@ -348,7 +348,8 @@ class Scripting:
              eval_mode: bool, read_only: bool) -> Any:
         """Run a script or function (luaCallFunction) for ``caller``'s ``command``; its
         reply value."""
-        if not vm.room(sum(len(a) for a in command) * 2):
+        # (the arguments are pushed under the scripts' cap: there must be room for them)
+        if not vm.room(sum(map(len, command)) + 64 * len(command)):
             return Err("ERR Error running script %s, not enough memory " % name.decode("latin-1"))
         run = ScriptRun(caller, name, eval_mode, read_only, command)
         node = self.node

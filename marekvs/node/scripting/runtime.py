@@ -229,8 +229,11 @@ class LuaVM:
     def room(self, need: int = 0) -> bool:
         """Is there room under the cap to start user code with ``need`` bytes of
         arguments? (A full collection first if the interpreter is close to it.)"""
+        used = self.memory()
+        if used + need < self.cap >> 1:
+            return True  # (the common case, decided without adding anything up)
         limit = self.cap - SLACK - need
-        if self.memory() > limit:
+        if used > limit:
             self.gc()
         return self.memory() <= limit
 
