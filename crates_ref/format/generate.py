@@ -542,6 +542,37 @@ def kind_vectors() -> list[dict]:
     return out
 
 
+def function_vectors() -> list[dict]:
+    """Function-library records (DATA_MODEL.md §16): the key, and the whole stored value of
+    a live library (envelope type 0, fmt byte 1, the code) or of its tombstone."""
+    from marekvs.core import funclib
+
+    out: list[dict] = []
+    hlc_real = (1700000000123 << 16) | 5
+    libs = [
+        ("mylib", b"#!lua name=mylib\nredis.register_function('f', function() return 1 end)\n"),
+        ("lib_2", b"#!lua name=lib_2\nredis.register_function{function_name='g', "
+                  b"callback=function(keys, args) return keys[1] end, flags={'no-writes'}}"),
+        ("x", b"#!lua name=x\n"),
+        ("utf8", "#!lua name=utf8\n-- \u043a\u043b\u044e\u0447\nredis.register_function('u', function() end)".encode()),
+        ("long", b"#!lua name=long\n" + b"--" + b"a" * 300 + b"\nredis.register_function('l', function() end)"),
+    ]
+    for name, code in libs:
+        key = name.encode()
+        for hlc, origin in ((hlc_real, 1), ((1 << 48) - 1 << 16, 0xFFFF), (1, 2)):
+            ref_key = ref_u16(ref_pid(key)) + b"F" + key
+            _agree(f"function key {name}", K.encode_function_key(key), ref_key)
+            live = ref_envelope(ref_flags(0, False, False), hlc, origin, 0, b"\x01" + code)
+            _agree(f"function record {name}", funclib.new(code, hlc, origin), live)
+            out.append({"name": name, "kind": "live", "hlc": str(hlc), "origin": origin, "code_hex": code.hex(),
+                        "ikey_hex": ref_key.hex(), "value_hex": live.hex()})
+        tomb = ref_envelope(ref_flags(0, True, False), hlc_real + 7, 3, 0)
+        _agree(f"function tombstone {name}", funclib.tombstone(hlc_real + 7, 3), tomb)
+        out.append({"name": name, "kind": "tombstone", "hlc": str(hlc_real + 7), "origin": 3,
+                    "ikey_hex": (ref_u16(ref_pid(key)) + b"F" + key).hex(), "value_hex": tomb.hex()})
+    return out
+
+
 FILES = {
     "partition.jsonl": partition_vectors,
     "hashtags.jsonl": hashtag_vectors,
@@ -550,6 +581,7 @@ FILES = {
     "scores.jsonl": score_vectors,
     "envelope.jsonl": envelope_vectors,
     "kinds.jsonl": kind_vectors,
+    "functions.jsonl": function_vectors,
 }
 
 

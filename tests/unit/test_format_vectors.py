@@ -22,7 +22,7 @@ from marekvs.core import partition as P
 ROOT = Path(__file__).resolve().parents[2]
 FORMAT = ROOT / "crates_ref" / "format"
 VECTOR_FILES = ("partition.jsonl", "hashtags.jsonl", "keys.jsonl", "varint.jsonl",
-                "scores.jsonl", "envelope.jsonl", "kinds.jsonl")
+                "scores.jsonl", "envelope.jsonl", "kinds.jsonl", "functions.jsonl")
 
 
 def load(name: str) -> list[dict]:
@@ -367,3 +367,24 @@ def test_kind_vectors_cover_the_registry_and_the_key_layouts():
     assert {v["tag"].encode() for v in KINDS if v["retired"]} == set(registry.RETIRED)
     layouts = {r["tag"] for r in load("keys.jsonl")}
     assert layouts == {v["tag"] for v in KINDS if not v["retired"]}
+
+
+# -- function libraries (DATA_MODEL.md section 16) -------------------------------------------
+
+@params("functions.jsonl", "name")
+def test_function_library_vector(v):
+    from marekvs.core import funclib, registry
+
+    name = v["name"].encode()
+    ikey, value = H(v["ikey_hex"]), H(v["value_hex"])
+    assert K.encode_function_key(name) == ikey and K.decode_function_key(ikey) == name
+    assert K.pid_of_ikey(ikey) == P.partition_of(name)
+    hlc, origin = int(v["hlc"]), v["origin"]
+    if v["kind"] == "live":
+        code = H(v["code_hex"])
+        assert funclib.new(code, hlc, origin) == value
+        assert funclib.code_of(value, 0) == code
+    else:
+        assert funclib.tombstone(hlc, origin) == value
+        assert funclib.code_of(value, 0) is None
+    assert registry.check_record(ikey, value) is registry.FUNCTION_LIBRARY
