@@ -453,7 +453,7 @@ def drive(argv: list[str]) -> int:
     want = reply * pipeline
     sel = selectors.DefaultSelector()
     conns = []
-    for i in range(min(clients, max(1, n // pipeline))):
+    for _ in range(min(clients, max(1, n // pipeline))):
         s = socket.create_connection(("127.0.0.1", port))
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         s.setblocking(False)

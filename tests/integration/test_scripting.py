@@ -15,6 +15,8 @@ import time
 
 import pytest
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from tests.helpers import Node, RedisServer, mb
 
@@ -94,7 +96,8 @@ CONVERSIONS = [
     E("return {verbatim_string={format='txt', string='hi'}}"), E("return true"), E("return false"), E("return nil"),
     E("return {ok='a\\r\\nb'}"), E("return {err='a\\r\\nb'}"), E("return {err=''}"), E("return 1/0"), E("return 0/0"),
     E("return 2^63"), E("return -2^63"), E("return 2^53 + 1"), E("return {err='My Err'}"), E("return {ok='fine'}"),
-    E("return redis.error_reply('boom')"), E("return redis.error_reply('-boom')"), E("return redis.error_reply('MY boom')"),
+    E("return redis.error_reply('boom')"), E("return redis.error_reply('-boom')"),
+    E("return redis.error_reply('MY boom')"),
     E("return redis.error_reply(5)"), E("return redis.status_reply('st')"), E("return redis.status_reply()"),
     E("local t={} t[1]=t return t"), E("local m = {} m.map = {a = m} return m"),
     E("local m = {} m.set = {} m.set[m] = true return m"), E("local m = {} m.map = {} m.map[m] = 1 return m"),
@@ -105,10 +108,12 @@ CONVERSIONS = [
     E("redis.setresp(3) return redis.call('set', 'k', 'v')"), E("return redis.pcall('set', 'k', 'v')"),
     E("return {redis.call('mset', 'a', 1, 'b', 2), redis.call('mget', 'a', 'b', 'nokey')}"),
     E("redis.setresp(3) return redis.call('mget', 'a', 'nokey', 'b')"),
-    E("return redis.call('config', 'get', 'maxclients')"), E("redis.setresp(3) return redis.call('config', 'get', 'maxclients')"),
+    E("return redis.call('config', 'get', 'maxclients')"),
+    E("redis.setresp(3) return redis.call('config', 'get', 'maxclients')"),
     E("return redis.call('exists', 'a', 'b', 'c')"), E("return redis.call('ttl', 'a')"),
     E("return redis.call('incrbyfloat', 'f', '1.5')"), E("return redis.call('echo', 'x')"),
-    E("return redis.call('set', 'k', 1.5)"), E("return redis.call('get', 'k')"), E("return redis.call('set', 'k', 1e20)"),
+    E("return redis.call('set', 'k', 1.5)"), E("return redis.call('get', 'k')"),
+    E("return redis.call('set', 'k', 1e20)"),
     E("return redis.call('get', 'k')"), E("return redis.call('set', 'k', 0.1)"), E("return redis.call('get', 'k')"),
     E("return redis.call('set', 'k', 12345678901234567)"), E("return redis.call('get', 'k')"),
     E("return redis.call('set', 'k', -7)"), E("return redis.call('get', 'k')"),
@@ -119,8 +124,10 @@ CONVERSIONS = [
 ERRORS = [
     (b"SET", b"s", b"abc"),
     E("return +"), E("error('x')"), E("\n\nerror('line 3')"), E("return redis.call('nosuch')"),
-    E("return redis.call('incr','s')"), E("return redis.pcall('incr','s')"), E("local x = redis.call('incr', 's')\nreturn x"),
-    E("return redis.call('get')"), E("return redis.call()"), E("return redis.call({})"), E("return redis.call('get', {})"),
+    E("return redis.call('incr','s')"), E("return redis.pcall('incr','s')"),
+    E("local x = redis.call('incr', 's')\nreturn x"),
+    E("return redis.call('get')"), E("return redis.call()"), E("return redis.call({})"),
+    E("return redis.call('get', {})"),
     E("return redis.call('set', 'k', true)"), E("return redis.call('multi')"), E("return redis.pcall('subscribe','x')"),
     E("return redis.call('eval','return 1', 0)"), E("return redis.call('script', 'load', 'return 1')"),
     E("return redis.call('client', 'nosuch')"), E("return redis.call('client')"),
@@ -129,10 +136,12 @@ ERRORS = [
     E("#!lua flags=no-writes\nreturn redis.call('set','a','b')", 1, b"a"), E("#!lua flags=bad\nreturn 1"),
     E("#!lua\nreturn redis.call('set','a','b')"), E("#!lua name=x\nreturn 1"), E("#!luax\nreturn 1"), E("#!lua"),
     E("#!lua flags=no-writes,allow-oom\nreturn 1"), (b"EVAL_RO", b"#!lua\nreturn 1", 0),
-    (b"EVAL_RO", b"#!lua flags=no-writes\nreturn 1", 0), E("#!lua flags=\nreturn 1"), E("#!lua flags=no-writes,\nreturn 1"),
+    (b"EVAL_RO", b"#!lua flags=no-writes\nreturn 1", 0), E("#!lua flags=\nreturn 1"),
+    E("#!lua flags=no-writes,\nreturn 1"),
     E("#!lua \"flags=no-writes\"\nreturn 1"), E("#!lua 'unbalanced\nreturn 1"), E("#!lua\n\nerror('line3')"),
     E("error({err=5})"), E("error({err='x', source='s', line=3})"), E("error(nil)"), E("error(true)"), E("error()"),
-    E("return {pcall(function() error({err='my'}) end)}"), E("local ok, e = pcall(function() error({err='my'}) end) return e"),
+    E("return {pcall(function() error({err='my'}) end)}"),
+    E("local ok, e = pcall(function() error({err='my'}) end) return e"),
     E("local ok, e = pcall(function() error({x='my'}) end) return type(e)"),
     E("return {pcall(error, 'boo')}"), E("return {pcall(function() redis.call('nosuch') end)}"),
     E("local ok, e = pcall(function() redis.call('nosuch') end) return e"), E("return {pcall(redis.call, 'nosuch')}"),
@@ -185,7 +194,8 @@ SANDBOX = [
     E("local t = {} table.insert(t, 'a') table.insert(t, 1, 'b') return t"),
     E("return math.floor(3.7) + math.max(1, 5) + math.abs(-2)"), E("return string.rep('x', 10, 'y')"),
     E("return collectgarbage('count') > 0"), E("return gcinfo() > 0"),
-    E("local ok, e = pcall(function() local t = setmetatable({}, {__index = function(t, k) return k .. '!' end}) return t.x end) return e"),
+    E("local ok, e = pcall(function() local t = setmetatable({}, {__index = function(t, k) return k .. '!' end}) "
+      "return t.x end) return e"),
 ]
 
 LIBRARIES = [
@@ -201,19 +211,23 @@ LIBRARIES = [
     E("return cjson.encode({{}, {{}}})"), E("return cjson.encode(cjson.decode('{\"x\":[1,2,{\"y\":null}]}'))"),
     E("return cjson.decode('[1e300, -0.5, 3]')[2]"),
     E("return cmsgpack.pack(1, 'a', {1,2}, {a=1}, true, nil, 1.5, -5, 300, 70000, 2^40, -200, string.rep('x', 40))"),
-    E("return cmsgpack.pack(-33, -129, -32769, -2^31 - 1, 128, 65536, 2^32, string.rep('y', 300), string.rep('z', 70000))"),
+    E("return cmsgpack.pack(-33, -129, -32769, -2^31 - 1, 128, 65536, 2^32, string.rep('y', 300), "
+      "string.rep('z', 70000))"),
     E("return {cmsgpack.unpack(cmsgpack.pack(1, 'a', {1,2}, {a=1}, true, 1.5))}"), E("return cmsgpack.unpack('\\193')"),
     E("return {cmsgpack.unpack_one(cmsgpack.pack(1,2,3))}"), E("return {cmsgpack.unpack_one(cmsgpack.pack(1,2,3), 2)}"),
     E("return {cmsgpack.unpack_limit(cmsgpack.pack(1,2,3), 2)}"), E("return cmsgpack.pack(0.1)"),
     E("return cmsgpack.pack(1/0)"), E("return cmsgpack.unpack('\\146')"), E("return cmsgpack.pack()"),
     E("return cmsgpack.pack({[1]=1, [3]=3})"), E("return cmsgpack.pack({})"),
-    E("return {bit.tobit(0xffffffff), bit.tobit(2^32+1), bit.band(0xff, 0x0f), bit.bor(1,2,4), bit.bxor(3,1), bit.bnot(0)}"),
+    E("return {bit.tobit(0xffffffff), bit.tobit(2^32+1), bit.band(0xff, 0x0f), bit.bor(1,2,4), bit.bxor(3,1), "
+      "bit.bnot(0)}"),
     E("return {bit.lshift(1, 31), bit.rshift(-1, 28), bit.arshift(-256, 4), bit.rol(0x12345678, 8), "
       "bit.ror(0x12345678, 8), bit.bswap(0x12345678)}"),
-    E("return {bit.tohex(255), bit.tohex(-1, -4), bit.tohex(0x1234, 2), bit.tobit(1.5), bit.tobit(2.5), bit.tobit(-1.5)}"),
+    E("return {bit.tohex(255), bit.tohex(-1, -4), bit.tohex(0x1234, 2), bit.tobit(1.5), bit.tobit(2.5), "
+      "bit.tobit(-1.5)}"),
     E("return {bit.band('12', 10), bit.lshift(1, 33), bit.tohex(1, 9)}"),
     E("return bit.band('x')"), E("return bit.tobit()"),
-    E("return struct.pack('>I2', 258)"), E("return struct.pack('<i4', -2)"), E("return {struct.unpack('>I2', '\\1\\2')}"),
+    E("return struct.pack('>I2', 258)"), E("return struct.pack('<i4', -2)"),
+    E("return {struct.unpack('>I2', '\\1\\2')}"),
     E("return struct.size('>I2bd')"), E("return struct.pack('s', 'abc')"), E("return {struct.unpack('s', 'abc\\0')}"),
     E("return struct.pack('c0', 'xyz')"), E("return struct.pack('!4 b i4', 1, 2)"),
     E("return {struct.unpack('b c0', '\\3abc')}"), E("return struct.pack('q', 1)"), E("return struct.pack('i40', 1)"),
@@ -245,7 +259,8 @@ FUNCTIONS = [
     (b"FUNCTION", b"LOAD", b"foo", b"bar", b"#!lua name=a"),
     (b"FUNCTION", b"LOAD", "#!lua name=dd\nredis.register_function('a', function() return 1 end) local x = 1 +"),
     (b"FUNCTION", b"DELETE", b"nosuch"), (b"FUNCTION", b"LIST", b"LIBRARYNAME"), (b"FUNCTION", b"LIST", b"foo"),
-    (b"FUNCTION", b"LIST", b"WITHCODE", b"WITHCODE"), (b"FUNCTION", b"FLUSH", b"foo"), (b"FUNCTION", b"FLUSH", b"a", b"b"),
+    (b"FUNCTION", b"LIST", b"WITHCODE", b"WITHCODE"), (b"FUNCTION", b"FLUSH", b"foo"),
+    (b"FUNCTION", b"FLUSH", b"a", b"b"),
     (b"FUNCTION", b"LOAD", "#!lua  name=sp  \nredis.register_function('spf', function() return 1 end)"),
     (b"FUNCTION", b"LOAD", "#!lua \"name=q\"\nredis.register_function('qf', function() return 1 end)"),
     (b"FUNCTION", b"LOAD", "#!LUA name=up\nredis.register_function('upf', function() return 1 end)"),
@@ -286,7 +301,8 @@ FUNCTIONS = [
     (b"FUNCTION", b"RESTORE", b"a", b"b", b"c"), (b"FUNCTION", b"FLUSH"), (b"FUNCTION", b"LIST"),
     (b"FUNCTION", b"STATS"), (b"FUNCTION", b"DUMP"),
     (b"SCRIPT", b"LOAD", b"return 1"),
-    (b"SCRIPT", b"EXISTS", b"e0e1f9fabfc9d4800c877a703b823ac0578ff8db", b"E0E1F9FABFC9D4800C877A703B823AC0578FF8DB", b"x"),
+    (b"SCRIPT", b"EXISTS", b"e0e1f9fabfc9d4800c877a703b823ac0578ff8db", b"E0E1F9FABFC9D4800C877A703B823AC0578FF8DB",
+     b"x"),
     (b"EVALSHA", b"e0e1f9fabfc9d4800c877a703b823ac0578ff8db", 0),
     (b"EVALSHA", b"E0E1F9FABFC9D4800C877A703B823AC0578FF8DB", 0),
     (b"EVALSHA_RO", b"e0e1f9fabfc9d4800c877a703b823ac0578ff8db", 0), (b"SCRIPT", b"FLUSH", b"bad"),
@@ -440,6 +456,12 @@ def test_a_script_write_aborts_a_watch_and_a_script_runs_inside_multi(pair):
 LOOP = "local i = 0 while true do i = i + 1 end"
 
 
+def client(node):
+    """A client that waits as long as a busy script takes and never resends a command
+    (redis-py resends one after a 5 s socket timeout by default: a second EVAL)."""
+    return node.client(socket_timeout=120, retry=Retry(NoBackoff(), 0))
+
+
 def _run_async(client, *args):
     """Send a command from a thread; its reply or exception lands in the returned list."""
     out: list = []
@@ -472,20 +494,20 @@ def _wait_busy(client, timeout: float = 60.0) -> None:
 @pytest.fixture
 def busy_node(tmp_path):
     n = Node(tmp_path / "data").start()
-    n.client().config_set("busy-reply-threshold", 100)
+    client(n).config_set("busy-reply-threshold", 100)
     yield n
     n.stop()
 
 
 def test_a_busy_script_answers_busy_and_script_kill_ends_it(busy_node):
-    other = busy_node.client()  # connected before the script starts
+    other = client(busy_node)  # connected before the script starts
     other.ping()
-    t, out = _run_async(busy_node.client(), "EVAL", LOOP, 0)
+    t, out = _run_async(client(busy_node), "EVAL", LOOP, 0)
     _wait_busy(other)
     with pytest.raises(redis.ResponseError, match="^BUSY Redis is busy running a script. You can only call "
                                                   "SCRIPT KILL or SHUTDOWN NOSAVE.$"):
         other.get("x")
-    fresh = busy_node.client()  # a connection made while the script is busy
+    fresh = client(busy_node)  # a connection made while the script is busy
     with pytest.raises(redis.ResponseError, match="^BUSY"):
         fresh.set("x", 1)
     with pytest.raises(redis.ResponseError, match="^BUSY"):
@@ -498,16 +520,16 @@ def test_a_busy_script_answers_busy_and_script_kill_ends_it(busy_node):
     assert str(out[0]).startswith("Script killed by user with SCRIPT KILL... script: ")
     # everyone is served again, the fresh connection included
     assert other.ping() and fresh.ping() and fresh.set("x", 1)
-    assert busy_node.client().get("x") == b"1"
+    assert client(busy_node).get("x") == b"1"
     with pytest.raises(redis.ResponseError, match="^NOTBUSY"):
         fresh.execute_command("SCRIPT", "KILL")
 
 
 def test_a_busy_function_is_killed_with_function_kill(busy_node):
-    c = busy_node.client()
+    c = client(busy_node)
     c.function_load("#!lua name=spin\nredis.register_function('spin', function() " + LOOP + " end)")
-    t, out = _run_async(busy_node.client(), "FCALL", "spin", 0)
-    watcher = busy_node.client()
+    t, out = _run_async(client(busy_node), "FCALL", "spin", 0)
+    watcher = client(busy_node)
     _wait_busy(watcher)
     running = watcher.function_stats()[b"running_script"]
     assert running[b"name"] == b"spin" and running[b"command"] == [b"FCALL", b"spin", b"0"]
@@ -523,10 +545,10 @@ def test_a_busy_function_is_killed_with_function_kill(busy_node):
 def test_a_script_that_wrote_is_unkillable_and_shutdown_nosave_drops_its_writes(tmp_path):
     n = Node(tmp_path / "data").start()
     try:
-        c = n.client()
+        c = client(n)
         c.config_set("busy-reply-threshold", 100)
         c.set("before", "kept")
-        t, out = _run_async(n.client(), "EVAL", "redis.call('set', 'during', 'x') " + LOOP, 0)
+        t, out = _run_async(client(n), "EVAL", "redis.call('set', 'during', 'x') " + LOOP, 0)
         _wait_busy(c)
         with pytest.raises(redis.ResponseError, match="^UNKILLABLE Sorry the script already executed write commands"):
             c.execute_command("SCRIPT", "KILL")
@@ -538,7 +560,7 @@ def test_a_script_that_wrote_is_unkillable_and_shutdown_nosave_drops_its_writes(
         assert n.proc.wait(60) == 0
         t.join(30)
         n.start()
-        c = n.client()
+        c = client(n)
         assert c.get("before") == b"kept"
         assert c.get("during") is None  # the script's write never committed
     finally:
@@ -546,9 +568,9 @@ def test_a_script_that_wrote_is_unkillable_and_shutdown_nosave_drops_its_writes(
 
 
 def test_allowed_commands_run_while_busy(busy_node):
-    t, out = _run_async(busy_node.client(), "EVAL", LOOP, 0)
+    t, out = _run_async(client(busy_node), "EVAL", LOOP, 0)
     s = socket.create_connection(("127.0.0.1", busy_node.port), timeout=30)
-    c = busy_node.client()
+    c = client(busy_node)
     _wait_busy(c)
     # MULTI is allowed; a command refused while busy makes EXEC fail, as in Redis
     s.sendall(b"HELLO 3\r\nMULTI\r\nSET a 1\r\nPING\r\n")
@@ -566,15 +588,15 @@ def test_allowed_commands_run_while_busy(busy_node):
 
 
 def test_lua_time_limit_is_busy_reply_threshold(busy_node):
-    c = busy_node.client()
+    c = client(busy_node)
     c.config_set("lua-time-limit", 1234)
     assert c.config_get("busy-reply-threshold") == {"busy-reply-threshold": "1234"}
     assert c.config_get("lua-time-limit") == {"lua-time-limit": "1234"}
 
 
 def test_a_client_closed_while_busy_and_a_new_client_after(busy_node):
-    t, out = _run_async(busy_node.client(), "EVAL", LOOP, 0)
-    c = busy_node.client()
+    t, out = _run_async(client(busy_node), "EVAL", LOOP, 0)
+    c = client(busy_node)
     _wait_busy(c)
     gone = socket.create_connection(("127.0.0.1", busy_node.port), timeout=30)
     gone.sendall(b"PING\r\n")

@@ -11,7 +11,6 @@ libraries' corner cases."""
 
 from __future__ import annotations
 
-import tempfile
 import time
 
 import pytest
@@ -362,7 +361,8 @@ def test_splitargs_is_sdssplitargs(line, parts):
 def test_shebang_and_metadata():
     assert F.eval_shebang(b"return 1") == (F.EVAL_COMPAT, 0)
     assert F.eval_shebang(b"#!lua flags=no-writes,allow-oom\nreturn 1") == (1 | 2, 31)
-    for bad, text in [(b"#!lua", "Invalid script shebang"), (b"#!lua flags=x\n", "Unexpected flag in script shebang: x"),
+    for bad, text in [(b"#!lua", "Invalid script shebang"),
+    (b"#!lua flags=x\n", "Unexpected flag in script shebang: x"),
                       (b"#!py\n", "Unexpected engine in script shebang: #!py"),
                       (b"#!lua name=x\n", "Unknown lua shebang option: name=x")]:
         with pytest.raises(F.MetadataError, match=text):
