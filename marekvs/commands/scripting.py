@@ -25,6 +25,9 @@ _WORST = "We cannot tell how the keys will be used so we assume the worst"
 _EVAL_SPEC = f"RW ACCESS UPDATE index 2 keynum 0 1 1 ({_WORST}, RW and UPDATE)"
 _EVAL_RO_SPEC = f"RO ACCESS index 2 keynum 0 1 1 ({_WORST}, RO and ACCESS)"
 _EVAL_FLAGS = "noscript stale skip_monitor no_mandatory_keys"
+# EVAL, EVALSHA, FCALL may write (hidden from COMMAND INFO, as Redis hides it): CLIENT
+# PAUSE WRITE holds them unless their script is flagged no-writes (Node.paused_for)
+_MAY_WRITE = _EVAL_FLAGS + " may_replicate"
 _EVAL_COMPLEXITY = "Depends on the script that is executed."
 _FCALL_COMPLEXITY = "Depends on the function that is executed."
 
@@ -44,14 +47,14 @@ def _unwrap(r):
 
 # -- EVAL -----------------------------------------------------------------------------------
 
-@command("eval", -3, _EVAL_FLAGS, specs=_EVAL_SPEC, getkeys="eval", acl="slow scripting",
+@command("eval", -3, _MAY_WRITE, specs=_EVAL_SPEC, getkeys="eval", acl="slow scripting",
          summary="Execute a Lua script server side", since="2.6.0", complexity=_EVAL_COMPLEXITY,
          syntax="script numkeys [key [key ...]] [arg [arg ...]]", **_S)
 def eval_(ctx, args):
     return ctx.node.scripting.eval(ctx, args, False, False)
 
 
-@command("evalsha", -3, _EVAL_FLAGS, specs="RW ACCESS UPDATE index 2 keynum 0 1 1", getkeys="eval",
+@command("evalsha", -3, _MAY_WRITE, specs="RW ACCESS UPDATE index 2 keynum 0 1 1", getkeys="eval",
          acl="slow scripting", summary="Execute a Lua script server side", since="2.6.0",
          complexity=_EVAL_COMPLEXITY, syntax="sha1 numkeys [key [key ...]] [arg [arg ...]]", **_S)
 def evalsha(ctx, args):
@@ -126,7 +129,7 @@ script_help = help_subcommand("script", (
 
 # -- FCALL ----------------------------------------------------------------------------------
 
-@command("fcall", -3, _EVAL_FLAGS, specs=_EVAL_SPEC, getkeys="eval", acl="slow scripting",
+@command("fcall", -3, _MAY_WRITE, specs=_EVAL_SPEC, getkeys="eval", acl="slow scripting",
          summary="Invoke a function", since="7.0.0", complexity=_FCALL_COMPLEXITY,
          syntax="function numkeys [key [key ...]] [arg [arg ...]]", **_S)
 def fcall(ctx, args):

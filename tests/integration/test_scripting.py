@@ -609,3 +609,27 @@ def test_a_client_closed_while_busy_and_a_new_client_after(busy_node):
     assert partial.recv(100) == b"+PONG\r\n"
     partial.close()
     assert c.dbsize() == 0
+
+
+def test_client_pause_write_holds_scripts_that_may_write(pair):
+    # as Redis 7.0: EVAL/EVALSHA/FCALL may write (unknown scripts included), a script or
+    # function flagged no-writes and EVAL_RO/FCALL_RO do not, so they run during the pause
+    node, _ = pair
+    c = node.client()
+    c.function_flush()
+    c.function_load("#!lua name=pz\nredis.register_function('pzw', function() return 1 end)\n"
+                    "redis.register_function{function_name='pzr', callback=function() return 1 end, "
+                    "flags={'no-writes'}}")
+    held = [("EVAL", "return 1", 0), ("FCALL", "pzw", 0), ("FCALL", "nosuch", 0),
+            ("EVALSHA", "1234567890123456789012345678901234567890", 0), ("EVAL", "#!lua\nreturn 1", 0)]
+    free = [("EVAL", "#!lua flags=no-writes\nreturn 1", 0), ("FCALL", "pzr", 0), ("EVAL_RO", "return 1", 0),
+            ("FCALL_RO", "pzr", 0)]
+    for cmd, want_held in [(x, True) for x in held] + [(x, False) for x in free]:
+        pauser = node.client()
+        pauser.execute_command("CLIENT", "PAUSE", 60000, "WRITE")
+        t, out = _run_async(node.client(), *cmd)
+        t.join(1.0 if want_held else 30.0)
+        assert t.is_alive() == want_held, cmd
+        pauser.execute_command("CLIENT", "UNPAUSE")
+        t.join(30)
+        assert out, cmd

@@ -512,6 +512,32 @@ class Scripting:
         run.killed = True
         return True
 
+    def may_write(self, args: list[bytes]) -> bool:
+        """May this EVAL / EVALSHA / FCALL write? (Redis's evalGetCommandFlags and
+        fcallGetCommandFlags: a script flagged no-writes does not; a script or function
+        not known yet, or without flags, may.)"""
+        name = args[0].lower()
+        if len(args) < 2:
+            return True
+        if name == b"fcall":
+            f = self.catalog.function(args[1])
+            return f is None or not f.flags & F.NO_WRITES
+        if name == b"evalsha":
+            script = self.scripts.get(args[1].lower())
+            if script is None:
+                return True
+            flags = script.flags
+        else:
+            script = self.scripts.get(libs.sha1hex(args[1]))
+            if script is not None:
+                flags = script.flags
+            else:
+                try:
+                    flags = F.eval_shebang(args[1])[0]
+                except F.MetadataError:
+                    return True
+        return bool(flags & F.EVAL_COMPAT) or not flags & F.NO_WRITES
+
     def busy_error(self) -> str:
         run = self.running
         return errors.BUSY_EVAL if run is None or run.eval_mode else errors.BUSY_FUNCTION
