@@ -519,23 +519,32 @@ end
 
 local function first(ok, v) return ok, v end
 
-function api.run_eval(f, nkeys, ...)
-  local all = {...}
+-- KEYS and ARGV (or a function's keys and args) from the call's arguments: filled one by
+-- one from empty tables, as Redis's luaCreateArray does; few arguments are read with select
+-- (no third table to collect)
+local function split(nkeys, ...)
   local n = select('#', ...)
   local keys, argv = {}, {}
-  for i = 1, nkeys do keys[i] = all[i] end
-  for i = nkeys + 1, n do argv[i - nkeys] = all[i] end
+  if n <= 16 then
+    for i = 1, nkeys do keys[i] = (select(i, ...)) end
+    for i = nkeys + 1, n do argv[i - nkeys] = (select(i, ...)) end
+  else
+    local all = {...}
+    for i = 1, nkeys do keys[i] = all[i] end
+    for i = nkeys + 1, n do argv[i - nkeys] = all[i] end
+  end
+  return keys, argv
+end
+
+function api.run_eval(f, nkeys, ...)
+  local keys, argv = split(nkeys, ...)
   raw_rawset(G, 'KEYS', keys)
   raw_rawset(G, 'ARGV', argv)
   return first(xpcall(f, err_handler))
 end
 
 function api.run_function(cb, nkeys, ...)
-  local all = {...}
-  local n = select('#', ...)
-  local keys, args = {}, {}
-  for i = 1, nkeys do keys[i] = all[i] end
-  for i = nkeys + 1, n do args[i - nkeys] = all[i] end
+  local keys, args = split(nkeys, ...)
   return first(xpcall(function() return cb(keys, args) end, err_handler))
 end
 
