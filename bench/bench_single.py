@@ -71,6 +71,25 @@ class Workload:
     driver: str | None = None
 
 
+def _fill(cmd: bytes, key: bytes, prefix: bytes, value: bytes | None = None, n: int = 100_000,
+          per_command: int = 1000) -> tuple[tuple[bytes, ...], ...]:
+    """Setup commands that give ``key`` the members ``<prefix>%012d`` for 0 <= i < n (the
+    names redis-benchmark's __rand_int__ makes with -r n), ``per_command`` at a time."""
+    out = []
+    for first in range(0, n, per_command):
+        args: list[bytes] = [cmd, key]
+        for i in range(first, min(n, first + per_command)):
+            args.append(b"%s%012d" % (prefix, i))
+            if value is not None:
+                args.append(value)
+        out.append(tuple(args))
+    return tuple(out)
+
+ZSET_MEMBERS = 100_000
+ZSET_SETUP = tuple(
+    (b"ZADD", b"myzset", *[x for i in range(start, start + 10_000) for x in (b"%d" % i, b"element:%012d" % i)])
+    for start in range(0, ZSET_MEMBERS, 10_000))
+
 # -- scripting and transactions -------------------------------------------------------------
 # A rate limiter: INCR a counter, give it a TTL when it is new, refuse past the limit.
 RATE_LIMITER = (b"local n = redis.call('INCR', KEYS[1]) "
@@ -86,6 +105,33 @@ WORKLOADS: dict[str, Workload] = {
     "incr": Workload(probe=(b"INCR", b"bench:probe:ctr"), cleanup=(b"bench:probe:ctr",)),
     "mset": Workload(probe=(b"MSET", b"bench:probe:a", b"1", b"bench:probe:b", b"2"),
                      cleanup=(b"bench:probe:a", b"bench:probe:b"), weight=4),
+    # -- hashes and sets (hashes-sets): one collection of the --keyspace default's 100k
+    # members (the names __rand_int__ makes), read by HGET/SISMEMBER; HSET and SADD write
+    # another one, new members first, then overwrites and re-adds
+    "hset": Workload(command=("HSET", "myhash", "field:__rand_int__", "v"),
+                     probe=(b"HSET", b"bench:probe:h", b"f", b"v"), cleanup=(b"bench:probe:h",)),
+    "hget": Workload(command=("HGET", "bench:hash", "field:__rand_int__"),
+                     probe=(b"HGET", b"bench:probe:h", b"f"), setup=_fill(b"HSET", b"bench:hash", b"field:", b"v")),
+    "sadd": Workload(command=("SADD", "myset", "member:__rand_int__"),
+                     probe=(b"SADD", b"bench:probe:s", b"m"), cleanup=(b"bench:probe:s",)),
+    "sismember": Workload(command=("SISMEMBER", "bench:set", "member:__rand_int__"),
+                          probe=(b"SISMEMBER", b"bench:probe:s", b"m"),
+                          setup=_fill(b"SADD", b"bench:set", b"member:")),
+    # -- lists: redis-benchmark's LPUSH mylist / RPOP mylist, and LRANGE mylist 0 99 (its
+    # lrange_100 without the LPUSH run it makes first). LRANGE runs between LPUSH and RPOP
+    # (which may empty mylist) and its setup puts 1000 elements there for a run of its own.
+    "lpush": Workload(probe=(b"LPUSH", b"bench:probe:list", b"v"), cleanup=(b"bench:probe:list",)),
+    "lrange": Workload(command=("LRANGE", "mylist", "0", "99"), probe=(b"LRANGE", b"mylist", b"0", b"99"),
+                       setup=tuple((b"RPUSH", b"mylist", *[b"%064d" % (i * 100 + j) for j in range(100)])
+                                   for i in range(10))),
+    "rpop": Workload(probe=(b"RPOP", b"bench:probe:list")),
+    # -- sorted sets: one zset "myzset" of 100k members element:%012d (redis-benchmark's zadd test
+    # names them so), prefilled by the setup; the zadd row changes their scores at random
+    "zadd": Workload(probe=(b"ZADD", b"bench:probe:z", b"1", b"m"), cleanup=(b"bench:probe:z",)),
+    "zrange": Workload(command=("ZRANGE", "myzset", "0", "99"), probe=(b"ZRANGE", b"bench:probe:z", b"0", b"99"),
+                       setup=ZSET_SETUP),
+    "zrank": Workload(command=("ZRANK", "myzset", "element:__rand_int__"),
+                      probe=(b"ZRANK", b"bench:probe:z", b"m"), setup=ZSET_SETUP),
     # scripting: EVALSHA of the rate limiter (SCRIPT LOAD first; the probe's EVAL caches it too)
     "evalsha": Workload(command=("EVALSHA", RATE_LIMITER_SHA, "1", "rl:__rand_int__", "100", "60"),
                         probe=(b"EVAL", RATE_LIMITER, b"1", b"bench:probe:rl", b"100", b"60"),

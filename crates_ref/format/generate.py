@@ -124,6 +124,9 @@ def ref_flags(rtype: int, tombstone: bool, head: bool) -> int:
 
 # Literal byte strings derived by hand (comments show the derivation).
 _ANCHORS = {
+    # a zset member's dot value: binary64 big-endian; 1.5 = 0x3FF8 << 48; -0.0 stored as +0.0
+    "member value(1.5)": (lambda: ref_member_value(1.5), bytes.fromhex("3ff8000000000000")),
+    "member value(-0.0)": (lambda: ref_member_value(-0.0), bytes.fromhex("0000000000000000")),
     # XXH3-64 (seed 0) known answers: empty input, and "abc".
     "xxh3('')": (lambda: ref_xxh3(b""), 0x2D06800538D394C2),
     "xxh3('abc')": (lambda: ref_xxh3(b"abc"), 0x78AF5F94892F3950),
@@ -367,6 +370,49 @@ def score_vectors() -> list[dict]:
     return out
 
 
+def ref_member_value(x: float) -> bytes:
+    """A zset member's score as its dot value: binary64 big-endian, -0.0 stored as +0.0."""
+    assert not math.isnan(x)
+    return struct.pack(">d", 0.0 if x == 0 else x)
+
+
+def ref_member_record(x: float, hlc: int, origin: int) -> bytes:
+    """A zset member record after one ZADD: envelope (record type 3) + an ORSWOT payload
+    with one live dot (origin, hlc) whose value is the score, and no covered dot."""
+    value = ref_member_value(x)
+    payload = bytes((1,)) + origin.to_bytes(2, "big") + hlc.to_bytes(8, "big") + bytes((len(value),)) + value
+    payload += bytes((0,))
+    return bytes((3 << 2,)) + hlc.to_bytes(8, "big") + origin.to_bytes(2, "big") + bytes(8) + payload
+
+
+def member_score_vectors() -> list[dict]:
+    """The value a zset member record's dots carry (DATA_MODEL.md 6.2): the score as an
+    IEEE-754 binary64, big-endian, 8 bytes; -0.0 is stored as +0.0; NaN is never stored.
+    Each line also gives the whole record of a first ZADD of that score."""
+    from marekvs.core import orswot, zset
+
+    scores = [-math.inf, -1.7976931348623157e308, -2.5, -1.0, -5e-324, -0.0, 0.0, 5e-324, 0.1, 1.0, 1.5,
+              3479099956230698.0, 9007199254740993.0, 1e17, 1.7976931348623157e308, math.inf]
+    hlc, origin = (1_700_000_000_000 << 16) | 7, 2
+    out = []
+    for x in scores:
+        v = ref_member_value(x)
+        _agree(f"zset.encode_value({x!r})", zset.encode_value(x), v)
+        rec = ref_member_record(x, hlc, origin)
+        _agree(f"member record of {x!r}", orswot.new(env.RecordType.ZSET_MEMBER, hlc, origin, v), rec)
+        d = zset.score_of(rec)
+        assert d == x and (x != 0 or math.copysign(1.0, d) == 1.0), (x, d)
+        out.append({
+            "score": _score_repr(x),
+            "bits_hex": struct.pack(">d", x).hex(),
+            "value_hex": v.hex(),
+            "hlc": str(hlc),
+            "origin": origin,
+            "record_hex": rec.hex(),
+        })
+    return out
+
+
 def key_vectors() -> list[dict]:
     uks: list[tuple[str, bytes]] = [
         ("empty", b""),
@@ -579,6 +625,7 @@ FILES = {
     "keys.jsonl": key_vectors,
     "varint.jsonl": varint_vectors,
     "scores.jsonl": score_vectors,
+    "member_scores.jsonl": member_score_vectors,
     "envelope.jsonl": envelope_vectors,
     "kinds.jsonl": kind_vectors,
     "functions.jsonl": function_vectors,

@@ -214,6 +214,82 @@ def value_out_of_range(lo: int, hi: int) -> str:
     return f"ERR value is out of range, value must between {lo} and {hi}"
 
 
+# -- hashes, sets and per-member TTL (hashes.py, sets.py, members.py) ----------------------
+HASH_NOT_INTEGER = "ERR hash value is not an integer"
+HASH_NOT_FLOAT = "ERR hash value is not a float"
+NAN_OR_INFINITY = "ERR value is NaN or Infinity"
+OUT_OF_RANGE = "ERR value is out of range"
+OUT_OF_RANGE_POSITIVE = "ERR value is out of range, must be positive"
+NUMKEYS_POSITIVE = "ERR numkeys should be greater than 0"
+NUMKEYS_TOO_MANY = "ERR Number of keys can't be greater than number of args"
+LIMIT_NEGATIVE = "ERR LIMIT can't be negative"
+# Redis 7.4's field TTL commands (HEXPIRE, HTTL, HPERSIST ...)
+EXPIRE_NEGATIVE = "ERR invalid expire time, must be >= 0"
+FIELDS_MISSING = "ERR Mandatory argument FIELDS is missing or not at the right position"
+NUMFIELDS_POSITIVE = "ERR Parameter `numFields` should be greater than 0"
+NUMFIELDS_NOT_POSITIVE_INT = "ERR Number of fields must be a positive integer"
+NUMFIELDS_MISMATCH = "ERR The `numfields` parameter must match the number of arguments"
+# KeyDB's per-member TTL (EXPIREMEMBER ..., TTL key member)
+TYPE_UNSUPPORTED = "ERR object type is unsupported"
+INVALID_NUMBER_OF_ARGUMENTS = "ERR Invalid number of arguments"
+INVALID_UNIT = "ERR Invalid unit arg"
+MEMBER_TTL_ARGUMENTS = "ERR Invalid arguments"
+# marekvs-specific: Redis builds such a reply until memory runs out (a count of 2^62)
+TOO_MANY_REPLIES = "ERR count exceeds the number of elements marekvs replies with at once (2147483647)"
+# -- lists (lists.py) ------------------------------------------------------------------------
+TIMEOUT_NOT_FLOAT = "ERR timeout is not a float or out of range"
+NOT_POSITIVE = OUT_OF_RANGE_POSITIVE
+INDEX_OUT_OF_RANGE = "ERR index out of range"
+LPOS_RANK_ZERO = ("ERR RANK can't be zero: use 1 to start from the first match, 2 from the second ... "
+                  "or use negative to start from the end of the list")
+LPOS_COUNT_NEGATIVE = "ERR COUNT can't be negative"
+LPOS_MAXLEN_NEGATIVE = "ERR MAXLEN can't be negative"
+COUNT_POSITIVE = "ERR count should be greater than 0"
+# -- sorted sets and geo (zsets.py, geo.py) ------------------------------------------------
+# (shares OUT_OF_RANGE, OUT_OF_RANGE_POSITIVE, NUMKEYS_POSITIVE, COUNT_POSITIVE, LIMIT_NEGATIVE,
+# TIMEOUT_NOT_FLOAT with the families above)
+ZSET_MIN_MAX_NOT_FLOAT = "ERR min or max is not a float"
+ZSET_NOT_STRING_RANGE = "ERR min or max not valid string range item"
+ZADD_XX_NX = "ERR XX and NX options at the same time are not compatible"
+ZADD_GT_LT_NX = "ERR GT, LT, and/or NX options at the same time are not compatible"
+ZADD_INCR_PAIR = "ERR INCR option supports a single increment-element pair"
+ZSET_NAN_SCORE = "ERR resulting score is not a number (NaN)"
+ZRANGE_LIMIT_RANK = "ERR syntax error, LIMIT is only supported in combination with either BYSCORE or BYLEX"
+ZRANGE_WITHSCORES_LEX = "ERR syntax error, WITHSCORES not supported in combination with BYLEX"
+ZSET_WEIGHT_NOT_FLOAT = "ERR weight value is not a float"
+TIMEOUT_OUT_OF_RANGE = "ERR timeout is out of range"
+GEO_RADIUS_NEGATIVE = "ERR radius cannot be negative"
+GEO_HEIGHT_WIDTH_NEGATIVE = "ERR height or width cannot be negative"
+GEO_UNIT = "ERR unsupported unit provided. please use M, KM, FT, MI"
+GEO_COUNT_POSITIVE = "ERR COUNT must be > 0"
+GEO_ANY_WITHOUT_COUNT = "ERR the ANY argument requires COUNT argument"
+GEO_MEMBER_MISSING = "ERR could not decode requested zset member"
+GEO_NEED_RADIUS = "ERR need numeric radius"
+GEO_NEED_WIDTH = "ERR need numeric width"
+GEO_NEED_HEIGHT = "ERR need numeric height"
+
+
+def zset_at_least_one_key(name: str) -> str:
+    return f"ERR at least 1 input key is needed for '{name}' command"
+
+
+def geo_invalid_pair(lon: float, lat: float) -> str:
+    return "ERR invalid longitude,latitude pair %f,%f" % (lon, lat)
+
+
+def geo_store_with_options(searchstore: bool) -> str:
+    what = "GEOSEARCHSTORE" if searchstore else "STORE option in GEORADIUS"
+    return f"ERR {what} is not compatible with WITHDIST, WITHHASH and WITHCOORD options"
+
+
+def geo_from_required(name: bytes) -> str:
+    return "ERR exactly one of FROMMEMBER or FROMLONLAT can be specified for %s" % echo(name)
+
+
+def geo_by_required(name: bytes) -> str:
+    return "ERR exactly one of BYRADIUS and BYBOX can be specified for %s" % echo(name)
+
+
 # -- typed statuses of the keyspace (keyspace/status.py) -----------------------------------
 _STATUS_TEXT: dict[type[st.KeyspaceError], str] = {
     st.WrongType: WRONGTYPE,

@@ -29,6 +29,7 @@ import random
 from marekvs.commands import args as A
 from marekvs.commands import errors, reply, table
 from marekvs.commands.errors import CommandError
+from marekvs.commands.members import member_ttl
 from marekvs.commands.stepwise import in_steps
 from marekvs.commands.table import command
 from marekvs.core import envelope as env
@@ -243,31 +244,47 @@ def pexpireat(ctx, args: list[bytes]):
     return _expire(ctx, args, "pexpireat", seconds=False, relative=False)
 
 
-def _ttl(ctx, key: bytes, ms: bool, absolute: bool) -> int:
-    """``ttlGenericCommand``: -2 absent, -1 persistent, else the (rounded) TTL."""
+def _ttl(ctx, key: bytes, ms: bool, absolute: bool, args: list[bytes] | None = None) -> int:
+    """``ttlGenericCommand``: -2 absent, -1 persistent, else the (rounded) TTL. With
+    ``args`` (TTL/PTTL) the KeyDB form ``TTL key member`` is the member's TTL."""
     now = ctx.ks.now()
-    found = ctx.ks.read_record(key, now)
-    if found is None:
-        return -2
-    deadline = env.ttl_of(found[1])
+    if args is not None and len(args) > 2:
+        deadline = _member_ttl(ctx, args, now)
+        if deadline < 0:
+            return deadline
+    else:
+        found = ctx.ks.read_record(key, now)
+        if found is None:
+            return -2
+        deadline = env.ttl_of(found[1])
     if not deadline:
         return -1
     ttl = max(deadline if absolute else deadline - now, 0)
     return ttl if ms else (ttl + 500) // 1000
 
 
-@command("ttl", 2, "readonly fast", specs="RO ACCESS index 1 range 0", group="generic", acl=_ACL_R_FAST,
+# -- TTL key member: KeyDB's per-member TTL (hashes-sets; commands/members.py) ----------
+# TTL and PTTL take an optional member (KeyDB's arity -2); a third argument is KeyDB's
+# "Invalid arguments".
+
+def _member_ttl(ctx, args: list[bytes], now: int) -> int:
+    if len(args) > 3:
+        raise CommandError(errors.MEMBER_TTL_ARGUMENTS)
+    return member_ttl(ctx.ks, args[1], args[2], now)
+
+
+@command("ttl", -2, "readonly fast", specs="RO ACCESS index 1 range 0", group="generic", acl=_ACL_R_FAST,
          summary="Get the time to live for a key in seconds", since="1.0.0",
-         complexity="O(1)", syntax="key")
+         complexity="O(1)", syntax="key [member]")
 def ttl(ctx, args: list[bytes]):
-    return _ttl(ctx, args[1], ms=False, absolute=False)
+    return _ttl(ctx, args[1], ms=False, absolute=False, args=args)
 
 
-@command("pttl", 2, "readonly fast", specs="RO ACCESS index 1 range 0", group="generic", acl=_ACL_R_FAST,
+@command("pttl", -2, "readonly fast", specs="RO ACCESS index 1 range 0", group="generic", acl=_ACL_R_FAST,
          summary="Get the time to live for a key in milliseconds", since="2.6.0",
-         complexity="O(1)", syntax="key")
+         complexity="O(1)", syntax="key [member]")
 def pttl(ctx, args: list[bytes]):
-    return _ttl(ctx, args[1], ms=True, absolute=False)
+    return _ttl(ctx, args[1], ms=True, absolute=False, args=args)
 
 
 @command("expiretime", 2, "readonly fast", specs="RO ACCESS index 1 range 0", group="generic", acl=_ACL_R_FAST,

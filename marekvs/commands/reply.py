@@ -32,6 +32,16 @@ class Double(float):
     """RESP3 ',', RESP2 bulk string."""
 
 
+class BulkArray(list):
+    """An array of bulk strings (a range of members): the encoder formats it in one pass
+    instead of one call per element."""
+
+
+class DoubleText(bytes):
+    """A double the command formatted itself (Redis's addReplyHumanLongDouble, GEOPOS):
+    RESP3 ',' with this text, RESP2 a bulk string."""
+
+
 class Verbatim(bytes):
     """RESP3 '=' (txt), RESP2 bulk string."""
 

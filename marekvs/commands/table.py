@@ -500,6 +500,15 @@ FAMILIES = (
     "marekvs.commands.monitoring",
     "marekvs.commands.pubsub",
     "marekvs.commands.transactions",
+    # hashes, sets and per-member TTL (hashes-sets)
+    "marekvs.commands.hashes",
+    "marekvs.commands.sets",
+    "marekvs.commands.members",
+    # -- lists --
+    "marekvs.commands.lists",
+    # sorted sets and geo
+    "marekvs.commands.zsets",
+    "marekvs.commands.geo",
     # scripting: EVAL*, SCRIPT, FCALL*, FUNCTION
     "marekvs.commands.scripting",
 )

@@ -26,7 +26,7 @@ know about the records under that tag:
     'M'  head          hash..stream, hll    key      yes   head       head, ctype == rtype     head
     'h'  hash-field    hash-field           element  no    orswot     canonical element        element
     'S'  set-member    set-member           element  no    orswot     canonical element        element
-    'z'  zset-member   zset-member          element  no    orswot     canonical element        element
+    'z'  zset-member   zset-member          element  no    orswot     element, 8-byte scores   element
     'Z'  zset-score    zset-member          element  no    lww        no payload               element
     'q'  list-element  list                 element  no    lww        (raw bytes)              element
     'H'  hll-register  hll-register         element  no    hll        one byte, rank <= 51     element
@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from marekvs.core import envelope as env
-from marekvs.core import funclib, head, hll, lww, orswot, pncounter, stream
+from marekvs.core import funclib, head, hll, lww, orswot, pncounter, stream, zset
 from marekvs.core import keys as K
 from marekvs.core.envelope import RecordType
 from marekvs.core.partition import partition_of
@@ -132,6 +132,11 @@ def _check_element(record: bytes) -> None:
         raise ValueError("tombstone flag disagrees with the live dots")
 
 
+def _check_zset_member(record: bytes) -> None:
+    _check_element(record)
+    zset.check_member(record)  # 8-byte binary64 scores, no NaN
+
+
 def _check_score_index(record: bytes) -> None:
     if len(record) != env.ENVELOPE_SIZE:
         raise ValueError("a zset score index record carries no payload")
@@ -192,7 +197,7 @@ HASH_FIELD = _element(K.TAG_HASH, "hash-field", K.encode_hash_field_key, K.decod
 SET_MEMBER = _element(K.TAG_SET, "set-member", K.encode_set_member_key, K.decode_set_member_key,
                       RecordType.SET_MEMBER, _CT.SET, orswot.merge, _check_element, orswot.gate_clock)
 ZSET_MEMBER = _element(K.TAG_ZSET, "zset-member", K.encode_zset_member_key, K.decode_zset_member_key,
-                       RecordType.ZSET_MEMBER, _CT.ZSET, orswot.merge, _check_element, orswot.gate_clock)
+                       RecordType.ZSET_MEMBER, _CT.ZSET, orswot.merge, _check_zset_member, orswot.gate_clock)
 ZSET_SCORE = _element(K.TAG_ZSCORE, "zset-score", K.encode_zset_score_key, K.decode_zset_score_key,
                       RecordType.ZSET_MEMBER, _CT.ZSET, lww.merge, _check_score_index)
 LIST_ELEMENT = _element(K.TAG_LIST, "list-element", K.encode_list_key, K.decode_list_key,

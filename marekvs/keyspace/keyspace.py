@@ -21,7 +21,7 @@ Hot paths inline the liveness rule with core's named header slices
 
 from __future__ import annotations
 
-from typing import Callable, Iterator
+from typing import Callable, Iterator, TypeVar
 
 from marekvs.core import envelope as env
 from marekvs.core import head
@@ -30,6 +30,7 @@ from marekvs.core import registry
 from marekvs.core import lww
 from marekvs.core.envelope import RecordType
 from marekvs.core.hlc import HLC
+from marekvs.keyspace import members
 from marekvs.keyspace.status import WrongType
 from marekvs.storage.engine import Engine, prefix_end
 
@@ -42,6 +43,7 @@ _TAG_AT = K.TAG_AT
 _USERKEY_AT = K.STRING_USERKEY_AT
 
 KeyRecord = tuple[bytes, bytes, bytes]  # (user key, ikey, record) of a live key
+T = TypeVar("T")
 
 
 is_live = env.is_live
@@ -62,9 +64,26 @@ class Keyspace:
         self.apply = engine.apply
         self.get = engine.get
         self.head_pids = engine.head_pids
+        # hashes and sets (keyspace/members.py): live-member counts kept from the change
+        # feed, and the cursors of HSCAN/SSCAN iterations in progress
+        self.counts = members.Counts(self)
+        self.cursors = members.Cursors()
+        self.resolve = members.Resolver(self)
+        # in-memory state a type module keeps beside the records, by its name (the list
+        # hints of keyspace/lists.py, the zset mirrors of keyspace/zsets.py): ``extension``
+        self.extensions: dict[str, object] = {}
 
     def stamp(self) -> int:
         return self.hlc.now()
+
+    # -- per-type state ------------------------------------------------------------------
+    def extension(self, name: str, factory: Callable[["Keyspace"], T]) -> T:
+        """State a type module keeps with this keyspace (caches, an index it maintains),
+        made by ``factory(self)`` on first use: one per node, gone with it."""
+        x = self.extensions.get(name)
+        if x is None:
+            x = self.extensions[name] = factory(self)
+        return x  # type: ignore[return-value]
 
     # -- lookups -------------------------------------------------------------------
     def live_head(self, pid: int, string_ik: bytes, now: int) -> tuple[bytes, bytes] | None:
@@ -74,7 +93,11 @@ class Keyspace:
             return None
         hk = K.head_key_of_string_key(string_ik)
         h = self.get(hk)
-        return (hk, h) if h is not None and is_live(h, now) else None
+        if h is None:
+            return None
+        if is_live(h, now):
+            return (hk, h) if self.head_present(hk, h, now) else None
+        return self.revived_head(hk, h, now)
 
     def head_under(self, pid: int, ik: bytes, now: int) -> tuple[bytes, bytes] | None:
         """The live collection head a string write to the string key ``ik`` replaces
@@ -100,6 +123,14 @@ class Keyspace:
             self.hits += 1
         return found
 
+    def read_miss(self, key: bytes) -> None:
+        """A read command's lookup found no ``key`` (the collection families count their
+        own lookups: ``members.read_collection``, ``lists.read_lookup``,
+        ``zsets.read_lookup``): a keyspace miss, and the 'keymiss' notification."""
+        self.misses += 1
+        if self.on_miss is not None:
+            self.on_miss(key)
+
     def type_name(self, key: bytes, now: int) -> str:
         found = self.read_record(key, now)
         if found is None:
@@ -112,27 +143,40 @@ class Keyspace:
 
     # -- collections -------------------------------------------------------------------
     def collection(self, key: bytes, ctype: int, now: int) -> tuple[bytes, bytes | None]:
-        """(head key, live head record or None) of the collection ``key`` of type
-        ``ctype``; WrongType if a live string or a collection of another type holds it."""
+        """(head key, head record or None) of the collection ``key`` of type ``ctype``;
+        WrongType if a live string or a collection of another type holds it. The head is
+        live, or (hashes and sets) a dead head of this type: the typed home of members
+        written after its death on other nodes (reads gate every member by its delete
+        clock; ``head_for_write`` re-creates it)."""
         pid, ik = K.locate_string(key)
         s = self.get(ik)
         if s is not None and is_live(s, now):
             raise WrongType()
         hk = K.head_key_of_string_key(ik)
         h = self.get(hk) if self.head_pids[pid] else None
-        if h is None or not is_live(h, now):
+        if h is None:
             return hk, None
-        if head.ctype_of(h) != ctype:
-            raise WrongType()
+        same = head.ctype_of(h) == ctype
+        if not is_live(h, now):
+            if same and ctype in self.VANISH_WHEN_EMPTY:
+                return hk, h
+            if not same and self.revived_head(hk, h, now) is not None:
+                raise WrongType()
+            return hk, None
+        if not same:
+            if self.head_present(hk, h, now):
+                raise WrongType()
+            return hk, None  # an emptied hash or set: no key, so no type
         return hk, h
 
     def head_for_write(self, key: bytes, ctype: int, now: int) -> tuple[bytes, bytes, bool]:
         """(head key, head record, created) for a write to the collection ``key``: its
         live head, or a new head (carrying a dead head's delete clock forward) that the
         caller writes in the same apply as the first element. WrongType as
-        ``collection``."""
+        ``collection``. An emptied collection with a TTL gets a new head without one (the
+        key was gone, as in Redis)."""
         hk, h = self.collection(key, ctype, now)
-        if h is not None:
+        if h is not None and is_live(h, now) and (h[_TTL] == _NO_TTL or self.head_present(hk, h, now)):
             return hk, h, False
         prior = self.get(hk)
         return hk, head.new(ctype, self.hlc.now(), self.node_id, prior=prior, now_ms=now), True
@@ -147,6 +191,39 @@ class Keyspace:
         for ek, ev in self.engine.scan(prefix + start, prefix_end(prefix)):
             if is_live(ev, now) and head.element_live(head_rec, ev, now):
                 yield ek[n:], ev
+
+    # -- collections that vanish when empty (hashes, sets) --------------------------------
+    # In Redis the HDEL or SREM of the last member deletes the key. Here the head stays
+    # live when the last member goes (removed, or past its own deadline, which no write
+    # marks): a head tombstone written then would gate a concurrent add made on another
+    # node before it, and an expiry writes nothing. Instead a live head of these types
+    # stands for a key only while its collection has a live member, so EXISTS, TYPE,
+    # DEL, EXPIRE, the WRONGTYPE checks, SCAN, KEYS and DBSIZE see no key, and the next
+    # add re-creates it; a concurrent add on another node makes it exist again
+    # everywhere. (Types whose empty collections exist in Redis, streams and
+    # HyperLogLogs, are not listed; zsets and lists join by adding their type here.)
+    VANISH_WHEN_EMPTY = frozenset((head.CollectionType.HASH, head.CollectionType.SET))
+
+    def head_present(self, hk: bytes, h: bytes, now: int) -> bool:
+        """The live head ``h`` at ``hk`` stands for an existing key: its type exists
+        while empty, or its collection has a live member (``members.Counts``)."""
+        if head.ctype_of(h) not in self.VANISH_WHEN_EMPTY:
+            return True
+        return self.counts.nonempty(hk, h, now)
+
+    # The same rule makes a hash or set whose head is dead (DEL, FLUSHALL, expiry of the
+    # key) exist again when it has a member newer than that death: an HSET made on a
+    # node that had not seen the DEL yet writes no head (its head was live there), and
+    # the data model keeps such a member ("DEL beats the older fields, not a field
+    # written after it"), so the key exists everywhere once both arrive. It reads as a
+    # key without TTL; the next write re-creates its head.
+    def revived_head(self, hk: bytes, h: bytes, now: int) -> tuple[bytes, bytes] | None:
+        """(head key, the live head a write would re-create) for the dead head ``h`` of
+        a hash or set with a member newer than its death, else None."""
+        ctype = head.ctype_of(h)
+        if ctype not in self.VANISH_WHEN_EMPTY or not self.counts.nonempty(hk, h, now):
+            return None
+        return hk, head.new(ctype, self.hlc.now(), self.node_id, prior=h, now_ms=now)
 
     # -- whole keys ------------------------------------------------------------------
     def delete_records(self, key: bytes, now: int) -> list[tuple[bytes, bytes]]:
@@ -203,16 +280,17 @@ class Keyspace:
                     yield cur, n, keys
                 cur, n, keys, heads = pid, 0, [], {}
             n += 1
-            if not is_live(rec, now):
-                continue
             if ikey[_TAG_AT] == _ORD_STRING:
+                if not is_live(rec, now):
+                    continue
                 key = ikey[_USERKEY_AT:]
                 if heads:
                     heads.pop(key, None)
                 keys.append((key, ikey, rec))
-            else:
+            elif (self.head_present(ikey, rec, now) if is_live(rec, now)
+                  else self.revived_head(ikey, rec, now) is not None):
                 key = K.user_key_of(ikey)
-                heads[key] = (key, ikey, rec)
+                heads[key] = (key, ikey, rec)  # (a dead head as stored: see revived_head)
         if n:
             keys.extend(heads.values())
             yield cur, n, keys

@@ -61,8 +61,10 @@ from marekvs.commands.reply import (  # noqa: F401 - the reply values this modul
     PONG,
     QUEUED,
     Blocking,
+    BulkArray,
     Replies,
     Double,
+    DoubleText,
     Err,
     Map,
     NullArray,
@@ -465,6 +467,7 @@ class RequestParser:
 R_OK = b"+OK\r\n"
 R_NULL2 = b"$-1\r\n"
 R_NULL3 = b"_\r\n"
+_BULK_LEN = tuple(b"$%d\r\n" % n for n in range(1024))  # bulk headers of short strings
 
 
 def format_double(x: float) -> bytes:
@@ -500,6 +503,12 @@ def _enc(obj: object, proto: int, out: list[bytes]) -> None:  # noqa: C901 - one
         out.append(b"*%d\r\n" % len(obj))  # type: ignore[arg-type]
         for x in obj:  # type: ignore[attr-defined]
             _enc(x, proto, out)
+    elif t is BulkArray:
+        out.append(b"*%d\r\n" % len(obj))  # type: ignore[arg-type]
+        lens = _BULK_LEN  # pieces, not one format per element: ~5x faster for 100 members
+        for x in obj:  # type: ignore[attr-defined]
+            n = len(x)
+            out += (lens[n] if n < 1024 else b"$%d\r\n" % n, x, b"\r\n")
     elif t is Err:
         # CR/LF of echoed input become spaces; raw bytes echoed come back as they were
         msg = str(obj).replace("\r", " ").replace("\n", " ")
@@ -541,5 +550,7 @@ def _enc(obj: object, proto: int, out: list[bytes]) -> None:  # noqa: C901 - one
         _enc(Double(obj), proto, out)  # type: ignore[arg-type]
     elif t is BigNumber:
         out.append(b"(%s\r\n" % obj if proto == 3 else b"$%d\r\n%s\r\n" % (len(obj), obj))  # type: ignore[arg-type]
+    elif t is DoubleText:
+        out.append(b",%s\r\n" % obj if proto == 3 else b"$%d\r\n%s\r\n" % (len(obj), obj))  # type: ignore
     else:
         raise TypeError(f"cannot encode {t.__name__} as RESP")

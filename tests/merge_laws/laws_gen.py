@@ -11,7 +11,7 @@ import random
 from hypothesis import strategies as st
 
 from marekvs.core import envelope as env
-from marekvs.core import head, hll, keys, orswot, pncounter, stream
+from marekvs.core import head, hll, keys, orswot, pncounter, stream, zset
 from marekvs.core.envelope import RecordType
 
 ORIGINS = st.integers(1, 3)
@@ -87,11 +87,20 @@ def element_record(e: orswot.Element, hlc: int, origin: int, ttl: int = 0,
     return env.pack(flags, hlc, origin, ttl, orswot.to_bytes(e))
 
 
+def score_value(dot: tuple[int, int]) -> bytes:
+    """The value a zset member's add with this dot carries: an 8-byte score
+    (``core/zset.py``; replication refuses anything else)."""
+    return zset.encode_value(dot[0] + dot[1] / 8 - 3)
+
+
 @st.composite
 def element_records(draw, rtype: int = RecordType.SET_MEMBER, big: bool = True) -> bytes:
     adds, covered = draw(abstract_elements(big=big))
     hlc, origin = draw(VERSIONS)
-    return element_record(represent(adds, covered), hlc, origin, draw(DEADLINES), rtype)
+    e = represent(adds, covered)
+    if rtype == RecordType.ZSET_MEMBER:
+        e = orswot.Element(tuple((d, score_value(d)) for d, _ in e.live), e.covered)
+    return element_record(e, hlc, origin, draw(DEADLINES), rtype)
 
 
 # -- heads, HLL registers, stream entries ----------------------------------------------------

@@ -170,7 +170,8 @@ REDIS_INFO = {
     "incrbyfloat": (3, ["denyoom", "fast", "write"], 1, 1, 1, ["@fast", "@string", "@write"],
                     ["RW ACCESS UPDATE index 1 range 0"]),
     "expire": (-3, ["fast", "write"], 1, 1, 1, ["@fast", "@keyspace", "@write"], ["RW UPDATE index 1 range 0"]),
-    "ttl": (2, ["fast", "readonly"], 1, 1, 1, ["@fast", "@keyspace", "@read"], ["RO ACCESS index 1 range 0"]),
+    # arity -2, not Redis's 2: KeyDB's TTL key [member] (per-member TTL, docs/divergences.md)
+    "ttl": (-2, ["fast", "readonly"], 1, 1, 1, ["@fast", "@keyspace", "@read"], ["RO ACCESS index 1 range 0"]),
     "setex": (4, ["denyoom", "write"], 1, 1, 1, ["@slow", "@string", "@write"], ["OW UPDATE index 1 range 0"]),
     "getrange": (4, ["readonly"], 1, 1, 1, ["@read", "@slow", "@string"], ["RO ACCESS index 1 range 0"]),
     "rename": (3, ["write"], 1, 2, 1, ["@keyspace", "@slow", "@write"],

@@ -22,7 +22,7 @@ from marekvs.core import partition as P
 ROOT = Path(__file__).resolve().parents[2]
 FORMAT = ROOT / "crates_ref" / "format"
 VECTOR_FILES = ("partition.jsonl", "hashtags.jsonl", "keys.jsonl", "varint.jsonl",
-                "scores.jsonl", "envelope.jsonl", "kinds.jsonl", "functions.jsonl")
+                "scores.jsonl", "member_scores.jsonl", "envelope.jsonl", "kinds.jsonl", "functions.jsonl")
 
 
 def load(name: str) -> list[dict]:
@@ -276,6 +276,35 @@ def test_score_hex_order_is_numeric_order():
     # -0.0 and 0.0 encode identically
     zeros = {r["hex"] for r in SCORES if parse_score(r["score"]) == 0}
     assert zeros == {"8000000000000000"}
+
+
+# -- zset member scores (the dot values of 'z' records) -------------------------------------
+
+MEMBER_SCORES = load("member_scores.jsonl")
+
+
+@pytest.mark.parametrize("v", MEMBER_SCORES, ids=lambda r: r["score"])
+def test_member_score_vector(v):
+    from marekvs.core import orswot, zset
+
+    x = parse_score(v["score"])
+    assert struct.pack(">d", x).hex() == v["bits_hex"]
+    value = H(v["value_hex"])
+    assert len(value) == 8 and zset.encode_value(x) == value
+    assert zset.decode_value(value) == x
+    rec = H(v["record_hex"])
+    assert orswot.new(env.RecordType.ZSET_MEMBER, int(v["hlc"]), v["origin"], value) == rec
+    assert zset.score_of(rec) == x
+    assert math.copysign(1.0, zset.score_of(rec)) == (1.0 if x == 0 else math.copysign(1.0, x))
+    e, payload = env.unpack(rec)
+    assert e.rtype == env.RecordType.ZSET_MEMBER and not e.tombstone
+    assert orswot.from_bytes(payload).live == (((int(v["hlc"]), v["origin"]), value),)
+
+
+def test_member_score_negative_zero_is_stored_as_zero():
+    rows = {r["score"]: r for r in MEMBER_SCORES}
+    assert rows["-0.0"]["value_hex"] == rows["0.0"]["value_hex"] == "0000000000000000"
+    assert rows["-0.0"]["record_hex"] == rows["0.0"]["record_hex"]
 
 
 def test_score_required_values_present():

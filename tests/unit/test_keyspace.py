@@ -14,7 +14,7 @@ from marekvs.config import Config
 from marekvs.core import envelope as env
 from marekvs.core import head as H
 from marekvs.core import keys as K
-from marekvs.core import pncounter
+from marekvs.core import orswot, pncounter
 from marekvs.core.envelope import RecordType
 from marekvs.keyspace import strings as kstr
 from marekvs.keyspace.status import WrongType
@@ -50,6 +50,8 @@ def test_inlined_string_liveness_is_cores(node, rec, with_head):
     hk = K.encode_head_key(key)
     ks.engine.cache[ik] = rec  # the record as stored (bypassing the merge, any history)
     ks.engine.cache[hk] = H.new(H.CollectionType.HASH, 1, 1) if with_head else None
+    # (a hash exists while it has a field: Keyspace.head_present)
+    ks.apply([(K.collection_prefix(K.TAG_HASH, key) + b"f", orswot.new(RecordType.HASH_FIELD, 2, 1))])
     ks.head_pids[K.pid_of_ikey(ik)] = 1
     live = env.is_live(rec, NOW)
     if live:
@@ -78,7 +80,9 @@ def test_collection_lookup_checks_the_type(node):
         ks.collection(b"str", H.CollectionType.SET, NOW)
     hk, h, created = ks.head_for_write(b"coll", H.CollectionType.SET, NOW)
     assert created and H.ctype_of(h) == H.CollectionType.SET and hk == K.encode_head_key(b"coll")
-    ks.apply([(hk, h)])
+    # (with a member: an empty set does not exist, Keyspace.head_present)
+    ks.apply([(hk, h), (K.collection_prefix(K.TAG_SET, b"coll") + b"m",
+                        orswot.new(RecordType.SET_MEMBER, ks.stamp(), 1))])
     assert ks.collection(b"coll", H.CollectionType.SET, NOW) == (hk, ks.get(hk))
     with pytest.raises(WrongType):
         ks.collection(b"coll", H.CollectionType.HASH, NOW)

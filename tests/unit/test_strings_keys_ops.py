@@ -24,7 +24,7 @@ from marekvs.config import Config
 from marekvs.core import envelope as env
 from marekvs.core import head as H
 from marekvs.core import keys as K
-from marekvs.core import pncounter
+from marekvs.core import orswot, pncounter
 from marekvs.core.envelope import RecordType
 from marekvs.core.partition import PARTITIONS
 from marekvs.keyspace import Keyspace
@@ -91,11 +91,18 @@ def clock(r, monkeypatch):
 
 
 def put_head(node: Node, key: bytes, ctype: int = H.CollectionType.HASH, ttl: int = 0) -> None:
-    """A live collection head (no elements): enough to make ``key`` a non-string."""
+    """A live collection head: enough to make ``key`` a non-string. A hash or a set
+    also gets one member (an empty one does not exist, as in Redis:
+    ``Keyspace.head_present``)."""
     rec = H.new(ctype, node.ks.stamp(), node.ks.node_id)
     if ttl:
         rec = env.with_ttl(rec, node.ks.stamp(), node.ks.node_id, ttl)
-    node.ks.apply([(K.encode_head_key(key), rec)])
+    hk = K.encode_head_key(key)
+    recs = [(hk, rec)]
+    if ctype in (H.CollectionType.HASH, H.CollectionType.SET):
+        tag = K.TAG_HASH if ctype == H.CollectionType.HASH else K.TAG_SET
+        recs.append((K.collection_prefix(tag, key) + b"m", orswot.new(ctype, node.ks.stamp(), node.ks.node_id)))
+    node.ks.apply(recs)
 
 
 def put_string(node: Node, key: bytes, value: bytes, ttl: int = 0, hlc: int | None = None) -> None:
@@ -1181,7 +1188,7 @@ EXPECTED_ARITY = {
     "msetnx": -3, "setnx": 3, "setex": 4, "psetex": 4, "append": 3, "strlen": 2, "getrange": 4,
     "substr": 4, "setrange": 4, "incr": 2, "decr": 2, "incrby": 3, "decrby": 3, "incrbyfloat": 3,
     "lcs": -3, "del": -2, "unlink": -2, "exists": -2, "type": 2, "expire": -3, "pexpire": -3,
-    "expireat": -3, "pexpireat": -3, "ttl": 2, "pttl": 2, "expiretime": 2, "pexpiretime": 2,
+    "expireat": -3, "pexpireat": -3, "ttl": -2, "pttl": -2, "expiretime": 2, "pexpiretime": 2,
     "persist": 2, "keys": 2, "scan": -2, "randomkey": 1, "rename": 3, "renamenx": 3, "copy": -3,
     "touch": -2, "object": -2,
 }

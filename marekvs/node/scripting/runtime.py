@@ -34,7 +34,7 @@ from typing import Any, Callable
 
 import lupa.lua51 as lua51
 
-from marekvs.commands.reply import BigNumber, Double, Err, Map, NullArray, SetReply, Simple, Verbatim
+from marekvs.commands.reply import BigNumber, Double, DoubleText, Err, Map, NullArray, SetReply, Simple, Verbatim
 from marekvs.node.scripting import libs
 from marekvs.node.scripting.sandbox import PRELUDE
 
@@ -325,6 +325,10 @@ class LuaVM:
             if resp3:
                 return self.new_map(b"double", float(v))
             return format_double(v)
+        if t is DoubleText:  # a double the command formatted itself (ZSCORE, GEOPOS)
+            if resp3:
+                return self.new_map(b"double", float(v))
+            return bytes(v)
         if t is bool:
             return v if resp3 else int(v)
         if t is Verbatim:

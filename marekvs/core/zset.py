@@ -1,0 +1,150 @@
+"""Sorted-set records: the member record's score and the score-index record.
+
+A zset is a collection head (``head.py``, ctype ZSET) plus two records per member, written
+in the same apply:
+
+- the **member record** ``[pid]'z'[klen][key][member]``: an ORSWOT element
+  (``orswot.py``) whose dot values are scores. The member's score is the value of its
+  highest live dot. Each value is exactly 8 bytes, the score as an IEEE-754 binary64,
+  big-endian (``encode_value``); writers store ``+0.0`` for ``-0.0`` (Redis keeps a
+  listpack zset's ``-0`` as ``0``) and never a NaN. This layout is pinned by
+  ``crates_ref/format/member_scores.jsonl``;
+- the **score-index record** ``[pid]'Z'[klen][key][score:u64][member]``
+  (``keys.encode_zset_score_key``: the order-preserving score bytes, then the member): an
+  LWW register with no payload, record type ZSET_MEMBER. It is live while the member's
+  current score is the one its key spells. A command that changes a score writes the new
+  index key live and the old one as a tombstone, both stamped with the command's dot; a
+  reader confirms every index hit against the member record.
+
+The index is derived data, so concurrent writes on two nodes can leave it disagreeing
+with the merged member records (a remove on one node tombstones the index key of a score
+that a concurrent add on another node writes again, with an older clock). The node
+repairs that with new LWW writes (``keyspace/zsets.py``); ``index_for`` below is the rule
+both sides follow: what the index of one member must hold, given its member record.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from marekvs.core import envelope as env
+from marekvs.core import orswot
+from marekvs.core.envelope import RecordType
+from marekvs.core.keys import decode_varint
+
+RTYPE = RecordType.ZSET_MEMBER
+VALUE_SIZE = 8
+_D = struct.Struct(">d")
+_HEADER = env.HEADER
+_LIVE_FLAGS = env.make_flags(RTYPE)
+_TOMB_FLAGS = env.make_flags(RTYPE, tombstone=True)
+_pack = env.pack_envelope
+
+
+class ScoreFormatError(ValueError):
+    """A member record whose top value is not an 8-byte score."""
+
+
+def encode_value(score: float) -> bytes:
+    """The dot value of a member record: the score as a big-endian binary64 (``-0.0``
+    stored as ``+0.0``). NaN is refused."""
+    if score != score:
+        raise ValueError("NaN is not a valid score")
+    return _D.pack(score + 0.0)  # -0.0 + 0.0 == +0.0
+
+
+def decode_value(value: bytes) -> float:
+    if len(value) != VALUE_SIZE:
+        raise ScoreFormatError(f"a score value is {VALUE_SIZE} bytes, not {len(value)}")
+    score: float = _D.unpack(value)[0]
+    return score
+
+
+def score_of(record: bytes) -> float | None:
+    """The score a member record holds (its highest live dot's value), None if it has no
+    live dot. Payload only: the caller applies liveness (TTL, head gate)."""
+    if len(record) <= _HEADER or not record[_HEADER]:
+        return None
+    # [nlive][origin u16][hlc u64][vlen varint = 8][8 bytes]...
+    at = _HEADER + 11
+    if record[at] != VALUE_SIZE:
+        raise ScoreFormatError("a zset member's top value is not an 8-byte score")
+    score: float = _D.unpack_from(record, at + 1)[0]
+    return score
+
+
+def check_member(record: bytes) -> None:
+    """Every live value of a member record is an 8-byte non-NaN score (replication's
+    validation, after the ORSWOT element check)."""
+    for _, v in orswot.element_of(record).live:
+        s = decode_value(v)
+        if s != s:
+            raise ScoreFormatError("a zset score is NaN")
+
+
+# -- the writes of one command ----------------------------------------------------------------
+
+_DOT = struct.Struct(">HQ")  # a dot on the wire: origin, then hlc
+
+
+def live_dots(record: bytes) -> tuple[tuple[int, int], ...]:
+    """The live dots of an ORSWOT record, highest first (its live section only: the
+    covered dots, up to 255 of them, are not parsed)."""
+    n = record[_HEADER]
+    if n == 0:
+        return ()
+    out = []
+    pos = _HEADER + 1
+    for _ in range(n):
+        origin, hlc = _DOT.unpack_from(record, pos)
+        out.append((hlc, origin))
+        vlen, pos = decode_varint(record, pos + 10)
+        pos += vlen
+    return tuple(out)
+
+
+def add_delta(current: bytes | None, hlc: int, origin: int, score: float) -> bytes:
+    """ZADD of ``score`` at dot (hlc, origin) as the record the apply path merges into
+    ``current``: the new live dot, covering every live dot of ``current`` (it replaces
+    what it saw). ``merge(current, add_delta(...)) == orswot.add(current, ...)``; handing
+    the apply path the delta makes one join instead of two. The payload is packed here
+    directly (one live dot, the observed dots covered, in canonical order)."""
+    value = encode_value(score)
+    head = _pack(_LIVE_FLAGS, hlc, origin, 0) + b"\x01" + _DOT.pack(origin, hlc) + b"\x08" + value
+    if current is None:
+        return head + b"\x00"
+    observed = live_dots(current)
+    return head + bytes((len(observed),)) + b"".join(_DOT.pack(o, h) for h, o in observed)
+
+
+def remove_delta(current: bytes, hlc: int, origin: int) -> bytes | None:
+    """ZREM at (hlc, origin): a tombstone covering every live dot of ``current`` (None if
+    it has none). ``merge(current, remove_delta(...)) == orswot.remove(current, ...)``."""
+    observed = live_dots(current)
+    if not observed:
+        return None
+    return env.pack(_TOMB_FLAGS, hlc, origin, 0, orswot.to_bytes(orswot.Element((), observed)))
+
+
+# -- the score-index record ------------------------------------------------------------------
+
+def index_live(hlc: int, origin: int, ttl_deadline_ms: int = 0) -> bytes:
+    """A live score-index record (envelope only): the member's score is this key's."""
+    return _pack(_LIVE_FLAGS, hlc, origin, ttl_deadline_ms)
+
+
+def index_tombstone(hlc: int, origin: int) -> bytes:
+    """A dead score-index record: the member's score is no longer this key's."""
+    return _pack(_TOMB_FLAGS, hlc, origin, 0)
+
+
+def index_for(member_record: bytes | None, now_ms: int) -> tuple[float, int] | None:
+    """What the index of one member must hold: ``(score, deadline)`` of the one live
+    index key (its deadline is the member's, so the two expire together), or None when
+    the member record is not live and no index key of it may be."""
+    if member_record is None or not env.is_live(member_record, now_ms):
+        return None
+    s = score_of(member_record)
+    if s is None:
+        return None
+    return s, env.ttl_of(member_record)

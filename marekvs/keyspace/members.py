@@ -1,0 +1,565 @@
+"""Members of collections: what hashes, sets and zsets share about their element records.
+
+A hash field, a set member and a zset member is one observed-remove element record
+(``core/orswot.py``) under its collection's head, at ``[pid][tag][klen][key][member]``
+with the tag of the collection type's ORSWOT kind in the registry (``h``, ``S``, ``z``:
+``member_tag``). This module holds, for every such kind:
+
+Element records
+    reads gated by the head (``core/head.py``: an element is live if it is live itself and
+    its highest live dot is newer than the head's delete clock) and the three writes: an
+    add (a new dot covering the live dots it observed), a remove (covering them), and a
+    re-stamp of the envelope header with a new deadline (per-member TTL). Every write is a
+    record merged by the ONE apply path, so a replica merges exactly what the origin wrote.
+
+Per-member TTL
+    Each element carries its own deadline in its envelope (``ttl_deadline_ms``). Setting
+    it is an LWW write of the header (a new version, the payload unchanged): the header
+    of the element lattice is LWW on (hlc, origin), so a TTL converges with no expiry
+    message, and past its deadline the element reads as absent on every replica. The
+    deadline sits on the envelope, the dots in the payload: a concurrent add on another
+    node (an HSET, a re-add) carries its own header and the higher version decides the
+    deadline; a removal is a dot lattice write and always wins over the deadline of the
+    dots it observed. ``set_deadline`` / ``deadline_of`` work for any collection type
+    whose element kind is ORSWOT (hashes, sets, zsets: ``registry.element_kinds``).
+
+Counts (``Counts``)
+    HLEN / SCARD are O(1) in Redis; a prefix scan is O(n). ``Counts`` keeps the number of
+    live elements per collection, filled by one scan the first time it is asked and
+    then kept from the node's change feed (every record the apply path changes, local or
+    replicated): ``live(new) - live(old)`` per changed element. Members that expire by
+    time change no record, so each entry also keeps the deadlines of its counted members
+    in a heap and drops the ones that passed before it answers. A head change (DEL,
+    re-creation, EXPIRE of the key) drops the collection's entry (the delete clock may
+    have moved); the next question rescans. Entries are bounded (least recently used go
+    first). For collections a random command touched (SPOP, SRANDMEMBER, HRANDFIELD) an
+    entry also keeps the list of live members (up to ``TRACK_LIMIT``), kept the same way,
+    which makes uniform random choice O(1).
+
+    The counts are only kept while subscribed to the change feed (``Counts.subscribed``,
+    set by the commands layer, which reaches the node); before that every question is a
+    scan.
+
+Scan cursors (``Cursors``)
+    HSCAN / SSCAN need a cursor that resumes after the last member returned, and a member
+    name does not fit a Redis cursor (an unsigned 64-bit number). The node keeps a bounded
+    table cursor -> (collection, next member), numbered from a random start. A cursor it
+    no longer knows (evicted, another node, a restart) restarts the iteration: every
+    member present for the whole iteration is still returned at least once.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import random
+from collections import OrderedDict
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from marekvs.core import envelope as env
+from marekvs.core import head
+from marekvs.core import keys as K
+from marekvs.core import orswot, registry
+from marekvs.keyspace.status import WrongType
+from marekvs.storage.engine import prefix_end
+
+if TYPE_CHECKING:
+    from marekvs.keyspace.keyspace import Keyspace
+
+Change = tuple[bytes, "bytes | None", bytes]  # (ikey, old record or None, new record)
+
+_TAG_AT = K.TAG_AT
+_ORD_HEAD = K.ORD_HEAD
+_NO_TTL = env.NO_TTL
+_TTL = env.TTL
+_is_live = env.is_live
+_gate_clock = orswot.gate_clock
+
+
+# =========================================================================================
+# Element kinds and keys
+# =========================================================================================
+
+def _member_kinds() -> dict[int, registry.RecordKind]:
+    """collection type -> its ORSWOT element kind (the registry rows gated by their top
+    live dot: hash fields, set members, zset members; not the zset score index)."""
+    out: dict[int, registry.RecordKind] = {}
+    for k in registry.KINDS:
+        if k.ctype is not None and k.gate_clock is orswot.gate_clock:
+            out[k.ctype] = k
+    return out
+
+
+MEMBER_KINDS = _member_kinds()
+MEMBER_TAGS: frozenset[int] = frozenset(k.code for k in MEMBER_KINDS.values())
+
+
+def member_kind(ctype: int) -> registry.RecordKind | None:
+    """The ORSWOT element kind of the collection type ``ctype`` (None: it has none)."""
+    return MEMBER_KINDS.get(ctype)
+
+
+def element_prefix(hk: bytes, tag: bytes) -> bytes:
+    """``[pid][tag][klen][key]``, the prefix of a collection's elements under ``tag``,
+    from its head key ``[pid]M[klen][key]`` (same partition: no second hash)."""
+    return hk[:_TAG_AT] + tag + hk[_TAG_AT + 1:]
+
+
+def members_prefix(hk: bytes, h: bytes) -> bytes:
+    """The prefix of the member records of the collection whose head is ``h``."""
+    return element_prefix(hk, MEMBER_KINDS[head.ctype_of(h)].tag)
+
+
+def gate(h: bytes, now: int) -> int:
+    """The delete clock a live or dead head ``h`` gates its elements with."""
+    return head.delete_clock(h, now)
+
+
+def live(rec: bytes | None, dc: int, now: int) -> bool:
+    """An element record is live in a collection with delete clock ``dc``."""
+    return rec is not None and _is_live(rec, now) and _gate_clock(rec) > dc
+
+
+def value(rec: bytes | None, dc: int, now: int) -> bytes | None:
+    """The value of a member (a hash field's value; b"" for a set member), None if it
+    is not live."""
+    return None if rec is None else orswot.value(rec, now, dc)
+
+
+def scan(ks: Keyspace, prefix: bytes, dc: int, now: int, start: bytes = b"") -> Iterator[tuple[bytes, bytes]]:
+    """(member, record) of every live element under ``prefix`` from ``start`` on, in
+    member (byte) order."""
+    n = len(prefix)
+    for ek, ev in ks.engine.scan(prefix + start, prefix_end(prefix)):
+        if _is_live(ev, now) and _gate_clock(ev) > dc:
+            yield ek[n:], ev
+
+
+# =========================================================================================
+# The hot path: a collection's head, prefix and delete clock, remembered per key
+# =========================================================================================
+
+class Resolved:
+    """What the member commands need of a collection key: its string key (a live string
+    there makes the key a string), head key, head record (live, or a dead hash/set head:
+    ``Keyspace.collection``), members prefix and delete clock."""
+
+    __slots__ = ("ik", "hk", "head", "prefix", "dc", "stable")
+
+    def __init__(self, ik: bytes, hk: bytes, h: bytes, prefix: bytes, dc: int, stable: bool):
+        self.ik, self.hk, self.head, self.prefix, self.dc = ik, hk, h, prefix, dc
+        # a live head without a deadline: what ``Keyspace.head_for_write`` would return
+        # as it is (so a write may use it), and what the memo keeps
+        self.stable = stable
+
+
+MEMO_ENTRIES = 4096
+
+
+class Resolver:
+    """``Keyspace.collection`` plus the members prefix and delete clock, remembered per
+    user key while the head record stays the same object in the engine's cache (any
+    change of the head, local or replicated, stores a new one), it has no deadline and no
+    live string appeared at the key. A hit costs two dict reads instead of the partition
+    hash, two key builds and the delete clock (a third of a SISMEMBER's keyspace work)."""
+
+    def __init__(self, ks: Keyspace):
+        self.ks = ks
+        self.memo: dict[tuple[bytes, int], Resolved] = {}
+
+    def __call__(self, key: bytes, ctype: int, now: int) -> Resolved | None:
+        ks = self.ks
+        memo = self.memo
+        r = memo.get((key, ctype))
+        if r is not None:
+            g = ks.get
+            s = g(r.ik)
+            if g(r.hk) is r.head and (s is None or not _is_live(s, now)):
+                return r
+            del memo[(key, ctype)]
+        hk, h = ks.collection(key, ctype, now)  # (WrongType from here)
+        if h is None:
+            return None
+        stable = h[_TTL] == _NO_TTL and _is_live(h, now)
+        r = Resolved(K.string_key_in(K.pid_of_ikey(hk), key), hk, h, element_prefix(hk, MEMBER_KINDS[ctype].tag),
+                     gate(h, now), stable)
+        if stable:
+            if len(memo) >= MEMO_ENTRIES:
+                memo.clear()
+            memo[(key, ctype)] = r
+        return r
+
+
+# =========================================================================================
+# Reads as Redis counts them (INFO stats keyspace_hits / keyspace_misses)
+# =========================================================================================
+# Redis counts one hit or miss per key a read command looks up (``lookupKeyRead``): a key
+# of the wrong type is a hit (it was found), an absent key a miss. A hash or set exists
+# while it has a live member (``Keyspace.head_present``), so a found head with none is a
+# miss. The hot reads (HGET, SISMEMBER, ...) count inline from what they read anyway.
+
+def read_collection(ks: Keyspace, key: bytes, ctype: int, now: int) -> tuple[bytes, bytes | None]:
+    """``Keyspace.collection`` for a read command, counted as a keyspace hit or miss."""
+    try:
+        hk, h = ks.collection(key, ctype, now)
+    except WrongType:
+        ks.hits += 1
+        raise
+    if h is not None and ks.counts.nonempty(hk, h, now):
+        ks.hits += 1
+    else:
+        ks.read_miss(key)
+    return hk, h
+
+
+def count_found(ks: Keyspace, key: bytes, r: Resolved, found: bool, now: int) -> None:
+    """Count the read of ``key`` (resolved to ``r``) that found a member (``found``) or
+    not: a hit, or a hit only if the collection has another member."""
+    if found or ks.counts.nonempty(r.hk, r.head, now):
+        ks.hits += 1
+    else:
+        ks.read_miss(key)
+
+
+# =========================================================================================
+# Writes: every one a record for the one apply path
+# =========================================================================================
+
+# An add is "blind": the record it applies is a new dot with its value (``orswot.new``),
+# covering nothing. The data model's add "contributes (dot, value) to live" and only a
+# remove contributes covered dots; ``orswot.add``, which also covers the dots the add
+# observed, reads the same in every history here, because replicas ship whole element
+# records: a replica that holds the new dot got it in a record that also held every dot its
+# origin had, so a remove that sees the new dot sees the older ones too and the value is
+# always the highest live dot's. What the blind add saves: reading and parsing the current
+# record to build the delta, and the covered dots an overwrite would add to it for good (a
+# field HSET or HINCRBY'd a thousand times kept up to 255 covered dots, 2.5 kB, parsed by
+# every later write; now the element keeps at most its four newest adds, the lattice's
+# live cap). A remove is the delta ``orswot.remove`` merges (the same bytes), so the apply
+# path merges it once.
+
+def add(current: bytes | None, rtype: int, hlc: int, origin: int, val: bytes = b"",
+        deadline: int = 0) -> bytes:
+    """The record of an add: the dot (hlc, origin) with ``val`` and the header deadline
+    ``deadline``, for the apply path to merge into ``current`` (see above)."""
+    return orswot.new(rtype, hlc, origin, val, deadline)
+
+
+def remove(current: bytes, hlc: int, origin: int) -> bytes:
+    """A remove covering the live dots of ``current``: the record to apply (a delta
+    whose merge with ``current`` is ``orswot.remove``'s result)."""
+    observed = tuple(d for d, _ in orswot.element_of(current).live)
+    if not observed:
+        return current
+    return env.pack(env.make_flags(env.rtype_of(current), tombstone=True), hlc, origin, 0,
+                    orswot.to_bytes(orswot.Element((), observed)))
+
+
+def restamp(current: bytes, hlc: int, origin: int, deadline: int) -> bytes:
+    """The per-member TTL write: the header re-stamped with a new version and
+    ``deadline`` (0: persistent), the dots unchanged."""
+    return env.with_ttl(current, hlc, origin, deadline)
+
+
+def deadline_of(rec: bytes) -> int:
+    """The element's deadline (0: none)."""
+    return env.ttl_of(rec)
+
+
+# =========================================================================================
+# Per-member TTL, generic over the collection types with ORSWOT members
+# =========================================================================================
+
+# what ``member_record`` found
+NO_KEY = 0  # the key does not exist
+UNSUPPORTED = 1  # the key holds a type without ORSWOT members (a string, a list, ...)
+NO_MEMBER = 2  # the collection has no such live member
+FOUND = 3
+
+
+def member_record(ks: Keyspace, key: bytes, member: bytes,
+                  now: int) -> tuple[int, bytes, bytes | None]:
+    """(what was found, member ikey, live record) for ``member`` of ``key``, whatever
+    the collection's type: the lookup of EXPIREMEMBER and ``TTL key member``."""
+    found = ks.live_record(key, now)
+    if found is None:
+        return NO_KEY, b"", None
+    ikey, h = found
+    if ikey[_TAG_AT] != _ORD_HEAD:
+        return UNSUPPORTED, b"", None
+    kind = member_kind(head.ctype_of(h))
+    if kind is None:
+        return UNSUPPORTED, b"", None
+    mk = element_prefix(ikey, kind.tag) + member
+    rec = ks.get(mk)
+    if not live(rec, gate(h, now), now):
+        return NO_MEMBER, mk, None
+    return FOUND, mk, rec
+
+
+def set_deadline(ks: Keyspace, mk: bytes, rec: bytes, deadline: int) -> None:
+    """Give the live member record ``rec`` at ``mk`` the deadline ``deadline`` (0:
+    persist). A deadline at or before now makes it read as absent at once."""
+    ks.apply([(mk, restamp(rec, ks.hlc.now(), ks.node_id, deadline))])
+
+
+# =========================================================================================
+# Counts: live members per collection, kept from the change feed
+# =========================================================================================
+
+TRACK_LIMIT = 200_000  # an entry keeps its member list up to this many members
+MAX_ENTRIES = 10_000  # collections counted at once (least recently used are dropped)
+
+
+class _Entry:
+    """The live members of one collection under one head record, as of time ``t``:
+    ``n`` of them; the deadlines of those with one (``ttl``, and a heap whose stale
+    items ``ttl`` tells apart); with ``members``/``pos``, their list."""
+
+    __slots__ = ("head", "dc", "t", "n", "ttl", "heap", "members", "pos")
+
+    def __init__(self, h: bytes, dc: int, t: int):
+        self.head = h
+        self.dc = dc
+        self.t = t
+        self.n = 0
+        self.ttl: dict[bytes, int] = {}
+        self.heap: list[tuple[int, bytes]] = []
+        self.members: list[bytes] | None = None
+        self.pos: dict[bytes, int] | None = None
+
+    def _add(self, m: bytes, rec: bytes) -> None:
+        self.n += 1
+        d = rec[_TTL]
+        if d != _NO_TTL:
+            deadline = int.from_bytes(d, "big")
+            self.ttl[m] = deadline
+            heapq.heappush(self.heap, (deadline, m))
+        members, pos = self.members, self.pos
+        if members is not None and pos is not None:
+            pos[m] = len(members)
+            members.append(m)
+
+    def _drop(self, m: bytes) -> None:
+        self.n -= 1
+        self.ttl.pop(m, None)
+        members, pos = self.members, self.pos
+        if members is not None and pos is not None:
+            i = pos.pop(m, -1)
+            if i < 0:
+                return
+            last = members.pop()
+            if i < len(members):
+                members[i] = last
+                pos[last] = i
+
+    def advance(self, now: int) -> int:
+        """Drop the members whose deadline passed by ``now``; the time the entry is at
+        (it never goes back, even if the wall clock does)."""
+        if now <= self.t:
+            return self.t
+        self.t = now
+        heap = self.heap
+        while heap and heap[0][0] <= now:
+            d, m = heapq.heappop(heap)
+            if self.ttl.get(m) == d:
+                self._drop(m)
+        return now
+
+    def change(self, m: bytes, old: bytes | None, new: bytes, now: int) -> None:
+        now = self.advance(now)
+        dc = self.dc
+        was = live(old, dc, now)
+        if was:
+            self._drop(m)
+        if live(new, dc, now):
+            self._add(m, new)
+
+
+class Counts:
+    """Live-member counts (and member lists) of the collections asked about; see the
+    module docstring."""
+
+    def __init__(self, ks: Keyspace):
+        self.ks = ks
+        self.entries: OrderedDict[bytes, _Entry] = OrderedDict()
+        self.subscribed = False  # the commands layer subscribed ``on_change`` to the feed
+        self.fills = 0  # scans that (re)built an entry (tests and benchmarks read it)
+
+    # -- the change feed ------------------------------------------------------------------
+    def on_change(self, changes: list[Change]) -> None:
+        entries = self.entries
+        if not entries:
+            return
+        now = 0
+        for ik, old, new in changes:
+            t = ik[_TAG_AT]
+            if t == _ORD_HEAD:
+                for tag in _MEMBER_TAG_BYTES:
+                    entries.pop(element_prefix(ik, tag), None)
+                continue
+            if t not in MEMBER_TAGS:
+                continue
+            klen, pos = K.decode_varint(ik, _TAG_AT + 1)
+            end = pos + klen
+            e = entries.get(ik[:end])
+            if e is None:
+                continue
+            if not now:
+                now = self.ks.now()
+            e.change(ik[end:], old, new, now)
+
+    # -- questions ----------------------------------------------------------------------
+    def _entry(self, prefix: bytes, h: bytes, now: int, track: bool = False) -> _Entry | None:
+        e = self.entries.get(prefix)
+        if e is not None:
+            if e.head != h or e.dc != gate(h, now):
+                # a head change the feed did not report (never expected), or the head's
+                # own deadline passed: its delete clock moved with no write
+                del self.entries[prefix]
+                e = None
+            elif track and e.members is None and e.n <= TRACK_LIMIT:
+                e = None  # rebuilt below, with its member list
+            else:
+                self.entries.move_to_end(prefix)
+        if e is None:
+            if not self.subscribed:
+                return None
+            e = self._fill(prefix, h, now, track)
+        e.advance(now)
+        return e
+
+    def _fill(self, prefix: bytes, h: bytes, now: int, track: bool) -> _Entry:
+        self.fills += 1
+        e = _Entry(h, gate(h, now), now)
+        if track:
+            e.members, e.pos = [], {}
+        for m, rec in scan(self.ks, prefix, e.dc, now):
+            e._add(m, rec)
+            if e.members is not None and e.n > TRACK_LIMIT:
+                e.members = e.pos = None
+        entries = self.entries
+        entries[prefix] = e
+        while len(entries) > MAX_ENTRIES:
+            entries.popitem(last=False)
+        return e
+
+    def count(self, prefix: bytes, h: bytes, now: int) -> int:
+        """The number of live members under ``prefix`` of the live head ``h``."""
+        e = self._entry(prefix, h, now)
+        if e is not None:
+            return e.n
+        return sum(1 for _ in scan(self.ks, prefix, gate(h, now), now))
+
+    def nonempty(self, hk: bytes, h: bytes, now: int) -> bool:
+        """The collection of the head ``h`` (live or dead) has a live member. A live head
+        without a counted entry is probed for its first live member (cheap, it fills
+        nothing); a dead head is counted (its members are mostly dead ones the first
+        question reads through once; the entry then answers until they are swept)."""
+        prefix = members_prefix(hk, h)
+        e = self.entries.get(prefix)
+        if e is not None and e.head == h and e.dc == gate(h, now):
+            e.advance(now)
+            return e.n > 0
+        if not _is_live(h, now) and self.subscribed:
+            return self.count(prefix, h, now) > 0
+        for _ in scan(self.ks, prefix, gate(h, now), now):
+            return True
+        return False
+
+    def members(self, prefix: bytes, h: bytes, now: int) -> list[bytes] | None:
+        """The live members under ``prefix`` as a list kept up to date (do not change
+        it), or None if the collection is too big to keep one (or not subscribed)."""
+        e = self._entry(prefix, h, now, track=True)
+        return None if e is None else e.members
+
+
+_MEMBER_TAG_BYTES = tuple(bytes((t,)) for t in sorted(MEMBER_TAGS))
+
+
+# =========================================================================================
+# Random members (HRANDFIELD, SRANDMEMBER, SPOP)
+# =========================================================================================
+
+def sample(ks: Keyspace, hk: bytes, h: bytes, k: int, distinct: bool,
+           now: int) -> list[tuple[bytes, bytes]]:
+    """(member, record) of ``k`` random live members of the collection of the live head
+    ``h``: without repetition (``distinct``; all of them, in member order, when ``k``
+    is at least their number) or with repetition. Uniform: picked from the counted
+    member list (``Counts.members``), or from a scan of a collection too big for one."""
+    prefix = members_prefix(hk, h)
+    pool = ks.counts.members(prefix, h, now)
+    if pool is None:
+        everything = list(scan(ks, prefix, gate(h, now), now))
+        if distinct and k >= len(everything):
+            return everything
+        if distinct:
+            return random.sample(everything, k)
+        return random.choices(everything, k=k) if everything else []
+    if not pool:
+        return []
+    if distinct and k >= len(pool):
+        chosen = sorted(pool)
+    elif distinct:
+        chosen = random.sample(pool, k)
+    else:
+        chosen = random.choices(pool, k=k)
+    get = ks.get
+    return [(m, get(prefix + m)) for m in chosen]  # type: ignore[misc]
+
+
+# =========================================================================================
+# Scan cursors (HSCAN, SSCAN)
+# =========================================================================================
+
+MAX_CURSORS = 65_536
+SCAN_BUDGET = 10  # a call reads at most this many records per COUNT (dead ones included)
+
+
+class Cursors:
+    """cursor -> (collection prefix, next member) of the iterations in progress."""
+
+    def __init__(self) -> None:
+        self.table: OrderedDict[int, tuple[bytes, bytes]] = OrderedDict()
+        self._next = itertools.count(random.getrandbits(40) + 1)
+
+    def store(self, prefix: bytes, resume: bytes) -> int:
+        cid = next(self._next) & 0x7FFFFFFFFFFFFFFF or next(self._next)
+        table = self.table
+        table[cid] = (prefix, resume)
+        while len(table) > MAX_CURSORS:
+            table.popitem(last=False)
+        return cid
+
+    def resume(self, cid: int, prefix: bytes) -> bytes:
+        """Where the iteration of ``cid`` over ``prefix`` goes on (b"": from the start,
+        also for a cursor this node does not know)."""
+        if cid == 0:
+            return b""
+        found = self.table.get(cid)
+        if found is None or found[0] != prefix:
+            return b""
+        return found[1]
+
+
+def scan_page(ks: Keyspace, hk: bytes, h: bytes, cursor: int, count: int,
+              now: int) -> tuple[int, list[tuple[bytes, bytes]]]:
+    """One HSCAN/SSCAN call: (next cursor, (member, record) of up to ``count`` live
+    members from the cursor's position on). The call reads at most ``SCAN_BUDGET``
+    records per COUNT (dead ones included), so a page may be short; 0 when done."""
+    prefix = members_prefix(hk, h)
+    start = ks.cursors.resume(cursor, prefix)
+    dc = gate(h, now)
+    out: list[tuple[bytes, bytes]] = []
+    budget = SCAN_BUDGET * count
+    n = len(prefix)
+    for ek, ev in ks.engine.scan(prefix + start, prefix_end(prefix)):
+        m = ek[n:]
+        if len(out) >= count or budget <= 0:
+            return ks.cursors.store(prefix, m), out
+        budget -= 1
+        if _is_live(ev, now) and _gate_clock(ev) > dc:
+            out.append((m, ev))
+    return 0, out
+

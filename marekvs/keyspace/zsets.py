@@ -1,0 +1,1045 @@
+"""Sorted sets: a collection head, a member record and a score-index record per member.
+
+Records (``core/zset.py`` has the byte layouts):
+
+- the head ``[pid]'M'[klen][key]`` (ctype ZSET) gates the collection: DEL, EXPIRE and a
+  store that replaces the key are one write of it;
+- the member record ``[pid]'z'[klen][key][member]``, an ORSWOT element whose top live
+  dot holds the score (8 bytes, binary64): the truth;
+- the score-index record ``[pid]'Z'[klen][key][score:u64][member]``, an LWW record with
+  no payload, live while the member's score is the one its key spells.
+
+Every command writes the member records, their index records (the new score's key live,
+the old score's key a tombstone, all stamped with the command's one dot) and, when it
+creates or empties the key, the head, in ONE apply: one replication-log entry, one batch.
+A command that removes the last live member also tombstones the head in that apply, so
+an emptied zset disappears (EXISTS 0) as in Redis.
+
+The ordered view. Score and lex ranges, ranks, pops and counts read an in-memory mirror of
+one zset's order (``Order``: a ``SortedList`` of ``(score, member)``, a dict member ->
+score, the members with a TTL in a heap), built on first use by a scan of the score index
+whose hits are confirmed against the member records, and kept in step by the node's
+change feed, which reports every changed record, local or merged from a peer. Ranks and
+rank ranges cost O(log n), score and lex ranges O(log n + m), ZCARD O(1), instead of a
+scan or a sort of the whole set per call. Mirrors are kept for the zsets in use, least
+recently used first out past ``MAX_CACHED_MEMBERS`` members in all; a dropped mirror is
+rebuilt on its next use. A mirror is dropped when its head's delete clock changes (DEL,
+a store replacing the key, a re-created key); members whose own TTL passes leave it when
+it is next read.
+
+Keeping the index right. The index is derived, and concurrent commands on two nodes can
+leave it out of step with the merged member records: node A removes ``m`` (tombstoning
+``Z(1, m)`` at its clock 30) while node B, which never saw the add A removed, adds ``m``
+with score 1 again at its clock 25; after the merge ``m`` is live with score 1 but the
+index key at 1 is dead (30 beats 25), and ``m`` would be missing from every range. No
+rule over the index records alone can tell (the index is an LWW register and this is a
+question about the member's dots), so a node repairs its index when it applies records it
+did not write itself (a peer's, or another module's, like a per-member TTL): for every
+member whose record or index records changed it compares the index with ``zset.index_for``
+(the one live key at the member's score, with the member's deadline; nothing else live)
+and writes what differs, stamped with a fresh clock, in the same batch. Those repairs
+replicate like any write; nodes that see the same merged member records agree on what the
+index must hold, so they converge, and every node's index matches its members once the
+records stop changing. A node starts following the feed at its first sorted-set command;
+a mirror built later checks (and repairs) its whole zset against the member records, so
+records merged before that are covered too.
+
+A zset emptied only by merging concurrent removals from different nodes (each removed a
+member the other still counted) is found empty on the next turn of the event loop after
+the merge, and its head tombstoned then (a scan may not run inside the apply of a peer's
+batch). Liveness everywhere is the keyspace's: a member's own TTL and the head's delete
+clock (``head.element_live``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import math
+import random
+from collections import OrderedDict
+from typing import Callable, Iterable, Iterator, NamedTuple, Protocol
+
+from sortedcontainers import SortedList  # type: ignore[import-untyped]
+
+from marekvs.core import envelope as env
+from marekvs.core import head
+from marekvs.core import keys as K
+from marekvs.core import orswot, zset
+from marekvs.core.head import CollectionType
+from marekvs.core.partition import hash64
+from marekvs.keyspace.keyspace import Keyspace
+from marekvs.keyspace.status import KeyspaceError, WrongType
+from marekvs.storage.engine import prefix_end
+
+ZSET = CollectionType.ZSET
+SET = CollectionType.SET
+RTYPE = zset.RTYPE
+MAX_CACHED_MEMBERS = 4_000_000  # members held by all mirrors together (~250 bytes each)
+MIRROR_OVERHEAD = 32  # what a mirror itself counts for, in members
+PROBE = 64  # member records a "is anything else left?" probe reads before it builds a mirror
+SMALL_SCAN = 128  # ZSCAN returns a zset this small (and its members short) in one reply
+
+_ORD_Z = K.TAG_ZSET[0]
+_ORD_ZSCORE = K.TAG_ZSCORE[0]
+_ORD_HEAD = K.ORD_HEAD
+_HEADER = env.HEADER
+_TTL = env.TTL
+_NO_TTL = env.NO_TTL
+_TOMB = env.FLAG_TOMBSTONE
+_WATCH = frozenset((_ORD_Z, _ORD_ZSCORE, _ORD_HEAD))
+_is_live = env.is_live
+_score_of = zset.score_of
+_encode_score = K.encode_score
+INF = math.inf
+
+
+class NotAScore(KeyspaceError):
+    """An INCR made the score NaN (Redis: "resulting score is not a number (NaN)")."""
+
+
+class Feed(Protocol):
+    def subscribe(self, fn: Callable[[list[tuple[bytes, bytes | None, bytes]]], None]) -> None: ...
+
+
+Entry = tuple[float, bytes]  # (score, member): the order of a zset
+
+
+# =========================================================================================
+# Keys of one zset
+# =========================================================================================
+
+class Prefixes(NamedTuple):
+    """The member-record and index prefixes of one user key (one partition hash)."""
+
+    key: bytes
+    members: bytes  # [pid]'z'[klen][key]
+    by_score: bytes  # [pid]'Z'[klen][key]
+    head: bytes  # [pid]'M'[klen][key]
+
+    def member_key(self, member: bytes) -> bytes:
+        return self.members + member
+
+    def index_key(self, score: float, member: bytes) -> bytes:
+        return self.by_score + _encode_score(score) + member
+
+
+def prefixes(key: bytes) -> Prefixes:
+    return prefixes_of_head(key, K.encode_head_key(key))
+
+
+def prefixes_of_head(key: bytes, hk: bytes) -> Prefixes:
+    """The prefixes of ``key`` from its head key (same partition and klen: no hash)."""
+    pid, rest = hk[:2], hk[3:]
+    return Prefixes(key, pid + K.TAG_ZSET + rest, pid + K.TAG_ZSCORE + rest, hk)
+
+
+# =========================================================================================
+# The ordered mirror of one zset
+# =========================================================================================
+
+class Order:
+    """One zset's live members in Redis's order: by score, then member bytes."""
+
+    __slots__ = ("sl", "scores", "deadlines", "heap", "head", "clock", "by_hash")
+
+    def __init__(self, entries: list[Entry], deadlines: dict[bytes, int], head_rec: bytes, clock: int):
+        self.sl = SortedList(entries)
+        self.scores: dict[bytes, float] = {m: s for s, m in entries}
+        self.deadlines = deadlines  # members with their own TTL -> deadline
+        self.heap: list[tuple[int, bytes]] = [(d, m) for m, d in deadlines.items()]
+        heapq.heapify(self.heap)
+        self.head = head_rec
+        self.clock = clock  # the head's delete clock it was built under
+        self.by_hash: SortedList | None = None  # (hash, member), built by ZSCAN of a big zset
+
+    def __len__(self) -> int:
+        return len(self.scores)
+
+    def put(self, member: bytes, score: float, deadline: int) -> None:
+        old = self.scores.get(member)
+        if old is not None:
+            if old.hex() == score.hex() and self.deadlines.get(member, 0) == deadline:
+                return
+            self.sl.remove((old, member))
+        elif self.by_hash is not None:
+            self.by_hash.add((_hash(member), member))
+        self.scores[member] = score
+        self.sl.add((score, member))
+        if deadline:
+            self.deadlines[member] = deadline
+            heapq.heappush(self.heap, (deadline, member))
+        else:
+            self.deadlines.pop(member, None)
+
+    def discard(self, member: bytes) -> bool:
+        old = self.scores.pop(member, None)
+        if old is None:
+            return False
+        self.sl.remove((old, member))
+        self.deadlines.pop(member, None)
+        if self.by_hash is not None:
+            self.by_hash.discard((_hash(member), member))
+        return True
+
+    def expire(self, now: int) -> None:
+        """Drop the members whose own TTL has passed (their records read as dead now)."""
+        heap = self.heap
+        while heap and heap[0][0] <= now:
+            d, m = heapq.heappop(heap)
+            if self.deadlines.get(m) == d:
+                self.discard(m)
+
+    # -- reads ---------------------------------------------------------------------------
+    def rank(self, member: bytes) -> int | None:
+        s = self.scores.get(member)
+        if s is None:
+            return None
+        r: int = self.sl.bisect_left((s, member))
+        return r
+
+    def first_index(self, lo: ScoreRange) -> int:
+        """Index of the first entry whose score is inside ``lo``'s lower bound."""
+        if lo.minex:
+            if lo.min == INF:
+                return len(self.sl)
+            i: int = self.sl.bisect_left((math.nextafter(lo.min, INF), b""))
+            return i
+        i = self.sl.bisect_left((lo.min, b""))
+        return i
+
+    def end_index(self, hi: ScoreRange) -> int:
+        """One past the last entry whose score is inside ``hi``'s upper bound."""
+        if hi.maxex:
+            i: int = self.sl.bisect_left((hi.max, b""))
+            return i
+        if hi.max == INF:
+            return len(self.sl)
+        i = self.sl.bisect_left((math.nextafter(hi.max, INF), b""))
+        return i
+
+    def single_score(self) -> bool:
+        """True if every member has the same score (lex ranges are then bisections)."""
+        sl = self.sl
+        return not sl or sl[0][0] == sl[-1][0]
+
+
+_hash = hash64  # ZSCAN's order of a big zset
+
+
+# =========================================================================================
+# Ranges
+# =========================================================================================
+
+class ScoreRange(NamedTuple):
+    min: float
+    max: float
+    minex: bool = False
+    maxex: bool = False
+
+    def empty(self) -> bool:
+        return self.min > self.max or (self.min == self.max and (self.minex or self.maxex))
+
+    def gte_min(self, s: float) -> bool:
+        return s > self.min if self.minex else s >= self.min
+
+    def lte_max(self, s: float) -> bool:
+        return s < self.max if self.maxex else s <= self.max
+
+
+class _Bound:
+    """Lex range bounds "-" and "+": below and above every member."""
+
+    __slots__ = ("sign",)
+
+    def __init__(self, sign: int):
+        self.sign = sign
+
+
+LEX_MIN = _Bound(-1)
+LEX_MAX = _Bound(1)
+LexItem = bytes | _Bound
+
+
+def _cmplex(a: LexItem, b: LexItem) -> int:
+    """Redis's sdscmplex: "-" < every member < "+"."""
+    if a is b:
+        return 0
+    if isinstance(a, _Bound):
+        return a.sign
+    if isinstance(b, _Bound):
+        return -b.sign
+    return (a > b) - (a < b)
+
+
+class LexRange(NamedTuple):
+    min: LexItem
+    max: LexItem
+    minex: bool = False
+    maxex: bool = False
+
+    def empty(self) -> bool:
+        c = _cmplex(self.min, self.max)
+        return c > 0 or (c == 0 and (self.minex or self.maxex))
+
+    def gte_min(self, m: bytes) -> bool:
+        c = _cmplex(m, self.min)
+        return c > 0 if self.minex else c >= 0
+
+    def lte_max(self, m: bytes) -> bool:
+        c = _cmplex(m, self.max)
+        return c < 0 if self.maxex else c <= 0
+
+
+# =========================================================================================
+# Per-node state: mirrors and index repair
+# =========================================================================================
+
+class Zsets:
+    """The sorted-set state of one node's keyspace: the mirrors of the zsets in use and
+    the index repair fed by the change feed (see the module docstring)."""
+
+    def __init__(self, ks: Keyspace):
+        self.ks = ks
+        self.orders: OrderedDict[bytes, Order] = OrderedDict()
+        self.cached = 0  # members (plus overhead) held by all mirrors
+        self.budget = MAX_CACHED_MEMBERS
+        self.feed: Feed | None = None
+        self.own = 0  # > 0 while this module applies its own writes
+        self.to_check: dict[bytes, None] = {}  # keys a peer's removals may have emptied
+        self.check_scheduled = False
+        self.repairs = 0  # index records rewritten (INFO / tests)
+        self.heads_closed = 0  # heads tombstoned because merged removals emptied the zset
+
+    def attach(self, feed: Feed) -> None:
+        """Follow the change feed from now on (the first sorted-set command does this)."""
+        if self.feed is None:
+            self.feed = feed
+            feed.subscribe(self.on_changes)
+
+    def apply(self, records: list[tuple[bytes, bytes]]) -> None:
+        """This module's own writes: the feed updates the mirrors but repairs nothing."""
+        if not records:
+            return
+        self.own += 1
+        try:
+            self.ks.apply(records)
+        finally:
+            self.own -= 1
+
+    # -- mirrors ---------------------------------------------------------------------------
+    def order(self, p: Prefixes, head_rec: bytes, now: int) -> Order:
+        """The mirror of the live zset at ``p`` (``head_rec`` its live head), built if
+        it is not held."""
+        o = self.orders.get(p.key)
+        if o is not None:
+            if o.head is head_rec or o.head == head_rec or o.clock == head.delete_clock(head_rec, now):
+                self.orders.move_to_end(p.key)
+                if o.heap:
+                    o.expire(now)
+                return o
+            self._drop(p.key)
+        o = self._build(p, head_rec, now)
+        if self.feed is not None:  # without the feed a mirror would go stale: not kept
+            self.orders[p.key] = o
+            self.cached += len(o) + MIRROR_OVERHEAD
+            self._evict(p.key)
+        return o
+
+    def _drop(self, key: bytes) -> None:
+        o = self.orders.pop(key, None)
+        if o is not None:
+            self.cached -= len(o) + MIRROR_OVERHEAD
+
+    def _evict(self, keep: bytes) -> None:
+        while self.cached > self.budget and len(self.orders) > 1:
+            key = next(iter(self.orders))
+            if key == keep:
+                self.orders.move_to_end(key)
+                continue
+            self._drop(key)
+
+    def _build(self, p: Prefixes, head_rec: bytes, now: int) -> Order:
+        """Scan the member records and the score index of one zset, repair the index
+        where it disagrees with the members, and return the order of the live ones."""
+        ks = self.ks
+        dc = head.delete_clock(head_rec, now)
+        want: dict[bytes, tuple[bytes, float, int, bool]] = {}  # member -> (score key, score, deadline, visible)
+        n = len(p.members)
+        for ik, rec in ks.engine.scan(p.members, prefix_end(p.members)):
+            iw = zset.index_for(rec, now)
+            if iw is not None:
+                want[ik[n:]] = (_encode_score(iw[0]), iw[0], iw[1], orswot.gate_clock(rec) > dc)
+        entries: list[Entry] = []
+        deadlines: dict[bytes, int] = {}
+        found: set[bytes] = set()
+        repairs: list[tuple[bytes, bytes]] = []
+        stamp = 0
+        n = len(p.by_score)
+        for ik, rec in ks.engine.scan(p.by_score, prefix_end(p.by_score)):
+            sb, m = ik[n:n + 8], ik[n + 8:]
+            live = _is_live(rec, now)
+            w = want.get(m)
+            if w is not None and w[0] == sb:
+                found.add(m)
+                if not live or env.ttl_of(rec) != w[2]:
+                    stamp = stamp or ks.stamp()
+                    repairs.append((ik, zset.index_live(stamp, ks.node_id, w[2])))
+                if w[3]:
+                    entries.append((w[1], m))
+                    if w[2]:
+                        deadlines[m] = w[2]
+            elif live:
+                stamp = stamp or ks.stamp()
+                repairs.append((ik, zset.index_tombstone(stamp, ks.node_id)))
+        if len(found) < len(want):
+            for m, (sb, sc, d, visible) in want.items():
+                if m in found:
+                    continue
+                stamp = stamp or ks.stamp()
+                repairs.append((p.by_score + sb + m, zset.index_live(stamp, ks.node_id, d)))
+                if visible:
+                    entries.append((sc, m))
+                    if d:
+                        deadlines[m] = d
+            entries.sort()
+        if repairs:
+            self.repairs += len(repairs)
+            self.apply(repairs)
+        return Order(entries, deadlines, head_rec, dc)
+
+    # -- the change feed ----------------------------------------------------------------------
+    def on_changes(self, changes: list[tuple[bytes, bytes | None, bytes]]) -> None:
+        check: dict[tuple[bytes, bytes], set[bytes]] | None = None
+        emptied: list[bytes] | None = None
+        now = 0
+        for ik, old, new in changes:
+            t = ik[2]
+            if t not in _WATCH:
+                continue
+            if not now:
+                now = self.ks.now()
+            if t == _ORD_Z:
+                key, member = K.decode_zset_member_key(ik)
+                o = self.orders.get(key)
+                if o is not None:
+                    self._follow(o, member, new, now)
+                if not self.own:
+                    if check is None:
+                        check = {}
+                    extra = check.setdefault((key, member), set())
+                    was = zset.index_for(old, now)
+                    if was is not None:
+                        extra.add(_encode_score(was[0]))
+                        if zset.index_for(new, now) is None:
+                            if emptied is None:
+                                emptied = []
+                            emptied.append(key)
+            elif t == _ORD_ZSCORE:
+                if not self.own:
+                    key, _, member = K.decode_zset_score_key(ik)
+                    if check is None:
+                        check = {}
+                    n = len(ik) - len(member) - 8
+                    check.setdefault((key, member), set()).add(ik[n:n + 8])
+            else:
+                key = K.decode_head_key(ik)
+                o = self.orders.get(key)
+                if o is not None and (not _is_live(new, now) or head.ctype_of(new) != ZSET
+                                      or head.delete_clock(new, now) != o.clock):
+                    self._drop(key)
+                elif o is not None:
+                    o.head = new
+        if check:
+            self._repair(check, now)
+        if emptied:
+            for key in emptied:
+                self.to_check[key] = None
+            self._schedule_check()
+
+    def _follow(self, o: Order, member: bytes, rec: bytes, now: int) -> None:
+        """Bring one member of a mirror in step with its record."""
+        if _is_live(rec, now) and orswot.gate_clock(rec) > o.clock:
+            s = _score_of(rec)
+            if s is not None:
+                o.put(member, s, env.ttl_of(rec))
+                return
+        o.discard(member)
+
+    def _repair(self, check: dict[tuple[bytes, bytes], set[bytes]], now: int) -> None:
+        """Make the index of each (key, member) agree with its member record."""
+        ks = self.ks
+        out: list[tuple[bytes, bytes]] = []
+        stamp = 0
+        for (key, member), extra in check.items():
+            p = prefixes(key)
+            want = zset.index_for(ks.get(p.member_key(member)), now)
+            want_sb = _encode_score(want[0]) if want is not None else None
+            if want_sb is not None:
+                extra.add(want_sb)
+            for sb in extra:
+                ik = p.by_score + sb + member
+                cur = ks.get(ik)
+                live = _is_live(cur, now)
+                if sb == want_sb:
+                    assert want is not None
+                    if not live or env.ttl_of(cur) != want[1]:  # type: ignore[arg-type]
+                        stamp = stamp or ks.stamp()
+                        out.append((ik, zset.index_live(stamp, ks.node_id, want[1])))
+                elif live:
+                    stamp = stamp or ks.stamp()
+                    out.append((ik, zset.index_tombstone(stamp, ks.node_id)))
+        if out:
+            self.repairs += len(out)
+            self.apply(out)
+
+    def _schedule_check(self) -> None:
+        if self.check_scheduled:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        if loop is None:  # in-process use without an event loop: at once
+            self.check_emptied()
+            return
+        self.check_scheduled = True
+        loop.call_soon(self.check_emptied)
+
+    def check_emptied(self) -> None:
+        """Tombstone the heads of the zsets that merged removals left with no member."""
+        self.check_scheduled = False
+        keys, self.to_check = list(self.to_check), {}
+        ks = self.ks
+        now = ks.now()
+        out: list[tuple[bytes, bytes]] = []
+        for key in keys:
+            try:
+                hk, head_rec = ks.collection(key, ZSET, now)
+            except WrongType:
+                continue
+            if head_rec is None:
+                continue
+            if not self.has_members(prefixes(key), head_rec, now, ()):
+                out.append(ks.head_tombstone(hk, head_rec))
+                self._drop(key)
+        if out:
+            self.heads_closed += len(out)
+            self.apply(out)
+
+    def has_members(self, p: Prefixes, head_rec: bytes, now: int, leaving: Iterable[bytes]) -> bool:
+        """Whether the zset keeps a live member besides ``leaving``: the mirror if held,
+        else a probe of a few member records (a mirror when the probe is inconclusive)."""
+        gone = set(leaving)
+        o = self.orders.get(p.key)
+        if o is None:
+            dc = head.delete_clock(head_rec, now)
+            n = len(p.members)
+            for i, (ik, rec) in enumerate(self.ks.engine.scan(p.members, prefix_end(p.members))):
+                if i >= PROBE:
+                    break
+                if _is_live(rec, now) and orswot.gate_clock(rec) > dc and ik[n:] not in gone:
+                    return True
+            else:
+                return False
+            o = self.order(p, head_rec, now)
+        else:
+            o.expire(now)
+        return len(o) > len(gone & o.scores.keys())
+
+
+def state(ks: Keyspace, feed: Feed | None = None) -> Zsets:
+    """The node's sorted-set state (one per keyspace), following ``feed`` once given."""
+    z: Zsets = ks.extension("zsets", Zsets)
+    if feed is not None and z.feed is None:
+        z.attach(feed)
+    return z
+
+
+# =========================================================================================
+# Lookups
+# =========================================================================================
+
+class Zset(NamedTuple):
+    """A live zset as a command finds it: its keys and its live head."""
+
+    p: Prefixes
+    head: bytes
+
+
+def lookup(z: Zsets, key: bytes, now: int) -> Zset | None:
+    """The live zset at ``key``, None if absent; WrongType if another type holds it."""
+    hk, h = z.ks.collection(key, ZSET, now)
+    if h is None:
+        return None
+    return Zset(prefixes_of_head(key, hk), h)
+
+
+def read_lookup(z: Zsets, key: bytes, now: int) -> Zset | None:
+    """``lookup`` for a read command, counted as a keyspace hit or miss (a key of
+    another type is a hit: Redis found it). An emptied zset has no live head."""
+    ks = z.ks
+    try:
+        hk, h = ks.collection(key, ZSET, now)
+    except WrongType:
+        ks.hits += 1
+        raise
+    if h is None:
+        ks.read_miss(key)
+        return None
+    ks.hits += 1
+    return Zset(prefixes_of_head(key, hk), h)
+
+
+def lookup_setlike(z: Zsets, key: bytes, now: int) -> tuple[int, Zset] | None:
+    """(ctype, zset) of a zset or a set at ``key`` (ZUNION & co. read both); None if
+    absent; WrongType for any other type. A counted read (the STORE forms too, as
+    Redis 7.0 counts them)."""
+    ks = z.ks
+    try:
+        found = lookup(z, key, now)
+    except WrongType:
+        try:
+            hk, h = ks.collection(key, SET, now)
+        except WrongType:
+            ks.hits += 1
+            raise
+        if h is None:
+            ks.read_miss(key)
+            return None
+        if ks.counts.nonempty(hk, h, now):
+            ks.hits += 1
+        else:
+            ks.read_miss(key)  # (an emptied set: no key; it reads as an empty set)
+        return SET, Zset(prefixes_of_head(key, hk), h)
+    if found is None:
+        ks.read_miss(key)
+        return None
+    ks.hits += 1
+    return ZSET, found
+
+
+def order_of(z: Zsets, zs: Zset, now: int) -> Order:
+    return z.order(zs.p, zs.head, now)
+
+
+def score(z: Zsets, zs: Zset, member: bytes, now: int) -> float | None:
+    """A member's score (the mirror's if held, else a point read of its record), None if
+    it is not a live member."""
+    o = z.orders.get(zs.p.key)
+    if o is not None and (o.head is zs.head or o.head == zs.head):
+        if o.heap:
+            o.expire(now)
+        return o.scores.get(member)
+    rec = z.ks.get(zs.p.member_key(member))
+    if rec is None or not head.element_live(zs.head, rec, now):
+        return None
+    return _score_of(rec)
+
+
+def card(z: Zsets, key: bytes, now: int) -> int:
+    zs = read_lookup(z, key, now)
+    return 0 if zs is None else len(order_of(z, zs, now))
+
+
+def members_of(z: Zsets, ctype: int, zs: Zset, now: int) -> dict[bytes, float]:
+    """Every live member of a zset (its scores) or a set (score 1.0), for ZUNION & co."""
+    if ctype == ZSET:
+        return dict(order_of(z, zs, now).scores)
+    return {m: 1.0 for m, _ in z.ks.elements(K.TAG_SET, zs.p.key, zs.head, now)}
+
+
+# =========================================================================================
+# Writes
+# =========================================================================================
+
+class AddFlags(NamedTuple):
+    nx: bool = False
+    xx: bool = False
+    gt: bool = False
+    lt: bool = False
+    incr: bool = False
+
+
+_NO_FLAGS = AddFlags()
+
+
+class AddResult(NamedTuple):
+    added: int
+    updated: int
+    processed: int
+    score: float | None  # the last element's resulting score (ZADD INCR's reply)
+
+
+def _member_records(z: Zsets, p: Prefixes, member: bytes, rec: bytes | None, new: float | None,
+                    stamp: int, now: int) -> list[tuple[bytes, bytes]]:
+    """The records that take ``member`` (whose record is ``rec``) to score ``new`` (None:
+    removed): its member record (as a delta the apply path merges) and its index records,
+    all stamped ``stamp``. The index key of the record's current score goes dead, even
+    when the head gates the record (a re-created key's old member), so that nothing but
+    the new score's key stays live."""
+    node = z.ks.node_id
+    mk = p.members + member
+    old = zset.index_for(rec, now)
+    old_sb = _encode_score(old[0]) if old is not None else None
+    if new is None:
+        out = []
+        if rec is not None:
+            d = zset.remove_delta(rec, stamp, node)
+            if d is not None:
+                out.append((mk, d))
+        new_sb = None
+    else:
+        new_sb = _encode_score(new)
+        out = [(mk, zset.add_delta(rec, stamp, node, new)),
+               (p.by_score + new_sb + member, zset.index_live(stamp, node))]
+    if old_sb is not None and old_sb != new_sb:
+        out.append((p.by_score + old_sb + member, zset.index_tombstone(stamp, node)))
+    return out
+
+
+def add(z: Zsets, key: bytes, items: list[tuple[float, bytes]], flags: AddFlags, now: int) -> AddResult:
+    """ZADD (and ZINCRBY, GEOADD): Redis's zsetAdd on each pair in order, then one apply
+    of the members whose score changed. NotAScore if an increment makes a NaN."""
+    ks = z.ks
+    hk, head_rec = ks.collection(key, ZSET, now)
+    created = head_rec is None
+    if created and flags.xx:
+        return AddResult(0, 0, 0, None)
+    p = prefixes_of_head(key, hk)
+    if created:
+        head_rec = head.new(ZSET, ks.stamp(), ks.node_id, prior=ks.get(hk), now_ms=now)
+    assert head_rec is not None
+    dc = head.delete_clock(head_rec, now)
+    if len(items) == 1 and flags == _NO_FLAGS:  # the common case: one pair, no option
+        sc, member = items[0]
+        rec = ks.get(p.members + member)
+        s = _score_of(rec) if rec is not None and _is_live(rec, now) and orswot.gate_clock(rec) > dc else None
+        if s is not None and s == sc:
+            return AddResult(0, 0, 1, sc)
+        one = _member_records(z, p, member, rec, sc, ks.stamp(), now)
+        if created:
+            one.insert(0, (hk, head_rec))
+        z.apply(one)
+        return AddResult(int(s is None), int(s is not None), 1, sc)
+    first: dict[bytes, tuple[bytes | None, float | None]] = {}  # member -> (record, score) before
+    cur: dict[bytes, float | None] = {}
+    added = updated = processed = 0
+    last: float | None = None
+    get = ks.get
+    members = p.members
+    for sc, member in items:
+        if member not in cur:
+            rec = get(members + member)
+            s = _score_of(rec) if rec is not None and _is_live(rec, now) and orswot.gate_clock(rec) > dc else None
+            first[member] = (rec, s)
+            cur[member] = s
+        s = cur[member]
+        if s is not None:
+            if flags.nx:
+                continue
+            if flags.incr:
+                sc = sc + s
+                if sc != sc:
+                    raise NotAScore()
+            if (flags.lt and sc >= s) or (flags.gt and sc <= s):
+                continue
+            last = sc
+            processed += 1
+            if sc != s:
+                cur[member] = sc
+                updated += 1
+        elif not flags.xx:
+            cur[member] = sc
+            last = sc
+            processed += 1
+            added += 1
+    records: list[tuple[bytes, bytes]] = []
+    stamp = 0
+    for member, (rec, s0) in first.items():
+        s1 = cur[member]
+        if s1 is None or (s0 is not None and s0 == s1):
+            continue
+        stamp = stamp or ks.stamp()
+        records += _member_records(z, p, member, rec, s1, stamp, now)
+    if records:
+        if created:
+            records.insert(0, (hk, head_rec))
+        z.apply(records)
+    return AddResult(added, updated, processed, last)
+
+
+def remove(z: Zsets, key: bytes, members: Iterable[bytes], now: int) -> int:
+    """ZREM: the members' records and index keys, and the head if none is left."""
+    zs = lookup(z, key, now)
+    if zs is None:
+        return 0
+    ks = z.ks
+    gone: dict[bytes, tuple[bytes, float]] = {}
+    for m in dict.fromkeys(members):
+        rec = ks.get(zs.p.member_key(m))
+        if rec is not None and head.element_live(zs.head, rec, now):
+            s = _score_of(rec)
+            if s is not None:
+                gone[m] = (rec, s)
+    if gone:
+        _remove_members(z, zs, gone, now)
+    return len(gone)
+
+
+def _remove_members(z: Zsets, zs: Zset, gone: dict[bytes, tuple[bytes, float]], now: int) -> None:
+    """One apply: the removal of ``gone`` (member -> (record, score)) and, if they were
+    the last live members, the head's tombstone."""
+    ks = z.ks
+    stamp = ks.stamp()
+    records: list[tuple[bytes, bytes]] = []
+    for m, (rec, _) in gone.items():
+        records += _member_records(z, zs.p, m, rec, None, stamp, now)
+    if not z.has_members(zs.p, zs.head, now, gone):
+        records.append(ks.head_tombstone(zs.p.head, zs.head))
+    z.apply(records)
+
+
+def remove_entries(z: Zsets, zs: Zset, entries: list[Entry], now: int) -> None:
+    """Remove members the mirror listed (pops, range removals)."""
+    if not entries:
+        return
+    get = z.ks.get
+    gone: dict[bytes, tuple[bytes, float]] = {}
+    for s, m in entries:
+        rec = get(zs.p.member_key(m))
+        if rec is not None:
+            gone[m] = (rec, s)
+    _remove_members(z, zs, gone, now)
+
+
+def pop(z: Zsets, zs: Zset, count: int, highest: bool, now: int) -> list[Entry]:
+    """ZPOPMIN / ZPOPMAX of ``count`` members (lowest first, or highest first)."""
+    o = order_of(z, zs, now)
+    n = min(count, len(o))
+    if n <= 0:
+        return []
+    sl = o.sl
+    taken = list(sl.islice(len(sl) - n, len(sl), reverse=True)) if highest else list(sl.islice(0, n))
+    remove_entries(z, zs, taken, now)
+    return taken
+
+
+def store(z: Zsets, dest: bytes, entries: Iterable[Entry], now: int) -> int:
+    """Replace whatever ``dest`` holds by a zset of ``entries`` (ZUNIONSTORE & co.); an
+    empty result deletes ``dest``. One apply: the old key's tombstone (a string's, or the
+    head's delete clock, which gates every old member at once), the new head, the members
+    and their index keys. Returns the new zset's size."""
+    ks = z.ks
+    items = list(entries)
+    old = ks.delete_records(dest, now)
+    if not items:
+        if old:
+            z.apply(old)
+        return 0
+    records: list[tuple[bytes, bytes]] = []
+    p = prefixes(dest)
+    prior = ks.get(p.head)
+    for ik, rec in old:
+        if ik == p.head:
+            prior = rec  # the head's tombstone: the new head folds in its clock
+        else:
+            records.append((ik, rec))
+    h = head.new(ZSET, ks.stamp(), ks.node_id, prior=prior, now_ms=now)
+    records.insert(0, (p.head, h))
+    stamp = ks.stamp()
+    get = ks.get
+    for s, m in items:
+        records += _member_records(z, p, m, get(p.member_key(m)), s, stamp, now)
+    z.apply(records)
+    return len(items)
+
+
+# =========================================================================================
+# Reads of the order
+# =========================================================================================
+
+def rank_range(o: Order, start: int, end: int, reverse: bool) -> list[Entry]:
+    """Entries with rank ``start..end`` (Redis's index arithmetic done by the caller:
+    0 <= start <= end < len)."""
+    sl = o.sl
+    if reverse:
+        n = len(sl)
+        return list(sl.islice(n - 1 - end, n - start, reverse=True))
+    return list(sl.islice(start, end + 1))
+
+
+def sanitize_ranks(start: int, end: int, n: int) -> tuple[int, int] | None:
+    """ZRANGE's index arithmetic: None when the range is empty."""
+    if start < 0:
+        start += n
+    if end < 0:
+        end += n
+    if start < 0:
+        start = 0
+    if start > end or start >= n:
+        return None
+    if end >= n:
+        end = n - 1
+    return start, end
+
+
+def score_range(o: Order, r: ScoreRange, reverse: bool, offset: int = 0, limit: int = -1) -> list[Entry]:
+    """ZRANGEBYSCORE's entries, Redis's LIMIT rules: a negative offset skips everything,
+    a negative limit takes everything left."""
+    if r.empty() or (offset > 0 and offset >= len(o)):
+        return []
+    lo, hi = o.first_index(r), o.end_index(r)
+    if lo >= hi or offset < 0:
+        return []
+    sl = o.sl
+    if reverse:
+        top = hi - offset
+        bottom = lo if limit < 0 else max(lo, top - limit)
+        return list(sl.islice(bottom, top, reverse=True)) if top > bottom else []
+    first = lo + offset
+    stop = hi if limit < 0 else min(hi, first + limit)
+    return list(sl.islice(first, stop)) if stop > first else []
+
+
+def score_count(o: Order, r: ScoreRange) -> int:
+    if r.empty():
+        return 0
+    return max(0, o.end_index(r) - o.first_index(r))
+
+
+def _lex_bounds(o: Order, r: LexRange) -> tuple[int, int]:
+    """[lo, hi) of the entries a lex range covers, as Redis walks a listpack zset: the
+    first entry (in score order) at or above min, then entries while at or below max.
+    With one score for every member (the case lex ranges are for) that is a bisection;
+    otherwise a linear walk."""
+    sl = o.sl
+    n = len(sl)
+    if r.empty() or not n:
+        return 0, 0
+    if not r.gte_min(sl[-1][1]) or not r.lte_max(sl[0][1]):
+        return 0, 0
+    if o.single_score():
+        s = sl[0][0]
+        if r.min is LEX_MIN:
+            lo = 0
+        else:
+            lo = sl.bisect_left((s, r.min)) if not r.minex else sl.bisect_right((s, r.min))
+        if r.max is LEX_MAX:
+            hi = n
+        else:
+            hi = sl.bisect_left((s, r.max)) if r.maxex else sl.bisect_right((s, r.max))
+        return lo, max(lo, hi)
+    lo = 0
+    while lo < n and not r.gte_min(sl[lo][1]):
+        lo += 1
+    hi = lo
+    while hi < n and r.lte_max(sl[hi][1]):
+        hi += 1
+    return lo, hi
+
+
+def _lex_bounds_reverse(o: Order, r: LexRange) -> tuple[int, int]:
+    """As ``_lex_bounds`` for a reverse walk: the last entry at or below max, then
+    entries downwards while at or above min; returned as [lo, hi)."""
+    sl = o.sl
+    n = len(sl)
+    if r.empty() or not n:
+        return 0, 0
+    if not r.gte_min(sl[-1][1]) or not r.lte_max(sl[0][1]):
+        return 0, 0
+    if o.single_score():
+        return _lex_bounds(o, r)
+    hi = n
+    while hi > 0 and not r.lte_max(sl[hi - 1][1]):
+        hi -= 1
+    lo = hi
+    while lo > 0 and r.gte_min(sl[lo - 1][1]):
+        lo -= 1
+    return lo, hi
+
+
+def lex_range(o: Order, r: LexRange, reverse: bool, offset: int = 0, limit: int = -1) -> list[Entry]:
+    """ZRANGEBYLEX's entries, LIMIT as ``score_range``."""
+    if offset < 0:
+        return []
+    sl = o.sl
+    if o.single_score():
+        lo, hi = _lex_bounds(o, r)
+        if lo >= hi:
+            return []
+        if reverse:
+            top = hi - offset
+            bottom = lo if limit < 0 else max(lo, top - limit)
+            return list(sl.islice(bottom, top, reverse=True)) if top > bottom else []
+        first = lo + offset
+        stop = hi if limit < 0 else min(hi, first + limit)
+        return list(sl.islice(first, stop)) if stop > first else []
+    # members in several scores: Redis's listpack walk, literally (the offset is skipped
+    # without range checks, then entries are taken while in range)
+    lo, hi = _lex_bounds_reverse(o, r) if reverse else _lex_bounds(o, r)
+    if lo >= hi:
+        return []
+    out: list[Entry] = []
+    n = len(sl)
+    if reverse:
+        i = hi - 1 - offset
+        while i >= 0 and limit != 0 and r.gte_min(sl[i][1]):
+            out.append(sl[i])
+            i -= 1
+            limit -= 1
+    else:
+        i = lo + offset
+        while i < n and limit != 0 and r.lte_max(sl[i][1]):
+            out.append(sl[i])
+            i += 1
+            limit -= 1
+    return out
+
+
+def lex_count(o: Order, r: LexRange) -> int:
+    lo, hi = _lex_bounds(o, r)
+    return max(0, hi - lo)
+
+
+def random_entries(o: Order, count: int, unique: bool, rng: random.Random | None = None) -> list[Entry]:
+    """ZRANDMEMBER with a count: ``count`` distinct entries (all of them when count is
+    the size or more, in order), or ``count`` draws with repetition."""
+    rnd = rng or random
+    sl = o.sl
+    n = len(sl)
+    if not n or count <= 0:
+        return []
+    if not unique:
+        return [sl[rnd.randrange(n)] for _ in range(count)]
+    if count >= n:
+        return list(sl)
+    return [sl[i] for i in rnd.sample(range(n), count)]
+
+
+def scan(o: Order, cursor: int, count: int) -> tuple[int, list[Entry]]:
+    """ZSCAN: a small zset (as Redis's listpack: up to 128 members of up to 64 bytes)
+    in one reply, in order, cursor 0; a larger one by member hash (``hash64``) from
+    ``cursor`` on, about ``count`` members a call. A member present for the whole scan
+    is returned at least once, whatever else changes."""
+    n = len(o)
+    if n <= SMALL_SCAN and all(len(m) <= 64 for m in o.scores):
+        return 0, list(o.sl)
+    if o.by_hash is None:
+        o.by_hash = SortedList((_hash(m), m) for m in o.scores)
+    bh = o.by_hash
+    i = bh.bisect_left((cursor, b""))
+    batch = list(bh.islice(i, i + count))
+    # whole hashes only: a cursor is a hash value
+    j = i + len(batch)
+    while j < len(bh) and batch and bh[j][0] == batch[-1][0]:
+        batch.append(bh[j])
+        j += 1
+    nxt = bh[j][0] if j < len(bh) else 0  # (never 0 before the end: the batch took hash 0)
+    scores = o.scores
+    return nxt, [(scores[m], m) for _, m in batch]
+
+
+def iter_members(o: Order) -> Iterator[Entry]:
+    return iter(o.sl)
+
