@@ -312,9 +312,38 @@ FUNCTIONS = [
 ]
 
 
+# the collection families' replies as scripts see them (maps, sets, doubles, nested pairs
+# after redis.setresp(3)), blocking commands answering at once
+COLLECTIONS = [
+    (b"HSET", b"h", b"a", b"1", b"b", b"2"), (b"SADD", b"s", b"x", b"y"), (b"ZADD", b"z", b"1.5", b"m1", b"2", b"m2"),
+    (b"RPUSH", b"l", b"a", b"b"),
+    E("return redis.call('hgetall', 'h')"), E("redis.setresp(3) return redis.call('hgetall', 'h')"),
+    E("redis.setresp(3) local r = redis.call('hgetall', 'h') return r.map.a"),
+    E("return redis.call('smembers', 's')"), E("redis.setresp(3) return redis.call('smembers', 's')"),
+    E("redis.setresp(3) local r = redis.call('smembers', 's') return {r.set.x, r.set.y}"),
+    E("return redis.call('zrange', 'z', 0, -1, 'WITHSCORES')"),
+    E("redis.setresp(3) return redis.call('zrange', 'z', 0, -1, 'WITHSCORES')"),
+    E("return redis.call('zscore', 'z', 'm1')"), E("redis.setresp(3) return redis.call('zscore', 'z', 'm1')"),
+    E("redis.setresp(3) local r = redis.call('zscore', 'z', 'm1') return type(r) .. ':' .. tostring(r.double)"),
+    E("redis.setresp(3) return redis.call('zincrby', 'z', 1, 'm1')"),
+    E("return redis.call('lrange', 'l', 0, -1)"), E("return redis.pcall('blpop', 'l', 0)"),
+    E("return redis.pcall('blpop', 'nolist', 0)"), E("return redis.call('hget', 'h', 'nofield')"),
+    E("redis.setresp(3) return redis.call('hget', 'h', 'nofield')"),
+    E("return redis.call('hincrbyfloat', 'h', 'a', '0.5')"), E("return redis.pcall('hincrby', 'h', 'a', 1)"),
+    E("return redis.call('geoadd', 'g', 13.361389, 38.115556, 'Palermo')"),
+    E("return redis.call('geopos', 'g', 'Palermo')"), E("redis.setresp(3) return redis.call('geopos', 'g', 'Palermo')"),
+    E("return redis.call('geodist', 'g', 'Palermo', 'Palermo')"), E("return redis.pcall('lpop', 'h')"),
+    E("return redis.call('type', 'h')"),
+    E("redis.setresp(3) return redis.call('hrandfield', 'h', 1, 'withvalues')[1][1] ~= nil"),
+    E("return redis.pcall('brpoplpush', 'l', 'l2', 0)"), E("return redis.call('lmpop', 1, 'l', 'LEFT')"),
+    E("redis.setresp(3) return redis.call('zmpop', 1, 'z', 'MIN')"),
+    E("redis.call('del', 'h') return redis.call('exists', 'h')"),
+]
+
+
 @pytest.mark.parametrize("proto", [2, 3], ids=["resp2", "resp3"])
-@pytest.mark.parametrize("cmds", [CONVERSIONS, ERRORS, SANDBOX, LIBRARIES, FUNCTIONS],
-                         ids=["conversions", "errors", "sandbox", "libraries", "functions"])
+@pytest.mark.parametrize("cmds", [CONVERSIONS, ERRORS, SANDBOX, LIBRARIES, FUNCTIONS, COLLECTIONS],
+                         ids=["conversions", "errors", "sandbox", "libraries", "functions", "collections"])
 def test_replies_are_redis_s_byte_for_byte(pair, cmds, proto):
     node, r = pair
     conns = [Conn(node.port, proto), Conn(r.port, proto)]

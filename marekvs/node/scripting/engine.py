@@ -305,6 +305,7 @@ class Scripting:
             raise self._raise(b"ERR RESP version must be 2 or 3.")
         if self.running is not None:
             self.running.resp = int(n)
+            self.ctx.proto = int(n)  # the commands it calls answer in that protocol's shapes
 
     def _sha1hex(self, *args: Any) -> bytes:
         if len(args) != 1:
