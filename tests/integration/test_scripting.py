@@ -319,8 +319,8 @@ COLLECTIONS = [
     (b"RPUSH", b"l", b"a", b"b"),
     E("return redis.call('hgetall', 'h')"), E("redis.setresp(3) return redis.call('hgetall', 'h')"),
     E("redis.setresp(3) local r = redis.call('hgetall', 'h') return r.map.a"),
-    E("return redis.call('smembers', 's')"), E("redis.setresp(3) return redis.call('smembers', 's')"),
-    E("redis.setresp(3) local r = redis.call('smembers', 's') return {r.set.x, r.set.y}"),
+    E("return redis.call('smembers', 's')[3]"), E("return #redis.call('smembers', 's')"),
+    E("redis.setresp(3) local r = redis.call('smembers', 's') return {r.set.x, r.set.y}"),  # (order is Redis's hash's)
     E("return redis.call('zrange', 'z', 0, -1, 'WITHSCORES')"),
     E("redis.setresp(3) return redis.call('zrange', 'z', 0, -1, 'WITHSCORES')"),
     E("return redis.call('zscore', 'z', 'm1')"), E("redis.setresp(3) return redis.call('zscore', 'z', 'm1')"),
