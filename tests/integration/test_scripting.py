@@ -411,6 +411,13 @@ def test_redis_py_scripts_pipelines_and_lock(pair):
     assert incr_by(keys=["n"], args=[5]) == 5  # EVALSHA, NOSCRIPT, then EVAL
     assert incr_by(keys=["n"], args=[2]) == 7
     assert c.script_exists(incr_by.sha) == [True]
+    assert c.eval_ro("return redis.call('get', KEYS[1])", 1, "n") == b"7"
+    get_sha = c.script_load("return redis.call('get', KEYS[1])")
+    assert c.evalsha_ro(get_sha, 1, "n") == b"7"
+    with pytest.raises(redis.ResponseError, match="Write commands are not allowed from read-only scripts"):
+        c.eval_ro("return redis.call('set', KEYS[1], 1)", 1, "n")
+    with pytest.raises(redis.ResponseError, match="NOTBUSY"):
+        c.script_kill()
     pipe = c.pipeline()
     incr_by(keys=["n"], args=[1], client=pipe)
     pipe.get("n")
@@ -456,7 +463,14 @@ def test_redis_py_functions(pair):
     stats = c.function_stats()
     assert stats[b"running_script"] is None
     assert stats[b"engines"] == {b"LUA": {b"libraries_count": 1, b"functions_count": 2}}
+    dump = c.function_dump()
     assert c.function_delete("pylib")
+    assert c.function_list() == []
+    assert c.function_restore(dump)
+    assert c.fcall("hello", 0, "again") == b"hello again"
+    with pytest.raises(redis.ResponseError, match="NOTBUSY"):
+        c.function_kill()
+    assert c.function_flush()
     assert c.function_list() == []
 
 
