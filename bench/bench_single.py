@@ -66,8 +66,9 @@ class Workload:
     setup: tuple[tuple[bytes, ...], ...] = ()
     cleanup: tuple[bytes, ...] = ()
     weight: int = 1  # probe runs are 1/weight as long (MSET: 10 keys a request)
-    # a raw-socket driver of this module instead of redis-benchmark (``drive``): for what
-    # redis-benchmark cannot send, e.g. pipelined MULTI/EXEC blocks
+    # a client of its own instead of redis-benchmark (a script in bench/ taking
+    # redis-benchmark's -p -c -n -P -d --csv and printing its CSV): for a row that must
+    # use what one reply says in the next command
     driver: str | None = None
 
 
@@ -136,8 +137,38 @@ WORKLOADS: dict[str, Workload] = {
     "evalsha": Workload(command=("EVALSHA", RATE_LIMITER_SHA, "1", "rl:__rand_int__", "100", "60"),
                         probe=(b"EVAL", RATE_LIMITER, b"1", b"bench:probe:rl", b"100", b"60"),
                         setup=((b"SCRIPT", b"LOAD", RATE_LIMITER),), cleanup=(b"bench:probe:rl",)),
-    # transactions: MULTI, three SETs, EXEC, pipelined (the "multi" driver below)
-    "multi": Workload(probe=(b"MULTI",), driver="multi", weight=4),
+    # transactions: MULTI, three SETs, EXEC, pipelined (its own client, bench/multi_exec.py)
+    "multi": Workload(probe=(b"MULTI",), driver="multi_exec.py", weight=4),
+    # HyperLogLog: PFADD of one random element (of --keyspace) to one HLL; PFCOUNT of an HLL
+    # of 10k elements (+ what the PFADD rows added), which a PFADD row may have changed
+    "pfadd": Workload(command=("PFADD", "bench:hll", "ele:__rand_int__"),
+                      probe=(b"PFADD", b"bench:probe:hll", b"x"), cleanup=(b"bench:probe:hll",)),
+    "pfcount": Workload(command=("PFCOUNT", "bench:hll"), probe=(b"PFCOUNT", b"bench:probe:hll"),
+                        setup=tuple((b"PFADD", b"bench:hll", *(b"seed:%d" % i for i in range(j, j + 1000)))
+                                    for j in range(0, 10_000, 1000))),
+    # Bitmaps. SETBIT sets bit 1000 of a random bitmap of --keyspace (a 126-byte string
+    # each, created by the first SETBIT; a repeat changes nothing and writes nothing, on both
+    # servers): redis-benchmark writes __rand_int__ zero padded to 12 digits, which no bit
+    # offset parser accepts, so the random part is the key. BITCOUNT counts a whole bitmap of
+    # 100,000 bits (12.5 KB, written by the setup). A bitmap is a string register: a SETBIT
+    # that changes a bit writes (and logs) the whole value
+    "setbit": Workload(command=("SETBIT", "bench:bitmap:__rand_int__", "1000", "1"),
+                       probe=(b"SETBIT", b"bench:probe:bitmap", b"7", b"1"), cleanup=(b"bench:probe:bitmap",)),
+    "bitcount": Workload(command=("BITCOUNT", "bench:bitmap"), probe=(b"BITCOUNT", b"bench:probe:bitmap"),
+                         setup=((b"SETBIT", b"bench:bitmap", b"99999", b"1"),
+                                (b"BITFIELD", b"bench:bitmap", *(x for i in range(0, 99_000, 997)
+                                                                 for x in (b"SET", b"u8", b"%d" % i, b"165"))))),
+    # -- streams: XADD to one growing stream; XRANGE of the first 10 entries of a stream of
+    # 1000; XREADGROUP+XACK: consumers reading one entry and acknowledging it (its own
+    # client, bench/xreadgroup_ack.py: redis-benchmark cannot ack the id it read)
+    "xadd": Workload(command=("XADD", "mystream", "*", "field", "__rand_int__"),
+                     probe=(b"XADD", b"bench:probe:x", b"*", b"f", b"v"), cleanup=(b"bench:probe:x",)),
+    "xrange": Workload(command=("XRANGE", "bench:xrange", "-", "+", "COUNT", "10"),
+                       probe=(b"XRANGE", b"bench:xrange", b"-", b"+", b"COUNT", b"10"),
+                       setup=tuple((b"XADD", b"bench:xrange", b"*", b"field", b"%064d" % i) for i in range(1000))),
+    "xreadgroup+xack": Workload(driver="xreadgroup_ack.py",
+                                probe=(b"XGROUP", b"CREATE", b"bench:probe:xg", b"g", b"$", b"MKSTREAM"),
+                                cleanup=(b"bench:probe:xg",)),
 }
 TESTS = tuple(WORKLOADS)
 TARGETS = {  # pipeline -> (min geomean ratio, min row ratio)
@@ -458,118 +489,27 @@ def parse_csv(text: str) -> dict[str, dict[str, float]]:
 
 def bench_cmd(port: int, test: str, pipeline: int, n: int, clients: int, keyspace: int,
               size: int) -> list[str]:
-    w = WORKLOADS[test]
-    if w.driver is not None:
-        return [sys.executable, os.path.abspath(__file__), "--drive", w.driver, str(port), str(clients), str(n),
-                str(pipeline), str(keyspace), str(size)]
     base = [which_or_die("redis-benchmark"), "-h", "127.0.0.1", "-p", str(port), "-c", str(clients),
             "-n", str(n), "-r", str(keyspace), "-d", str(size), "-P", str(pipeline), "--csv"]
+    w = WORKLOADS[test]
+    if w.driver is not None:
+        return [sys.executable, os.path.join(HERE, w.driver), "-p", str(port), "-c", str(clients), "-n", str(n),
+                "-P", str(pipeline), "-d", str(size), "-r", str(keyspace), "--csv"]
     return base + (["-t", test] if w.command is None else list(w.command))
 
 
-# -- a raw-socket driver, for what redis-benchmark cannot send ---------------------------------
-
-def _tx_multi(keyspace: int, size: int, rng: Any) -> bytes:
-    value = b"x" * size
-    out = [b"*1\r\n$5\r\nMULTI\r\n"]
-    for _ in range(3):
-        k = b"key:%012d" % rng.randrange(keyspace)
-        out.append(b"*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n" % (len(k), k, size, value))
-    out.append(b"*1\r\n$4\r\nEXEC\r\n")
-    return b"".join(out)
-
-
-DRIVERS = {  # name -> (one request's bytes, its reply's bytes, the row name)
-    "multi": (_tx_multi, b"+OK\r\n" + b"+QUEUED\r\n" * 3 + b"*3\r\n" + b"+OK\r\n" * 3, "MULTI"),
-}
-
-
-def drive(argv: list[str]) -> int:
-    """``--drive NAME PORT CLIENTS N PIPELINE KEYSPACE SIZE``: send N requests of driver NAME
-    over CLIENTS connections, PIPELINE at a time per connection, as redis-benchmark does, and
-    print redis-benchmark's CSV. Every reply is known in advance, so a batch is done when its
-    bytes have arrived (and the first batch of each connection is checked byte for byte)."""
-    import random
-    import selectors
-
-    name, port, clients, n, pipeline, keyspace, size = argv[0], *map(int, argv[1:7])
-    make, reply, row = DRIVERS[name]
-    rng = random.Random(1)
-    batches = [b"".join(make(keyspace, size, rng) for _ in range(pipeline)) for _ in range(64)]
-    want = reply * pipeline
-    sel = selectors.DefaultSelector()
-    conns = []
-    for _ in range(min(clients, max(1, n // pipeline))):
-        s = socket.create_connection(("127.0.0.1", port))
-        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        s.setblocking(False)
-        conns.append(s)
-    state = {}  # socket -> [received bytes, sent at, batches done, checked]
-    sent = 0
-    lat: list[float] = []
-    t0 = time.perf_counter()
-
-    def send(s: socket.socket) -> bool:
-        nonlocal sent
-        if sent >= n:
-            return False
-        s.sendall(batches[(sent // pipeline) % len(batches)])
-        sent += pipeline
-        state[s][0] = bytearray()
-        state[s][1] = time.perf_counter()
-        return True
-
-    for s in conns:
-        state[s] = [bytearray(), 0.0, 0, False]
-        sel.register(s, selectors.EVENT_READ)
-        send(s)
-    active = len(conns)
-    while active:
-        for key, _ in sel.select():
-            s = key.fileobj
-            data = s.recv(1 << 16)
-            if not data:
-                sys.exit("drive: the server closed a connection")
-            st = state[s]
-            st[0] += data
-            if len(st[0]) < len(want):
-                continue
-            if not st[3]:
-                if bytes(st[0]) != want:
-                    sys.exit(f"drive: unexpected reply {bytes(st[0])[:200]!r}")
-                st[3] = True
-            rtt = (time.perf_counter() - st[1]) * 1000
-            lat.extend([rtt] * pipeline)
-            if not send(s):
-                sel.unregister(s)
-                s.close()
-                active -= 1
-    wall = time.perf_counter() - t0
-    lat.sort()
-
-    def pct(q: float) -> float:
-        return lat[min(len(lat) - 1, int(q * len(lat)))]
-
-    print('"test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms",'
-          '"p99_latency_ms","max_latency_ms"')
-    print(f'"{row}","{sent / wall:.2f}","{sum(lat) / len(lat):.3f}","{lat[0]:.3f}","{pct(0.5):.3f}",'
-          f'"{pct(0.95):.3f}","{pct(0.99):.3f}","{lat[-1]:.3f}"')
-    return 0
-
-
 def csv_name(test: str) -> str:
-    """The row name redis-benchmark's CSV gives ``test`` (its command line for a command;
-    a driver's row name)."""
+    """The row name redis-benchmark's CSV gives ``test`` (its command line for a command)."""
     w = WORKLOADS[test]
-    if w.driver is not None:
-        return DRIVERS[w.driver][2]
-    return test.upper() if w.command is None else " ".join(w.command).upper()
+    return test.upper() if w.command is None else " ".join(w.command).upper()  # (a driver's: its own)
 
 
 def run_one(srv: ServerProc, server_name: str, test: str, pipeline: int, n: int, args: argparse.Namespace,
             timeout: float, profile_out: str | None = None) -> Run:
     cmd = bench_cmd(srv.port, test, pipeline, n, args.clients, args.keyspace, args.size)
-    run = Run(server_name, test, pipeline, n, command=" ".join(["redis-benchmark"] + cmd[1:]))
+    w = WORKLOADS[test]
+    shown = ["redis-benchmark"] + cmd[1:] if w.driver is None else [f"bench/{w.driver}"] + cmd[2:]
+    run = Run(server_name, test, pipeline, n, command=" ".join(shown))
     pid = srv.pid
     spy = None
     if profile_out and pid is not None:
@@ -857,9 +797,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    raw = sys.argv[1:] if argv is None else argv
-    if raw[:1] == ["--drive"]:
-        return drive(raw[1:])
     args = parse_args(argv)
     for tool in ("redis-server", "redis-cli", "redis-benchmark"):
         which_or_die(tool)

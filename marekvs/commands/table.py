@@ -509,6 +509,11 @@ FAMILIES = (
     # sorted sets and geo
     "marekvs.commands.zsets",
     "marekvs.commands.geo",
+    # HyperLogLog and bitmaps (branch hll-keyspace)
+    "marekvs.commands.hll",
+    "marekvs.commands.bitmaps",
+    # streams and consumer groups
+    "marekvs.commands.streams",
     # scripting: EVAL*, SCRIPT, FCALL*, FUNCTION
     "marekvs.commands.scripting",
 )

@@ -31,6 +31,10 @@ know about the records under that tag:
     'q'  list-element  list                 element  no    lww        (raw bytes)              element
     'H'  hll-register  hll-register         element  no    hll        one byte, rank <= 51     element
     'x'  stream-entry  stream-entry         element  no    lww        a live entry parses      element
+    'X'  stream-counters stream-entry       element  no    counters   counters, never a tomb.  element
+    'g'  stream-group  stream-entry         element  no    group      group                    element
+    'c'  group-consumer stream-entry        element  no    consumer   consumer OR element      element
+    'p'  group-pending stream-entry         element  no    pending    pending entry            element
     'F'  function-lib  string               node     no    lww        fmt 1 when live          record
     'l'  retired: the whole-list blob. Reserved (``RETIRED``): never written, read or accepted.
 
@@ -52,7 +56,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from marekvs.core import envelope as env
-from marekvs.core import funclib, head, hll, lww, orswot, pncounter, stream, zset
+from marekvs.core import funclib, head, hll, lww, orswot, pncounter, stream, streamgroup, zset
 from marekvs.core import keys as K
 from marekvs.core.envelope import RecordType
 from marekvs.core.partition import partition_of
@@ -207,6 +211,24 @@ HLL_REGISTER = _element(K.TAG_HLL, "hll-register", K.encode_hll_key, K.decode_hl
 STREAM_ENTRY = _element(K.TAG_STREAM, "stream-entry", K.encode_stream_key, K.decode_stream_key,
                         RecordType.STREAM_ENTRY, _CT.STREAM, lww.merge, _check_stream)
 
+# Streams beside their entries (core/stream.py, core/streamgroup.py): per-origin counters
+# and the consumer groups. They share the stream entries' record type (the 3-bit type has
+# no free value); the tag picks the merge and each payload starts with its own format byte.
+# Gated by the stream head like every element (by their hlc); a group's own destroy clock
+# gates its consumers and pending entries at read time (streamgroup.py).
+STREAM_COUNTERS = _element(K.TAG_STREAM_COUNTER, "stream-counters", K.encode_stream_counter_key,
+                           K.decode_stream_counter_key, RecordType.STREAM_ENTRY, _CT.STREAM,
+                           stream.merge_counters, stream.check_counters)
+STREAM_GROUP = _element(K.TAG_GROUP, "stream-group", K.encode_group_key, K.decode_group_key,
+                        RecordType.STREAM_ENTRY, _CT.STREAM, streamgroup.merge_group,
+                        streamgroup.check_group)
+GROUP_CONSUMER = _element(K.TAG_CONSUMER, "group-consumer", K.encode_consumer_key,
+                          K.decode_consumer_key, RecordType.STREAM_ENTRY, _CT.STREAM,
+                          streamgroup.merge_consumer, streamgroup.check_consumer)
+GROUP_PENDING = _element(K.TAG_PENDING, "group-pending", K.encode_pending_key, K.decode_pending_key,
+                         RecordType.STREAM_ENTRY, _CT.STREAM, streamgroup.merge_pending,
+                         streamgroup.check_pending)
+
 # Node-level records: not keys, not gated by a head; swept as any record once deleted
 FUNCTION_LIBRARY = RecordKind(
     K.TAG_FUNCTION, "function-library", K.encode_function_key, K.decode_function_key,
@@ -214,7 +236,8 @@ FUNCTION_LIBRARY = RecordKind(
     head_flag=False, merge=lww.merge, check_payload=_check_function, sweep=Sweep.RECORD)
 
 KINDS: tuple[RecordKind, ...] = (STRING, HEAD, HASH_FIELD, SET_MEMBER, ZSET_MEMBER, ZSET_SCORE,
-                                 LIST_ELEMENT, HLL_REGISTER, STREAM_ENTRY, FUNCTION_LIBRARY)
+                                 LIST_ELEMENT, HLL_REGISTER, STREAM_ENTRY, STREAM_COUNTERS,
+                                 STREAM_GROUP, GROUP_CONSUMER, GROUP_PENDING, FUNCTION_LIBRARY)
 
 # Tags that no kind may take again. Nothing writes or reads them; a peer shipping one is
 # refused; a record found under one locally merges as an LWW register and is swept by
@@ -235,6 +258,12 @@ ELEMENT_TAGS: bytes = bytes(sorted(k.code for k in KINDS if k.ctype is not None)
 # Node-level records (function libraries): what the engine reports apart from the change
 # feed (``Engine.on_node_change``)
 NODE_TAGS: bytes = bytes(sorted(k.code for k in KINDS if k.is_node))
+
+# Streams: state kept beside a key's value that Redis changes without "modifying the key"
+# (no signalModifiedKey: consumer groups, their consumers and pending entries, the
+# counters XSETID sets). WATCH ignores changes to these records, as Redis's does.
+UNWATCHED_CODES: frozenset[int] = frozenset(k.code for k in (STREAM_COUNTERS, STREAM_GROUP, GROUP_CONSUMER,
+                                                              GROUP_PENDING))
 
 
 def element_kinds(ctype: int) -> tuple[RecordKind, ...]:

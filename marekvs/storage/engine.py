@@ -8,6 +8,8 @@ Column families
                 ring of recent entries)
     ``meta``    node metadata: node id, peers' high-water marks, format version,
                 the log's trim floor, the clock
+    ``digest``  the kept digest: segment hashes of every partition, exact after every
+                commit (``storage/digest.py``; the hashes are ``core/digest.py``'s)
 
 The one apply path
     ``apply(records)`` takes records (internal key, envelope + payload), reads the
@@ -27,6 +29,12 @@ Group commit
     commits mid-tick: a scan merges the pending writes into what it reads from RocksDB,
     so a transaction or a script that scans keeps its writes in one batch and one log
     entry (peers apply it whole).
+
+Digests (anti-entropy): ``apply`` and ``purge`` note each change's digest delta (the
+hash of the new record XOR the hash of the one it replaced, while both are still in the
+CPU's cache); ``commit`` puts the batch's deltas in the same WriteBatch and folds them into
+the kept digest once it is written (``storage/digest.py``). Those are the only digest
+lines in the apply path and the commit, each marked ``(digest)``.
 
 Durability (like Redis's appendfsync): ``always`` syncs the WAL with every batch,
 ``everysec`` syncs it from a background thread once per second (``wal.py``), ``no``
@@ -54,6 +62,8 @@ processes.
 
 from __future__ import annotations
 
+from bisect import bisect_left, insort
+
 import gc
 import logging
 import os
@@ -71,6 +81,7 @@ from marekvs.core import registry
 from marekvs.core.hlc import LOGICAL_BITS
 from marekvs.core.partition import PARTITIONS
 from marekvs.storage import identity
+from marekvs.storage.digest import KeptDigest, key_hash
 from marekvs.storage.replog import ReplicationLog
 from marekvs.storage.wal import WalSyncer
 
@@ -84,6 +95,7 @@ if any(c >= _ORD_HEAD for c in registry.NODE_TAGS):  # apply() tests them below 
 MISSING = None  # cached absence is stored as None; a cache miss is _NOT_CACHED
 _NOT_CACHED = object()
 _U16 = struct.Struct(">H")
+_EMPTY = b""  # (digest) no record
 FORMAT_VERSION = 1
 # A commit also saves the clock when the clock runs this far ahead of the wall clock (it
 # took a peer's stamp from a clock that leads ours): a restart, which takes far longer,
@@ -120,7 +132,7 @@ class Engine:
         opts.increase_parallelism(2)
         opts.set_max_background_jobs(2)
         opts.set_max_total_wal_size(max_total_wal_bytes)
-        cf = {name: Options(raw_mode=True) for name in ("data", "replog", "meta")}
+        cf = {name: Options(raw_mode=True) for name in ("data", "replog", "meta", "digest")}
         cf["data"] = data_options()
         self.db = Rdict(path, opts, column_families=cf)
         self.data = self.db.get_column_family("data")
@@ -130,10 +142,14 @@ class Engine:
         self._h_replog = self.db.get_column_family_handle("replog")
         self._h_meta = self.db.get_column_family_handle("meta")
         self._check_identity()
+        self.digest = KeptDigest(self.db, self.db.get_column_family("digest"),
+                                 self.db.get_column_family_handle("digest"), self.data)
 
         self.cache: dict[bytes, bytes | None] = {}
         self.cache_entries = cache_entries
         self.pending: dict[bytes, bytes | None] = {}  # None = physical delete
+        self._pkeys: list[bytes] = []  # pending's keys sorted, for scans (_pending_keys)
+        self._pkeys_of: object = None  # the pending dict _pkeys was made from
         self.pending_log: dict[bytes, None] = {}  # keys changed by local commands, in order
         self.pending_meta: dict[bytes, bytes | None] = {}
         self.head_pids = self._find_head_partitions()
@@ -251,8 +267,35 @@ class Engine:
         base = _iterate(it, end)
         if not self.pending:
             return base
-        over = sorted((k, v) for k, v in self.pending.items() if k >= start and (end is None or k < end))
-        return _with_pending(base, over) if over else base
+        keys = self._pending_keys()
+        lo = bisect_left(keys, start)
+        hi = len(keys) if end is None else bisect_left(keys, end, lo)
+        if lo == hi:
+            return base
+        pending = self.pending
+        return _with_pending(base, [(k, pending[k]) for k in keys[lo:hi]])
+
+    def _pending_keys(self) -> list[bytes]:
+        """The pending keys in order, kept across the scans of one tick: ``pending`` only
+        grows (a dict, in insertion order) until the commit replaces it, so a scan sorts
+        in only the keys written since the previous scan (timsort merges the sorted run
+        and the new tail in linear time) instead of filtering and sorting the whole tick's
+        writes each time: a pipelined tick of XREADGROUPs or a script scanning after each
+        write stays linear in the tick."""
+        p = self.pending
+        keys = self._pkeys
+        if self._pkeys_of is not p:
+            keys = self._pkeys = sorted(p)
+            self._pkeys_of = p
+        elif len(keys) < len(p):
+            new = list(islice(p, len(keys), None))
+            if len(new) < 16:
+                for k in new:
+                    insort(keys, k)
+            else:
+                keys += new
+                keys.sort()
+        return keys
 
     def scan_tags(self, first_pid: int, tags: bytes) -> Iterator[tuple[bytes, bytes]]:
         """Records of partitions ``first_pid`` on whose tag byte (the byte after the
@@ -265,8 +308,9 @@ class Engine:
         base = self._scan_tags(first_pid, wanted)
         if not self.pending:
             return base
-        lo = _U16.pack(first_pid)
-        over = sorted((k, v) for k, v in self.pending.items() if k >= lo and k[2] in wanted)
+        keys = self._pending_keys()
+        pending = self.pending
+        over = [(k, pending[k]) for k in keys[bisect_left(keys, _U16.pack(first_pid)):] if k[2] in wanted]
         return _with_pending(base, over) if over else base
 
     def _scan_tags(self, first_pid: int, wanted: bytes) -> Iterator[tuple[bytes, bytes]]:
@@ -301,6 +345,8 @@ class Engine:
         pending = self.pending
         merge = _merge.merge
         notify = self.on_change
+        dslot, dx = self.digest.slots.append, self.digest.xs.append  # (digest)
+        kh_ = key_hash  # (digest)
         notes: list[tuple[bytes, bytes | None, bytes]] = []
         node_recs: list[tuple[bytes, bytes]] | None = None
         for ikey, incoming in records:
@@ -320,6 +366,9 @@ class Engine:
                     node_recs.append((ikey, m))
                     t = -1
             cache[ikey] = m
+            kh = kh_(ikey)  # (digest) slot = pid << 4 | segment; delta = H(new) ^ H(old)
+            dslot(((ikey[0] << 8 | ikey[1]) << 4) | kh >> 60)
+            dx(kh_(m, kh) ^ kh_(cur or _EMPTY, kh))  # type: ignore[arg-type]
             pending[ikey] = m
             changed.append((ikey, m))
             if notify is not None and t >= 0:
@@ -347,8 +396,11 @@ class Engine:
 
     def purge(self, ikey: bytes) -> None:
         """Physically remove a record (expiry sweeper / GC only: never a user write)."""
+        self.digest.removed(ikey, self.get(ikey))  # (digest)
         self.pending[ikey] = None
-        self.cache.pop(ikey, None)
+        # Cached as absent (not dropped): a read, or an apply in the same batch, must see
+        # the record gone, not the committed copy (the digest counts it gone already).
+        self.cache[ikey] = MISSING
 
     # -- commit ----------------------------------------------------------------------
     def commit(self) -> int:
@@ -356,7 +408,7 @@ class Engine:
         pending = self.pending
         plog = self.pending_log
         pmeta = self.pending_meta
-        if not pending and not plog and not pmeta:
+        if not pending and not plog and not pmeta and not self.digest.pending_work():
             return 0
         wb = WriteBatch(raw_mode=True)
         h = self._h_data
@@ -369,6 +421,7 @@ class Engine:
             else:
                 wb.put(k, v, h)
         seq = self.log.append(wb, list(plog), pending) if plog else 0
+        digested = self.digest.prepare(wb)  # (digest) the batch's deltas, same WriteBatch
         hlc = self.hlc
         if hlc is not None and (hlc.last >> LOGICAL_BITS) > hlc.wall() + HLC_LEAD_MS:
             pmeta[b"hlc"] = b"%d" % hlc.last
@@ -380,6 +433,7 @@ class Engine:
                 else:
                     wb.put(k, v, hm)
         self.db.write(wb, self._wopts)
+        self.digest.applied(digested)  # (digest)
         n = len(pending)
         self.batches += 1
         self.records_written += n
@@ -452,6 +506,7 @@ class Engine:
         if self.closed:
             return
         self.commit()
+        self.digest.checkpoint()  # (digest) a restart replays no delta entries
         self.wal.stop()
         try:
             self.db.flush_wal(True)
@@ -462,6 +517,7 @@ class Engine:
             self.data = self.replog = self.meta = None  # type: ignore[assignment]
             self._h_data = self._h_replog = self._h_meta = None
             self.log.close()
+            self.digest.close()
             self.cache.clear()
             self.db.close()
             del self.db
