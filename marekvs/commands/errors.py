@@ -312,6 +312,7 @@ XREAD_UNBALANCED = ("ERR Unbalanced XREAD list of streams: for each stream key a
 XREAD_GROUP_OPTION = "ERR The GROUP option is only supported by XREADGROUP. You called XREAD instead."
 XREAD_NOACK_OPTION = "ERR The NOACK option is only supported by XREADGROUP. You called XREAD instead."
 XREADGROUP_NO_GROUP = "ERR Missing GROUP option for XREADGROUP"
+XREAD_BLOCK_IN_SCRIPT = "ERR %s command is not allowed with BLOCK option from scripts"  # the name as given
 XREADGROUP_DOLLAR = ("ERR The $ ID is meaningless in the context of XREADGROUP: you want to read the "
                      "history of this consumer by specifying a proper ID, or use the > ID to get new "
                      "messages. The $ ID would just return an empty result set.")
