@@ -343,7 +343,8 @@ COLLECTIONS = [
 # streams, consumer groups, HyperLogLog and bitmaps as scripts see them; XREAD BLOCK is
 # refused in a script (MULTI answers it as a timeout instead)
 STREAMS_HLL_BITMAPS = [
-    E("return redis.call('xadd', 'x', '1-1', 'f', 'v')"), E("return redis.call('xadd', 'x', '2-1', 'a', 'b', 'c', 'd')"),
+    E("return redis.call('xadd', 'x', '1-1', 'f', 'v')"),
+    E("return redis.call('xadd', 'x', '2-1', 'a', 'b', 'c', 'd')"),
     E("return redis.call('xrange', 'x', '-', '+')"), E("redis.setresp(3) return redis.call('xrange', 'x', '-', '+')"),
     E("return redis.call('xread', 'COUNT', 1, 'STREAMS', 'x', 0)"),
     E("redis.setresp(3) return redis.call('xread', 'STREAMS', 'x', 0)"),
