@@ -437,7 +437,7 @@ def key_vectors() -> list[dict]:
         rec.update(inputs)
         rec.update({"pid": ref_pid(uk), "klen_hex": ref_varint(len(uk)).hex(),
                     "ikey_hex": ikey.hex()})
-        if layout not in ("string", "user"):
+        if layout not in ("string", "user", "function"):  # (no klen: the name is the rest of the key)
             rec["prefix_hex"] = ref_prefix(tag, uk).hex()
         out.append(rec)
 
@@ -494,6 +494,10 @@ def key_vectors() -> list[dict]:
                 emit("group-pending", b"p", name, uk, K.encode_pending_key(uk, grp, ms, seq),
                      ref_prefix(b"p", uk) + ref_varint(len(grp)) + grp + ref_u64(ms) + ref_u64(seq),
                      group_hex=grp.hex(), ms=str(ms), seq=str(seq))
+    # function libraries: the library name in the string layout (no klen), tag F (the codec
+    # takes any bytes; FUNCTION LOAD only makes names of letters, digits and '_')
+    for name, uk in uks + [("libname", b"mylib_2")]:
+        emit("function", b"F", name, uk, K.encode_function_key(uk), ref_u16(ref_pid(uk)) + b"F" + uk)
     # ACL users: [pid(name)] 'U' [name], no klen (the name is the rest of the key)
     for name, uk in uks:
         ikey = K.encode_user_key(uk)
@@ -638,6 +642,8 @@ REF_KINDS = [
     ("U", "acl-user", "[user name]", [0], "node", False, "lww",
      "ACL user: fmt 1, the rules as ACL LIST prints them (none for a deleted user); no TTL", "record",
      None, None),
+    ("F", "function-library", "[library name]", [0], "node", False, "lww",
+     "fmt u8 = 1, then the library code (FUNCTION LOAD's payload)", "record", None, None),
 ]
 REF_RETIRED = [("l", "whole-list LWW blob")]
 
@@ -668,6 +674,37 @@ def kind_vectors() -> list[dict]:
     return out
 
 
+def function_vectors() -> list[dict]:
+    """Function-library records (DATA_MODEL.md §17): the key, and the whole stored value of
+    a live library (envelope type 0, fmt byte 1, the code) or of its tombstone."""
+    from marekvs.core import funclib
+
+    out: list[dict] = []
+    hlc_real = (1700000000123 << 16) | 5
+    libs = [
+        ("mylib", b"#!lua name=mylib\nredis.register_function('f', function() return 1 end)\n"),
+        ("lib_2", b"#!lua name=lib_2\nredis.register_function{function_name='g', "
+                  b"callback=function(keys, args) return keys[1] end, flags={'no-writes'}}"),
+        ("x", b"#!lua name=x\n"),
+        ("utf8", "#!lua name=utf8\n-- \u043a\u043b\u044e\u0447\nredis.register_function('u', function() end)".encode()),
+        ("long", b"#!lua name=long\n" + b"--" + b"a" * 300 + b"\nredis.register_function('l', function() end)"),
+    ]
+    for name, code in libs:
+        key = name.encode()
+        for hlc, origin in ((hlc_real, 1), ((1 << 48) - 1 << 16, 0xFFFF), (1, 2)):
+            ref_key = ref_u16(ref_pid(key)) + b"F" + key
+            _agree(f"function key {name}", K.encode_function_key(key), ref_key)
+            live = ref_envelope(ref_flags(0, False, False), hlc, origin, 0, b"\x01" + code)
+            _agree(f"function record {name}", funclib.new(code, hlc, origin), live)
+            out.append({"name": name, "kind": "live", "hlc": str(hlc), "origin": origin, "code_hex": code.hex(),
+                        "ikey_hex": ref_key.hex(), "value_hex": live.hex()})
+        tomb = ref_envelope(ref_flags(0, True, False), hlc_real + 7, 3, 0)
+        _agree(f"function tombstone {name}", funclib.tombstone(hlc_real + 7, 3), tomb)
+        out.append({"name": name, "kind": "tombstone", "hlc": str(hlc_real + 7), "origin": 3,
+                    "ikey_hex": (ref_u16(ref_pid(key)) + b"F" + key).hex(), "value_hex": tomb.hex()})
+    return out
+
+
 FILES = {
     "partition.jsonl": partition_vectors,
     "hashtags.jsonl": hashtag_vectors,
@@ -678,6 +715,7 @@ FILES = {
     "envelope.jsonl": envelope_vectors,
     "kinds.jsonl": kind_vectors,
     "acl_users.jsonl": acl_user_vectors,
+    "functions.jsonl": function_vectors,
 }
 
 

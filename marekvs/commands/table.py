@@ -514,6 +514,8 @@ FAMILIES = (
     "marekvs.commands.bitmaps",
     # streams and consumer groups
     "marekvs.commands.streams",
+    # scripting: EVAL*, SCRIPT, FCALL*, FUNCTION
+    "marekvs.commands.scripting",
     # ACL users (acl)
     "marekvs.commands.acl",
 )

@@ -11,8 +11,8 @@ know about the records under that tag:
 - its role: a *key* record (a string or a collection head: what a TYPE check reads,
   what iteration and INFO count as one key), an *element* of a collection, gated by
   its head's delete clock (and then the clock an element is gated by, ``gate_clock``),
-  or a *node* record outside the keyspace (an ACL user: neither a key nor gated; the
-  engine reports its changes to the node apart from the change feed);
+  or a *node* record outside the keyspace (an ACL user, a function library: neither a key
+  nor gated; the engine reports its changes to the node apart from the change feed);
 - its merge function (``merge.merge`` dispatches on it);
 - its payload check: a structured payload that merge or a read would parse (counters,
   heads, ORSWOT elements, HLL registers, stream entries, the empty score index) must
@@ -36,6 +36,7 @@ know about the records under that tag:
     'c'  group-consumer stream-entry        element  no    consumer   consumer OR element      element
     'p'  group-pending stream-entry         element  no    pending    pending entry            element
     'U'  acl-user      string               node     no    lww        fmt 1 when live, no TTL  record
+    'F'  function-lib  string               node     no    lww        fmt 1 when live          record
     'l'  retired: the whole-list blob. Reserved (``RETIRED``): never written, read or accepted.
 
 Sweep rules (``core/sweep.py`` states and applies them): ``RECORD``, a tombstone or an
@@ -56,7 +57,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from marekvs.core import envelope as env
-from marekvs.core import acluser, head, hll, lww, orswot, pncounter, stream, streamgroup, zset
+from marekvs.core import acluser, funclib, head, hll, lww, orswot, pncounter, stream, streamgroup, zset
 from marekvs.core import keys as K
 from marekvs.core.envelope import RecordType
 from marekvs.core.partition import partition_of
@@ -156,6 +157,11 @@ def _check_stream(record: bytes) -> None:
         stream.from_bytes(record[env.HEADER:])
 
 
+def _check_function(record: bytes) -> None:
+    if not record[0] & env.FLAG_TOMBSTONE:
+        funclib.from_bytes(record[env.HEADER:])
+
+
 # -- rows --------------------------------------------------------------------------------
 
 def _user_key_of(decode: Callable[[bytes], tuple[Any, ...]]) -> Callable[[bytes], bytes]:
@@ -230,9 +236,14 @@ ACL_USER = RecordKind(
     K.encode_user_key, frozenset((acluser.RTYPE,)), is_key=False, head_flag=False, merge=lww.merge,
     check_payload=acluser.check, sweep=Sweep.RECORD)
 
+FUNCTION_LIBRARY = RecordKind(
+    K.TAG_FUNCTION, "function-library", K.encode_function_key, K.decode_function_key,
+    K.decode_function_key, K.encode_function_key, frozenset((RecordType.STRING,)), is_key=False,
+    head_flag=False, merge=lww.merge, check_payload=_check_function, sweep=Sweep.RECORD)
+
 KINDS: tuple[RecordKind, ...] = (STRING, HEAD, HASH_FIELD, SET_MEMBER, ZSET_MEMBER, ZSET_SCORE,
                                  LIST_ELEMENT, HLL_REGISTER, STREAM_ENTRY, STREAM_COUNTERS,
-                                 STREAM_GROUP, GROUP_CONSUMER, GROUP_PENDING, ACL_USER)
+                                 STREAM_GROUP, GROUP_CONSUMER, GROUP_PENDING, ACL_USER, FUNCTION_LIBRARY)
 
 # Tags that no kind may take again. Nothing writes or reads them; a peer shipping one is
 # refused; a record found under one locally merges as an LWW register and is swept by
@@ -250,8 +261,8 @@ BY_CODE: list[RecordKind | None] = [BY_TAG.get(bytes((c,))) for c in range(256)]
 # partition), e.g. for ``Engine.scan_tags(first_pid, KEY_TAGS)``.
 KEY_TAGS: bytes = bytes(sorted(k.code for k in KINDS if k.is_key))
 ELEMENT_TAGS: bytes = bytes(sorted(k.code for k in KINDS if k.ctype is not None))
-# Node-level records (ACL users): what the engine reports apart from the change feed
-# (``Engine.on_node_change``)
+# Node-level records (ACL users, function libraries): what the engine reports apart from
+# the change feed (``Engine.on_node_change``)
 NODE_TAGS: bytes = bytes(sorted(k.code for k in KINDS if k.is_node))
 
 # Streams: state kept beside a key's value that Redis changes without "modifying the key"

@@ -313,6 +313,41 @@ def test_acl_log_entries_are_redis_s(both):
     c.close()
 
 
+def test_a_scripts_calls_are_checked_one_by_one(both):
+    """EVAL and FCALL: each redis.call is checked against the caller's user, with Redis's
+    script texts (the script's position appended), and logged with context lua and the
+    caller's client-info."""
+    admin, c = Pair(both), Pair(both)
+    admin.same("ACL", "SETUSER", "app", "on", ">pw", "~app:*", "resetchannels", "&ch", "-@all", "+get", "+eval",
+               "+evalsha", "+eval_ro", "+fcall", "+function|load", "+publish")
+    admin.same("SET", "app:1", "v")
+    c.same("AUTH", "app", "pw")
+    c.same("EVAL", "return redis.call('get', KEYS[1])", "1", "app:1")
+    c.same("EVAL", "return redis.call('get', 'other')", "0")
+    c.same("EVAL", "return redis.call('set', 'app:1', 'x')", "0")
+    c.same("EVAL", "return redis.call('publish', 'news', 'x')", "0")
+    c.same("EVAL", "return redis.pcall('set', 'app:1', 'x')", "0")
+    c.same("EVAL_RO", "return redis.call('set', 'app:1', 'x')", "0")  # (the ACL first, then read-only)
+    c.same("EVAL_RO", "return redis.call('get', 'other')", "0")
+    c.same("EVAL", "return redis.call('acl', 'whoami')", "0")
+    for args in (("'get', 'app:1'",), ("'get', 'other'",), ("'set', 'app:1', 'v'",), ("'nosuch'",)):
+        c.same("EVAL", f"return redis.acl_check_cmd({args[0]})", "0")
+    c.same("FUNCTION", "LOAD", "#!lua name=acllib\n"
+           "redis.register_function('peek', function(keys, args) return redis.call('get', keys[1]) end)")
+    c.same("FCALL", "peek", "1", "app:1")
+    c.same("FCALL", "peek", "1", "other")
+    admin.same("FUNCTION", "FLUSH")
+    for proto in (2, 3):
+        a, b = Raw(both[0].port, proto), Raw(both[1].port, proto)
+        ours, theirs = a.call("ACL", "LOG"), b.call("ACL", "LOG")
+        assert _log_shape(ours) == _log_shape(theirs)
+        assert _log_fields(ours, proto) == _log_fields(theirs, proto)
+        a.close()
+        b.close()
+    admin.close()
+    c.close()
+
+
 _CLIENT_FIELDS = ("flags", "db", "sub", "psub", "multi", "cmd", "user", "resp", "name")
 
 

@@ -68,6 +68,8 @@ def test_a_user_created_changed_and_deleted_anywhere_is_so_everywhere(cluster):
         assert c.execute_command("ACL", "SETUSER", "alice", "on", ">pw", "~app:*", "+@all") == b"OK"
     wait_for(lambda: auth_result(cluster, 3, "alice", "pw") == "True", TIMEOUT,
              "alice authenticating on node 3")
+    wait_for(lambda: auth_result(cluster, 2, "alice", "pw") == "True", TIMEOUT,
+             "alice authenticating on node 2")  # (each link is its own: node 2 may be later than 3)
     on1 = Conn(cluster[1].port)
     on2 = Conn(cluster[2].port)
     for conn in (on1, on2):

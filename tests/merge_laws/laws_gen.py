@@ -157,6 +157,8 @@ LATTICES = {
     "stream-entry": (keys.encode_stream_key(U, 5, 1 << 20),
                      lww_records(RecordType.STREAM_ENTRY, stream_payloads)),
     "acl-user": (keys.encode_user_key(U), user_records()),
+    "function-library": (keys.encode_function_key(b"mylib"),
+                         lww_records(RecordType.STRING, SMALL_BYTES.map(lambda code: b"\x01" + code))),
 }
 
 # the stream records beside the entries (streams_gen.py)

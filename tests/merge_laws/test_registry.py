@@ -32,7 +32,7 @@ SAMPLES = {
     "zset-member": (b"m",), "zset-score": (-2.5, b"m"), "list-element": (K.LIST_CENTER,),
     "hll-register": (7,), "stream-entry": (5, 1 << 20),
     "stream-counters": (3,), "stream-group": (b"grp",), "group-consumer": (b"grp", b"c1"),
-    "group-pending": (b"grp", 5, 1 << 20), "acl-user": (),
+    "group-pending": (b"grp", 5, 1 << 20), "acl-user": (), "function-library": (),
 }
 
 
@@ -48,14 +48,16 @@ def test_every_tag_the_codecs_define_has_a_row_or_is_retired():
 
 def test_key_and_element_tags():
     assert registry.KEY_TAGS == K.TAG_HEAD + K.TAG_STRING  # what iteration scans, in key order
-    assert registry.ELEMENT_TAGS == bytes(sorted(k.code for k in KINDS if not k.is_key and not k.is_node))
-    assert registry.NODE_TAGS == K.TAG_USER  # outside the keyspace: ACL users
+    assert registry.ELEMENT_TAGS == bytes(sorted(k.code for k in KINDS if k.ctype is not None))
+    # node-level records, neither keys nor elements: ACL users and function libraries
+    assert registry.NODE_TAGS == bytes(sorted(K.TAG_FUNCTION + K.TAG_USER))
     assert {k.tag for k in KINDS if k.head_flag} == {K.TAG_HEAD}
     for k in KINDS:
-        element = not k.is_key and not k.is_node
-        assert (k.sweep is Sweep.ELEMENT) == element == (k.gate_clock is not None)
-        assert (k.ctype is None) == (k.is_key or k.is_node)
-        assert not k.is_node or k.sweep is Sweep.RECORD
+        if k.is_node:
+            assert k.sweep is Sweep.RECORD and k.gate_clock is None and not k.is_key
+            continue
+        assert (k.sweep is Sweep.ELEMENT) == (not k.is_key) == (k.gate_clock is not None)
+        assert (k.ctype is None) == k.is_key
     assert [k.tag for k in registry.element_kinds(CT.ZSET)] == [K.TAG_ZSET, K.TAG_ZSCORE]
     assert {k.ctype for k in KINDS if not k.is_key and not k.is_node} == set(head.TYPE_NAMES)
 
@@ -68,7 +70,7 @@ def test_each_row_codec_round_trips(kind, uk):
     assert kind.user_key(ikey) == uk == K.user_key_of(ikey)
     assert ikey.startswith(kind.prefix(uk))
     decoded = kind.decode(ikey)
-    assert kind.encode(*((decoded,) if kind.is_key or kind.is_node else decoded)) == ikey
+    assert kind.encode(*((decoded,) if isinstance(decoded, bytes) else decoded)) == ikey
 
 
 # -- merge ---------------------------------------------------------------------------------
