@@ -509,6 +509,10 @@ FAMILIES = (
     # sorted sets and geo
     "marekvs.commands.zsets",
     "marekvs.commands.geo",
+    # DUMP/RESTORE, SORT, MEMORY, SWAPDB/MOVE (issue 25)
+    "marekvs.commands.dump",
+    "marekvs.commands.sort",
+    "marekvs.commands.memory",
 )
 
 

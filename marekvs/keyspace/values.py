@@ -1,0 +1,234 @@
+"""A key's whole value, read and written at once: DUMP and RESTORE, SORT ... STORE and
+MEMORY USAGE.
+
+``Values`` reads the value a key holds as one of ``core/rdb.py``'s typed values (a
+string, a list, a set, a zset, a hash) with its TTL deadline, and writes such a value at a
+key, replacing whatever the key holds, as an ordinary write of the records the type keeps
+(``write``): the key's tombstone (a string's, or its head's, whose delete clock gates
+every element it had), a new head carrying that clock and the deadline, and one element
+record per member, field or item, all stamped by this node and merged by the ONE apply
+path, so the write replicates like any other. Each type is one row of ``TYPES`` (how its
+value is read, how it is written, how many elements it has); a type built later is one
+more row.
+
+Writes per type (one apply, hence one replication-log entry, except the zset's TTL):
+
+- string: the string record (with its deadline), and the head's tombstone if a
+  collection held the key (``strings.records``);
+- hash, set: a head and one observed-remove add per field or member (blind adds, as HSET
+  and SADD write them: a new dot covering nothing);
+- list: a head and one LWW element per item at ``LIST_CENTER + i``;
+- zset: ``zsets.store`` (member records and their score index, through the sorted-set
+  module, which keeps its mirrors and index repair right), then the deadline as EXPIRE
+  writes it, in the same batch and log entry.
+
+Per-member TTLs (HEXPIRE, EXPIREMEMBER) are not part of a value: Redis 7.0 has none, so
+``read`` leaves them out and ``write`` writes none.
+
+Sizes (``size``): the bytes (internal key and stored record) of the key's live records in
+RocksDB before compression: its string record, or its head and its live element records
+of every kind the type keeps (a zset: members and score index). Like Redis's MEMORY USAGE,
+a collection's elements are sampled: the first ``samples`` live records of each kind (all
+of them with 0), their mean size times the element count.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from marekvs.core import envelope as env
+from marekvs.core import head, rdb, registry
+from marekvs.core import keys as K
+from marekvs.core.envelope import RecordType
+from marekvs.core.head import CollectionType
+from marekvs.keyspace import hashes as kh
+from marekvs.keyspace import lists as kl
+from marekvs.keyspace import members as M
+from marekvs.keyspace import sets as ksets
+from marekvs.keyspace import strings as kstr
+from marekvs.keyspace import zsets as Z
+from marekvs.keyspace.keyspace import Keyspace
+from marekvs.keyspace.status import KeyspaceError
+
+Record = tuple[bytes, bytes]
+_ORD_STRING = K.ORD_STRING
+_TAG_AT = K.TAG_AT
+
+
+class Unsupported(KeyspaceError):
+    """A type whose value cannot be read or written as a whole (yet): ``detail`` names it."""
+
+
+@dataclass(frozen=True, slots=True)
+class TypeIO:
+    """How one collection type's whole value is read and written, and counted."""
+
+    value: type  # its rdb value class
+    read: Callable[["Values", bytes, int], rdb.Value]
+    write: Callable[["Values", bytes, rdb.Value, int, int], None]  # key, value, deadline, now
+    count: Callable[["Values", bytes, int], int]
+
+
+class Values:
+    """Whole values of one keyspace, with the type states the lists and zsets keep."""
+
+    def __init__(self, ks: Keyspace, lists: kl.Lists, zsets: Z.Zsets):
+        self.ks = ks
+        self.lists = lists
+        self.zsets = zsets
+
+    # -- reading ------------------------------------------------------------------------
+    def read(self, key: bytes, now: int) -> tuple[rdb.Value, int] | None:
+        """(value, TTL deadline or 0) of the live key ``key``, None if absent; the lookup
+        counts as a keyspace hit or miss. ``Unsupported`` for a type with no row."""
+        found = self.ks.read_record(key, now)
+        if found is None:
+            return None
+        ikey, rec = found
+        if ikey[_TAG_AT] == _ORD_STRING:
+            return rdb.String(kstr.string_value(rec)), env.ttl_of(rec)
+        return self.type_of(rec).read(self, key, now), env.ttl_of(rec)
+
+    @staticmethod
+    def type_of(head_rec: bytes) -> TypeIO:
+        ctype = head.ctype_of(head_rec)
+        io = TYPES.get(ctype)
+        if io is None:
+            raise Unsupported(head.TYPE_NAMES.get(ctype, str(ctype)))
+        return io
+
+    # -- writing ------------------------------------------------------------------------
+    def write(self, key: bytes, value: rdb.Value, deadline: int, now: int) -> None:
+        """Make ``key`` hold ``value`` (with TTL ``deadline``, 0 for none), whatever it
+        held: an ordinary write through the apply path."""
+        if isinstance(value, rdb.String):
+            self.ks.apply(kstr.records(self.ks, key, value.value, deadline, now))
+            return
+        _BY_VALUE[type(value)].write(self, key, value, deadline, now)
+
+    def _replace(self, key: bytes, ctype: int, deadline: int, now: int) -> tuple[bytes, list[Record]]:
+        """(head key, records) that replace whatever ``key`` holds by an empty
+        collection of ``ctype``: the old key's tombstone (a string's) and the new head,
+        which folds in the dead head's delete clock (so every old element stays dead)."""
+        ks = self.ks
+        recs = ks.delete_records(key, now)
+        hk = K.encode_head_key(key)
+        prior = ks.get(hk)
+        out: list[Record] = []
+        for ik, r in recs:
+            if ik == hk:
+                prior = r
+            else:
+                out.append((ik, r))
+        out.insert(0, (hk, head.new(ctype, ks.stamp(), ks.node_id, prior=prior, now_ms=now,
+                                    ttl_deadline_ms=deadline)))
+        return hk, out
+
+    # -- sizes (MEMORY USAGE) ---------------------------------------------------------------
+    def size(self, key: bytes, samples: int, now: int) -> int | None:
+        """Bytes of the key's live records (see the module docstring), None if absent.
+        ``samples`` 0: every element is read."""
+        found = self.ks.live_record(key, now)
+        if found is None:
+            return None
+        ikey, rec = found
+        total = len(ikey) + len(rec)
+        if ikey[_TAG_AT] == _ORD_STRING:
+            return total
+        ctype = head.ctype_of(rec)
+        io = TYPES.get(ctype)
+        n = io.count(self, key, now) if io is not None else -1
+        for kind in registry.element_kinds(ctype):
+            prefix = kind.prefix(key)
+            seen = read = 0
+            for ek, ev in self.ks.elements(kind.tag, key, rec, now):
+                seen += 1
+                read += len(prefix) + len(ek) + len(ev)
+                if samples and seen >= samples:
+                    break
+            if seen:
+                total += read if n < 0 or not samples or seen >= n else read * n // seen
+        return total
+
+
+# =========================================================================================
+# One row per type
+# =========================================================================================
+
+def _read_hash(v: Values, key: bytes, now: int) -> rdb.Value:
+    return rdb.Hash(kh.items(v.ks, key, now))
+
+
+def _read_set(v: Values, key: bytes, now: int) -> rdb.Value:
+    return rdb.Set(ksets.all_members(v.ks, key, now))
+
+
+def _read_zset(v: Values, key: bytes, now: int) -> rdb.Value:
+    zs = Z.lookup(v.zsets, key, now)
+    if zs is None:
+        return rdb.Zset([])
+    return rdb.Zset([(m, s) for s, m in Z.iter_members(Z.order_of(v.zsets, zs, now))])
+
+
+def _read_list(v: Values, key: bytes, now: int) -> rdb.Value:
+    return rdb.List(kl.values(v.lists, key, now))
+
+
+def _write_members(v: Values, key: bytes, ctype: int, rtype: int, pairs: list[tuple[bytes, bytes]],
+                   deadline: int, now: int) -> None:
+    hk, recs = v._replace(key, ctype, deadline, now)
+    prefix = M.element_prefix(hk, M.MEMBER_KINDS[ctype].tag)
+    hlc, node = v.ks.stamp(), v.ks.node_id
+    recs += [(prefix + m, M.add(None, rtype, hlc, node, val)) for m, val in pairs]
+    v.ks.apply(recs)
+
+
+def _write_hash(v: Values, key: bytes, value: rdb.Value, deadline: int, now: int) -> None:
+    assert isinstance(value, rdb.Hash)
+    _write_members(v, key, CollectionType.HASH, RecordType.HASH_FIELD, list(value.pairs), deadline, now)
+
+
+def _write_set(v: Values, key: bytes, value: rdb.Value, deadline: int, now: int) -> None:
+    assert isinstance(value, rdb.Set)
+    _write_members(v, key, CollectionType.SET, RecordType.SET_MEMBER, [(m, b"") for m in value.members],
+                   deadline, now)
+
+
+def _write_zset(v: Values, key: bytes, value: rdb.Value, deadline: int, now: int) -> None:
+    assert isinstance(value, rdb.Zset)
+    Z.store(v.zsets, key, [(s, m) for m, s in value.entries], now)
+    if deadline:
+        v.ks.set_ttl(key, deadline, now)
+
+
+def _write_list(v: Values, key: bytes, value: rdb.Value, deadline: int, now: int) -> None:
+    assert isinstance(value, rdb.List)
+    items = value.items
+    hk, recs = v._replace(key, CollectionType.LIST, deadline, now)
+    prefix = K.TAG_LIST.join((hk[:2], hk[3:]))
+    stamp, node = v.ks.hlc.reserve(len(items)), v.ks.node_id
+    flags = env.make_flags(RecordType.LIST)
+    pack = env.pack_envelope
+    pos = K.LIST_CENTER
+    for i, item in enumerate(items):
+        recs.append((prefix + (pos + i).to_bytes(8, "big"), pack(flags, stamp + i, node, 0) + item))
+    v.ks.apply(recs)
+
+
+def write_list(v: Values, key: bytes, items: list[bytes], now: int) -> None:
+    """Replace ``key`` by the list ``items`` (SORT ... STORE), no TTL; an empty list
+    deletes the key."""
+    if items:
+        _write_list(v, key, rdb.List(items), 0, now)
+    elif (recs := v.ks.delete_records(key, now)):
+        v.ks.apply(recs)
+
+
+TYPES: dict[int, TypeIO] = {
+    CollectionType.HASH: TypeIO(rdb.Hash, _read_hash, _write_hash, lambda v, k, now: kh.length(v.ks, k, now)),
+    CollectionType.SET: TypeIO(rdb.Set, _read_set, _write_set, lambda v, k, now: ksets.cardinality(v.ks, k, now)),
+    CollectionType.ZSET: TypeIO(rdb.Zset, _read_zset, _write_zset, lambda v, k, now: Z.card(v.zsets, k, now)),
+    CollectionType.LIST: TypeIO(rdb.List, _read_list, _write_list, lambda v, k, now: kl.op_len(v.lists, k, now)),
+}
+_BY_VALUE: dict[type, TypeIO] = {io.value: io for io in TYPES.values()}
