@@ -61,7 +61,8 @@ def dump(ctx, args: list[bytes]):
         raise CommandError(errors.dump_unsupported(str(e.detail))) from None
     if found is None:
         return None
-    return rdb.dump(found[0], limits(ctx))
+    value = found[0]
+    return rdb.dump(value, rdb.DEFAULT_LIMITS if isinstance(value, rdb.String) else limits(ctx))
 
 
 def _wrap64(v: int) -> int:

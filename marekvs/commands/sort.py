@@ -97,11 +97,11 @@ def _elements(ctx, key: bytes, ctype: int, dontsort: bool, desc: bool, start: in
         return ksets.all_members(ks, key, now)
     if ctype == CollectionType.LIST:
         lx = lists(ctx)
+        n = kl.op_len(lx, key, now)
         if not dontsort:
-            return kl.values(lx, key, now)
+            return kl.op_range(lx, key, 0, n - 1, now)  # (point reads of a dense list's records)
         if end < start:
             return []
-        n = kl.op_len(lx, key, now)
         if desc:
             return kl.op_range(lx, key, n - 1 - end, n - 1 - start, now)[::-1]
         return kl.op_range(lx, key, start, end, now)
