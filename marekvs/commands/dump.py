@@ -96,7 +96,8 @@ def _restore(ctx, args: list[bytes]):
         j += 1
     ks, key = ctx.ks, args[1]
     now = ks.now()
-    if not replace and ks.exists(key, now):
+    existed = ks.exists(key, now)
+    if not replace and existed:
         raise CommandError(errors.BUSYKEY)
     ttl = A.int_arg(args[2])
     if ttl < 0:
@@ -116,6 +117,9 @@ def _restore(ctx, args: list[bytes]):
             ctx.fire("g", b"del", key)
         return reply.OK
     values(ctx).write(key, value, ttl, now)
+    events = ctx.node.events
+    if existed and events.on:
+        events.pending_new[key] = None  # Redis deletes the old key and adds the new one: "new"
     ctx.fire("g", b"restore", key)
     return reply.OK
 

@@ -340,3 +340,20 @@ def test_restore_replicates_as_an_ordinary_write(tmp_path):
         assert n3.lrange("l", 0, -1) == [b"a", b"b", b"c"]
     finally:
         c.stop()
+
+
+# -- keyspace notifications ----------------------------------------------------------------------------
+
+def test_keyspace_events_as_redis(shared_node, real_redis):
+    from tests.helpers import mb
+    from tests.integration.test_pubsub import notifications
+
+    p = rdb.dump(rdb.List([b"3", b"1", b"2"]))
+    cmds = (mb(b"RESTORE", b"k", b"0", p) + mb(b"RESTORE", b"k", b"0", p, b"REPLACE")
+            + mb(b"SET", b"s", b"v") + mb(b"RESTORE", b"s", b"0", p, b"REPLACE")  # another type replaced
+            + mb(b"RESTORE", b"k", b"1", p, b"ABSTTL", b"REPLACE") + mb(b"RESTORE", b"k2", b"0", p)
+            + mb(b"RESTORE", b"k2", b"0", p) + mb(b"SORT", b"k2", b"STORE", b"d") + mb(b"SORT", b"k2", b"STORE", b"d")
+            + mb(b"SORT", b"nosuch", b"STORE", b"d") + mb(b"DUMP", b"nosuch") + mb(b"DUMP", b"k2")
+            + mb(b"SORT", b"k2", b"BY", b"w_*", b"GET", b"o_*") + mb(b"RESTORE", b"k3", b"100", p))
+    for flags in (b"KEAnm", b"Eg", b"Kl"):
+        assert notifications(shared_node.port, cmds, flags) == notifications(real_redis.port, cmds, flags)
