@@ -533,21 +533,3 @@ def object_refcount(ctx, args: list[bytes]):
         if 0 <= v < _OBJ_SHARED_INTEGERS:
             return _OBJ_SHARED_REFCOUNT
     return 1
-
-
-# -- one keyspace: SWAPDB, MOVE -------------------------------------------------------------
-# The data model has one keyspace (database 0), as a Redis Cluster node has: SELECT of any
-# other index, SWAPDB and MOVE answer as Redis Cluster does, and INFO says cluster_enabled:1.
-
-@command("swapdb", 3, "write fast", group="server", acl="keyspace write fast dangerous",
-         summary="Swaps two Redis databases", since="4.0.0",
-         complexity="O(N) where N is the count of clients watching or blocking on keys from both databases.",
-         syntax="index1 index2")
-def swapdb(ctx, args: list[bytes]):
-    raise CommandError(errors.SWAPDB_CLUSTER)
-
-
-@command("move", 3, "write fast", specs="RW ACCESS UPDATE index 1 range 0", group="generic", acl=_ACL_W_FAST,
-         summary="Move a key to another database", since="1.0.0", complexity="O(1)", syntax="key db")
-def move(ctx, args: list[bytes]):
-    raise CommandError(errors.MOVE_CLUSTER)

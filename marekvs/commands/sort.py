@@ -39,7 +39,7 @@ from marekvs.commands.table import command
 from marekvs.core import head
 from marekvs.core import keys as K
 from marekvs.core.head import CollectionType
-from marekvs.core.strtod import strtod
+from marekvs.core.strtod import PLAIN, strtod
 from marekvs.keyspace import hashes as kh
 from marekvs.keyspace import lists as kl
 from marekvs.keyspace import sets as ksets
@@ -224,10 +224,14 @@ def _sorted(ctx, vector: list[bytes], sortby: bytes | None, alpha: bool, desc: b
         return [e for _, e in keyed]
     scored = []
     bad = False
+    plain = PLAIN.fullmatch
     for e in vector:
         v = e if sortby is None else lookup_by_pattern(ctx, sortby, e, now)
-        score = 0.0
-        if v is not None:
+        if v is None:
+            score = 0.0
+        elif len(v) < 300 and plain(v):  # (strtod's fast path, inlined: most scores)
+            score = float(v)
+        else:
             score, used, erange = strtod(v)
             if used != len(c_str(v)) or erange or score != score:
                 bad = True

@@ -513,6 +513,7 @@ FAMILIES = (
     "marekvs.commands.dump",
     "marekvs.commands.sort",
     "marekvs.commands.memory",
+    "marekvs.commands.databases",
 )
 
 

@@ -31,12 +31,12 @@ _NUM = re.compile(
 
 
 # A plain decimal of fewer than 300 characters can neither overflow nor underflow: read it
-# with ``float`` directly (the common case: SORT's scores)
-_PLAIN = re.compile(rb"-?[0-9]+(?:\.[0-9]+)?")
+# with ``float`` directly (the common case: SORT's scores; sort.py inlines the test)
+PLAIN = re.compile(rb"-?[0-9]+(?:\.[0-9]+)?")
 
 
 def strtod(b: bytes) -> tuple[float, int, bool]:
-    if len(b) < 300 and _PLAIN.fullmatch(b):
+    if len(b) < 300 and PLAIN.fullmatch(b):
         return float(b), len(b), False
     z = b.find(b"\x00")
     s = b if z < 0 else b[:z]

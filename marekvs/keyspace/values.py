@@ -95,7 +95,7 @@ class Values:
         ctype = head.ctype_of(head_rec)
         io = TYPES.get(ctype)
         if io is None:
-            raise Unsupported(head.TYPE_NAMES.get(ctype, str(ctype)))
+            raise Unsupported("HyperLogLog" if ctype == CollectionType.HLL else head.TYPE_NAMES.get(ctype, str(ctype)))
         return io
 
     # -- writing ------------------------------------------------------------------------
