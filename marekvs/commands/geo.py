@@ -8,6 +8,10 @@ distances print with four decimals (``%.4f``), coordinates as ``%.17Lf`` trimmed
 zeros (a double in RESP3). Results are sorted as Redis sorts them (a stable sort by
 distance); with COUNT smaller than the result Redis uses a partial quicksort, whose order
 among members at exactly the same distance this port does not reproduce.
+
+GEOADD fires ZADD's events; the STORE forms fire ``geosearchstore`` / ``georadiusstore``
+(or ``del`` for an empty result), as Redis does; every form reads its source as a counted
+lookup (a keyspace hit or miss), the STORE forms too.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from marekvs.commands import errors
 from marekvs.commands.errors import CommandError
 from marekvs.commands.reply import NULL_ARRAY, DoubleText
 from marekvs.commands.table import command
-from marekvs.commands.zsets import _z, add_items, double_arg
+from marekvs.commands.zsets import _z, add_items, double_arg, store_entries
 from marekvs.core import geohash as G
 from marekvs.keyspace import geo as KG
 from marekvs.keyspace import zsets as Z
@@ -127,7 +131,7 @@ def geodist(ctx, args: list[bytes]):
     elif len(args) > 5:
         raise CommandError(errors.SYNTAX)
     z, now = _z(ctx), ctx.ks.now()
-    zs = Z.lookup(z, args[1], now)
+    zs = Z.read_lookup(z, args[1], now)
     if zs is None:
         return None
     a, b = KG.position(z, zs, args[2], now), KG.position(z, zs, args[3], now)
@@ -142,7 +146,7 @@ def geodist(ctx, args: list[bytes]):
          syntax="key [member [member ...]]")
 def geohash(ctx, args: list[bytes]):
     z, now = _z(ctx), ctx.ks.now()
-    zs = Z.lookup(z, args[1], now)
+    zs = Z.read_lookup(z, args[1], now)
     out: list = []
     for m in args[2:]:
         s = None if zs is None else Z.score(z, zs, m, now)
@@ -155,7 +159,7 @@ def geohash(ctx, args: list[bytes]):
          complexity="O(N) where N is the number of members requested.", syntax="key [member [member ...]]")
 def geopos(ctx, args: list[bytes]):
     z, now = _z(ctx), ctx.ks.now()
-    zs = Z.lookup(z, args[1], now)
+    zs = Z.read_lookup(z, args[1], now)
     out: list = []
     for m in args[2:]:
         xy = None if zs is None else KG.position(z, zs, m, now)
@@ -166,7 +170,7 @@ def geopos(ctx, args: list[bytes]):
 def georadius_generic(ctx, args: list[bytes], src: int, flags: int):
     """georadiusGeneric: the shape, then the options, then the checks, in Redis's order."""
     z, now = _z(ctx), ctx.ks.now()
-    zs = Z.lookup(z, args[src], now)
+    zs = Z.read_lookup(z, args[src], now)
     storekey: bytes | None = None
     storedist = False
     xy: tuple[float, float] | None = None
@@ -254,9 +258,10 @@ def georadius_generic(ctx, args: list[bytes], src: int, flags: int):
         raise CommandError(errors.geo_by_required(args[0]))
     if any_ and not count:
         raise CommandError(errors.GEO_ANY_WITHOUT_COUNT)
+    event = b"geosearchstore" if flags & SEARCH else b"georadiusstore"
     if zs is None:
         if storekey is not None:
-            return Z.store(z, storekey, (), now)
+            return store_entries(ctx, storekey, event, ())
         return []
     if count and not sort and not any_:
         sort = 1
@@ -271,7 +276,7 @@ def georadius_generic(ctx, args: list[bytes], src: int, flags: int):
         points = points[:count]
     if storekey is not None:
         entries = sorted(((p.dist / conversion if storedist else p.score), p.member) for p in points)
-        return Z.store(z, storekey, entries, now)
+        return store_entries(ctx, storekey, event, entries)
     if not (withdist or withhash or withcoords):
         return [p.member for p in points]
     out = []

@@ -9,7 +9,13 @@ value. Replicated semantics: docs/compatibility.md, "Hashes".
 The field TTL commands of Redis 7.4 (HEXPIRE, HPEXPIRE, HEXPIREAT, HPEXPIREAT, HTTL,
 HPTTL, HEXPIRETIME, HPEXPIRETIME, HPERSIST) set and read each field record's own deadline;
 their replies are 7.4's (-2 no such field, -1 no TTL, 0 condition not met, 1 done,
-2 deleted by a deadline in the past). HSCAN's NOVALUES is 7.4's too.
+2 deleted by a deadline in the past). HSCAN's NOVALUES is 7.4's too; so are their events
+(``hexpire``, ``hpersist``, ``hdel`` for a deadline in the past).
+
+Keyspace notifications: each command fires Redis 7.0's events after its write, in Redis's
+order, and ``del`` when it emptied its key (``commands/members.py``: ``fire``,
+``fire_removal``); its reads count INFO's keyspace hits and misses as Redis's
+``lookupKeyRead`` does (the keyspace's ``read_lookup`` and counted reads).
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from fractions import Fraction
 from marekvs.commands import args as A
 from marekvs.commands import errors, reply
 from marekvs.commands.errors import CommandError
-from marekvs.commands.members import counts
+from marekvs.commands.members import absent, counts, fire, fire_removal
 from marekvs.commands.table import command
 from marekvs.keyspace import hashes as khash
 
@@ -120,13 +126,18 @@ def _hexpire(ctx, args: list[bytes], name: str, seconds: bool, relative: bool):
         raise CommandError(errors.invalid_expire(name))
     cond = _CONDITIONS.get(args[3].lower(), 0)
     fields = _fields(args, 4 if cond else 3, errors.NUMFIELDS_POSITIVE)
-    return khash.expire_fields(ks, key, fields, when + base, cond, now)
+    out = khash.expire_fields(ks, key, fields, when + base, cond, now)
+    if khash.DELETED in out:  # (a deadline in the past deletes every field it names)
+        fire_removal(ctx, "h", b"hdel", key)
+    elif khash.SET in out:
+        fire(ctx, "h", b"hexpire", key)
+    return out
 
 
 def _httl(ctx, args: list[bytes], ms: bool, absolute: bool):
     ks, key = ctx.ks, args[1]
     now = ks.now()
-    khash.lookup(ks, key, now)
+    khash.read_lookup(ks, key, now)
     fields = _fields(args, 2, errors.NUMFIELDS_NOT_POSITIVE_INT)
     out = []
     for d in khash.field_deadlines(ks, key, fields, now):
@@ -154,7 +165,11 @@ def _httl(ctx, args: list[bytes], ms: bool, absolute: bool):
 def hset(ctx, args: list[bytes]):
     if len(args) % 2:
         raise CommandError(errors.wrong_arity(args[0].decode("latin-1").lower()))
+    on = ctx.node.events.on
+    new = on and absent(ctx, args[1])
     added = khash.set_fields(ctx.ks, args[1], args[2:], ctx.ks.now())
+    if on:
+        fire(ctx, "h", b"hset", args[1], new)
     return reply.OK if args[0].lower() == b"hmset" else added
 
 
@@ -162,7 +177,11 @@ def hset(ctx, args: list[bytes]):
          summary="Set the value of a hash field, only if the field does not exist", since="2.0.0",
          complexity="O(1)", syntax="key field value")
 def hsetnx(ctx, args: list[bytes]):
-    return khash.set_fields(ctx.ks, args[1], args[2:], ctx.ks.now(), nx=True)
+    new = absent(ctx, args[1])
+    added = khash.set_fields(ctx.ks, args[1], args[2:], ctx.ks.now(), nx=True)
+    if added:
+        fire(ctx, "h", b"hset", args[1], new)
+    return added
 
 
 @command("hget", 3, "readonly fast", specs=_RO_ACCESS, group="hash", acl=_ACL_R_FAST,
@@ -182,7 +201,10 @@ def hmget(ctx, args: list[bytes]):
          summary="Delete one or more hash fields", since="2.0.0",
          complexity="O(N) where N is the number of fields to be removed.", syntax="key field [field ...]")
 def hdel(ctx, args: list[bytes]):
-    return khash.delete_fields(ctx.ks, args[1], args[2:], ctx.ks.now())
+    n = khash.delete_fields(ctx.ks, args[1], args[2:], ctx.ks.now())
+    if n:
+        fire_removal(ctx, "h", b"hdel", args[1])
+    return n
 
 
 @command("hexists", 3, "readonly fast", specs=_RO, group="hash", acl=_ACL_R_FAST,
@@ -236,7 +258,10 @@ def hincrby(ctx, args: list[bytes]):
             raise CommandError(errors.OVERFLOW)
         return b"%d" % (v + by)
 
-    return int(khash.update(ctx.ks, args[1], args[2], compute, ctx.ks.now()))
+    new = absent(ctx, args[1])
+    v = int(khash.update(ctx.ks, args[1], args[2], compute, ctx.ks.now()))
+    fire(ctx, "h", b"hincrby", args[1], new)
+    return v
 
 
 @command("hincrbyfloat", 4, "write denyoom fast", specs="RW ACCESS UPDATE index 1 range 0", group="hash",
@@ -258,7 +283,10 @@ def hincrbyfloat(ctx, args: list[bytes]):
             raise CommandError(errors.NAN_OR_INF)
         return A.format_ld(total)
 
-    return khash.update(ctx.ks, args[1], args[2], compute, ctx.ks.now())
+    new = absent(ctx, args[1])
+    v = khash.update(ctx.ks, args[1], args[2], compute, ctx.ks.now())
+    fire(ctx, "h", b"hincrbyfloat", args[1], new)
+    return v
 
 
 @command("hrandfield", -2, "readonly", specs=_RO_ACCESS, group="hash", acl=_ACL_R_SLOW,
@@ -267,6 +295,7 @@ def hincrbyfloat(ctx, args: list[bytes]):
 def hrandfield(ctx, args: list[bytes]):
     ks, now = ctx.ks, ctx.ks.now()
     if len(args) == 2:
+        khash.read_lookup(ks, args[1], now)
         found = khash.random_items(counts(ctx), args[1], 1, False, now)
         return found[0][0] if found else None
     n = A.int_range_arg(args[2], -LONG_MAX, LONG_MAX)
@@ -275,7 +304,7 @@ def hrandfield(ctx, args: list[bytes]):
     withvalues = len(args) == 4
     if withvalues and (n < -LONG_MAX // 2 or n > LONG_MAX // 2):
         raise CommandError(errors.OUT_OF_RANGE)
-    _, h = khash.lookup(ks, args[1], now)
+    _, h = khash.read_lookup(ks, args[1], now)
     if n == 0 or h is None:
         return []
     distinct = n > 1
@@ -291,7 +320,7 @@ def hrandfield(ctx, args: list[bytes]):
 def hscan(ctx, args: list[bytes]):
     cursor = A.parse_cursor(args[2])
     ks, now = ctx.ks, ctx.ks.now()
-    hk, h = khash.lookup(ks, args[1], now)
+    hk, h = khash.read_lookup(ks, args[1], now)
     if h is None or not ks.head_present(hk, h, now):  # (no key: no option is parsed)
         return [b"0", []]
     count, pattern, novalues = scan_options(args, 3, novalues_ok=True)
@@ -374,4 +403,7 @@ def hpersist(ctx, args: list[bytes]):
     now = ks.now()
     khash.lookup(ks, key, now)
     fields = _fields(args, 2, errors.NUMFIELDS_NOT_POSITIVE_INT)
-    return khash.persist_fields(ks, key, fields, now)
+    out = khash.persist_fields(ks, key, fields, now)
+    if khash.SET in out:
+        fire(ctx, "h", b"hpersist", key)
+    return out

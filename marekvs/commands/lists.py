@@ -17,6 +17,13 @@ a null array (RESP2 ``*-1``, RESP3 ``_``) for the array forms (LPOP/RPOP with a 
 LMPOP, BLPOP, BRPOP, BLMPOP), and every blocking command's timeout is a null array,
 except BLMOVE/BRPOPLPUSH refused to block inside MULTI or a script, which answer a
 null bulk.
+
+Keyspace notifications: each command fires Redis 7.0's events after its write, in Redis's
+order, and ``del`` when it emptied its key (``commands/members.py``: ``fire``,
+``fire_removal``); its reads count INFO's keyspace hits and misses as Redis's
+``lookupKeyRead`` does (the keyspace's ``read_lookup`` and counted reads).
+A blocked pop fires its events when it is served, as Redis does (after the push that
+served it).
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ import math
 from marekvs.commands import args as A
 from marekvs.commands import errors, reply
 from marekvs.commands.errors import CommandError
+from marekvs.commands.members import fire_removal
 from marekvs.commands.table import command
 from marekvs.keyspace import lists as kl
 from marekvs.keyspace.status import WrongType
@@ -117,6 +125,27 @@ def _mpop_args(args: list[bytes], numkeys_at: int) -> tuple[list[bytes], bool, i
     return args[numkeys_at + 1:where_at], left, 1 if count == -1 else count
 
 
+def _push(ctx, key: bytes, values: list[bytes], left: bool, xx: bool) -> int:
+    n = kl.op_push(lists(ctx), key, values, left, xx, ctx.ks.now())
+    if n and ctx.node.events.on:
+        ctx.node.events.fire("l", b"lpush" if left else b"rpush", key)
+    return n
+
+
+def _popped(ctx, key: bytes, left: bool) -> None:
+    """The events of a pop from ``key``: lpop/rpop, then del if it emptied the list."""
+    if ctx.node.events.on:
+        fire_removal(ctx, "l", b"lpop" if left else b"rpop", key)
+
+
+def _moved(ctx, src: bytes, dst: bytes, from_left: bool, to_left: bool) -> None:
+    """LMOVE's events, in Redis's order: the push on the destination, then the pop (and
+    del) of the source; also when both are one list."""
+    if ctx.node.events.on:
+        ctx.node.events.fire("l", b"lpush" if to_left else b"rpush", dst)
+        fire_removal(ctx, "l", b"lpop" if from_left else b"rpop", src)
+
+
 # =========================================================================================
 # Commands
 # =========================================================================================
@@ -125,28 +154,28 @@ def _mpop_args(args: list[bytes], numkeys_at: int) -> tuple[list[bytes], bool, i
          summary="Prepend one or multiple elements to a list", since="1.0.0", complexity=_PUSH_COMPLEXITY,
          syntax="key element [element ...]")
 def lpush(ctx, args: list[bytes]):
-    return kl.op_push(lists(ctx), args[1], args[2:], True, False, ctx.ks.now())
+    return _push(ctx, args[1], args[2:], True, False)
 
 
 @command("rpush", -3, "write denyoom fast", specs="RW INSERT index 1 range 0", group="list", acl=_W_FAST,
          summary="Append one or multiple elements to a list", since="1.0.0", complexity=_PUSH_COMPLEXITY,
          syntax="key element [element ...]")
 def rpush(ctx, args: list[bytes]):
-    return kl.op_push(lists(ctx), args[1], args[2:], False, False, ctx.ks.now())
+    return _push(ctx, args[1], args[2:], False, False)
 
 
 @command("lpushx", -3, "write denyoom fast", specs="RW INSERT index 1 range 0", group="list", acl=_W_FAST,
          summary="Prepend an element to a list, only if the list exists", since="2.2.0",
          complexity=_PUSH_COMPLEXITY, syntax="key element [element ...]")
 def lpushx(ctx, args: list[bytes]):
-    return kl.op_push(lists(ctx), args[1], args[2:], True, True, ctx.ks.now())
+    return _push(ctx, args[1], args[2:], True, True)
 
 
 @command("rpushx", -3, "write denyoom fast", specs="RW INSERT index 1 range 0", group="list", acl=_W_FAST,
          summary="Append an element to a list, only if the list exists", since="2.2.0",
          complexity=_PUSH_COMPLEXITY, syntax="key element [element ...]")
 def rpushx(ctx, args: list[bytes]):
-    return kl.op_push(lists(ctx), args[1], args[2:], False, True, ctx.ks.now())
+    return _push(ctx, args[1], args[2:], False, True)
 
 
 def _pop(ctx, args: list[bytes], left: bool, name: str):
@@ -155,12 +184,18 @@ def _pop(ctx, args: list[bytes], left: bool, name: str):
     lx, now = lists(ctx), ctx.ks.now()
     if len(args) == 2:
         got = kl.op_pop(lx, args[1], left, 1, now)
-        return None if got is None else got[0]
+        if got is None:
+            return None
+        _popped(ctx, args[1], left)
+        return got[0]
     count = _non_negative(args[2], errors.NOT_POSITIVE)
     if count == 0:  # the type is still checked, then Redis's fast exit
         return reply.NULL_ARRAY if kl.lookup(lx, args[1], now)[1] is None else []
     got = kl.op_pop(lx, args[1], left, count, now)
-    return reply.NULL_ARRAY if got is None else got
+    if got is None:
+        return reply.NULL_ARRAY
+    _popped(ctx, args[1], left)
+    return got
 
 
 @command("lpop", -2, "write fast", specs="RW ACCESS DELETE index 1 range 0", group="list", acl=_W_FAST,
@@ -200,7 +235,7 @@ def lrange(ctx, args: list[bytes]):
          syntax="key index")
 def lindex(ctx, args: list[bytes]):
     lx, now = lists(ctx), ctx.ks.now()
-    if kl.lookup(lx, args[1], now)[1] is None:  # the key first, then the index (Redis's order)
+    if kl.read_lookup(lx, args[1], now)[1] is None:  # the key first, then the index (Redis's order)
         return None
     return kl.op_index(lx, args[1], A.int_arg(args[2]), now)
 
@@ -216,6 +251,7 @@ def lset(ctx, args: list[bytes]):
         raise CommandError(errors.NO_SUCH_KEY)
     if not kl.op_set(lx, args[1], A.int_arg(args[2]), args[3], now):
         raise CommandError(errors.INDEX_OUT_OF_RANGE)
+    ctx.fire("l", b"lset", args[1])
     return reply.OK
 
 
@@ -229,7 +265,10 @@ def linsert(ctx, args: list[bytes]):
     where = args[2].lower()
     if where not in (b"before", b"after"):
         raise CommandError(errors.SYNTAX)
-    return kl.op_insert(lists(ctx), args[1], where == b"before", args[3], args[4], ctx.ks.now())
+    n = kl.op_insert(lists(ctx), args[1], where == b"before", args[3], args[4], ctx.ks.now())
+    if n > 0:
+        ctx.fire("l", b"linsert", args[1])
+    return n
 
 
 @command("lrem", 4, "write", specs="RW DELETE index 1 range 0", group="list", acl=_W_SLOW,
@@ -237,7 +276,10 @@ def linsert(ctx, args: list[bytes]):
          complexity="O(N+M) where N is the length of the list and M is the number of elements removed.",
          syntax="key count element")
 def lrem(ctx, args: list[bytes]):
-    return kl.op_rem(lists(ctx), args[1], A.int_arg(args[2]), args[3], ctx.ks.now())
+    n = kl.op_rem(lists(ctx), args[1], A.int_arg(args[2]), args[3], ctx.ks.now())
+    if n:
+        fire_removal(ctx, "l", b"lrem", args[1])
+    return n
 
 
 @command("ltrim", 4, "write", specs="RW DELETE index 1 range 0", group="list", acl=_W_SLOW,
@@ -246,7 +288,8 @@ def lrem(ctx, args: list[bytes]):
          syntax="key start stop")
 def ltrim(ctx, args: list[bytes]):
     start, stop = A.int_arg(args[2]), A.int_arg(args[3])
-    kl.op_trim(lists(ctx), args[1], start, stop, ctx.ks.now())
+    if kl.op_trim(lists(ctx), args[1], start, stop, ctx.ks.now()):
+        fire_removal(ctx, "l", b"ltrim", args[1])  # (also when nothing was trimmed, as Redis)
     return reply.OK
 
 
@@ -287,7 +330,10 @@ def lpos(ctx, args: list[bytes]):
          since="6.2.0", complexity="O(1)", syntax="source destination LEFT | RIGHT LEFT | RIGHT")
 def lmove(ctx, args: list[bytes]):
     from_left, to_left = _where(args[3]), _where(args[4])
-    return kl.op_move(lists(ctx), args[1], args[2], from_left, to_left, ctx.ks.now())
+    got = kl.op_move(lists(ctx), args[1], args[2], from_left, to_left, ctx.ks.now())
+    if got is not None:
+        _moved(ctx, args[1], args[2], from_left, to_left)
+    return got
 
 
 @command("rpoplpush", 3, "write denyoom", specs=("RW ACCESS DELETE index 1 range 0", "RW INSERT index 2 range 0"),
@@ -295,7 +341,10 @@ def lmove(ctx, args: list[bytes]):
          summary="Remove the last element in a list, prepend it to another list and return it",
          since="1.2.0", complexity="O(1)", syntax="source destination")
 def rpoplpush(ctx, args: list[bytes]):
-    return kl.op_move(lists(ctx), args[1], args[2], False, True, ctx.ks.now())
+    got = kl.op_move(lists(ctx), args[1], args[2], False, True, ctx.ks.now())
+    if got is not None:
+        _moved(ctx, args[1], args[2], False, True)
+    return got
 
 
 @command("lmpop", -4, "write", specs="RW ACCESS DELETE index 1 keynum 0 1 1", getkeys="lmpop", group="list",
@@ -304,7 +353,10 @@ def rpoplpush(ctx, args: list[bytes]):
 def lmpop(ctx, args: list[bytes]):
     keys, left, count = _mpop_args(args, 1)
     got = kl.op_mpop(lists(ctx), keys, left, count, ctx.ks.now())
-    return reply.NULL_ARRAY if got is None else [got[0], got[1]]
+    if got is None:
+        return reply.NULL_ARRAY
+    _popped(ctx, got[0], left)
+    return [got[0], got[1]]
 
 
 # -- blocking -------------------------------------------------------------------------------
@@ -314,7 +366,10 @@ def _block_pop(ctx, keys: list[bytes], left: bool, count: int, timeout: float, o
     lx = lists(ctx)
 
     def shape(got):
-        return None if got is None else [got[0], got[1][0] if one else got[1]]
+        if got is None:
+            return None
+        _popped(ctx, got[0], left)
+        return [got[0], got[1][0] if one else got[1]]
 
     got = kl.op_mpop(lx, keys, left, count, ctx.ks.now())
     if got is not None:
@@ -359,6 +414,7 @@ def _block_move(ctx, src: bytes, dst: bytes, from_left: bool, to_left: bool, tim
     lx = lists(ctx)
     got = kl.op_move(lx, src, dst, from_left, to_left, ctx.ks.now())
     if got is not None:
+        _moved(ctx, src, dst, from_left, to_left)
         return got
     if ctx.deny_blocking:  # MULTI / a script: Redis answers a null bulk here, not its timeout reply
         return None
@@ -371,7 +427,10 @@ def _block_move(ctx, src: bytes, dst: bytes, from_left: bool, to_left: bool, tim
         except WrongType:
             return None  # the source is not a list (now): keep waiting
         try:
-            return kl.op_move(lx, src, dst, from_left, to_left, now)
+            got = kl.op_move(lx, src, dst, from_left, to_left, now)
+            if got is not None:
+                _moved(ctx, src, dst, from_left, to_left)
+            return got
         except WrongType:
             return reply.Err(errors.WRONGTYPE)  # the destination is not a list: Redis ends the wait so
 

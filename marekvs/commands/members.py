@@ -17,8 +17,16 @@ it. A deadline at or before now removes the member (a remove of the adds it saw)
 KeyDB's expiry would at once. On any other type KeyDB answers "object type is
 unsupported".
 
-This module also owns ``counts(ctx)``: the member counts (HLEN, SCARD ...) are kept from
-the node's change feed, which only the commands layer can reach (through ``ctx.node``).
+This module also owns what the collection families (hashes, sets, lists, sorted sets, geo)
+share in the commands layer: ``counts(ctx)``, the member counts (HLEN, SCARD ...) kept from
+the node's change feed, which only the commands layer can reach (through ``ctx.node``), and
+the keyspace notifications of a collection command (``fire``, ``fire_removal``,
+``absent``; see "Keyspace notifications" below).
+
+EXPIREMEMBER fires no event, as in KeyDB (``expireMemberCore``); a deadline at or before now
+removes the member at once, and fires what that member's expiry fires
+(``node/events.py``: ``hexpired`` for a hash field, ``srem`` for a set member, then ``del``
+if the key went with it).
 """
 
 from __future__ import annotations
@@ -27,10 +35,52 @@ from marekvs.commands import args as A
 from marekvs.commands import errors
 from marekvs.commands.errors import CommandError
 from marekvs.commands.table import command
+from marekvs.core import keys as K
 from marekvs.keyspace import Keyspace
 from marekvs.keyspace import members as M
 
 _ACL_W_FAST = "keyspace write fast"
+# member tag -> the event its expiry fires (node/events.py fires the same at a deadline)
+_EXPIRED_EVENTS = {K.TAG_HASH: ("h", b"hexpired"), K.TAG_SET: ("s", b"srem")}
+
+
+# =========================================================================================
+# Keyspace notifications of the collection commands
+# =========================================================================================
+# A command fires Redis's event after its write (``ctx.fire``); one that removes members
+# fires ``del`` (class g) after it when the key is gone (Redis deletes an emptied
+# collection). With nobody listening (``events.on`` false) each costs one attribute test.
+
+def fire(ctx, cls: str, event: bytes, key: bytes, new: bool | None = None) -> None:
+    """``event`` on ``key``. ``new`` (``absent``'s answer before the write) says whether
+    the write created the key, so that Redis's ``new`` comes first (or not: a STORE over
+    a string writes a new head, which the change feed takes for a new key); None leaves it
+    to the change feed (a write that creates a key writes its head)."""
+    ev = ctx.node.events
+    if ev.on:
+        if new:
+            ev.pending_new[key] = None
+        elif new is False and ev.pending_new:
+            ev.pending_new.pop(key, None)
+        ev.fire(cls, event, key)
+
+
+def fire_removal(ctx, cls: str, event: bytes, key: bytes) -> None:
+    """``event`` of a command that removed from ``key``, then ``del`` if the key is gone."""
+    ev = ctx.node.events
+    if ev.on:
+        ev.fire(cls, event, key)
+        if not ctx.ks.exists(key, ctx.ks.now()):
+            ev.fire("g", b"del", key)
+
+
+def absent(ctx, key: bytes) -> bool:
+    """Before a write that may create the hash or set ``key``, with the ``n`` class on:
+    the key does not exist. An emptied hash or set keeps its live head (see
+    ``Keyspace.VANISH_WHEN_EMPTY``), so the write that brings it back writes no head and
+    the change feed cannot tell the key is new; the command says so (``fire(new=...)``)."""
+    ev = ctx.node.events
+    return ev.on and "n" in ev.classes and not ctx.ks.exists(key, ctx.ks.now())
 
 
 def counts(ctx) -> Keyspace:
@@ -67,6 +117,9 @@ def _expire_member(ctx, args: list[bytes], base: int, unit_ms: int, name: str) -
         return 0
     if deadline <= now:
         ks.apply([(mk, M.remove(rec, ks.hlc.now(), ks.node_id))])
+        expired = _EXPIRED_EVENTS.get(mk[K.TAG_AT:K.TAG_AT + 1])
+        if expired is not None:
+            fire_removal(ctx, expired[0], expired[1], args[1])
     else:
         M.set_deadline(ks, mk, rec, deadline)
     return 1

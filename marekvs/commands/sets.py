@@ -4,6 +4,11 @@ A set is a collection head plus one observed-remove element per member
 (``keyspace/sets.py``). Each handler parses its arguments in Redis's order, calls the
 keyspace and returns the reply value; members come back in byte order (Redis's order is
 unspecified). Replicated semantics: docs/compatibility.md, "Sets".
+
+Keyspace notifications: each command fires Redis 7.0's events after its write, in Redis's
+order, and ``del`` when it emptied its key (``commands/members.py``: ``fire``,
+``fire_removal``); its reads count INFO's keyspace hits and misses as Redis's
+``lookupKeyRead`` does (the keyspace's ``read_lookup`` and counted reads).
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from marekvs.commands import args as A
 from marekvs.commands import errors, reply
 from marekvs.commands.errors import CommandError
 from marekvs.commands.hashes import MAX_REPLY, scan_options
-from marekvs.commands.members import counts
+from marekvs.commands.members import absent, counts, fire, fire_removal
 from marekvs.commands.table import command
 from marekvs.keyspace import sets as kset
 
@@ -36,14 +41,22 @@ LONG_MAX = (1 << 63) - 1
          complexity="O(1) for each element added, so O(N) to add N elements when the command is called "
                     "with multiple arguments.", syntax="key member [member ...]")
 def sadd(ctx, args: list[bytes]):
-    return kset.add(ctx.ks, args[1], args[2:], ctx.ks.now())
+    on = ctx.node.events.on
+    new = on and absent(ctx, args[1])
+    added = kset.add(ctx.ks, args[1], args[2:], ctx.ks.now())
+    if on and added:
+        fire(ctx, "s", b"sadd", args[1], new)
+    return added
 
 
 @command("srem", -3, "write fast", specs="RW DELETE index 1 range 0", group="set", acl=_ACL_W_FAST,
          summary="Remove one or more members from a set", since="1.0.0",
          complexity="O(N) where N is the number of members to be removed.", syntax="key member [member ...]")
 def srem(ctx, args: list[bytes]):
-    return kset.remove(ctx.ks, args[1], args[2:], ctx.ks.now())
+    n = kset.remove(ctx.ks, args[1], args[2:], ctx.ks.now())
+    if n:
+        fire_removal(ctx, "s", b"srem", args[1])
+    return n
 
 
 @command("sismember", 3, "readonly fast", specs=_RO, group="set", acl=_ACL_R_FAST,
@@ -84,6 +97,8 @@ def spop(ctx, args: list[bytes]):
     ks, now = counts(ctx), ctx.ks.now()
     if len(args) == 2:
         popped = kset.pop(ks, args[1], 1, now)
+        if popped:
+            fire_removal(ctx, "s", b"spop", args[1])
         return popped[0] if popped else None
     n = A.parse_ll(args[2])
     if n is None or n < 0:
@@ -91,7 +106,12 @@ def spop(ctx, args: list[bytes]):
     kset.lookup(ks, args[1], now)
     if n == 0:
         return reply.SetReply()
-    return reply.SetReply(kset.pop(ks, args[1], n, now) or [])
+    popped = kset.pop(ks, args[1], n, now)
+    if popped:
+        if not ks.exists(args[1], now):
+            ks.hits += 1  # (Redis replies a count >= SCARD with SUNION's code, a read lookup)
+        fire_removal(ctx, "s", b"spop", args[1])
+    return reply.SetReply(popped or [])
 
 
 @command("srandmember", -2, "readonly", specs=_RO_ACCESS, group="set", acl=_ACL_R_SLOW,
@@ -103,10 +123,11 @@ def srandmember(ctx, args: list[bytes]):
         raise CommandError(errors.SYNTAX)
     ks, now = counts(ctx), ctx.ks.now()
     if len(args) == 2:
+        kset.read_lookup(ks, args[1], now)
         found = kset.random_members(ks, args[1], 1, False, now)
         return found[0] if found else None
     n = A.int_range_arg(args[2], -LONG_MAX, LONG_MAX)
-    _, h = kset.lookup(ks, args[1], now)
+    _, h = kset.read_lookup(ks, args[1], now)
     if n == 0 or h is None:
         return []
     if n < -MAX_REPLY:
@@ -118,10 +139,31 @@ def srandmember(ctx, args: list[bytes]):
          group="set", acl=_ACL_W_FAST, summary="Move a member from one set to another", since="1.0.0",
          complexity="O(1)", syntax="source destination member")
 def smove(ctx, args: list[bytes]):
-    return kset.move(ctx.ks, args[1], args[2], args[3], ctx.ks.now())
+    src, dst = args[1], args[2]
+    new = absent(ctx, dst)
+    moved, added = kset.move(ctx.ks, src, dst, args[3], ctx.ks.now())
+    if moved and src != dst:
+        fire_removal(ctx, "s", b"srem", src)
+        if added:
+            fire(ctx, "s", b"sadd", dst, new)
+    return int(moved)
 
 
 # -- the algebra -------------------------------------------------------------------------------
+
+def _store(ctx, dst: bytes, event: bytes, members: list[bytes]) -> int:
+    """A STORE's write and its event: ``event`` for a result, ``del`` when an empty
+    result deleted the destination, nothing when there was nothing to delete."""
+    ks, now = ctx.ks, ctx.ks.now()
+    on = ctx.node.events.on
+    new = on and absent(ctx, dst)
+    existed = on and not members and ks.exists(dst, now)
+    n = kset.store(ks, dst, members, now)
+    if n:
+        fire(ctx, "s", event, dst, new)
+    elif existed:
+        fire(ctx, "g", b"del", dst)
+    return n
 
 @command("sinter", -2, "readonly", specs="RO ACCESS index 1 range -1", group="set", acl=_ACL_R_SLOW,
          summary="Intersect multiple sets", since="1.0.0", complexity=_INTER_COMPLEXITY,
@@ -159,7 +201,7 @@ def sintercard(ctx, args: list[bytes]):
          since="1.0.0", complexity=_INTER_COMPLEXITY, syntax="destination key [key ...]")
 def sinterstore(ctx, args: list[bytes]):
     ks, now = counts(ctx), ctx.ks.now()
-    return kset.store(ks, args[1], kset.intersection(ks, args[2:], now), now)
+    return _store(ctx, args[1], b"sinterstore", kset.intersection(ks, args[2:], now))
 
 
 @command("sunion", -2, "readonly", specs="RO ACCESS index 1 range -1", group="set", acl=_ACL_R_SLOW,
@@ -173,7 +215,7 @@ def sunion(ctx, args: list[bytes]):
          since="1.0.0", complexity=_UNION_COMPLEXITY, syntax="destination key [key ...]")
 def sunionstore(ctx, args: list[bytes]):
     ks, now = ctx.ks, ctx.ks.now()
-    return kset.store(ks, args[1], kset.union(ks, args[2:], now), now)
+    return _store(ctx, args[1], b"sunionstore", kset.union(ks, args[2:], now))
 
 
 @command("sdiff", -2, "readonly", specs="RO ACCESS index 1 range -1", group="set", acl=_ACL_R_SLOW,
@@ -187,7 +229,7 @@ def sdiff(ctx, args: list[bytes]):
          since="1.0.0", complexity=_UNION_COMPLEXITY, syntax="destination key [key ...]")
 def sdiffstore(ctx, args: list[bytes]):
     ks, now = ctx.ks, ctx.ks.now()
-    return kset.store(ks, args[1], kset.difference(ks, args[2:], now), now)
+    return _store(ctx, args[1], b"sdiffstore", kset.difference(ks, args[2:], now))
 
 
 @command("sscan", -3, "readonly", specs=_RO_ACCESS, group="set", acl=_ACL_R_SLOW,
@@ -196,7 +238,7 @@ def sdiffstore(ctx, args: list[bytes]):
 def sscan(ctx, args: list[bytes]):
     cursor = A.parse_cursor(args[2])
     ks, now = ctx.ks, ctx.ks.now()
-    hk, h = kset.lookup(ks, args[1], now)
+    hk, h = kset.read_lookup(ks, args[1], now)
     if h is None or not ks.head_present(hk, h, now):  # (no key: no option is parsed)
         return [b"0", []]
     count, pattern, _ = scan_options(args, 3, novalues_ok=False)

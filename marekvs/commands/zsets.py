@@ -15,6 +15,11 @@ of the newest dot; ZINCRBY and ZADD INCR are last-writer-wins on the result (two
 concurrent increments of one member keep one of them). Blocking pops wake on a ZADD made
 on any node once it has replicated here; two nodes can serve the same member to waiters
 of their own (no coordination).
+
+Keyspace notifications: each command fires Redis 7.0's events after its write, in Redis's
+order, and ``del`` when it emptied its key (``commands/members.py``: ``fire``,
+``fire_removal``); its reads count INFO's keyspace hits and misses as Redis's
+``lookupKeyRead`` does (the keyspace's ``read_lookup`` and counted reads).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import re
 from marekvs.commands import args as A
 from marekvs.commands import errors
 from marekvs.commands.errors import CommandError
+from marekvs.commands.members import absent, fire, fire_removal
 from marekvs.commands.reply import NULL_ARRAY, BulkArray, Double
 from marekvs.commands.table import command
 from marekvs.keyspace import zsets as Z
@@ -259,6 +265,8 @@ def add_items(ctx, key: bytes, items: list[tuple[float, bytes]], flags: Z.AddFla
         r = Z.add(_z(ctx), key, items, flags, ctx.ks.now())
     except Z.NotAScore:
         raise CommandError(errors.ZSET_NAN_SCORE) from None
+    if (r.added or r.updated) and ctx.node.events.on:
+        ctx.node.events.fire("z", b"zincr" if flags.incr else b"zadd", key)
     if flags.incr:
         return Double(r.score) if r.processed and r.score is not None else None
     return r.added + r.updated if ch else r.added
@@ -287,7 +295,10 @@ def zincrby(ctx, args: list[bytes]):
                     "elements to be removed.",
          syntax="key member [member ...]")
 def zrem(ctx, args: list[bytes]):
-    return Z.remove(_z(ctx), args[1], args[2:], ctx.ks.now())
+    n = Z.remove(_z(ctx), args[1], args[2:], ctx.ks.now())
+    if n:
+        fire_removal(ctx, "z", b"zrem", args[1])
+    return n
 
 
 @command("zscore", 3, "readonly fast", specs="RO ACCESS index 1 range 0", group="sorted-set", acl=_ACL_R_FAST,
@@ -295,7 +306,7 @@ def zrem(ctx, args: list[bytes]):
          complexity="O(1)", syntax="key member")
 def zscore(ctx, args: list[bytes]):
     z, now = _z(ctx), ctx.ks.now()
-    zs = Z.lookup(z, args[1], now)
+    zs = Z.read_lookup(z, args[1], now)
     s = None if zs is None else Z.score(z, zs, args[2], now)
     return None if s is None else Double(s)
 
@@ -305,7 +316,7 @@ def zscore(ctx, args: list[bytes]):
          complexity="O(N) where N is the number of members being requested.", syntax="key member [member ...]")
 def zmscore(ctx, args: list[bytes]):
     z, now = _z(ctx), ctx.ks.now()
-    zs = Z.lookup(z, args[1], now)
+    zs = Z.read_lookup(z, args[1], now)
     out: list = []
     for m in args[2:]:
         s = None if zs is None else Z.score(z, zs, m, now)
@@ -325,7 +336,7 @@ def zcard(ctx, args: list[bytes]):
 def zcount(ctx, args: list[bytes]):
     r = score_range(args[2], args[3])
     z, now = _z(ctx), ctx.ks.now()
-    zs = Z.lookup(z, args[1], now)
+    zs = Z.read_lookup(z, args[1], now)
     return 0 if zs is None else Z.score_count(Z.order_of(z, zs, now), r)
 
 
@@ -336,7 +347,7 @@ def zcount(ctx, args: list[bytes]):
 def zlexcount(ctx, args: list[bytes]):
     r = lex_range(args[2], args[3])
     z, now = _z(ctx), ctx.ks.now()
-    zs = Z.lookup(z, args[1], now)
+    zs = Z.read_lookup(z, args[1], now)
     return 0 if zs is None else Z.lex_count(Z.order_of(z, zs, now), r)
 
 
@@ -390,7 +401,7 @@ def zrange_generic(ctx, args: list[bytes], at: int, store: bytes | None, rangety
     else:
         lr = lex_range(args[minidx], args[maxidx])
     z, now = _z(ctx), ctx.ks.now()
-    zs = Z.lookup(z, key, now)
+    zs = Z.read_lookup(z, key, now)
     if zs is None:
         entries: list[Z.Entry] = []
     else:
@@ -403,8 +414,24 @@ def zrange_generic(ctx, args: list[bytes], at: int, store: bytes | None, rangety
         else:
             entries = Z.lex_range(o, lr, reverse, offset, limit)
     if store is not None:
-        return Z.store(z, store, entries, now)
+        return store_entries(ctx, store, b"zrangestore", entries)
     return with_scores(ctx, entries, withscores)
+
+
+def store_entries(ctx, dest: bytes, event: bytes, entries) -> int:
+    """A STORE's write (``Z.store``) and its event: ``event`` for a result, ``del`` when
+    an empty result deleted the destination, nothing when there was nothing to delete."""
+    ks, now = ctx.ks, ctx.ks.now()
+    on = ctx.node.events.on
+    items = list(entries)
+    new = on and absent(ctx, dest)
+    existed = on and not items and ks.exists(dest, now)
+    n = Z.store(_z(ctx), dest, items, now)
+    if n:
+        fire(ctx, "z", event, dest, new)
+    elif existed:
+        fire(ctx, "g", b"del", dest)
+    return n
 
 
 def _long(b: bytes) -> int:
@@ -421,7 +448,7 @@ def zrange(ctx, args: list[bytes]):
         start, end = A.parse_ll(args[2]), A.parse_ll(args[3])
         if start is not None and end is not None:
             z, now = _z(ctx), ctx.ks.now()
-            zs = Z.lookup(z, args[1], now)
+            zs = Z.read_lookup(z, args[1], now)
             if zs is None:
                 return []
             o = Z.order_of(z, zs, now)
@@ -486,7 +513,7 @@ def zrevrangebylex(ctx, args: list[bytes]):
 def _zrank(ctx, args: list[bytes], reverse: bool):
     if len(args) == 3:  # the common case
         z, now = _z(ctx), ctx.ks.now()
-        zs = Z.lookup(z, args[1], now)
+        zs = Z.read_lookup(z, args[1], now)
         if zs is None:
             return None
         o = Z.order_of(z, zs, now)
@@ -501,7 +528,7 @@ def _zrank(ctx, args: list[bytes], reverse: bool):
         withscore = True
     miss = NULL_ARRAY if withscore else None
     z, now = _z(ctx), ctx.ks.now()
-    zs = Z.lookup(z, args[1], now)
+    zs = Z.read_lookup(z, args[1], now)
     if zs is None:
         return miss
     o = Z.order_of(z, zs, now)
@@ -549,6 +576,8 @@ def _zremrange(ctx, args: list[bytes], rangetype: str):
     else:
         entries = Z.lex_range(o, lr, False)
     Z.remove_entries(z, zs, entries, now)
+    if entries:
+        fire_removal(ctx, "z", b"zremrangeby" + rangetype.encode(), args[1])
     return len(entries)
 
 
@@ -598,6 +627,8 @@ def _pop_first(ctx, keys: list[bytes], highest: bool, count: int, check_types: b
         if zs is None:
             continue
         got = Z.pop(z, zs, count, highest, now)
+        if got:
+            fire_removal(ctx, "z", b"zpopmax" if highest else b"zpopmin", key)
         if got or check_types:
             return key, got
     return None
@@ -841,7 +872,7 @@ def setop(ctx, args: list[bytes], at: int, op: str, dest: bytes | None, card_onl
                         result[m] = sc
     entries = sorted((s, m) for m, s in result.items())
     if dest is not None:
-        return Z.store(z, dest, entries, now)
+        return store_entries(ctx, dest, b"z" + op.encode() + b"store", entries)
     return with_scores(ctx, entries, withscores)
 
 
@@ -936,13 +967,13 @@ def zrandmember(ctx, args: list[bytes]):
             withscores = True
             if count < -LLONG_MAX // 2 or count > LLONG_MAX // 2:
                 raise CommandError(errors.OUT_OF_RANGE)
-        zs = Z.lookup(z, args[1], now)
+        zs = Z.read_lookup(z, args[1], now)
         if zs is None or count == 0:
             return []
         o = Z.order_of(z, zs, now)
         got = Z.random_entries(o, abs(count), count > 0)
         return with_scores(ctx, got, withscores)
-    zs = Z.lookup(z, args[1], now)
+    zs = Z.read_lookup(z, args[1], now)
     if zs is None:
         return None
     o = Z.order_of(z, zs, now)
@@ -958,7 +989,7 @@ def zrandmember(ctx, args: list[bytes]):
 def zscan(ctx, args: list[bytes]):
     cursor = A.parse_cursor(args[2])
     z, now = _z(ctx), ctx.ks.now()
-    zs = Z.lookup(z, args[1], now)
+    zs = Z.read_lookup(z, args[1], now)
     if zs is None:  # (before the options are parsed, as Redis does)
         return [b"0", []]
     count, pattern = 10, None

@@ -29,6 +29,7 @@ from marekvs.core.envelope import RecordType
 from marekvs.core.head import CollectionType
 from marekvs.keyspace import members as M
 from marekvs.keyspace.keyspace import Keyspace
+from marekvs.keyspace.status import WrongType
 
 HASH = CollectionType.HASH
 FIELD = RecordType.HASH_FIELD
@@ -43,36 +44,70 @@ def lookup(ks: Keyspace, key: bytes, now: int) -> Head:
     return ks.collection(key, HASH, now)
 
 
+def read_lookup(ks: Keyspace, key: bytes, now: int) -> Head:
+    """``lookup`` for a read command: counted as a keyspace hit or miss."""
+    return M.read_collection(ks, key, HASH, now)
+
+
 def prefix_of(hk: bytes) -> bytes:
     return M.element_prefix(hk, TAG)
 
 
 # -- reads ---------------------------------------------------------------------------------
+# Reads of one key are counted as a keyspace hit or miss (``members.read_collection``),
+# except ``random_items``, ``scan`` and ``field_deadlines``, which follow a command's own
+# counted ``read_lookup``.
 
 def get(ks: Keyspace, key: bytes, field: bytes, now: int) -> bytes | None:
-    r = ks.resolve(key, HASH, now)
+    try:
+        r = ks.resolve(key, HASH, now)
+    except WrongType:
+        ks.hits += 1
+        raise
     if r is None:
+        ks.read_miss(key)
         return None
     rec = ks.get(r.prefix + field)
-    return None if rec is None else _value(rec, now, r.dc)
+    v = None if rec is None else _value(rec, now, r.dc)
+    if v is not None:
+        ks.hits += 1
+    else:
+        M.count_found(ks, key, r, False, now)
+    return v
 
 
 def get_many(ks: Keyspace, key: bytes, fields: Sequence[bytes], now: int) -> list[bytes | None]:
-    r = ks.resolve(key, HASH, now)
+    try:
+        r = ks.resolve(key, HASH, now)
+    except WrongType:
+        ks.hits += 1
+        raise
     if r is None:
+        ks.read_miss(key)
         return [None] * len(fields)
     prefix, dc, g = r.prefix, r.dc, ks.get
-    return [M.value(g(prefix + f), dc, now) for f in fields]
+    out = [M.value(g(prefix + f), dc, now) for f in fields]
+    M.count_found(ks, key, r, any(v is not None for v in out), now)
+    return out
 
 
 def length(ks: Keyspace, key: bytes, now: int) -> int:
-    r = ks.resolve(key, HASH, now)
-    return 0 if r is None else ks.counts.count(r.prefix, r.head, now)
+    try:
+        r = ks.resolve(key, HASH, now)
+    except WrongType:
+        ks.hits += 1
+        raise
+    n = 0 if r is None else ks.counts.count(r.prefix, r.head, now)
+    if n:
+        ks.hits += 1
+    else:
+        ks.read_miss(key)
+    return n
 
 
 def items(ks: Keyspace, key: bytes, now: int) -> list[tuple[bytes, bytes]]:
     """(field, value) of every field, in field (byte) order."""
-    hk, h = ks.collection(key, HASH, now)
+    hk, h = read_lookup(ks, key, now)
     if h is None:
         return []
     dc = M.gate(h, now)

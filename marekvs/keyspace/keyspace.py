@@ -123,6 +123,14 @@ class Keyspace:
             self.hits += 1
         return found
 
+    def read_miss(self, key: bytes) -> None:
+        """A read command's lookup found no ``key`` (the collection families count their
+        own lookups: ``members.read_collection``, ``lists.read_lookup``,
+        ``zsets.read_lookup``): a keyspace miss, and the 'keymiss' notification."""
+        self.misses += 1
+        if self.on_miss is not None:
+            self.on_miss(key)
+
     def type_name(self, key: bytes, now: int) -> str:
         found = self.read_record(key, now)
         if found is None:

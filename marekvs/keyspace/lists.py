@@ -345,6 +345,22 @@ def lookup(lx: Lists, key: bytes, now: int) -> tuple[Keys, bytes | None, bytes |
     return keys, hd, hd
 
 
+def read_lookup(lx: Lists, key: bytes, now: int) -> tuple[Keys, bytes | None, bytes | None]:
+    """``lookup`` for a read command (LLEN, LRANGE, LINDEX, LPOS), counted as a keyspace
+    hit or miss (a key of another type is a hit: Redis found it)."""
+    ks = lx.ks
+    try:
+        found = lookup(lx, key, now)
+    except WrongType:
+        ks.hits += 1
+        raise
+    if found[1] is None:
+        ks.read_miss(key)
+    else:
+        ks.hits += 1
+    return found
+
+
 def _scan(lx: Lists, h: Hint, start: int, now: int) -> Iterator[Element]:
     """(position, record) of the live elements from position ``start`` on, in order."""
     prefix = h.prefix
@@ -426,14 +442,14 @@ def values(lx: Lists, key: bytes, now: int) -> list[bytes]:
 
 
 def op_len(lx: Lists, key: bytes, now: int) -> int:
-    keys, hd, _ = lookup(lx, key, now)
+    keys, hd, _ = read_lookup(lx, key, now)
     return 0 if hd is None else lx.hint(key, hd, now, keys, True).count
 
 
 def op_range(lx: Lists, key: bytes, start: int, stop: int, now: int) -> list[bytes]:
     """LRANGE: the values of ranks ``start..stop`` (negative from the end, Redis's
     clamping)."""
-    keys, hd, _ = lookup(lx, key, now)
+    keys, hd, _ = read_lookup(lx, key, now)
     if hd is None:
         return []
     h = lx.hint(key, hd, now, keys, True)
@@ -478,7 +494,7 @@ def op_pos(lx: Lists, key: bytes, element: bytes, rank: int, count: int, maxlen:
            now: int) -> list[int] | None:
     """LPOS's matches, as ``lposCommand`` finds them (``count`` -1: no COUNT option, at
     most one index is returned; 0: all). None when the key does not exist."""
-    keys, hd, _ = lookup(lx, key, now)
+    keys, hd, _ = read_lookup(lx, key, now)
     if hd is None:
         return None
     h = lx.hint(key, hd, now, keys, True)
@@ -730,13 +746,14 @@ def op_rem(lx: Lists, key: bytes, count: int, value: bytes, now: int) -> int:
     return len(gone)
 
 
-def op_trim(lx: Lists, key: bytes, start: int, stop: int, now: int) -> None:
+def op_trim(lx: Lists, key: bytes, start: int, stop: int, now: int) -> bool:
     """LTRIM: keep ranks ``start..stop`` (Redis's clamping); the others are removed from
-    the ends (tombstones), or the whole list with one head tombstone."""
+    the ends (tombstones), or the whole list with one head tombstone. False if there is
+    no list."""
     ks = lx.ks
     keys, hd, _ = lookup(lx, key, now)
     if hd is None:
-        return
+        return False
     h = lx.hint(key, hd, now, keys, True)
     n = h.count
     if start < 0:
@@ -752,16 +769,17 @@ def op_trim(lx: Lists, key: bytes, start: int, stop: int, now: int) -> None:
             stop = n - 1
         ltrim, rtrim = start, n - stop - 1
     if not ltrim and not rtrim:
-        return
+        return True
     if ltrim + rtrim >= n:  # nothing left: the list goes as DEL takes it, with one record
         ks.apply([ks.head_tombstone(h.keys.head, hd)])
-        return
+        return True
     if h.dense:
         gone = list(range(h.first, h.first + ltrim)) + list(range(h.last - rtrim + 1, h.last + 1))
     else:
         els = list(_scan(lx, h, h.first, now))
         gone = [p for p, _ in els[:ltrim]] + [p for p, _ in els[n - rtrim:]]
     ks.apply(_tombstones(h, gone, ks.hlc.reserve(len(gone)), ks.node_id))
+    return True
 
 
 def op_move(lx: Lists, src: bytes, dst: bytes, from_left: bool, to_left: bool,

@@ -61,6 +61,7 @@ from marekvs.core import envelope as env
 from marekvs.core import head
 from marekvs.core import keys as K
 from marekvs.core import orswot, registry
+from marekvs.keyspace.status import WrongType
 from marekvs.storage.engine import prefix_end
 
 if TYPE_CHECKING:
@@ -188,6 +189,37 @@ class Resolver:
                 memo.clear()
             memo[(key, ctype)] = r
         return r
+
+
+# =========================================================================================
+# Reads as Redis counts them (INFO stats keyspace_hits / keyspace_misses)
+# =========================================================================================
+# Redis counts one hit or miss per key a read command looks up (``lookupKeyRead``): a key
+# of the wrong type is a hit (it was found), an absent key a miss. A hash or set exists
+# while it has a live member (``Keyspace.head_present``), so a found head with none is a
+# miss. The hot reads (HGET, SISMEMBER, ...) count inline from what they read anyway.
+
+def read_collection(ks: Keyspace, key: bytes, ctype: int, now: int) -> tuple[bytes, bytes | None]:
+    """``Keyspace.collection`` for a read command, counted as a keyspace hit or miss."""
+    try:
+        hk, h = ks.collection(key, ctype, now)
+    except WrongType:
+        ks.hits += 1
+        raise
+    if h is not None and ks.counts.nonempty(hk, h, now):
+        ks.hits += 1
+    else:
+        ks.read_miss(key)
+    return hk, h
+
+
+def count_found(ks: Keyspace, key: bytes, r: Resolved, found: bool, now: int) -> None:
+    """Count the read of ``key`` (resolved to ``r``) that found a member (``found``) or
+    not: a hit, or a hit only if the collection has another member."""
+    if found or ks.counts.nonempty(r.hk, r.head, now):
+        ks.hits += 1
+    else:
+        ks.read_miss(key)
 
 
 # =========================================================================================

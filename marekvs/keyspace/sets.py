@@ -43,36 +43,68 @@ def lookup(ks: Keyspace, key: bytes, now: int) -> Head:
     return ks.collection(key, SET, now)
 
 
+def read_lookup(ks: Keyspace, key: bytes, now: int) -> Head:
+    """``lookup`` for a read command: counted as a keyspace hit or miss."""
+    return M.read_collection(ks, key, SET, now)
+
+
 def prefix_of(hk: bytes) -> bytes:
     return M.element_prefix(hk, TAG)
 
 
 # -- reads ---------------------------------------------------------------------------------
+# Reads are counted as keyspace hits or misses (``members.read_collection``), one per key,
+# except ``random_members`` and ``scan``, which follow a command's own ``read_lookup``.
 
 def is_member(ks: Keyspace, key: bytes, member: bytes, now: int) -> bool:
-    r = ks.resolve(key, SET, now)
+    try:
+        r = ks.resolve(key, SET, now)
+    except WrongType:
+        ks.hits += 1
+        raise
     if r is None:
+        ks.read_miss(key)
         return False
     rec = ks.get(r.prefix + member)
-    return rec is not None and _is_live(rec, now) and _gate_clock(rec) > r.dc
+    if rec is not None and _is_live(rec, now) and _gate_clock(rec) > r.dc:
+        ks.hits += 1
+        return True
+    M.count_found(ks, key, r, False, now)
+    return False
 
 
 def are_members(ks: Keyspace, key: bytes, members: Sequence[bytes], now: int) -> list[bool]:
-    r = ks.resolve(key, SET, now)
+    try:
+        r = ks.resolve(key, SET, now)
+    except WrongType:
+        ks.hits += 1
+        raise
     if r is None:
+        ks.read_miss(key)
         return [False] * len(members)
     prefix, dc, g = r.prefix, r.dc, ks.get
-    return [M.live(g(prefix + m), dc, now) for m in members]
+    out = [M.live(g(prefix + m), dc, now) for m in members]
+    M.count_found(ks, key, r, any(out), now)
+    return out
 
 
 def cardinality(ks: Keyspace, key: bytes, now: int) -> int:
-    r = ks.resolve(key, SET, now)
-    return 0 if r is None else ks.counts.count(r.prefix, r.head, now)
+    try:
+        r = ks.resolve(key, SET, now)
+    except WrongType:
+        ks.hits += 1
+        raise
+    n = 0 if r is None else ks.counts.count(r.prefix, r.head, now)
+    if n:
+        ks.hits += 1
+    else:
+        ks.read_miss(key)
+    return n
 
 
 def all_members(ks: Keyspace, key: bytes, now: int) -> list[bytes]:
     """Every member, in byte order."""
-    hk, h = ks.collection(key, SET, now)
+    hk, h = read_lookup(ks, key, now)
     if h is None:
         return []
     return [m for m, _ in M.scan(ks, prefix_of(hk), M.gate(h, now), now)]
@@ -154,13 +186,14 @@ def pop(ks: Keyspace, key: bytes, k: int, now: int) -> list[bytes] | None:
     return [m for m, _ in chosen]
 
 
-def move(ks: Keyspace, src: bytes, dst: bytes, member: bytes, now: int) -> int:
-    """SMOVE, with Redis's order of checks: no source -> 0 (whatever the destination),
-    then WRONGTYPE for either key, then the move (one apply: the source's remove and the
-    destination's add)."""
+def move(ks: Keyspace, src: bytes, dst: bytes, member: bytes, now: int) -> tuple[bool, bool]:
+    """SMOVE, with Redis's order of checks: no source -> not moved (whatever the
+    destination), then WRONGTYPE for either key, then the move (one apply: the source's
+    remove and the destination's add). Returns (moved, added to the destination: it was
+    not a member there)."""
     shk, sh = ks.collection(src, SET, now)
     if sh is None:
-        return 0
+        return False, False
     sik = prefix_of(shk) + member
     scur = ks.get(sik)
     present = scur is not None and M.live(scur, M.gate(sh, now), now)
@@ -169,33 +202,35 @@ def move(ks: Keyspace, src: bytes, dst: bytes, member: bytes, now: int) -> int:
     except WrongType:
         if present or ks.head_present(shk, sh, now):
             raise
-        return 0  # an emptied source: no key
+        return False, False  # an emptied source: no key
     if not present:
-        return 0
+        return False, False
     assert scur is not None
     if dhk == shk:
-        return 1
+        return True, False
     dhk, dh, created = ks.head_for_write(dst, SET, now)
     dik = prefix_of(dhk) + member
     dcur = ks.get(dik)
-    deadline = M.deadline_of(dcur) if dcur is not None and M.live(dcur, M.gate(dh, now), now) else 0
+    had = dcur is not None and M.live(dcur, M.gate(dh, now), now)
+    deadline = M.deadline_of(dcur) if had and dcur is not None else 0
     hlc, node = ks.hlc.now(), ks.node_id
     recs = [(sik, M.remove(scur, hlc, node))]
     if created:
         recs.append((dhk, dh))
     recs.append((dik, M.add(dcur, MEMBER, hlc, node, b"", deadline)))
     ks.apply(recs)
-    return 1
+    return True, not had
 
 
 # -- the algebra ------------------------------------------------------------------------------
 
 def _sets(ks: Keyspace, keys: Sequence[bytes], now: int) -> list[tuple[bytes, bytes, int] | None]:
     """(members prefix, head, delete clock) of each key's set, None for a missing key;
-    WrongType if any key holds another type (every key is checked, as Redis 7.0 does)."""
+    WrongType if any key holds another type (every key is checked, as Redis 7.0 does).
+    Each lookup is a counted read (the STORE forms too, as Redis 7.0 counts them)."""
     out: list[tuple[bytes, bytes, int] | None] = []
     for key in keys:
-        hk, h = ks.collection(key, SET, now)
+        hk, h = read_lookup(ks, key, now)
         out.append(None if h is None else (prefix_of(hk), h, M.gate(h, now)))
     return out
 

@@ -575,17 +575,48 @@ def lookup(z: Zsets, key: bytes, now: int) -> Zset | None:
     return Zset(prefixes_of_head(key, hk), h)
 
 
+def read_lookup(z: Zsets, key: bytes, now: int) -> Zset | None:
+    """``lookup`` for a read command, counted as a keyspace hit or miss (a key of
+    another type is a hit: Redis found it). An emptied zset has no live head."""
+    ks = z.ks
+    try:
+        hk, h = ks.collection(key, ZSET, now)
+    except WrongType:
+        ks.hits += 1
+        raise
+    if h is None:
+        ks.read_miss(key)
+        return None
+    ks.hits += 1
+    return Zset(prefixes_of_head(key, hk), h)
+
+
 def lookup_setlike(z: Zsets, key: bytes, now: int) -> tuple[int, Zset] | None:
     """(ctype, zset) of a zset or a set at ``key`` (ZUNION & co. read both); None if
-    absent; WrongType for any other type."""
+    absent; WrongType for any other type. A counted read (the STORE forms too, as
+    Redis 7.0 counts them)."""
+    ks = z.ks
     try:
         found = lookup(z, key, now)
     except WrongType:
-        hk, h = z.ks.collection(key, SET, now)
+        try:
+            hk, h = ks.collection(key, SET, now)
+        except WrongType:
+            ks.hits += 1
+            raise
         if h is None:
+            ks.read_miss(key)
             return None
+        if ks.counts.nonempty(hk, h, now):
+            ks.hits += 1
+        else:
+            ks.read_miss(key)  # (an emptied set: no key; it reads as an empty set)
         return SET, Zset(prefixes_of_head(key, hk), h)
-    return None if found is None else (ZSET, found)
+    if found is None:
+        ks.read_miss(key)
+        return None
+    ks.hits += 1
+    return ZSET, found
 
 
 def order_of(z: Zsets, zs: Zset, now: int) -> Order:
@@ -607,7 +638,7 @@ def score(z: Zsets, zs: Zset, member: bytes, now: int) -> float | None:
 
 
 def card(z: Zsets, key: bytes, now: int) -> int:
-    zs = lookup(z, key, now)
+    zs = read_lookup(z, key, now)
     return 0 if zs is None else len(order_of(z, zs, now))
 
 

@@ -22,6 +22,13 @@ watcher keeps the deadlines of keys it saw written (locally or from a peer, and 
 present when the ``x`` class was turned on) and fires at the deadline if the key still
 has it. Messages go to this node's subscribers only (``PubSub.deliver``): every node fires
 its own, so they are not relayed.
+
+Member deadlines (Redis 7.4's HEXPIRE, KeyDB's EXPIREMEMBER) are watched the same way: at
+a hash field's deadline ``hexpired`` (class h) fires, as Redis 7.4's active expiry fires
+it, at a set member's ``srem`` (KeyDB's), once per key for the members that expire
+together, then ``del`` (g) if the key went with them. A zset member's expiry fires
+nothing (KeyDB fires nothing either). The fields with a deadline present when
+notifications are turned on are found by one pass over the hash and set member records.
 """
 
 from __future__ import annotations
@@ -33,10 +40,14 @@ from typing import Any
 from marekvs.core import envelope as env
 from marekvs.core import keys as K
 from marekvs.core import registry
+from marekvs.keyspace import members as M
 from marekvs.node.changes import Change
 
 CLASSES = "g$lshzxetdmn"
 _KEY_CODES = frozenset(registry.KEY_TAGS)
+# member tag -> (class, event) its deadline fires (see the module docstring)
+_MEMBER_EXPIRY = {K.TAG_HASH[0]: ("h", b"hexpired"), K.TAG_SET[0]: ("s", b"srem")}
+_MEMBER_TAGS = K.TAG_HASH + K.TAG_SET
 _KIND_EVENTS = {  # element tag -> (class, event when added, event when removed)
     K.TAG_HASH: ("h", b"hset", b"hdel"),
     K.TAG_SET: ("s", b"sadd", b"srem"),
@@ -67,6 +78,7 @@ class Events:
         self.deadlines: list[tuple[int, bytes, bytes]] = []  # heap of (deadline, ikey, user key)
         self._timer: asyncio.TimerHandle | None = None
         self._subscribed = False
+        self.members = False  # member deadlines are watched (h, s or g on)
         self.fired = 0
         # 'new' keys a local command created, fired just before that command's own event on
         # the key (Redis fires "new" as the key is added): MSET interleaves new/set per key
@@ -83,6 +95,10 @@ class Events:
             feed.unsubscribe(self._changed)
             self._subscribed = False
             self.deadlines.clear()
+        members = self.on and not self.classes.isdisjoint("hsg")
+        if members and not self.members:
+            self._watch_existing_members()
+        self.members = members
         if self.on and "x" in self.classes:
             self._watch_existing()
         ks = self.node.ks
@@ -116,10 +132,15 @@ class Events:
     def _changed(self, changes: list[Change]) -> None:
         replicated = self.node.current is None
         watch = "x" in self.classes
+        members = self.members
         now = self.node.ks.now()
         for ikey, old, new in changes:
             if watch:
                 self._watch(ikey, new)
+            if members and ikey[K.TAG_AT] in _MEMBER_EXPIRY and new[env.TTL] != env.NO_TTL \
+                    and not new[0] & env.FLAG_TOMBSTONE and env.ttl_of(new) > now:
+                heapq.heappush(self.deadlines, (env.ttl_of(new), ikey, K.user_key_of(ikey)))
+                self._arm()
             if "n" in self.classes and ikey[K.TAG_AT] in _KEY_CODES and env.is_live(new, now) \
                     and (old is None or not env.is_live(old, now)):
                 if replicated:
@@ -148,6 +169,13 @@ class Events:
                 heapq.heappush(self.deadlines, (env.ttl_of(rec), ikey, key))
         self._arm()
 
+    def _watch_existing_members(self) -> None:
+        now = self.node.ks.now()
+        for ikey, rec in self.node.engine.scan_tags(0, _MEMBER_TAGS):
+            if rec[env.TTL] != env.NO_TTL and not rec[0] & env.FLAG_TOMBSTONE and env.ttl_of(rec) > now:
+                heapq.heappush(self.deadlines, (env.ttl_of(rec), ikey, K.user_key_of(ikey)))
+        self._arm()
+
     def _arm(self) -> None:
         loop = self.node.loop
         if not self.deadlines or loop is None:
@@ -161,12 +189,34 @@ class Events:
         self._timer = None
         now = self.node.ks.now()
         get = self.node.engine.get
+        seen: set[tuple[int, bytes]] = set()  # (a record pushed twice fires once)
+        expired: dict[bytes, tuple[str, bytes]] = {}  # key -> the event of its members expiry
         while self.deadlines and self.deadlines[0][0] <= now:
             deadline, ikey, key = heapq.heappop(self.deadlines)
+            if (deadline, ikey) in seen:
+                continue
+            seen.add((deadline, ikey))
             rec = get(ikey)
-            if rec is not None and not rec[0] & env.FLAG_TOMBSTONE and env.ttl_of(rec) == deadline:
+            if rec is None or rec[0] & env.FLAG_TOMBSTONE or env.ttl_of(rec) != deadline:
+                continue  # no longer the record that had this deadline
+            event = _MEMBER_EXPIRY.get(ikey[K.TAG_AT])
+            if event is None:
                 self.fire("x", b"expired", key)  # still the record that expired: once
+            elif self._member_expired(key, rec, deadline):
+                expired[key] = event
+        ks = self.node.ks
+        for key, (cls, event) in expired.items():
+            self.fire(cls, event, key)
+            if not ks.exists(key, now):
+                self.fire("g", b"del", key)
         self._arm()
+
+    def _member_expired(self, key: bytes, rec: bytes, deadline: int) -> bool:
+        """The member record ``rec`` of ``key`` was live until its ``deadline`` (not
+        removed, nor gated by a delete of its key before then)."""
+        h = self.node.engine.get(K.encode_head_key(key))
+        before = deadline - 1
+        return M.live(rec, M.gate(h, before) if h is not None else 0, before)
 
 
 def record_event(ikey: bytes, old: bytes | None, new: bytes, now: int) -> tuple[str, bytes] | None:
