@@ -82,7 +82,7 @@ def lookup_by_pattern(ctx, pattern: bytes, subst: bytes, now: int) -> bytes | No
     if field is not None:
         if ikey[K.TAG_AT] == K.ORD_STRING or head.ctype_of(rec) != CollectionType.HASH:
             return None
-        return kh.get(ks, key, field, now)
+        return kv.quiet(ks, kh.get, ks, key, field, now)
     if ikey[K.TAG_AT] != K.ORD_STRING:
         return None
     return kstr.string_value(rec)
@@ -164,7 +164,7 @@ def _sort(ctx, args: list[bytes], readonly: bool):
         if ctype == CollectionType.SET and dontsort and storekey is not None:
             dontsort, alpha, sortby = False, True, None  # a stored set is sorted, for replicas
 
-    n = 0 if found is None else _length(ctx, key, ctype, now)
+    n = 0 if found is None else kv.quiet(ks, _length, ctx, key, ctype, now)
     start = max(limit_start, 0)
     end = n - 1 if limit_count < 0 else _wrap(start + limit_count - 1)
     if start >= n:
@@ -172,7 +172,7 @@ def _sort(ctx, args: list[bytes], readonly: bool):
     if end >= n:
         end = n - 1
 
-    vector = [] if found is None else _elements(ctx, key, ctype, dontsort, desc, start, end, now)
+    vector = [] if found is None else kv.quiet(ks, _elements, ctx, key, ctype, dontsort, desc, start, end, now)
     if dontsort and ctype != CollectionType.SET:
         end -= start  # the vector is the range already
         start = 0

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from marekvs.core import envelope as env
 from marekvs.core import head, rdb, registry
@@ -54,6 +55,21 @@ from marekvs.keyspace.status import KeyspaceError
 Record = tuple[bytes, bytes]
 _ORD_STRING = K.ORD_STRING
 _TAG_AT = K.TAG_AT
+
+
+T = TypeVar("T")
+
+
+def quiet(ks: Keyspace, fn: Callable[..., T], *args: object) -> T:
+    """``fn(*args)``, a type module's read of a key its command has already looked up and
+    counted (Redis counts one keyspace hit or miss per key a command looks up; the type
+    modules count their own reads, so a second read of the key must not count again)."""
+    hits, misses, on_miss = ks.hits, ks.misses, ks.on_miss
+    ks.on_miss = None
+    try:
+        return fn(*args)
+    finally:
+        ks.hits, ks.misses, ks.on_miss = hits, misses, on_miss
 
 
 class Unsupported(KeyspaceError):
@@ -88,7 +104,7 @@ class Values:
         ikey, rec = found
         if ikey[_TAG_AT] == _ORD_STRING:
             return rdb.String(kstr.string_value(rec)), env.ttl_of(rec)
-        return self.type_of(rec).read(self, key, now), env.ttl_of(rec)
+        return quiet(self.ks, self.type_of(rec).read, self, key, now), env.ttl_of(rec)
 
     @staticmethod
     def type_of(head_rec: bytes) -> TypeIO:
@@ -138,7 +154,7 @@ class Values:
             return total
         ctype = head.ctype_of(rec)
         io = TYPES.get(ctype)
-        n = io.count(self, key, now) if io is not None else -1
+        n = quiet(self.ks, io.count, self, key, now) if io is not None else -1
         for kind in registry.element_kinds(ctype):
             prefix = kind.prefix(key)
             seen = read = 0

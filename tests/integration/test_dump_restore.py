@@ -357,3 +357,20 @@ def test_keyspace_events_as_redis(shared_node, real_redis):
             + mb(b"SORT", b"k2", b"BY", b"w_*", b"GET", b"o_*") + mb(b"RESTORE", b"k3", b"100", p))
     for flags in (b"KEAnm", b"Eg", b"Kl"):
         assert notifications(shared_node.port, cmds, flags) == notifications(real_redis.port, cmds, flags)
+
+
+def test_keyspace_hits_and_misses_as_redis(pair):
+    build(pair, [("SET", "s", "v"), ("RPUSH", "l", "a"), ("SADD", "t", "m"), ("ZADD", "z", "1", "m"),
+                 ("HSET", "h", "f", "v")])
+    stats = []
+    for c in pair:
+        c.config_resetstat()
+        for k in ("s", "l", "t", "z", "h", "nosuch"):
+            c.dump(k)
+        c.restore("new", 0, c.dump("s"))
+        c.restore("l", 0, c.dump("s"), replace=True)
+        c.memory_usage("h")
+        c.memory_usage("nosuch")
+        info = c.info("stats")
+        stats.append((info["keyspace_hits"], info["keyspace_misses"]))
+    assert stats[0] == stats[1]
