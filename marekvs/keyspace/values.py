@@ -154,7 +154,10 @@ class Values:
             return total
         ctype = head.ctype_of(rec)
         io = TYPES.get(ctype)
-        n = quiet(self.ks, io.count, self, key, now) if io is not None else -1
+        if io is None:  # a type without a count here: every element is read
+            n, samples = -1, 0
+        else:
+            n = quiet(self.ks, io.count, self, key, now)
         for kind in registry.element_kinds(ctype):
             prefix = kind.prefix(key)
             seen = read = 0
@@ -164,7 +167,7 @@ class Values:
                 if samples and seen >= samples:
                     break
             if seen:
-                total += read if n < 0 or not samples or seen >= n else read * n // seen
+                total += read if not samples or seen >= n else read * n // seen
         return total
 
 

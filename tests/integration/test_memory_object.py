@@ -19,7 +19,7 @@ import pytest
 import redis
 
 from marekvs.core import keys as K
-from tests.helpers import RedisServer
+from tests.helpers import RedisServer, free_port
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -191,6 +191,7 @@ def cluster_redis(tmp_path_factory):
         pytest.skip("redis-server is not installed")
     r = RedisServer(tmp_path_factory.mktemp("redis-cluster"),
                     extra=["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--databases", "1",
+                           "--cluster-port", str(free_port()),  # (not port + 10000: past 65535 for high ports)
                            "--save", "", "--appendonly", "no"]).start()
     c = r.client()
     c.execute_command("CLUSTER", "ADDSLOTSRANGE", "0", "16383")
