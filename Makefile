@@ -7,6 +7,9 @@
 PYTHON ?= $(firstword $(foreach p,/usr/bin/python3.11 python3.11 python3,$(shell command -v $(p) >/dev/null 2>&1 && $(p) -c 'import ensurepip, venv' >/dev/null 2>&1 && echo $(p))))
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
+# make test runs test files in parallel (pytest-xdist, one file per worker at a time): the
+# suite waits on real servers most of the time, so two workers fit two cores
+TEST_WORKERS ?= 2
 PORT   ?= 6379
 DATA   ?= ./data
 STAMP  := $(VENV)/.installed
@@ -33,7 +36,7 @@ run: proto
 	$(PY) -m marekvs serve --port $(PORT) --data-dir $(DATA)
 
 test: proto
-	$(PY) -m pytest -q -p no:cacheprovider tests; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
+	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile tests; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
 
 laws: proto
 	HYPOTHESIS_PROFILE=deep $(PY) -m pytest -q -p no:cacheprovider tests/merge_laws
