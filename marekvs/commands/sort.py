@@ -39,7 +39,7 @@ from marekvs.commands.table import command
 from marekvs.core import head
 from marekvs.core import keys as K
 from marekvs.core.head import CollectionType
-from marekvs.core.strtod import PLAIN, strtod
+from marekvs.core.strtod import strtod
 from marekvs.keyspace import hashes as kh
 from marekvs.keyspace import lists as kl
 from marekvs.keyspace import sets as ksets
@@ -222,20 +222,20 @@ def _sorted(ctx, vector: list[bytes], sortby: bytes | None, alpha: bool, desc: b
             keyed.append(((0, b"") if v is None else (1, v if store else c_str(v)), e))
         keyed.sort(key=lambda x: x[0], reverse=desc)
         return [e for _, e in keyed]
-    scored = []
-    bad = False
-    plain = PLAIN.fullmatch
-    for e in vector:
-        v = e if sortby is None else lookup_by_pattern(ctx, sortby, e, now)
+    vals = vector if sortby is None else [lookup_by_pattern(ctx, sortby, e, now) for e in vector]
+    bad: list[bytes] = []
+
+    def slow(v: bytes | None) -> float:
         if v is None:
-            score = 0.0
-        elif len(v) < 300 and plain(v):  # (strtod's fast path, inlined: most scores)
-            score = float(v)
-        else:
-            score, used, erange = strtod(v)
-            if used != len(c_str(v)) or erange or score != score:
-                bad = True
-        scored.append((score, e))
+            return 0.0  # a missing BY key scores 0
+        score, used, erange = strtod(v)
+        if used != len(c_str(v)) or erange or score != score:
+            bad.append(v)
+        return score
+
+    # (unsigned integers, most scores, are read directly: strtod would read them the same)
+    scored = [(float(v) if v is not None and len(v) < 300 and v.isdigit() else slow(v), e)
+              for v, e in zip(vals, vector)]
     if bad:
         raise CommandError(errors.SORT_NOT_DOUBLE)
     scored.sort(reverse=desc)

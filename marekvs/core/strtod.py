@@ -31,7 +31,7 @@ _NUM = re.compile(
 
 
 # A plain decimal of fewer than 300 characters can neither overflow nor underflow: read it
-# with ``float`` directly (the common case: SORT's scores; sort.py inlines the test)
+# with ``float`` directly (the common case: SORT's scores)
 PLAIN = re.compile(rb"-?[0-9]+(?:\.[0-9]+)?")
 
 
