@@ -127,6 +127,25 @@ WORKLOADS: dict[str, Workload] = {
     "dump": Workload(command=("DUMP", "key:__rand_int__"), probe=(b"DUMP", b"bench:probe")),
     "sort": Workload(command=("SORT", "bench:sort"), probe=(b"SORT", b"bench:sort"),
                      setup=((b"RPUSH", b"bench:sort", *[b"%d" % ((i * 7919) % 1000) for i in range(100)]),)),
+    # HyperLogLog: PFADD of one random element (of --keyspace) to one HLL; PFCOUNT of an HLL
+    # of 10k elements (+ what the PFADD rows added), which a PFADD row may have changed
+    "pfadd": Workload(command=("PFADD", "bench:hll", "ele:__rand_int__"),
+                      probe=(b"PFADD", b"bench:probe:hll", b"x"), cleanup=(b"bench:probe:hll",)),
+    "pfcount": Workload(command=("PFCOUNT", "bench:hll"), probe=(b"PFCOUNT", b"bench:probe:hll"),
+                        setup=tuple((b"PFADD", b"bench:hll", *(b"seed:%d" % i for i in range(j, j + 1000)))
+                                    for j in range(0, 10_000, 1000))),
+    # Bitmaps. SETBIT sets bit 1000 of a random bitmap of --keyspace (a 126-byte string
+    # each, created by the first SETBIT; a repeat changes nothing and writes nothing, on both
+    # servers): redis-benchmark writes __rand_int__ zero padded to 12 digits, which no bit
+    # offset parser accepts, so the random part is the key. BITCOUNT counts a whole bitmap of
+    # 100,000 bits (12.5 KB, written by the setup). A bitmap is a string register: a SETBIT
+    # that changes a bit writes (and logs) the whole value
+    "setbit": Workload(command=("SETBIT", "bench:bitmap:__rand_int__", "1000", "1"),
+                       probe=(b"SETBIT", b"bench:probe:bitmap", b"7", b"1"), cleanup=(b"bench:probe:bitmap",)),
+    "bitcount": Workload(command=("BITCOUNT", "bench:bitmap"), probe=(b"BITCOUNT", b"bench:probe:bitmap"),
+                         setup=((b"SETBIT", b"bench:bitmap", b"99999", b"1"),
+                                (b"BITFIELD", b"bench:bitmap", *(x for i in range(0, 99_000, 997)
+                                                                 for x in (b"SET", b"u8", b"%d" % i, b"165"))))),
 }
 TESTS = tuple(WORKLOADS)
 TARGETS = {  # pipeline -> (min geomean ratio, min row ratio)

@@ -345,27 +345,42 @@ SECTIONS = {
     "cluster": _section_cluster, "keyspace": _section_keyspace, "marekvs": _section_marekvs,
     "modules": lambda s: [], "errorstats": _section_errorstats, "commandstats": _section_commandstats,
 }
+# Redis 7.0's sections in its order (genRedisInfoString), and marekvs's own at the end.
+# latencystats is not kept by this node: asked for by name it prints nothing, like an
+# unknown section.
+SECTION_ORDER = ("server", "clients", "memory", "persistence", "stats", "replication", "cpu", "modules",
+                 "commandstats", "errorstats", "latencystats", "cluster", "keyspace", "marekvs")
+# what INFO, INFO default, INFO all and INFO everything print (Redis: default has every
+# section but commandstats and latencystats; all and everything every one)
 DEFAULT_SECTIONS = ("server", "clients", "memory", "persistence", "stats", "replication", "cpu",
                     "modules", "errorstats", "cluster", "keyspace", "marekvs")
-ALL_SECTIONS = ("server", "clients", "memory", "persistence", "stats", "replication", "cpu", "modules",
-                "commandstats", "errorstats", "cluster", "keyspace", "marekvs")  # INFO all / everything
-_TITLES = {"cpu": "CPU"}
+ALL_SECTIONS = SECTION_ORDER
+_TITLES = {"cpu": "CPU"}  # as Redis spells the header (the others: capitalised)
+
+
+def info_sections(names: list[str]) -> list[str]:
+    """The sections ``INFO names...`` prints, in Redis's order: every section named
+    (any case), ``default`` (also with no names) the default ones, ``all`` and
+    ``everything`` every one; unknown names add nothing."""
+    wanted: set[str] = set()
+    if not names:
+        wanted.update(DEFAULT_SECTIONS)
+    for n in names:
+        n = n.lower()
+        if n == "default":
+            wanted.update(DEFAULT_SECTIONS)
+        elif n in ("all", "everything"):
+            wanted.update(ALL_SECTIONS)
+        else:
+            wanted.add(n)
+    return [n for n in SECTION_ORDER if n in wanted and n in SECTIONS]
 
 
 def info_text(node, names: list[str]) -> str:
-    if any(n in ("all", "everything") for n in names):
-        names = list(ALL_SECTIONS)
-    elif not names or "default" in names:
-        names = list(DEFAULT_SECTIONS)
-    else:  # in Redis's order, whatever the order asked
-        names = [n for n in ALL_SECTIONS if n in names]
     parts = []
-    for n in names:
-        f = SECTIONS.get(n)
-        if f is None:
-            continue
-        body = "".join(f"{k}:{v}\r\n" for k, v in f(node))
-        parts.append(f"# {_TITLES.get(n, n.capitalize())}\r\n{body}")
+    for n in info_sections(names):
+        body = "".join(f"{k}:{v}\r\n" for k, v in SECTIONS[n](node))
+        parts.append(f"# {_TITLES.get(n) or n.capitalize()}\r\n{body}")
     return "\r\n".join(parts)
 
 

@@ -42,8 +42,9 @@ class _P:
 
 
 # argument names that are keys in Redis's documentation syntax (COPY "source destination",
-# LCS "key1 key2", ZRANGESTORE "dst src", BITOP "destkey"; "destination-db" is a number)
-_KEY_NAMES = {"key", "key1", "key2", "newkey", "destkey", "source", "destination", "src", "dst"}
+# LCS "key1 key2", ZRANGESTORE "dst src", BITOP "destkey", PFMERGE "sourcekey"; "destination-db"
+# is a number)
+_KEY_NAMES = {"key", "key1", "key2", "newkey", "destkey", "source", "destination", "src", "dst", "sourcekey"}
 
 
 def _arg_for_word(word: str) -> dict:

@@ -8,6 +8,7 @@ in a text go through ``echo`` (Redis prints them with ``%s``: cut at a NUL).
 from __future__ import annotations
 
 from marekvs.keyspace import status as st
+from marekvs.keyspace.hll import InvalidHll
 
 
 class CommandError(Exception):
@@ -205,9 +206,6 @@ LFU_NOT_SELECTED = ("ERR An LFU maxmemory policy is not selected, access frequen
 LFU_SELECTED = ("ERR An LFU maxmemory policy is selected, idle time not tracked. Please "
                 "note that when switching between policies at runtime LRU and LFU data "
                 "will take some time to adjust.")
-# marekvs-specific: moving a collection means re-keying every element record
-RENAME_COLLECTION = "ERR RENAME of a collection is not supported yet"
-COPY_COLLECTION = "ERR COPY of a collection is not supported yet"
 
 
 def value_out_of_range(lo: int, hi: int) -> str:
@@ -329,3 +327,16 @@ def status_text(e: st.KeyspaceError) -> str:
 
 # -- COMMAND GETKEYS / GETKEYSANDFLAGS (introspection.py) ----------------------------------
 INVALID_ARGUMENTS = "ERR Invalid arguments specified for command"
+
+
+# -- HyperLogLog and bitmaps (hll.py, bitmaps.py) -------------------------------------------
+INVALID_HLL = "WRONGTYPE Key is not a valid HyperLogLog string value."
+BIT_OFFSET = "ERR bit offset is not an integer or out of range"
+BIT_VALUE = "ERR bit is not an integer or out of range"
+BITPOS_BIT = "ERR The bit argument must be 1 or 0."
+BITOP_NOT_ONE_KEY = "ERR BITOP NOT must be called with a single source key."
+BITFIELD_TYPE = ("ERR Invalid bitfield type. Use something like i16 u8. Note that u64 is not "
+                 "supported but i64 is.")
+BITFIELD_OVERFLOW = "ERR Invalid OVERFLOW type specified"
+BITFIELD_RO_GET = "ERR BITFIELD_RO only supports the GET subcommand"
+_STATUS_TEXT[InvalidHll] = INVALID_HLL

@@ -13,13 +13,15 @@ it starts, so a key that exists for the whole scan is returned at least once, an
 bounds the keys visited as in Redis (MATCH and TYPE filter afterwards).
 
 RENAME / COPY move strings and counters (the destination gets a plain string record
-with a new version; a counter is materialised, which reads the same). Moving a
-collection means re-keying every element record; that is not implemented yet and
-replies ``RENAME_COLLECTION`` / ``COPY_COLLECTION``.
+with a new version; a counter is materialised, which reads the same) and collections of
+every type: every live element record is re-keyed under the destination with a fresh
+version, with a new head, in one apply (one replication-log entry;
+``keyspace/collections.py``).
 
 OBJECT reports what marekvs can know: ENCODING is derived from the value (no record
-keeps Redis's in-memory representation), REFCOUNT follows Redis's shared-integer rule,
-IDLETIME is 0 and FREQ needs an LFU policy, as in Redis.
+keeps Redis's in-memory representation; a collection's by Redis's rules from its
+contents and the ``*-max-*`` parameters, ``collections.encoding``), REFCOUNT follows
+Redis's shared-integer rule, IDLETIME is 0 and FREQ needs an LFU policy, as in Redis.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from marekvs.core import keys as K
 from marekvs.core import pncounter
 from marekvs.core.partition import PARTITIONS
 from marekvs.keyspace import Keyspace
+from marekvs.keyspace import collections as kcoll
 from marekvs.keyspace import strings as kstr
 
 
@@ -56,8 +59,6 @@ _ACL_R_SLOW = "keyspace read slow"
 _EXPIRE_FLAGS_SYNTAX = " [NX | XX | GT | LT]"
 _OBJ_SHARED_INTEGERS = 10000
 _OBJ_SHARED_REFCOUNT = (1 << 31) - 1
-_HEAD_ENCODINGS = {"hash": b"hashtable", "set": b"hashtable", "zset": b"skiplist",
-                   "list": b"quicklist", "stream": b"stream", "string": b"raw"}
 
 
 # =========================================================================================
@@ -119,6 +120,14 @@ def string_encoding(rec: bytes) -> bytes:
     if len(v) <= 20 and A.parse_ll(v) is not None:
         return b"int"
     return b"embstr" if len(v) <= 44 else b"raw"
+
+
+def encoding_limits(ctx) -> kcoll.Limits:
+    """The ``*-max-*`` parameters OBJECT ENCODING of a collection depends on."""
+    t = ctx.node.tunable
+    return kcoll.Limits(int(t("hash-max-listpack-entries")), int(t("hash-max-listpack-value")),
+                        int(t("set-max-intset-entries")), int(t("zset-max-listpack-entries")),
+                        int(t("zset-max-listpack-value")))
 
 
 def _policy(ctx) -> str:
@@ -391,9 +400,10 @@ def _rename(ctx, args: list[bytes], nx: bool):
     if nx and ks.exists(dst, now):
         return 0
     ikey, rec = found
-    if not is_string_ikey(ikey):
-        raise CommandError(errors.RENAME_COLLECTION)
-    kstr.copy(ks, rec, dst, now, delete_src=src)
+    if is_string_ikey(ikey):
+        kstr.copy(ks, rec, dst, now, delete_src=src)
+    else:
+        kcoll.move(ks, src, rec, dst, now, delete_source=True)
     if ctx.node.events.on:
         ctx.node.events.flush_new()  # (Redis fires the destination's "new" first)
     ctx.fire("g", b"rename_from", src)
@@ -440,15 +450,16 @@ def copy(ctx, args: list[bytes]):
     if src == dst:
         raise CommandError(errors.SAME_OBJECT)
     now = ctx.ks.now()
-    found = ks.live_record(src, now)
+    found = ks.read_record(src, now)  # (Redis reads the source: a keyspace hit or miss)
     if found is None:
         return 0
     if not replace and ks.exists(dst, now):
         return 0
     ikey, rec = found
-    if not is_string_ikey(ikey):
-        raise CommandError(errors.COPY_COLLECTION)
-    kstr.copy(ks, rec, dst, now)
+    if is_string_ikey(ikey):
+        kstr.copy(ks, rec, dst, now)
+    else:
+        kcoll.move(ks, src, rec, dst, now, delete_source=False)
     ctx.fire("g", b"copy_to", dst)
     return 1
 
@@ -482,18 +493,29 @@ def object_help(ctx, args: list[bytes]):
     return [reply.Simple(line.encode()) for line in _OBJECT_HELP]
 
 
+def _object_lookup(ctx, key: bytes, now: int):
+    """The key OBJECT inspects, as Redis's objectCommandLookup reads it: a keyspace hit or
+    miss, but no keymiss event."""
+    found = ctx.ks.live_record(key, now)
+    if found is None:
+        ctx.ks.misses += 1
+    else:
+        ctx.ks.hits += 1
+    return found
+
+
 @command("encoding", 3, "readonly", (2, 2, 1), group="generic", parent="object",
          acl=_ACL_R_SLOW, summary="Inspect the internal encoding of a Redis object",
          since="2.2.3", complexity="O(1)", syntax="key")
 def object_encoding(ctx, args: list[bytes]):
     now = ctx.ks.now()
-    found = ctx.ks.live_record(args[2], now)
+    found = _object_lookup(ctx, args[2], now)
     if found is None:
         return None
     ikey, rec = found
     if is_string_ikey(ikey):
         return string_encoding(rec)
-    return _HEAD_ENCODINGS.get(ctx.ks.type_name(args[2], now), b"raw")
+    return kcoll.encoding(ctx.ks, args[2], rec, now, encoding_limits(ctx))
 
 
 @command("freq", 3, "readonly", (2, 2, 1), group="generic", parent="object",
@@ -501,7 +523,7 @@ def object_encoding(ctx, args: list[bytes]):
          summary="Get the logarithmic access frequency counter of a Redis object",
          since="4.0.0", complexity="O(1)", syntax="key")
 def object_freq(ctx, args: list[bytes]):
-    if ctx.ks.live_record(args[2], ctx.ks.now()) is None:
+    if _object_lookup(ctx, args[2], ctx.ks.now()) is None:
         return None
     if not _lfu(ctx):
         raise CommandError(errors.LFU_NOT_SELECTED)
@@ -512,7 +534,7 @@ def object_freq(ctx, args: list[bytes]):
          acl=_ACL_R_SLOW, summary="Get the time since a Redis object was last accessed",
          since="2.2.3", complexity="O(1)", syntax="key")
 def object_idletime(ctx, args: list[bytes]):
-    if ctx.ks.live_record(args[2], ctx.ks.now()) is None:
+    if _object_lookup(ctx, args[2], ctx.ks.now()) is None:
         return None
     if _lfu(ctx):
         raise CommandError(errors.LFU_SELECTED)
@@ -524,7 +546,7 @@ def object_idletime(ctx, args: list[bytes]):
          summary="Get the number of references to the value of the key", since="2.2.3",
          complexity="O(1)", syntax="key")
 def object_refcount(ctx, args: list[bytes]):
-    found = ctx.ks.live_record(args[2], ctx.ks.now())
+    found = _object_lookup(ctx, args[2], ctx.ks.now())
     if found is None:
         return None
     ikey, rec = found

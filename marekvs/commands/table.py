@@ -514,6 +514,9 @@ FAMILIES = (
     "marekvs.commands.sort",
     "marekvs.commands.memory",
     "marekvs.commands.databases",
+    # HyperLogLog and bitmaps (branch hll-keyspace)
+    "marekvs.commands.hll",
+    "marekvs.commands.bitmaps",
 )
 
 

@@ -1098,11 +1098,14 @@ def test_renamenx(r):
     assert r("RENAMENX", "nokey", "d") == Error(errors.NO_SUCH_KEY)
 
 
-def test_rename_of_a_collection_is_not_supported_yet(r):
+def test_rename_and_copy_move_a_collection(r):
+    # (every type, with elements: tests/unit/test_collections_move.py)
     put_head(r, b"h")
-    assert r("RENAME", "h", "x") == Error(errors.RENAME_COLLECTION)
     assert r("RENAME", "h", "h") == b"OK"
-    assert r("COPY", "h", "x") == Error(errors.COPY_COLLECTION)
+    assert r("RENAME", "h", "x") == b"OK"
+    assert r("TYPE", "x") == b"hash" and r("EXISTS", "h") == 0
+    assert r("COPY", "x", "y") == 1
+    assert r("TYPE", "y") == b"hash" and r("TYPE", "x") == b"hash"
 
 
 def test_copy(r, clock):
