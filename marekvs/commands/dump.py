@@ -25,6 +25,7 @@ from marekvs.commands.errors import CommandError
 from marekvs.commands.lists import lists
 from marekvs.commands.table import command
 from marekvs.core import rdb
+from marekvs.keyspace import hll as khll
 from marekvs.keyspace import values as kv
 from marekvs.keyspace import zsets as Z
 
@@ -40,7 +41,7 @@ _RESTORE_COMPLEXITY = ("O(1) to create the new key and additional O(N*M) to reco
 
 def values(ctx) -> kv.Values:
     """Whole values of the node's keyspace (with the list and zset states)."""
-    return kv.Values(ctx.ks, lists(ctx), Z.state(ctx.ks, ctx.node.changes))
+    return kv.Values(ctx.ks, lists(ctx), Z.state(ctx.ks, ctx.node.changes), khll.cache_for(ctx.ks, ctx.node.changes))
 
 
 def limits(ctx) -> rdb.Limits:

@@ -43,6 +43,8 @@ no history: a collection that shrank is written compact again)::
     hash     16 HASH_LISTPACK  at most hash-max-listpack-entries fields, fields and values
                                of at most hash-max-listpack-value bytes
              4  HASH           otherwise
+    HLL      0  STRING: Redis's dense sketch of the registers (``hll_dense``), a string as
+                Redis holds an HLL; a string holding a valid sketch reads back as one
 
 Read: every type Redis 7.0 reads except module values (6, 7: "Bad data format", as a
 Redis without the module answers) and, for now, streams (15, 19: ``UnsupportedType``):
@@ -386,6 +388,75 @@ def dump(value: Value, limits: Limits = DEFAULT_LIMITS) -> bytes:
     """The DUMP payload of ``value``."""
     rtype, body = DUMPERS[type(value)](value, limits)
     return footer(bytes((rtype,)) + body)
+
+
+# =========================================================================================
+# HyperLogLog sketches: Redis's "HYLL" strings
+# =========================================================================================
+# Redis keeps a HyperLogLog as a string: a 16-byte header ("HYLL", the encoding, 3 unused
+# bytes, the cached cardinality as u64 LE whose top bit marks it stale) and the 16384
+# registers, dense (6 bits each, least significant bits first: 12288 bytes) or sparse
+# (opcodes ZERO 00xxxxxx: xxxxxx+1 empty registers, XZERO 01xxxxxx yyyyyyyy: a 14-bit run
+# of empty ones, VAL 1vvvvvxx: xx+1 registers of value vvvvv+1). marekvs keeps one record
+# per register, so DUMP of an HLL writes the dense sketch of its registers and RESTORE
+# of a valid sketch (Redis's ``isHLLObjectOrReply`` test, then a sparse sketch must cover
+# every register exactly) writes registers again. The registers mean the same in both
+# (P = 14, ranks up to 51); only the element hash differs (docs/divergences.md).
+
+HLL_REGISTERS = 16384
+HLL_MAX_RANK = 51
+HLL_HEADER = 16
+HLL_DENSE_SIZE = HLL_HEADER + HLL_REGISTERS * 6 // 8
+_HLL_MAGIC = b"HYLL"
+
+
+def hll_dense(ranks: bytes | bytearray) -> bytes:
+    """The dense sketch of 16384 register ranks, its cached cardinality marked stale."""
+    out = bytearray(_HLL_MAGIC + bytes(4) + bytes(7) + b"\x80")
+    for j in range(0, HLL_REGISTERS, 4):
+        x = ranks[j] | ranks[j + 1] << 6 | ranks[j + 2] << 12 | ranks[j + 3] << 18
+        out += x.to_bytes(3, "little")
+    return bytes(out)
+
+
+def hll_ranks(sketch: bytes) -> bytes | None:
+    """The 16384 register ranks of a valid HYLL string, dense or sparse; None if it is
+    not one (then it is just a string), or if a register holds more than a rank can."""
+    if len(sketch) < HLL_HEADER or sketch[:4] != _HLL_MAGIC or sketch[4] > 1:
+        return None
+    if sketch[4] == 0:
+        if len(sketch) != HLL_DENSE_SIZE:
+            return None
+        ranks = bytearray(HLL_REGISTERS)
+        r = sketch[HLL_HEADER:]
+        for j in range(0, len(r), 3):
+            x = r[j] | r[j + 1] << 8 | r[j + 2] << 16
+            i = j // 3 * 4
+            ranks[i], ranks[i + 1], ranks[i + 2], ranks[i + 3] = x & 63, x >> 6 & 63, x >> 12 & 63, x >> 18
+    else:
+        ranks = bytearray()
+        p, end = HLL_HEADER, len(sketch)
+        while p < end:
+            op = sketch[p]
+            if op < 0x40:  # ZERO
+                run, v = (op & 0x3F) + 1, 0
+                p += 1
+            elif op < 0x80:  # XZERO
+                if p + 1 >= end:
+                    return None
+                run, v = ((op & 0x3F) << 8 | sketch[p + 1]) + 1, 0
+                p += 2
+            else:  # VAL
+                run, v = (op & 0x03) + 1, (op >> 2 & 0x1F) + 1
+                p += 1
+            if len(ranks) + run > HLL_REGISTERS:
+                return None
+            ranks += bytes((v,)) * run
+        if len(ranks) != HLL_REGISTERS:
+            return None
+    if max(ranks) > HLL_MAX_RANK:
+        return None
+    return bytes(ranks)
 
 
 # =========================================================================================

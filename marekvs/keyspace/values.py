@@ -2,7 +2,8 @@
 MEMORY USAGE.
 
 ``Values`` reads the value a key holds as one of ``core/rdb.py``'s typed values (a
-string, a list, a set, a zset, a hash) with its TTL deadline, and writes such a value at a
+string, a list, a set, a zset, a hash; a HyperLogLog as Redis's sketch string) with its TTL
+deadline, and writes such a value at a
 key, replacing whatever the key holds, as an ordinary write of the records the type keeps
 (``write``): the key's tombstone (a string's, or its head's, whose delete clock gates
 every element it had), a new head carrying that clock and the deadline, and one element
@@ -20,7 +21,11 @@ Writes per type (one apply, hence one replication-log entry, except the zset's T
 - list: a head and one LWW element per item at ``LIST_CENTER + i``;
 - zset: ``zsets.store`` (member records and their score index, through the sorted-set
   module, which keeps its mirrors and index repair right), then the deadline as EXPIRE
-  writes it, in the same batch and log entry.
+  writes it, in the same batch and log entry;
+- HyperLogLog: a string holding a valid Redis sketch (``rdb.hll_ranks``) is written as a
+  head and one register record per non-empty register (a sketch is what Redis holds for
+  an HLL); a register dead under a deleted HLL of the same name can still win over a new
+  one of a lower rank (the data model's HLL caveat, keyspace/hll.py).
 
 Per-member TTLs (HEXPIRE, EXPIREMEMBER) are not part of a value: Redis 7.0 has none, so
 ``read`` leaves them out and ``write`` writes none.
@@ -44,6 +49,7 @@ from marekvs.core import keys as K
 from marekvs.core.envelope import RecordType
 from marekvs.core.head import CollectionType
 from marekvs.keyspace import hashes as kh
+from marekvs.keyspace import hll as khll
 from marekvs.keyspace import lists as kl
 from marekvs.keyspace import members as M
 from marekvs.keyspace import sets as ksets
@@ -80,7 +86,7 @@ class Unsupported(KeyspaceError):
 class TypeIO:
     """How one collection type's whole value is read and written, and counted."""
 
-    value: type  # its rdb value class
+    value: type | None  # its rdb value class (None: a HyperLogLog, written from a String)
     read: Callable[["Values", bytes, int], rdb.Value]
     write: Callable[["Values", bytes, rdb.Value, int, int], None]  # key, value, deadline, now
     count: Callable[["Values", bytes, int], int]
@@ -89,10 +95,11 @@ class TypeIO:
 class Values:
     """Whole values of one keyspace, with the type states the lists and zsets keep."""
 
-    def __init__(self, ks: Keyspace, lists: kl.Lists, zsets: Z.Zsets):
+    def __init__(self, ks: Keyspace, lists: kl.Lists, zsets: Z.Zsets, hlls: khll.RegisterCache):
         self.ks = ks
         self.lists = lists
         self.zsets = zsets
+        self.hlls = hlls
 
     # -- reading ------------------------------------------------------------------------
     def read(self, key: bytes, now: int) -> tuple[rdb.Value, int] | None:
@@ -111,7 +118,7 @@ class Values:
         ctype = head.ctype_of(head_rec)
         io = TYPES.get(ctype)
         if io is None:
-            raise Unsupported("HyperLogLog" if ctype == CollectionType.HLL else head.TYPE_NAMES.get(ctype, str(ctype)))
+            raise Unsupported(head.TYPE_NAMES.get(ctype, str(ctype)))
         return io
 
     # -- writing ------------------------------------------------------------------------
@@ -119,7 +126,10 @@ class Values:
         """Make ``key`` hold ``value`` (with TTL ``deadline``, 0 for none), whatever it
         held: an ordinary write through the apply path."""
         if isinstance(value, rdb.String):
-            self.ks.apply(kstr.records(self.ks, key, value.value, deadline, now))
+            if value.value[:4] == b"HYLL" and rdb.hll_ranks(value.value) is not None:
+                _write_hll(self, key, value, deadline, now)  # Redis's HyperLogLog sketch
+            else:
+                self.ks.apply(kstr.records(self.ks, key, value.value, deadline, now))
             return
         _BY_VALUE[type(value)].write(self, key, value, deadline, now)
 
@@ -244,10 +254,35 @@ def write_list(v: Values, key: bytes, items: list[bytes], now: int) -> None:
         v.ks.apply(recs)
 
 
+def _read_hll(v: Values, key: bytes, now: int) -> rdb.Value:
+    """Redis's dense sketch of the registers (a string, as Redis holds an HLL)."""
+    _, h = khll.lookup(v.ks, key, now, v.hlls)
+    ranks = bytes(khll.M) if h is None else khll.ranks_of(v.ks, v.hlls, key, h, now)
+    return rdb.String(rdb.hll_dense(ranks))
+
+
+def _write_hll(v: Values, key: bytes, value: rdb.Value, deadline: int, now: int) -> None:
+    """A head and one register record per non-empty register of the sketch."""
+    assert isinstance(value, rdb.String)
+    ranks = rdb.hll_ranks(value.value)
+    assert ranks is not None
+    _, recs = v._replace(key, CollectionType.HLL, deadline, now)
+    prefix = K.collection_prefix(K.TAG_HLL, key)
+    stamp, node = v.ks.stamp(), v.ks.node_id
+    recs += [(prefix + b.to_bytes(2, "big"), khll.register_record(r, stamp, node)) for b, r in enumerate(ranks) if r]
+    v.ks.apply(recs)
+
+
+def _count_hll(v: Values, key: bytes, now: int) -> int:
+    _, h = khll.lookup(v.ks, key, now, v.hlls)
+    return 0 if h is None else sum(1 for r in khll.ranks_of(v.ks, v.hlls, key, h, now) if r)
+
+
 TYPES: dict[int, TypeIO] = {
     CollectionType.HASH: TypeIO(rdb.Hash, _read_hash, _write_hash, lambda v, k, now: kh.length(v.ks, k, now)),
     CollectionType.SET: TypeIO(rdb.Set, _read_set, _write_set, lambda v, k, now: ksets.cardinality(v.ks, k, now)),
     CollectionType.ZSET: TypeIO(rdb.Zset, _read_zset, _write_zset, lambda v, k, now: Z.card(v.zsets, k, now)),
     CollectionType.LIST: TypeIO(rdb.List, _read_list, _write_list, lambda v, k, now: kl.op_len(v.lists, k, now)),
+    CollectionType.HLL: TypeIO(None, _read_hll, _write_hll, _count_hll),
 }
-_BY_VALUE: dict[type, TypeIO] = {io.value: io for io in TYPES.values()}
+_BY_VALUE: dict[type, TypeIO] = {io.value: io for io in TYPES.values() if io.value is not None}

@@ -311,3 +311,36 @@ def test_old_encodings_load():
     bad_prev[13] = 5  # the second entry's previous length
     with pytest.raises(rdb.RdbError):
         rdb.load(rdb.footer(b"\x0a" + rdb._string(bytes(bad_prev))))
+
+
+# -- HyperLogLog sketches -------------------------------------------------------------------------
+
+def test_hll_dense_round_trips_every_rank():
+    ranks = bytes(i % 52 for i in range(rdb.HLL_REGISTERS))
+    sketch = rdb.hll_dense(ranks)
+    assert len(sketch) == rdb.HLL_DENSE_SIZE and sketch[:5] == b"HYLL\x00" and sketch[15] & 0x80
+    assert rdb.hll_ranks(sketch) == ranks
+
+
+def test_hll_sparse_sketches_decode():
+    header = b"HYLL\x01" + bytes(11)
+    # register 0 = 3 (VAL 3 x1), 16383 zeros (XZERO of 16383 = 0x3fff: 0x7f 0xfe)
+    assert rdb.hll_ranks(header + bytes([0x80 | 2 << 2]) + b"\x7f\xfe") == b"\x03" + bytes(16383)
+    # ZERO x64 (0x3f) 256 times = 16384 empty registers
+    assert rdb.hll_ranks(header + b"\x3f" * 256) == bytes(16384)
+    # a value run of 4 registers of 32 at the end
+    assert rdb.hll_ranks(header + b"\x7f\xfb" + bytes([0x80 | 31 << 2 | 3])) == bytes(16380) + b"\x20" * 4
+
+
+@pytest.mark.parametrize("sketch", [
+    b"HYLX\x00" + bytes(11 + 12288),  # magic
+    b"HYLL\x02" + bytes(11),  # encoding
+    b"HYLL\x00" + bytes(11 + 12287),  # dense size
+    b"HYLL\x01" + bytes(11) + b"\x3f" * 255,  # sparse: too few registers
+    b"HYLL\x01" + bytes(11) + b"\x3f" * 257,  # sparse: too many
+    b"HYLL\x01" + bytes(11) + b"\x7f",  # sparse: XZERO cut short
+    b"HYLL\x00" + bytes(11) + b"\x3f" + bytes(12287),  # dense: a register of 63 (> 51)
+    b"HYLL",  # short
+])
+def test_invalid_sketches_are_plain_strings(sketch):
+    assert rdb.hll_ranks(sketch) is None
