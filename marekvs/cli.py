@@ -1,4 +1,5 @@
-"""Command line: ``marekvs serve`` (one node), ``marekvs cluster ...``.
+"""Command line: ``marekvs serve`` (one node), ``marekvs cluster ...``, ``marekvs repair`` and
+``marekvs digest`` (anti-entropy: ``marekvs/antientropy/cli.py``).
 
 Options of ``serve`` come, in increasing precedence, from the defaults, a TOML config
 file (``--config``), ``MAREKVS_<OPTION>`` environment variables and the flags.
@@ -42,6 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
     from marekvs.launcher import cli as launcher  # marekvs cluster ...: the local multi-node launcher
 
     launcher.add_parser(sub)
+    from marekvs.antientropy import cli as antientropy  # marekvs repair / digest
+
+    antientropy.add_parsers(sub)
     return parser
 
 

@@ -56,6 +56,11 @@ class Config:
     tls_server_name: str = ""
     metrics_port: int = 0
     clock_offset_ms: int = 0
+    # anti-entropy (marekvs/antientropy/)
+    antientropy_interval: float = 5.0  # seconds between background exchanges (one peer each); 0 = off
+    antientropy_partitions: int = 256  # mismatched partitions one background exchange repairs at most
+    antientropy_settle: float = 2.0  # differences younger than this are left to log shipping
+    digest_verify_interval: float = 3600.0  # seconds per pass checking the kept digest against the data
     redis_version: str = "7.0.15"
 
     HELP = {
@@ -83,6 +88,11 @@ class Config:
         "tls_server_name": "expected TLS name of peers (override when connecting by IP)",
         "metrics_port": "Prometheus text exporter port on the bind address (0 = off)",
         "clock_offset_ms": "testing only: shift this node's HLC wall clock by this many ms",
+        "antientropy_interval": "seconds between background anti-entropy exchanges, each with one peer (0 = off)",
+        "antientropy_partitions": "mismatched partitions one background exchange repairs at most (throttle)",
+        "antientropy_settle": "seconds a difference may be log shipping's before anti-entropy repairs it",
+        "digest_verify_interval": "seconds per background pass recomputing the kept digests from the data "
+                                  "(the first pass after start runs faster; 0 = off)",
         "redis_version": "the Redis version HELLO and INFO report (clients pick features by it; "
                          "redis-py's client-side cache wants 7.4.0 or later)",
     }
@@ -98,6 +108,10 @@ class Config:
             raise ValueError("shards must be between 1 and 4096")
         if self.gc_grace < 0 or self.max_clock_drift < 0:
             raise ValueError("gc_grace and max_clock_drift must be >= 0")
+        if (self.antientropy_interval < 0 or self.antientropy_partitions < 1 or self.antientropy_settle < 0
+                or self.digest_verify_interval < 0):
+            raise ValueError("antientropy_interval, antientropy_settle and digest_verify_interval must be >= 0, "
+                             "antientropy_partitions >= 1")
 
 
 def _coerce(name: str, value: Any) -> Any:

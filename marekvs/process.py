@@ -15,6 +15,7 @@ import os
 import signal
 
 from marekvs import __version__
+from marekvs.antientropy.background import AntiEntropy
 from marekvs.config import Config
 from marekvs.node import Node
 from marekvs.replication.manager import ReplicationManager
@@ -28,6 +29,8 @@ class Process:
         self.node = Node(config, config_file)
         self.replication = ReplicationManager(self.node)
         self.node.replication = self.replication
+        self.antientropy = AntiEntropy(self.node, self.replication)  # its service and tasks ride replication
+        self.node.antientropy = self.antientropy  # INFO antientropy, metrics
         self.node.pubsub.relay = self.replication.relay.publish  # PUBLISH reaches every node
         self.resp = RespServer(self.node)
         self.metrics_server: asyncio.AbstractServer | None = None

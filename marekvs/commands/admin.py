@@ -337,7 +337,16 @@ def _section_marekvs(s):
             ("sweeper_cycles", s.sweeper.cycles)]
 
 
+# -- INFO antientropy: the background exchange and the digest verifier --------------------
+# (marekvs/antientropy/background.py; the process attaches it as ``node.antientropy``)
+
+def _section_antientropy(s):
+    ae = getattr(s, "antientropy", None)
+    return ae.info_fields() if ae is not None else []
+
+
 SECTIONS = {
+    "antientropy": _section_antientropy,
     "server": _section_server, "clients": _section_clients, "memory": _section_memory,
     "persistence": _section_persistence, "stats": _section_stats, "replication": _section_replication,
     "cpu": lambda s: [("used_cpu_sys", "%.6f" % resource.getrusage(resource.RUSAGE_SELF).ru_stime),
@@ -349,11 +358,11 @@ SECTIONS = {
 # latencystats is not kept by this node: asked for by name it prints nothing, like an
 # unknown section.
 SECTION_ORDER = ("server", "clients", "memory", "persistence", "stats", "replication", "cpu", "modules",
-                 "commandstats", "errorstats", "latencystats", "cluster", "keyspace", "marekvs")
+                 "commandstats", "errorstats", "latencystats", "cluster", "keyspace", "marekvs", "antientropy")
 # what INFO, INFO default, INFO all and INFO everything print (Redis: default has every
 # section but commandstats and latencystats; all and everything every one)
 DEFAULT_SECTIONS = ("server", "clients", "memory", "persistence", "stats", "replication", "cpu",
-                    "modules", "errorstats", "cluster", "keyspace", "marekvs")
+                    "modules", "errorstats", "cluster", "keyspace", "marekvs", "antientropy")
 ALL_SECTIONS = SECTION_ORDER
 _TITLES = {"cpu": "CPU"}  # as Redis spells the header (the others: capitalised)
 

@@ -31,7 +31,7 @@ import asyncio
 import collections
 import logging
 import time
-from typing import Protocol
+from typing import Any, Callable, Protocol
 
 import grpc
 
@@ -59,6 +59,7 @@ from marekvs.storage.engine import FORMAT_VERSION, Engine
 log = logging.getLogger("marekvs.replication")
 
 LOG_KEEP_ALONE = 100_000
+RECHECK_SECONDS = 1.0  # a peer's handshake is redone on a rival claim at most this often
 
 
 class NodeServices(Protocol):
@@ -94,6 +95,12 @@ class ReplicationManager:
         self.incarnation_changes = 0
         self.last_incarnation_change = ""
         self.md = ((SECRET_HEADER, self.config.cluster_secret),)
+        # More services on this gRPC server (same port, TLS and secret), each a function
+        # that adds its servicer, and companions started once the server is up and stopped
+        # before it: the anti-entropy service and its background exchange
+        # (marekvs/antientropy/background.py) register here.
+        self.services: list[Callable[[grpc.aio.Server], None]] = []
+        self.companions: list[Any] = []  # objects with start() and stop()
         for spec in self.config.peers:
             nid, addr = parse_peer(spec)
             self.add_peer(nid, addr, persist=False)
@@ -133,6 +140,8 @@ class ReplicationManager:
     async def start(self) -> None:
         self.grpc_server = peers.server(self.config)
         pbg.add_ReplicationServicer_to_server(self.receiver, self.grpc_server)
+        for add_service in self.services:
+            add_service(self.grpc_server)
         psg.add_PubSubServicer_to_server(self.relay, self.grpc_server)
         creds = peers.server_credentials(self.config)
         addr = f"{self.config.bind}:{self.grpc_port}"
@@ -147,9 +156,13 @@ class ReplicationManager:
         for p in list(self.peers.values()):
             self.start_sender(p)
         self.tasks[-1] = asyncio.get_running_loop().create_task(self._trim_loop())
+        for c in self.companions:
+            c.start()
 
     async def stop(self) -> None:
         self.stopping = True
+        for c in self.companions:
+            c.stop()
         for t in list(self.tasks.values()) + list(self.bootstraps.values()):
             t.cancel()
         await self.relay.stop()
@@ -170,6 +183,20 @@ class ReplicationManager:
         if p.node_id not in self.tasks and not self.stopping:
             self.tasks[p.node_id] = asyncio.get_running_loop().create_task(self.sender.run(p))
             self.relay.start(p)
+
+    def recheck_peer(self, p: PeerState) -> None:
+        """Shake hands with peer ``p`` again now (restart its sender), at most once a
+        second: a call claimed its id under another incarnation (``Receiver._admit``).
+        The handshake learns the incarnation of the node at ``p``'s address: a peer
+        restored from a copy has taken a new one, and its claim then holds."""
+        now = time.monotonic()
+        if now - p.rechecked < RECHECK_SECONDS or self.stopping:
+            return
+        p.rechecked = now
+        t = self.tasks.pop(p.node_id, None)
+        if t is not None:
+            t.cancel()
+        self.tasks[p.node_id] = asyncio.get_running_loop().create_task(self.sender.run(p))
 
     # -- shipping ------------------------------------------------------------------------
     def _on_commit(self, log_seq: int) -> None:

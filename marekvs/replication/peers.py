@@ -41,6 +41,7 @@ class PeerState:
     applied_bytes: int = 0
     skipped_entries: int = 0  # received at or below the high-water mark (at-least-once)
     incarnation: int = 0  # of the peer's data directory, from its last handshake
+    rechecked: float = 0.0  # monotonic time of the last handshake redone on a rival's claim
 
 
 def parse_peer(spec: str) -> tuple[int, str]:

@@ -62,7 +62,12 @@ class Receiver(pbg.ReplicationServicer):
                     and node.incarnation != known.incarnation and node.grpc_addr != known.grpc_addr):
                 # Another data directory, at another address, claims the id of a peer
                 # that is alive and streaming: two nodes share one id. (A node that lost
-                # its data comes back at its own address, and its old self is gone.)
+                # its data comes back at its own address, and its old self is gone.) Or
+                # the peer itself, restored from an older copy, took a new incarnation
+                # after our sender's handshake, and calls from its own address while we
+                # reach it through another (a proxy, NAT, a DNS name): our sender shakes
+                # hands again to learn which, and the caller's next try passes if it is.
+                self.m.recheck_peer(known)
                 raise PeerRefused(f"node id {node.node_id} is already in use by the live node at "
                                   f"{known.grpc_addr}; refusing {node.grpc_addr}")
         except PeerRefused as e:

@@ -33,6 +33,21 @@ HELP = {
     "marekvs_peer_entries_shipped": "Log entries shipped to the peer.",
     "marekvs_peer_needs_resync": "1 if the peer fell behind the trimmed log and must bootstrap.",
     "marekvs_peer_applied_entries": "Log entries of the peer applied here.",
+    # anti-entropy (marekvs/antientropy/background.py)
+    "marekvs_antientropy_exchanges": "Background anti-entropy exchanges this node ran.",
+    "marekvs_antientropy_exchange_errors": "Background exchanges that failed (peer unreachable, refused).",
+    "marekvs_antientropy_partitions_compared": "Partitions whose roots the background exchanges compared.",
+    "marekvs_antientropy_mismatched_partitions": "Partitions whose roots differed in a background exchange.",
+    "marekvs_antientropy_records_repaired": "Records the background exchanges changed, here (pulled) or on peers "
+                                            "(pushed).",
+    "marekvs_antientropy_keys_in_flight": "Differing keys younger than antientropy_settle, left to log shipping.",
+    "marekvs_antientropy_pushed_records_applied": "Records pushed here by exchanges and repair tools that changed "
+                                                  "this node.",
+    "marekvs_antientropy_records_removed_past_gc_grace": "Records past gc_grace removed when an exchange read "
+                                                         "their partition.",
+    "marekvs_antientropy_calls_refused": "Anti-entropy calls refused (secret, cluster, bad arguments or records).",
+    "marekvs_digest_verified_partitions": "Partitions whose kept digest was recomputed from the data.",
+    "marekvs_digest_corrected_partitions": "Partitions whose kept digest differed from the data and was corrected.",
 }
 
 
@@ -55,6 +70,8 @@ class NodeCollector:
         ]
         if n.replication is not None:
             rows += n.replication.metrics()
+        if getattr(n, "antientropy", None) is not None:
+            rows += n.antientropy.metrics()
         families: dict[str, Metric] = {}
         for name, labels, value in rows:
             counter = name.endswith("_total")

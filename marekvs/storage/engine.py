@@ -8,6 +8,8 @@ Column families
                 ring of recent entries)
     ``meta``    node metadata: node id, peers' high-water marks, format version,
                 the log's trim floor, the clock
+    ``digest``  the kept digest: segment hashes of every partition, exact after every
+                commit (``storage/digest.py``; the hashes are ``core/digest.py``'s)
 
 The one apply path
     ``apply(records)`` takes records (internal key, envelope + payload), reads the
@@ -25,6 +27,12 @@ Group commit
     commits mid-tick: a scan merges the pending writes into what it reads from RocksDB,
     so a transaction or a script that scans keeps its writes in one batch and one log
     entry (peers apply it whole).
+
+Digests (anti-entropy): ``apply`` and ``purge`` note each change's digest delta (the
+hash of the new record XOR the hash of the one it replaced, while both are still in the
+CPU's cache); ``commit`` puts the batch's deltas in the same WriteBatch and folds them into
+the kept digest once it is written (``storage/digest.py``). Those are the only digest
+lines in the apply path and the commit, each marked ``(digest)``.
 
 Durability (like Redis's appendfsync): ``always`` syncs the WAL with every batch,
 ``everysec`` syncs it from a background thread once per second (``wal.py``), ``no``
@@ -68,6 +76,7 @@ from marekvs.core import merge as _merge
 from marekvs.core.hlc import LOGICAL_BITS
 from marekvs.core.partition import PARTITIONS
 from marekvs.storage import identity
+from marekvs.storage.digest import KeptDigest, key_hash
 from marekvs.storage.replog import ReplicationLog
 from marekvs.storage.wal import WalSyncer
 
@@ -78,6 +87,7 @@ _ORD_HEAD = K.ORD_HEAD
 MISSING = None  # cached absence is stored as None; a cache miss is _NOT_CACHED
 _NOT_CACHED = object()
 _U16 = struct.Struct(">H")
+_EMPTY = b""  # (digest) no record
 FORMAT_VERSION = 1
 # A commit also saves the clock when the clock runs this far ahead of the wall clock (it
 # took a peer's stamp from a clock that leads ours): a restart, which takes far longer,
@@ -114,7 +124,7 @@ class Engine:
         opts.increase_parallelism(2)
         opts.set_max_background_jobs(2)
         opts.set_max_total_wal_size(max_total_wal_bytes)
-        cf = {name: Options(raw_mode=True) for name in ("data", "replog", "meta")}
+        cf = {name: Options(raw_mode=True) for name in ("data", "replog", "meta", "digest")}
         cf["data"] = data_options()
         self.db = Rdict(path, opts, column_families=cf)
         self.data = self.db.get_column_family("data")
@@ -124,6 +134,8 @@ class Engine:
         self._h_replog = self.db.get_column_family_handle("replog")
         self._h_meta = self.db.get_column_family_handle("meta")
         self._check_identity()
+        self.digest = KeptDigest(self.db, self.db.get_column_family("digest"),
+                                 self.db.get_column_family_handle("digest"), self.data)
 
         self.cache: dict[bytes, bytes | None] = {}
         self.cache_entries = cache_entries
@@ -291,6 +303,8 @@ class Engine:
         pending = self.pending
         merge = _merge.merge
         notify = self.on_change
+        dslot, dx = self.digest.slots.append, self.digest.xs.append  # (digest)
+        kh_ = key_hash  # (digest)
         olds: list[bytes | None] = []
         for ikey, incoming in records:
             cur = cache.get(ikey, _NOT_CACHED)
@@ -302,6 +316,9 @@ class Engine:
             if ikey[_TAG_AT] == _ORD_HEAD:  # a collection head
                 self.head_pids[(ikey[0] << 8) | ikey[1]] = 1
             cache[ikey] = m
+            kh = kh_(ikey)  # (digest) slot = pid << 4 | segment; delta = H(new) ^ H(old)
+            dslot(((ikey[0] << 8 | ikey[1]) << 4) | kh >> 60)
+            dx(kh_(m, kh) ^ kh_(cur or _EMPTY, kh))  # type: ignore[arg-type]
             pending[ikey] = m
             changed.append((ikey, m))
             if notify is not None:
@@ -327,8 +344,11 @@ class Engine:
 
     def purge(self, ikey: bytes) -> None:
         """Physically remove a record (expiry sweeper / GC only: never a user write)."""
+        self.digest.removed(ikey, self.get(ikey))  # (digest)
         self.pending[ikey] = None
-        self.cache.pop(ikey, None)
+        # Cached as absent (not dropped): a read, or an apply in the same batch, must see
+        # the record gone, not the committed copy (the digest counts it gone already).
+        self.cache[ikey] = MISSING
 
     # -- commit ----------------------------------------------------------------------
     def commit(self) -> int:
@@ -336,7 +356,7 @@ class Engine:
         pending = self.pending
         plog = self.pending_log
         pmeta = self.pending_meta
-        if not pending and not plog and not pmeta:
+        if not pending and not plog and not pmeta and not self.digest.pending_work():
             return 0
         wb = WriteBatch(raw_mode=True)
         h = self._h_data
@@ -349,6 +369,7 @@ class Engine:
             else:
                 wb.put(k, v, h)
         seq = self.log.append(wb, list(plog), pending) if plog else 0
+        digested = self.digest.prepare(wb)  # (digest) the batch's deltas, same WriteBatch
         hlc = self.hlc
         if hlc is not None and (hlc.last >> LOGICAL_BITS) > hlc.wall() + HLC_LEAD_MS:
             pmeta[b"hlc"] = b"%d" % hlc.last
@@ -360,6 +381,7 @@ class Engine:
                 else:
                     wb.put(k, v, hm)
         self.db.write(wb, self._wopts)
+        self.digest.applied(digested)  # (digest)
         n = len(pending)
         self.batches += 1
         self.records_written += n
@@ -432,6 +454,7 @@ class Engine:
         if self.closed:
             return
         self.commit()
+        self.digest.checkpoint()  # (digest) a restart replays no delta entries
         self.wal.stop()
         try:
             self.db.flush_wal(True)
@@ -442,6 +465,7 @@ class Engine:
             self.data = self.replog = self.meta = None  # type: ignore[assignment]
             self._h_data = self._h_replog = self._h_meta = None
             self.log.close()
+            self.digest.close()
             self.cache.clear()
             self.db.close()
             del self.db

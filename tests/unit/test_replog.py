@@ -57,6 +57,7 @@ def test_a_crash_after_a_trim_keeps_the_floor(tmp_path):
     e.trim_log(4)
     e.db.flush_wal(True)
     e.log.close()  # no clean close: no save_hlc, no commit at shutdown
+    e.digest.close()  # (its column-family handle keeps the database open too)
     e.data = e.replog = e.meta = None
     e._h_data = e._h_replog = e._h_meta = None
     e.db.close()
@@ -109,6 +110,7 @@ def test_a_clock_ahead_of_the_wall_clock_is_saved_by_commit(tmp_path):
     e.commit()
     e.trim_log(e.log_seq)
     e.log.close()
+    e.digest.close()  # (its column-family handle keeps the database open too)
     e.data = e.replog = e.meta = None
     e._h_data = e._h_replog = e._h_meta = None
     e.db.close()  # a crash: no save_hlc at shutdown

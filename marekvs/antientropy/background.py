@@ -1,0 +1,215 @@
+"""Anti-entropy inside a node: the gRPC service, the background exchange and the digest
+verifier, with their figures for INFO antientropy and the Prometheus metrics.
+
+``AntiEntropy(node, replication)`` registers the service on replication's gRPC server
+and itself as a companion of replication (started once the server is up, stopped before
+it). Two background tasks then run on the node's event loop:
+
+- the **exchange**: every ``antientropy_interval`` seconds (default 5; 0 turns it off),
+  one exchange (``exchange.py``) between this node and its next peer in turn: compare
+  the roots of all 4096 partitions (32 KB each way), drill into at most
+  ``antientropy_partitions`` mismatched ones (default 256; the next exchange starts where
+  this one stopped), pull what this node lacks and push what the peer lacks. Differences
+  younger than ``antientropy_settle`` seconds (default 2) are log shipping's business.
+  With N nodes each pair is compared every ~(N-1) x interval seconds, by both sides.
+- the **verifier**: recomputes the kept digest of each partition from its records and
+  corrects it where it differs (a record deleted or changed behind the engine's back, a
+  disk that lost files: what no write told the digest), logging a warning. A whole pass
+  takes about ``digest_verify_interval`` seconds (default 3600; 0 turns it off); the first
+  pass after a start runs faster (``FIRST_PASS_RECORDS`` records or
+  ``FIRST_PASS_PARTITIONS`` partitions per ``FIRST_PASS_STEP`` seconds: ~25 s per million
+  records), since a restart is when files are found missing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from marekvs.antientropy import exchange as X
+from marekvs.antientropy.remote import GrpcReplica, ReplicaError
+from marekvs.antientropy.replica import LocalReplica
+from marekvs.antientropy.report import Report
+from marekvs.antientropy.service import AntiEntropyService
+from marekvs.core.partition import PARTITIONS
+from marekvs.replication.gen import antientropy_v1_pb2_grpc as pbg
+
+log = logging.getLogger("marekvs.antientropy")
+
+FIRST_PASS_RECORDS = 2000  # records the verifier reads per step of its first pass ...
+FIRST_PASS_STEP = 0.05  # ... every this many seconds (at most ~40k records/s)
+STEP = 0.5  # seconds between the verifier's later steps
+MIN_STEP_RECORDS = 200
+FIRST_PASS_PARTITIONS = 256  # partitions per step at most (an empty one still costs an iterator)
+MIN_STEP_PARTITIONS = 8
+
+
+class AntiEntropy:
+    def __init__(self, node: Any, replication: Any):
+        self.node = node
+        self.config = node.config
+        self.replication = replication
+        resp = f"{replication.advertise_host}:{self.config.port}"
+        self.local = LocalReplica(node.engine, node.hlc, self.config, resp, address=replication.grpc_addr)
+        self.service = AntiEntropyService(self.local, self.config)
+        replication.services.append(lambda server: pbg.add_AntiEntropyServicer_to_server(self.service, server))
+        replication.companions.append(self)
+        self._tasks: list[asyncio.Task] = []
+        self.total = Report()  # every background exchange of this node, added up
+        self.last: Report | None = None
+        self.exchanges = 0
+        self.errors = 0
+        self.last_error = ""
+        self.last_peer = 0
+        self.last_at = 0.0
+        self._turn = 0
+        self._start = 0
+        self.verify_cycles = 0
+        self.verify_pid = 0
+
+    # -- life cycle -------------------------------------------------------------------------
+    def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self.config.antientropy_interval > 0:
+            self._tasks.append(loop.create_task(self._exchange_loop()))
+        if self.config.digest_verify_interval > 0:
+            self._tasks.append(loop.create_task(self._verify_loop()))
+
+    def stop(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        self._tasks = []
+
+    # -- the background exchange ------------------------------------------------------------
+    def _next_peer(self) -> Any:
+        peers = sorted(self.replication.peers.values(), key=lambda p: p.node_id)
+        up = [p for p in peers if p.state == "streaming"] or peers
+        if not up:
+            return None
+        p = up[self._turn % len(up)]
+        self._turn += 1
+        return p
+
+    async def _exchange_loop(self) -> None:
+        warned: set[int] = set()
+        while True:
+            await asyncio.sleep(self.config.antientropy_interval)
+            p = self._next_peer()
+            if p is None:
+                continue
+            try:
+                await self.exchange_with(p.node_id, p.grpc_addr)
+                warned.discard(p.node_id)
+            except (ReplicaError, X.IncompatibleReplicas) as e:
+                self.errors += 1
+                self.last_error = str(e)
+                if p.node_id not in warned:
+                    log.warning("anti-entropy exchange with peer %d failed: %s", p.node_id, e)
+                    warned.add(p.node_id)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                self.errors += 1
+                self.last_error = repr(e)
+                log.exception("anti-entropy exchange with peer %d failed", p.node_id)
+
+    async def exchange_with(self, peer_id: int, addr: str) -> Report:
+        """One exchange between this node and the peer at ``addr`` (see the module docstring)."""
+        c = self.config
+        opts = X.Options(settle_ms=int(c.antientropy_settle * 1000), max_partitions=c.antientropy_partitions,
+                         start=self._start, chunk=PARTITIONS)
+        remote = GrpcReplica(addr, c, caller_id=c.node_id)
+        try:
+            rep = await X.exchange([self.local, remote], opts=opts)
+        finally:
+            await remote.close()
+        self._start = (self._start + c.antientropy_partitions) % PARTITIONS
+        self.exchanges += 1
+        self.last = rep
+        self.last_peer = peer_id
+        self.last_at = time.monotonic()
+        self.total.add(rep)
+        if rep.records_repaired_total:
+            log.info("anti-entropy with peer %d: %d mismatched partitions, %d records repaired (%s)", peer_id,
+                     rep.partitions_mismatched, rep.records_repaired_total, rep.records_repaired)
+        return rep
+
+    # -- the digest verifier ----------------------------------------------------------------
+    async def _verify_loop(self) -> None:
+        await asyncio.sleep(1.0)
+        cycle_records = last_cycle = 0
+        while True:
+            first = self.verify_cycles == 0
+            if first:
+                budget, parts = FIRST_PASS_RECORDS, FIRST_PASS_PARTITIONS
+            else:
+                share = STEP / self.config.digest_verify_interval  # of a whole pass, per step
+                budget = max(MIN_STEP_RECORDS, int(last_cycle * share))
+                parts = max(MIN_STEP_PARTITIONS, int(PARTITIONS * share) + 1)
+            read = 0
+            try:
+                while read < budget and parts > 0:
+                    parts -= 1
+                    pid = self.verify_pid
+                    bad, n, _ = self.local.verify(pid, correct=True)
+                    read += n
+                    cycle_records += n
+                    if bad:
+                        log.warning("the kept digest of partition %d differed from its records (changed behind "
+                                    "the engine's back?): corrected; anti-entropy will repair the difference", pid)
+                    self.verify_pid = (pid + 1) % PARTITIONS
+                    if self.verify_pid == 0:
+                        self.verify_cycles += 1
+                        last_cycle, cycle_records = cycle_records, 0
+                        break
+            except Exception:
+                log.exception("digest verification failed")
+            await asyncio.sleep(FIRST_PASS_STEP if first else STEP)
+
+    # -- figures ------------------------------------------------------------------------------
+    def info_fields(self) -> list[tuple[str, object]]:
+        t, last, loc = self.total, self.last, self.local
+        age = int((time.monotonic() - self.last_at) * 1000) if self.last_at else -1
+        pulled = t.records_repaired.get(str(self.config.node_id), 0)
+        return [
+            ("antientropy_interval_s", self.config.antientropy_interval),
+            ("exchanges", self.exchanges), ("exchange_errors", self.errors),
+            ("last_exchange_peer", self.last_peer), ("last_exchange_age_ms", age),
+            ("last_exchange_ms", int(last.wall_seconds * 1000) if last else -1),
+            ("last_exchange_mismatched_partitions", last.partitions_mismatched if last else 0),
+            ("partitions_compared", t.partitions_compared), ("mismatched_partitions", t.partitions_mismatched),
+            ("segments_mismatched", t.segments_mismatched), ("keys_differing", t.keys_differing),
+            ("keys_in_flight", t.keys_in_flight),
+            ("records_repaired", t.records_repaired_total), ("records_pulled", pulled),
+            ("records_pushed", t.records_repaired_total - pulled),
+            ("records_past_gc_grace", sum(t.records_past_gc_grace.values())),
+            ("records_removed_past_gc_grace", loc.removed_past_gc_grace),
+            ("pushes_received", loc.pushes), ("pushed_records_applied", loc.pushed_applied),
+            ("pushed_records_past_gc_grace", loc.pushed_past_gc_grace),
+            ("calls_served", self.service.calls), ("calls_refused", self.service.refused),
+            ("digest_verify_cycles", self.verify_cycles), ("digest_verified_partitions", loc.verified),
+            ("digest_corrected_partitions", loc.corrected),
+            ("digest_rebuilt_at_open", int(self.node.engine.digest.rebuilt_at_open)),
+            ("last_exchange_error", self.last_error.replace(" ", "_")[:200]),
+        ]
+
+    def metrics(self) -> list[tuple[str, dict[str, str], float]]:
+        t, loc = self.total, self.local
+        me = str(self.config.node_id)
+        return [
+            ("marekvs_antientropy_exchanges_total", {}, self.exchanges),
+            ("marekvs_antientropy_exchange_errors_total", {}, self.errors),
+            ("marekvs_antientropy_partitions_compared_total", {}, t.partitions_compared),
+            ("marekvs_antientropy_mismatched_partitions_total", {}, t.partitions_mismatched),
+            ("marekvs_antientropy_records_repaired_total", {"direction": "pulled"}, t.records_repaired.get(me, 0)),
+            ("marekvs_antientropy_records_repaired_total", {"direction": "pushed"},
+             t.records_repaired_total - t.records_repaired.get(me, 0)),
+            ("marekvs_antientropy_keys_in_flight_total", {}, t.keys_in_flight),
+            ("marekvs_antientropy_pushed_records_applied_total", {}, loc.pushed_applied),
+            ("marekvs_antientropy_records_removed_past_gc_grace_total", {}, loc.removed_past_gc_grace),
+            ("marekvs_antientropy_calls_refused_total", {}, self.service.refused),
+            ("marekvs_digest_verified_partitions_total", {}, loc.verified),
+            ("marekvs_digest_corrected_partitions_total", {}, loc.corrected),
+        ]
