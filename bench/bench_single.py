@@ -65,6 +65,10 @@ class Workload:
     setup: tuple[tuple[bytes, ...], ...] = ()
     cleanup: tuple[bytes, ...] = ()
     weight: int = 1  # probe runs are 1/weight as long (MSET: 10 keys a request)
+    # a client of its own instead of redis-benchmark (a script in bench/ taking
+    # redis-benchmark's -p -c -n -P -d --csv and printing its CSV): for a row that must
+    # use what one reply says in the next command
+    driver: str | None = None
 
 
 def _fill(cmd: bytes, key: bytes, prefix: bytes, value: bytes | None = None, n: int = 100_000,
@@ -146,6 +150,17 @@ WORKLOADS: dict[str, Workload] = {
                          setup=((b"SETBIT", b"bench:bitmap", b"99999", b"1"),
                                 (b"BITFIELD", b"bench:bitmap", *(x for i in range(0, 99_000, 997)
                                                                  for x in (b"SET", b"u8", b"%d" % i, b"165"))))),
+    # -- streams: XADD to one growing stream; XRANGE of the first 10 entries of a stream of
+    # 1000; XREADGROUP+XACK: consumers reading one entry and acknowledging it (its own
+    # client, bench/xreadgroup_ack.py: redis-benchmark cannot ack the id it read)
+    "xadd": Workload(command=("XADD", "mystream", "*", "field", "__rand_int__"),
+                     probe=(b"XADD", b"bench:probe:x", b"*", b"f", b"v"), cleanup=(b"bench:probe:x",)),
+    "xrange": Workload(command=("XRANGE", "bench:xrange", "-", "+", "COUNT", "10"),
+                       probe=(b"XRANGE", b"bench:xrange", b"-", b"+", b"COUNT", b"10"),
+                       setup=tuple((b"XADD", b"bench:xrange", b"*", b"field", b"%064d" % i) for i in range(1000))),
+    "xreadgroup+xack": Workload(driver="xreadgroup_ack.py",
+                                probe=(b"XGROUP", b"CREATE", b"bench:probe:xg", b"g", b"$", b"MKSTREAM"),
+                                cleanup=(b"bench:probe:xg",)),
 }
 TESTS = tuple(WORKLOADS)
 TARGETS = {  # pipeline -> (min geomean ratio, min row ratio)
@@ -469,19 +484,24 @@ def bench_cmd(port: int, test: str, pipeline: int, n: int, clients: int, keyspac
     base = [which_or_die("redis-benchmark"), "-h", "127.0.0.1", "-p", str(port), "-c", str(clients),
             "-n", str(n), "-r", str(keyspace), "-d", str(size), "-P", str(pipeline), "--csv"]
     w = WORKLOADS[test]
+    if w.driver is not None:
+        return [sys.executable, os.path.join(HERE, w.driver), "-p", str(port), "-c", str(clients), "-n", str(n),
+                "-P", str(pipeline), "-d", str(size), "--csv"]
     return base + (["-t", test] if w.command is None else list(w.command))
 
 
 def csv_name(test: str) -> str:
     """The row name redis-benchmark's CSV gives ``test`` (its command line for a command)."""
     w = WORKLOADS[test]
-    return test.upper() if w.command is None else " ".join(w.command).upper()
+    return test.upper() if w.command is None else " ".join(w.command).upper()  # (a driver's: its own)
 
 
 def run_one(srv: ServerProc, server_name: str, test: str, pipeline: int, n: int, args: argparse.Namespace,
             timeout: float, profile_out: str | None = None) -> Run:
     cmd = bench_cmd(srv.port, test, pipeline, n, args.clients, args.keyspace, args.size)
-    run = Run(server_name, test, pipeline, n, command=" ".join(["redis-benchmark"] + cmd[1:]))
+    w = WORKLOADS[test]
+    shown = ["redis-benchmark"] + cmd[1:] if w.driver is None else [f"bench/{w.driver}"] + cmd[2:]
+    run = Run(server_name, test, pipeline, n, command=" ".join(shown))
     pid = srv.pid
     spy = None
     if profile_out and pid is not None:

@@ -475,6 +475,23 @@ def key_vectors() -> list[dict]:
         for ms, seq in (streams if name == "ascii" else streams[3:4]):
             emit("stream", b"x", name, uk, K.encode_stream_key(uk, ms, seq),
                  ref_prefix(b"x", uk) + ref_u64(ms) + ref_u64(seq), ms=str(ms), seq=str(seq))
+    # streams beside their entries: per-origin counters and consumer groups
+    groups = [b"", b"g", "группа".encode(), _pattern(130)]
+    for name, uk in uks:
+        for origin in ([0, 1, 255, 256, 65535] if name == "ascii" else [3]):
+            emit("stream-counters", b"X", name, uk, K.encode_stream_counter_key(uk, origin),
+                 ref_prefix(b"X", uk) + ref_u16(origin), origin=origin)
+        for grp in (groups if name == "ascii" else groups[1:2]):
+            emit("stream-group", b"g", name, uk, K.encode_group_key(uk, grp),
+                 ref_prefix(b"g", uk) + grp, group_hex=grp.hex())
+            for cons in ([b"", b"c1", b"\x00\xff"] if name == "ascii" else [b"c1"]):
+                emit("group-consumer", b"c", name, uk, K.encode_consumer_key(uk, grp, cons),
+                     ref_prefix(b"c", uk) + ref_varint(len(grp)) + grp + cons,
+                     group_hex=grp.hex(), consumer_hex=cons.hex())
+            for ms, seq in (streams if name == "ascii" else streams[3:4]):
+                emit("group-pending", b"p", name, uk, K.encode_pending_key(uk, grp, ms, seq),
+                     ref_prefix(b"p", uk) + ref_varint(len(grp)) + grp + ref_u64(ms) + ref_u64(seq),
+                     group_hex=grp.hex(), ms=str(ms), seq=str(seq))
     return out
 
 
@@ -554,15 +571,27 @@ REF_KINDS = [
      "one byte: the rank, 0..51", "element", 7, "hlc"),
     ("x", "stream-entry", "[klen][userkey][id_ms:u64][id_seq:u64]", [5], "element", False, "lww",
      "stream entry: fmt, field/value pairs", "element", 5, "hlc"),
+    ("X", "stream-counters", "[klen][userkey][origin:u16]", [5], "element", False, "counters",
+     "stream counters: fmt 0x21, gen, epoch, entries added, last id, max deleted id", "element", 5, "hlc"),
+    ("g", "stream-group", "[klen][userkey][group]", [5], "element", False, "group",
+     "consumer group: fmt 0x22, state, destroy clock, base position, positions by entry origin",
+     "element", 5, "hlc"),
+    ("c", "group-consumer", "[klen][userkey][glen][group][consumer]", [5], "element", False, "consumer",
+     "consumer: fmt 0x23, OR element (caps 4/4), dot values = seen-time u64", "element", 5, "hlc"),
+    ("p", "group-pending", "[klen][userkey][glen][group][id_ms:u64][id_seq:u64]", [5], "element", False,
+     "pending", "pending entry: fmt 0x24, epoch, incarnation, delivered flag, delivery time and count, consumer",
+     "element", 5, "hlc"),
 ]
 REF_RETIRED = [("l", "whole-list LWW blob")]
 
 
 def kind_vectors() -> list[dict]:
-    from marekvs.core import head, hll, lww, orswot, pncounter, registry
+    from marekvs.core import head, hll, lww, orswot, pncounter, registry, stream, streamgroup
 
     lattices = {pncounter.merge: "pncounter", head.merge: "head", orswot.merge: "orswot",
-                lww.merge: "lww", hll.merge: "hll"}
+                lww.merge: "lww", hll.merge: "hll", stream.merge_counters: "counters",
+                streamgroup.merge_group: "group", streamgroup.merge_consumer: "consumer",
+                streamgroup.merge_pending: "pending"}
     gates = {orswot.gate_clock: "top-live-dot", env.hlc_of: "hlc", None: None}
     out: list[dict] = []
     _agree("registry tags", [k.tag.decode() for k in registry.KINDS], [r[0] for r in REF_KINDS])

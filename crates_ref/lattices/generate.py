@@ -27,7 +27,7 @@ if str(ROOT) not in sys.path:
 import xxhash  # noqa: E402
 
 from marekvs.core import envelope as env  # noqa: E402
-from marekvs.core import head, hll, orswot, pncounter, stream  # noqa: E402
+from marekvs.core import head, hll, orswot, pncounter, stream, streamgroup  # noqa: E402
 from marekvs.core.envelope import RecordType  # noqa: E402
 
 MS = 1_700_000_000_000
@@ -240,6 +240,123 @@ def stream_vectors() -> list[dict]:
     return out
 
 
+# -- stream counters and consumer groups -----------------------------------------------------
+
+SE = env.make_flags(RecordType.STREAM_ENTRY)  # the flags byte of a live group record (0x14)
+
+
+def ref_counters(gen: int, epoch: tuple[int, int], added: int, last: tuple[int, int],
+                 maxdel: tuple[int, int]) -> bytes:
+    return struct.pack(">BQQHQQQQQ", 0x21, gen, *epoch, added, *last, *maxdel)
+
+
+def ref_group(state: int, clock: int, base: tuple[int, int, int], slots: dict) -> bytes:
+    out = struct.pack(">BBQQQQH", 0x22, state, clock, *base, len(slots))
+    for o in sorted(slots):
+        out += struct.pack(">HQQQ", o, *slots[o])
+    return out
+
+
+def ref_consumer(live: list, covered: list) -> bytes:
+    """fmt 0x23, then the OR element: live [(origin, hlc, seen_ms)], covered [(origin, hlc)]
+    (both already in descending (hlc, origin) order)."""
+    out = bytes([0x23, len(live)])
+    for o, hl, seen in live:
+        out += struct.pack(">HQ", o, hl) + _leb128(8) + struct.pack(">Q", seen)
+    out += bytes([len(covered)])
+    for o, hl in covered:
+        out += struct.pack(">HQ", o, hl)
+    return out
+
+
+def ref_pending(epoch: tuple[int, int], inc: int, delivered: bool, ms: int, base: tuple[int, int, int],
+                slots: dict, consumer: bytes) -> bytes:
+    out = struct.pack(">BQHIBQQHQB", 0x24, *epoch, inc, int(delivered), ms, *base, len(slots))
+    for o in sorted(slots):
+        out += struct.pack(">HQ", o, slots[o])
+    return out + consumer
+
+
+def _merges(out: list, what: str, merge, cases) -> None:
+    for name, x, y, m in cases:
+        _agree(f"{what} merge {name}", merge(x, y), m)
+        _agree(f"{what} merge {name} (swapped)", merge(y, x), m)
+        out.append({"kind": f"{what}_merge", "name": name, "a_record_hex": x.hex(),
+                    "b_record_hex": y.hex(), "merged_record_hex": m.hex()})
+
+
+def streamgroup_vectors() -> list[dict]:
+    out: list[dict] = []
+    G = streamgroup
+    # counters (tag 'X')
+    for name, args in (("no XSETID", (st(MS), (0, 0), 3, (MS, 1 << 20 | 2), (0, 0))),
+                       ("after XSETID", (st(MS), (st(MS, 9), 2), 7, (MS + 5, 0), (MS, 1 << 20)))):
+        p = ref_counters(*args)
+        c = stream.Counters(*args)
+        _agree(f"counters {name}", stream.counters_to_bytes(c), p)
+        out.append({"kind": "counters", "name": name, "gen": str(args[0]), "epoch": [str(args[1][0]), args[1][1]],
+                    "added": args[2], "last": [str(x) for x in args[3]], "max_deleted": [str(x) for x in args[4]],
+                    "payload_hex": p.hex()})
+    a = env.pack(SE, st(MS, 1), 1, 0, ref_counters(st(MS), (0, 0), 3, (MS, 1 << 20 | 2), (0, 0)))
+    b = env.pack(SE, st(MS, 2), 1, 0, ref_counters(st(MS), (0, 0), 4, (MS, 1 << 20 | 3), (0, 0)))
+    newer = env.pack(SE, st(MS, 3), 1, 0, ref_counters(st(MS, 3), (0, 0), 1, (MS + 1, 1 << 20), (0, 0)))
+    _merges(out, "counters", stream.merge_counters,
+            [("same gen and epoch: counts max", a, b, b), ("a newer gen (after DEL) wins whole", b, newer, newer)])
+    # groups (tag 'g')
+    create = env.pack(SE, st(MS), 1, 0, ref_group(1, 0, (0, 0, 1), {}))
+    on1 = env.pack(SE, st(MS), 1, 0, ref_group(1, 0, (0, 0, 1), {1: (MS, 1 << 20, 2)}))
+    on2 = env.pack(SE, st(MS), 1, 0, ref_group(1, 0, (0, 0, 1), {2: (MS + 1, 2 << 20, 0)}))
+    both = env.pack(SE, st(MS), 1, 0, ref_group(1, 0, (0, 0, 1), {1: (MS, 1 << 20, 2), 2: (MS + 1, 2 << 20, 0)}))
+    setid = env.pack(SE, st(MS, 7), 3, 0, ref_group(1, 0, (5, 0, 0), {}))
+    destroyed = env.pack(SE, st(MS, 8), 2, 0, ref_group(0, st(MS, 8), (0, 0, 0), {}))
+    again = env.pack(SE, st(MS, 9), 1, 0, ref_group(1, 0, (0, 0, 1), {}))
+    again_m = env.pack(SE, st(MS, 9), 1, 0, ref_group(1, st(MS, 8), (0, 0, 1), {}))
+    _agree("group payload", G.group_to_bytes(G.group_of(both)), both[env.HEADER:])
+    _agree("group deliver", G.deliver_slots(create, {1: G.Position(MS, 1 << 20, 2)}), on1)
+    out.append({"kind": "group", "name": "two origins delivered", "state": 1, "destroy_clock": "0",
+                "base": ["0", "0", "1"],
+                "slots": [[1, str(MS), str(1 << 20), "2"], [2, str(MS + 1), str(2 << 20), "0"]],
+                "last_delivered": [str(MS + 1), str(2 << 20)], "payload_hex": both[env.HEADER:].hex()})
+    _merges(out, "group", G.merge_group,
+            [("deliveries of entries of two origins join", on1, on2, both),
+             ("SETID (a new version) resets the slots", both, setid, setid),
+             ("DESTROY", setid, destroyed, destroyed),
+             ("re-CREATE keeps the destroy clock", destroyed, again, again_m)])
+    # consumers (tag 'c')
+    seen1 = env.pack(SE, st(MS, 1), 1, 0, ref_consumer([(1, st(MS, 1), MS)], []))
+    seen2 = env.pack(SE, st(MS, 2), 2, 0, ref_consumer([(2, st(MS, 2), MS + 7)], [(1, st(MS, 1))]))
+    removed = env.pack(SE | 1, st(MS, 3), 1, 0, ref_consumer([], [(1, st(MS, 1))]))
+    survives = env.pack(SE, st(MS, 3), 1, 0, ref_consumer([(2, st(MS, 2), MS + 7)], [(1, st(MS, 1))]))
+    _agree("consumer touch", G.touch_consumer(None, st(MS, 1), 1, MS), seen1)
+    _agree("consumer re-touch", G.touch_consumer(seen1, st(MS, 2), 2, MS + 7), seen2)
+    _agree("consumer remove", G.remove_consumer(seen1, st(MS, 3), 1), removed)
+    out.append({"kind": "consumer", "name": "seen on node 2 after node 1", "live": [[2, str(st(MS, 2)), str(MS + 7)]],
+                "covered": [[1, str(st(MS, 1))]], "payload_hex": seen2[env.HEADER:].hex()})
+    _merges(out, "consumer", G.merge_consumer,
+            [("a remove covers the add it saw", seen1, removed, removed),
+             ("a concurrent add the remove did not see survives", removed, seen2, survives)])
+    # pending entries (tag 'p')
+    E = (st(MS), 1)
+    d1 = env.pack(SE, st(MS, 10), 1, 0, ref_pending(E, 1, True, MS, (0, 0, 0), {1: 1}, b"alice"))
+    d2 = env.pack(SE, st(MS, 11), 2, 0, ref_pending(E, 1, True, MS + 1, (0, 0, 0), {2: 1}, b"bob"))
+    dup = env.pack(SE, st(MS, 11), 2, 0, ref_pending(E, 1, True, MS + 1, (0, 0, 0), {1: 1, 2: 1}, b"bob"))
+    acked = env.pack(SE | 1, st(MS, 12), 1, 0, ref_pending(E, 1, True, MS, (0, 0, 0), {1: 1}, b"alice"))
+    late_claim = env.pack(SE, st(MS, 20), 3, 0, ref_pending(E, 1, True, MS + 9, (0, 0, 0), {1: 1, 3: 1}, b"carol"))
+    forced = env.pack(SE, st(MS, 13), 1, 0, ref_pending(E, 2, False, MS + 2, (0, 0, 0), {1: 2}, b"dave"))
+    _agree("pending deliver", G.deliver_pending(None, E, st(MS, 10), 1, b"alice", MS), d1)
+    _agree("pending ack", G.ack_pending(d1, st(MS, 12), 1), acked)
+    _agree("pending force after the ack", G.claim_pending(acked, st(MS, 13), 1, b"dave", MS + 2, delivered=False),
+           forced)
+    out.append({"kind": "pending", "name": "delivered on two nodes", "epoch": [str(E[0]), E[1]], "incarnation": 1,
+                "delivered": True, "delivery_ms": str(MS + 1), "base": ["0", 0, "0"], "slots": [[1, "1"], [2, "1"]],
+                "consumer_hex": b"bob".hex(), "deliveries": 2, "payload_hex": dup[env.HEADER:].hex()})
+    _merges(out, "pending", G.merge_pending,
+            [("two concurrent deliveries count 2, owner by version", d1, d2, dup),
+             ("an ack beats a later claim of the same incarnation", acked, late_claim, acked),
+             ("a new incarnation (FORCE after the ack) beats the ack", acked, forced, forced)])
+    return out
+
+
 # -- heads ---------------------------------------------------------------------------------
 
 def ref_head(ctype: int, clock: int, ms: int, seq: int, config: bytes = b"") -> bytes:
@@ -278,6 +395,7 @@ FILES = {
     "hll.jsonl": hll_vectors,
     "stream.jsonl": stream_vectors,
     "head.jsonl": head_vectors,
+    "streamgroup.jsonl": streamgroup_vectors,
 }
 
 

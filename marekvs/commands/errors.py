@@ -306,6 +306,63 @@ def dump_unsupported(type_name: str) -> str:
 
 
 RESTORE_UNSUPPORTED = "ERR RESTORE of this value type is not supported yet"  # marekvs-specific
+# -- streams and consumer groups (streams.py) ---------------------------------------------
+INVALID_STREAM_ID = "ERR Invalid stream ID specified as stream command argument"
+INVALID_START_ID = "ERR invalid start ID for the interval"
+INVALID_END_ID = "ERR invalid end ID for the interval"
+MAXLEN_AND_MINID = "ERR syntax error, MAXLEN and MINID options at the same time are not compatible"
+MAXLEN_NEGATIVE = "ERR The MAXLEN argument must be >= 0."
+XTRIM_LIMIT_NEGATIVE = "ERR The LIMIT argument must be >= 0."
+LIMIT_WITHOUT_STRATEGY = "ERR syntax error, LIMIT cannot be used without specifying a trimming strategy"
+XTRIM_WITHOUT_STRATEGY = "ERR syntax error, XTRIM must be called with a trimming strategy"
+LIMIT_WITHOUT_APPROX = "ERR syntax error, LIMIT cannot be used without the special ~ option"
+XADD_ID_ZERO = "ERR The ID specified in XADD must be greater than 0-0"
+XADD_ID_TOO_SMALL = "ERR The ID specified in XADD is equal or smaller than the target stream top item"
+STREAM_EXHAUSTED = "ERR The stream has exhausted the last possible ID, unable to add more items"
+ELEMENTS_TOO_LARGE = "ERR Elements are too large to be stored"
+ENTRIES_ADDED_NEGATIVE = "ERR entries_added must be positive"
+XSETID_BELOW_MAXDEL = "ERR The ID specified in XSETID is smaller than the provided max_deleted_entry_id"
+XSETID_TOO_SMALL = "ERR The ID specified in XSETID is smaller than the target stream top item"
+XSETID_ADDED_TOO_SMALL = "ERR The entries_added specified in XSETID is smaller than the target stream length"
+TIMEOUT_OUT_OF_RANGE = "ERR timeout is out of range"
+XREAD_UNBALANCED = ("ERR Unbalanced XREAD list of streams: for each stream key an ID or '$' must be "
+                    "specified.")
+XREAD_GROUP_OPTION = "ERR The GROUP option is only supported by XREADGROUP. You called XREAD instead."
+XREAD_NOACK_OPTION = "ERR The NOACK option is only supported by XREADGROUP. You called XREAD instead."
+XREADGROUP_NO_GROUP = "ERR Missing GROUP option for XREADGROUP"
+XREADGROUP_DOLLAR = ("ERR The $ ID is meaningless in the context of XREADGROUP: you want to read the "
+                     "history of this consumer by specifying a proper ID, or use the > ID to get new "
+                     "messages. The $ ID would just return an empty result set.")
+XREAD_GT_OPTION = ("ERR The > ID can be specified only when calling XREADGROUP using the GROUP <group> "
+                   "<consumer> option.")
+NOGROUP_BLOCKED_GONE = "NOGROUP the consumer group this client was blocked on no longer exists"
+BUSYGROUP = "BUSYGROUP Consumer Group name already exists"
+XGROUP_NO_KEY = ("ERR The XGROUP subcommand requires the key to exist. Note that for CREATE you may want "
+                 "to use the MKSTREAM option to create an empty stream automatically.")
+ENTRIESREAD_NEGATIVE = "ERR value for ENTRIESREAD must be positive or -1"
+XCLAIM_MIN_IDLE = "ERR Invalid min-idle-time argument for XCLAIM"
+XCLAIM_IDLE = "ERR Invalid IDLE option argument for XCLAIM"
+XCLAIM_TIME = "ERR Invalid TIME option argument for XCLAIM"
+XCLAIM_RETRYCOUNT = "ERR Invalid RETRYCOUNT option argument for XCLAIM"
+XAUTOCLAIM_MIN_IDLE = "ERR Invalid min-idle-time argument for XAUTOCLAIM"
+XAUTOCLAIM_COUNT = "ERR COUNT must be > 0"
+
+
+def nogroup_read(key: bytes, group: bytes) -> str:
+    return "NOGROUP No such key '%s' or consumer group '%s' in XREADGROUP with GROUP option" % (
+        echo(key), echo(group))
+
+
+def nogroup_key(key: bytes, group: bytes) -> str:
+    return "NOGROUP No such key '%s' or consumer group '%s'" % (echo(key), echo(group))
+
+
+def nogroup_name(key: bytes, group: bytes) -> str:
+    return "NOGROUP No such consumer group '%s' for key name '%s'" % (echo(group), echo(key))
+
+
+def xclaim_option(opt: bytes) -> str:
+    return "ERR Unrecognized XCLAIM option '%s'" % echo(opt)
 
 
 # -- typed statuses of the keyspace (keyspace/status.py) -----------------------------------

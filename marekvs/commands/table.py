@@ -517,6 +517,8 @@ FAMILIES = (
     # HyperLogLog and bitmaps (branch hll-keyspace)
     "marekvs.commands.hll",
     "marekvs.commands.bitmaps",
+    # streams and consumer groups
+    "marekvs.commands.streams",
 )
 
 

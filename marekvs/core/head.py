@@ -45,11 +45,12 @@ import struct
 from typing import NamedTuple
 
 from marekvs.core import envelope as env
-from marekvs.core import orswot
+from marekvs.core import joins, orswot
 from marekvs.core.envelope import RecordType
 
 FMT = 1
 _FIXED = struct.Struct(">BBQQQ")
+_IDS = struct.Struct(">QQ")
 _SIZE = env.ENVELOPE_SIZE
 
 
@@ -114,9 +115,15 @@ def _lww_key(record: bytes) -> tuple[bytes, bytes, bytes]:
     return record[1:11], record[:_SIZE] + record[_SIZE + 1:_SIZE + 2], record[_SIZE + 26:]
 
 
+KNOWN = joins.Known()  # heads built over the stored one (``with_last_id``)
+
+
 def merge(a: bytes, b: bytes) -> bytes:
     if a == b:
         return a
+    known = KNOWN.join(a, b)
+    if known is not None:
+        return known
     ha, hb = head_of(a), head_of(b)
     top, ht = (a, ha) if _lww_key(a) >= _lww_key(b) else (b, hb)
     last = max((ha.last_ms, ha.last_seq), (hb.last_ms, hb.last_seq))
@@ -156,16 +163,28 @@ def with_last_id(head_record: bytes, ms: int, seq: int, hlc: int, origin: int) -
 
     ``head_record`` must be live: a dead stream is re-created with ``new`` first,
     which is what carries its delete clock forward."""
-    h = head_of(head_record)
-    rec = env.pack(head_record[0], hlc, origin, env.ttl_of(head_record),
-                   to_bytes(h._replace(last_ms=ms, last_seq=seq)))
-    return merge(head_record, rec)
+    if (ms, seq) <= last_id_of(head_record) or (hlc, origin) <= (env.hlc_of(head_record),
+                                                                   env.origin_of(head_record)):
+        h = head_of(head_record)
+        rec = env.pack(head_record[0], hlc, origin, env.ttl_of(head_record),
+                       to_bytes(h._replace(last_ms=ms, last_seq=seq)))
+        return merge(head_record, rec)
+    # a newer version with a greater last id: what the merge would build, built directly
+    return KNOWN.built(env.pack(head_record[0], hlc, origin, env.ttl_of(head_record),
+                                head_record[_SIZE:_SIZE + 10] + _IDS.pack(ms, seq) + head_record[_SIZE + 26:]),
+                       head_record)
 
 
 # -- reads -------------------------------------------------------------------------------
 
 def ctype_of(record: bytes) -> int:
     return record[_SIZE + 1]
+
+
+def last_id_of(record: bytes) -> tuple[int, int]:
+    """A stream head's last id ``(last_ms, last_seq)``, read in place."""
+    ids: tuple[int, int] = _IDS.unpack_from(record, _SIZE + 10)
+    return ids
 
 
 def type_name(record: bytes) -> str:

@@ -12,9 +12,14 @@ the big-endian u16 partition id so a partition is one contiguous key range::
     list element     [pid:u16] b'q' [klen] [userkey] [pos:u64]
     hll register     [pid:u16] b'H' [klen] [userkey] [bucket:u16]
     stream entry     [pid:u16] b'x' [klen] [userkey] [id_ms:u64] [id_seq:u64]
+    stream counters  [pid:u16] b'X' [klen] [userkey] [origin:u16]
+    consumer group   [pid:u16] b'g' [klen] [userkey] [group]
+    group consumer   [pid:u16] b'c' [klen] [userkey] [glen] [group] [consumer]
+    pending entry    [pid:u16] b'p' [klen] [userkey] [glen] [group] [id_ms:u64] [id_seq:u64]
 
 ``klen`` is an unsigned LEB128 varint of the user key's length, so an element key can
-never collide with a user key that embeds another. The tag b'l' (whole-list blob) is
+never collide with a user key that embeds another; ``glen`` is the same varint for a
+consumer group's name, so one group's consumers (or pending entries) are one prefix. The tag b'l' (whole-list blob) is
 retired and reserved: nothing writes or reads it.
 
 Zset scores are encoded as order-preserving u64: positive doubles (and +0.0) get the
@@ -39,6 +44,10 @@ TAG_ZSCORE = b"Z"
 TAG_LIST = b"q"
 TAG_HLL = b"H"
 TAG_STREAM = b"x"
+TAG_STREAM_COUNTER = b"X"  # stream consumer groups (core/streamgroup.py) and counters
+TAG_GROUP = b"g"
+TAG_CONSUMER = b"c"
+TAG_PENDING = b"p"
 TAG_LIST_RETIRED = b"l"  # reserved, never written
 TAG_AT = 2  # ikey[TAG_AT] is the tag byte (after the u16 pid)
 STRING_USERKEY_AT = 3  # a string key's user key is ikey[STRING_USERKEY_AT:]
@@ -254,6 +263,89 @@ def decode_stream_key(ikey: bytes) -> tuple[bytes, int, int]:
         raise KeyDecodeError("stream key needs exactly u64 ms and u64 seq")
     ms, seq = _U64x2.unpack_from(ikey, end)
     return userkey, ms, seq
+
+
+# -- streams: per-origin counters and consumer groups -----------------------------------
+
+def encode_stream_counter_key(userkey: bytes, origin: int) -> bytes:
+    return collection_prefix(TAG_STREAM_COUNTER, userkey) + _U16.pack(origin)
+
+
+def decode_stream_counter_key(ikey: bytes) -> tuple[bytes, int]:
+    userkey, end = _decode_collection(ikey, TAG_STREAM_COUNTER)
+    if end + 2 != len(ikey):
+        raise KeyDecodeError("stream counter key needs exactly a u16 origin")
+    return userkey, _U16.unpack_from(ikey, end)[0]
+
+
+def encode_group_key(userkey: bytes, group: bytes) -> bytes:
+    return collection_prefix(TAG_GROUP, userkey) + group
+
+
+def decode_group_key(ikey: bytes) -> tuple[bytes, bytes]:
+    userkey, end = _decode_collection(ikey, TAG_GROUP)
+    return userkey, ikey[end:]
+
+
+def group_prefix(tag: bytes, userkey: bytes, group: bytes) -> bytes:
+    """``[pid][tag][klen][userkey][glen][group]``: the prefix of one group's consumers
+    (``TAG_CONSUMER``) or pending entries (``TAG_PENDING``)."""
+    return collection_prefix(tag, userkey) + encode_varint(len(group)) + group
+
+
+def _decode_in_group(ikey: bytes, tag: bytes) -> tuple[bytes, bytes, int]:
+    userkey, pos = _decode_collection(ikey, tag)
+    glen, pos = decode_varint(ikey, pos)
+    end = pos + glen
+    if end > len(ikey):
+        raise KeyDecodeError("group name runs past the end")
+    return userkey, ikey[pos:end], end
+
+
+def encode_consumer_key(userkey: bytes, group: bytes, consumer: bytes) -> bytes:
+    return group_prefix(TAG_CONSUMER, userkey, group) + consumer
+
+
+def decode_consumer_key(ikey: bytes) -> tuple[bytes, bytes, bytes]:
+    userkey, group, end = _decode_in_group(ikey, TAG_CONSUMER)
+    return userkey, group, ikey[end:]
+
+
+def encode_pending_key(userkey: bytes, group: bytes, ms: int, seq: int) -> bytes:
+    return group_prefix(TAG_PENDING, userkey, group) + _U64x2.pack(ms, seq)
+
+
+def decode_pending_key(ikey: bytes) -> tuple[bytes, bytes, int, int]:
+    userkey, group, end = _decode_in_group(ikey, TAG_PENDING)
+    if end + 16 != len(ikey):
+        raise KeyDecodeError("pending entry key needs exactly u64 ms and u64 seq after the group")
+    ms, seq = _U64x2.unpack_from(ikey, end)
+    return userkey, group, ms, seq
+
+
+# -- the same collection under another tag, without hashing its user key again ------------
+# (a command on one stream builds keys under several tags: entries, counters, groups,
+# consumers, pending entries; each encode_* above hashes the user key for the pid)
+
+def retag(prefix: bytes, tag: bytes) -> bytes:
+    """The collection prefix ``[pid][tag][klen][userkey]`` of the user key whose prefix
+    under another tag is ``prefix``."""
+    return prefix[:2] + tag + prefix[3:]
+
+
+def id_suffix(ms: int, seq: int) -> bytes:
+    """The ``[id_ms:u64][id_seq:u64]`` that ends stream entry and pending entry keys."""
+    return _U64x2.pack(ms, seq)
+
+
+def group_suffix(group: bytes) -> bytes:
+    """The ``[glen][group]`` after the collection prefix of consumer and pending keys."""
+    return encode_varint(len(group)) + group
+
+
+def origin_suffix(origin: int) -> bytes:
+    """The ``[origin:u16]`` that ends a stream counters key."""
+    return _U16.pack(origin)
 
 
 def pid_of_ikey(ikey: bytes) -> int:

@@ -29,6 +29,10 @@ know about the records under that tag:
     'q'  list-element  list                 element  no    lww        (raw bytes)              element
     'H'  hll-register  hll-register         element  no    hll        one byte, rank <= 51     element
     'x'  stream-entry  stream-entry         element  no    lww        a live entry parses      element
+    'X'  stream-counters stream-entry       element  no    counters   counters, never a tomb.  element
+    'g'  stream-group  stream-entry         element  no    group      group                    element
+    'c'  group-consumer stream-entry        element  no    consumer   consumer OR element      element
+    'p'  group-pending stream-entry         element  no    pending    pending entry            element
     'l'  retired: the whole-list blob. Reserved (``RETIRED``): never written, read or accepted.
 
 Sweep rules (``core/sweep.py`` states and applies them): ``RECORD``, a tombstone or an
@@ -49,7 +53,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from marekvs.core import envelope as env
-from marekvs.core import head, hll, lww, orswot, pncounter, stream, zset
+from marekvs.core import head, hll, lww, orswot, pncounter, stream, streamgroup, zset
 from marekvs.core import keys as K
 from marekvs.core.envelope import RecordType
 from marekvs.core.partition import partition_of
@@ -194,8 +198,27 @@ HLL_REGISTER = _element(K.TAG_HLL, "hll-register", K.encode_hll_key, K.decode_hl
 STREAM_ENTRY = _element(K.TAG_STREAM, "stream-entry", K.encode_stream_key, K.decode_stream_key,
                         RecordType.STREAM_ENTRY, _CT.STREAM, lww.merge, _check_stream)
 
+# Streams beside their entries (core/stream.py, core/streamgroup.py): per-origin counters
+# and the consumer groups. They share the stream entries' record type (the 3-bit type has
+# no free value); the tag picks the merge and each payload starts with its own format byte.
+# Gated by the stream head like every element (by their hlc); a group's own destroy clock
+# gates its consumers and pending entries at read time (streamgroup.py).
+STREAM_COUNTERS = _element(K.TAG_STREAM_COUNTER, "stream-counters", K.encode_stream_counter_key,
+                           K.decode_stream_counter_key, RecordType.STREAM_ENTRY, _CT.STREAM,
+                           stream.merge_counters, stream.check_counters)
+STREAM_GROUP = _element(K.TAG_GROUP, "stream-group", K.encode_group_key, K.decode_group_key,
+                        RecordType.STREAM_ENTRY, _CT.STREAM, streamgroup.merge_group,
+                        streamgroup.check_group)
+GROUP_CONSUMER = _element(K.TAG_CONSUMER, "group-consumer", K.encode_consumer_key,
+                          K.decode_consumer_key, RecordType.STREAM_ENTRY, _CT.STREAM,
+                          streamgroup.merge_consumer, streamgroup.check_consumer)
+GROUP_PENDING = _element(K.TAG_PENDING, "group-pending", K.encode_pending_key, K.decode_pending_key,
+                         RecordType.STREAM_ENTRY, _CT.STREAM, streamgroup.merge_pending,
+                         streamgroup.check_pending)
+
 KINDS: tuple[RecordKind, ...] = (STRING, HEAD, HASH_FIELD, SET_MEMBER, ZSET_MEMBER, ZSET_SCORE,
-                                 LIST_ELEMENT, HLL_REGISTER, STREAM_ENTRY)
+                                 LIST_ELEMENT, HLL_REGISTER, STREAM_ENTRY, STREAM_COUNTERS,
+                                 STREAM_GROUP, GROUP_CONSUMER, GROUP_PENDING)
 
 # Tags that no kind may take again. Nothing writes or reads them; a peer shipping one is
 # refused; a record found under one locally merges as an LWW register and is swept by
@@ -213,6 +236,12 @@ BY_CODE: list[RecordKind | None] = [BY_TAG.get(bytes((c,))) for c in range(256)]
 # partition), e.g. for ``Engine.scan_tags(first_pid, KEY_TAGS)``.
 KEY_TAGS: bytes = bytes(sorted(k.code for k in KINDS if k.is_key))
 ELEMENT_TAGS: bytes = bytes(sorted(k.code for k in KINDS if not k.is_key))
+
+# Streams: state kept beside a key's value that Redis changes without "modifying the key"
+# (no signalModifiedKey: consumer groups, their consumers and pending entries, the
+# counters XSETID sets). WATCH ignores changes to these records, as Redis's does.
+UNWATCHED_CODES: frozenset[int] = frozenset(k.code for k in (STREAM_COUNTERS, STREAM_GROUP, GROUP_CONSUMER,
+                                                              GROUP_PENDING))
 
 
 def element_kinds(ctype: int) -> tuple[RecordKind, ...]:

@@ -26,12 +26,34 @@ Entry payload (format byte first)::
     [fmt u8 = 1] [npairs varint] npairs x ([flen varint][field][vlen varint][value])
 
 varint = unsigned LEB128. Field order is the XADD argument order.
+
+Counters (tag b'X', one record per stream and origin, ``[pid]'X'[klen][key][origin u16]``)
+keep what Redis keeps beside the entries: ``entries-added``, ``max-deleted-entry-id`` and
+the stream's last id as Redis sees it (which starts over when a deleted stream is made
+again and which XSETID may move back; the head's last id, max-joined, never goes back and
+is what ``next_id`` mints after). Record type STREAM_ENTRY, never a tombstone; payload::
+
+    [fmt u8 = 0x21] [gen u64] [epoch_hlc u64] [epoch_origin u16]
+    [added u64] [last_ms u64] [last_seq u64] [maxdel_ms u64] [maxdel_seq u64]
+
+Each node writes only its own record (a grow-only counter of the entries it added, the
+greatest id it added and the greatest id it deleted). ``gen`` is the stream head's delete clock the node saw and
+``epoch`` the version of the last XSETID that set the counters (``(0, 0)``: none): the
+counts of a record start over when either changes. A reader with head delete clock ``D``
+takes the records with ``gen == D``, the greatest epoch ``E`` among them, and sums
+``added`` (maxes ``last`` and ``maxdel``) over those in epoch ``E`` (``totals``). An XSETID
+is a new epoch whose record holds the values it set. Merge: the greater
+``(gen, epoch)`` wins whole; equal ones take each count's max and the envelope of the
+higher version. A lexicographic product of a total order and a product of joins: a join.
 """
 
 from __future__ import annotations
 
+import struct
+from typing import Iterable, NamedTuple
+
 from marekvs.core import envelope as env
-from marekvs.core import lww
+from marekvs.core import joins, lww
 from marekvs.core.envelope import RecordType
 from marekvs.core.hlc import physical_ms
 from marekvs.core.keys import decode_varint, encode_varint
@@ -105,26 +127,41 @@ def to_bytes(fields: list[tuple[bytes, bytes]]) -> bytes:
     return bytes(out)
 
 
-def from_bytes(payload: bytes) -> list[tuple[bytes, bytes]]:
+def flat_from_bytes(payload: bytes) -> list[bytes]:
+    """The entry's fields and values, flat (``[f1, v1, f2, v2, ...]``, a reply's shape).
+    Lengths below 128 (one varint byte) are read inline: the common case."""
     if not payload or payload[0] != FMT:
         raise StreamFormatError("unknown stream entry format")
+    end = len(payload)
     try:
-        n, pos = decode_varint(payload, 1)
-        fields = []
-        for _ in range(n):
-            parts = []
-            for _ in range(2):
+        n = payload[1]
+        pos = 2
+        if n >= 0x80:
+            n, pos = decode_varint(payload, 1)
+        out = []
+        for _ in range(2 * n):
+            ln = payload[pos]
+            if ln < 0x80:
+                pos += 1
+            else:
                 ln, pos = decode_varint(payload, pos)
-                if pos + ln > len(payload):
-                    raise StreamFormatError("stream entry runs past its payload")
-                parts.append(bytes(payload[pos:pos + ln]))
-                pos += ln
-            fields.append((parts[0], parts[1]))
+            nxt = pos + ln
+            if nxt > end:
+                raise StreamFormatError("stream entry runs past its payload")
+            out.append(payload[pos:nxt])
+            pos = nxt
+    except IndexError:
+        raise StreamFormatError("truncated stream entry") from None
     except ValueError as e:
         raise StreamFormatError(str(e)) from None
-    if pos != len(payload):
+    if pos != end:
         raise StreamFormatError("trailing bytes after stream entry")
-    return fields
+    return out
+
+
+def from_bytes(payload: bytes) -> list[tuple[bytes, bytes]]:
+    flat = flat_from_bytes(payload)
+    return list(zip(flat[::2], flat[1::2]))
 
 
 def new(fields: list[tuple[bytes, bytes]], hlc: int, origin: int) -> bytes:
@@ -140,3 +177,111 @@ def value(record: bytes, now_ms: int) -> list[tuple[bytes, bytes]] | None:
     """The entry's field/value pairs, None if deleted."""
     payload = lww.value(record, now_ms)
     return None if payload is None else from_bytes(payload)
+
+
+# -- per-origin counters (tag b'X') ----------------------------------------------------------
+
+COUNTER_FMT = 0x21
+_COUNTERS = struct.Struct(">BQQHQQQQQ")  # fmt, gen, epoch hlc/origin, added, last, maxdel
+NO_EPOCH = (0, 0)
+
+
+class Counters(NamedTuple):
+    gen: int  # the head delete clock the writer saw
+    epoch: tuple[int, int]  # the XSETID version the counts start from, NO_EPOCH: none
+    added: int = 0
+    last: StreamId = (0, 0)
+    max_deleted: StreamId = (0, 0)
+
+
+def counters_to_bytes(c: Counters) -> bytes:
+    return _COUNTERS.pack(COUNTER_FMT, c.gen, c.epoch[0], c.epoch[1], c.added, *c.last, *c.max_deleted)
+
+
+def counters_from_bytes(payload: bytes) -> Counters:
+    if len(payload) != _COUNTERS.size or payload[0] != COUNTER_FMT:
+        raise StreamFormatError("not a stream counters payload")
+    _, gen, eh, eo, added, lms, lseq, ms, seq = _COUNTERS.unpack(payload)
+    return Counters(gen, (eh, eo), added, (lms, lseq), (ms, seq))
+
+
+def counters_of(record: bytes) -> Counters:
+    return counters_from_bytes(record[_SIZE:])
+
+
+def counters_record(c: Counters, hlc: int, origin: int) -> bytes:
+    return env.pack(env.make_flags(RecordType.STREAM_ENTRY), hlc, origin, 0, counters_to_bytes(c))
+
+
+KNOWN = joins.Known()  # counter records built over the stored one (``bumped``)
+
+
+def merge_counters(a: bytes, b: bytes) -> bytes:
+    if a == b:
+        return a
+    known = KNOWN.join(a, b)
+    if known is not None:
+        return known
+    ca, cb = counters_of(a), counters_of(b)
+    ka, kb = (ca.gen, ca.epoch), (cb.gen, cb.epoch)
+    if ka != kb:
+        return a if ka > kb else b
+    top = a if (a[1:11], a[:_SIZE]) >= (b[1:11], b[:_SIZE]) else b
+    out = top[:_SIZE] + counters_to_bytes(
+        Counters(ca.gen, ca.epoch, max(ca.added, cb.added), max(ca.last, cb.last),
+                 max(ca.max_deleted, cb.max_deleted)))
+    if out == a:
+        return a
+    if out == b:
+        return b
+    return out
+
+
+def bumped(current: bytes | None, own: Counters | None, c: Counters, hlc: int, origin: int) -> bytes:
+    """This node's counters record ``c`` written over its stored record ``current``:
+    their join. When ``c`` is ``bump(own)`` and ``own`` is what ``current`` holds, that is
+    the new record itself (its ``(gen, epoch)`` is not older, its counts not lower, its
+    version newer), known without a merge."""
+    rec = counters_record(c, hlc, origin)
+    if current is None:
+        return rec
+    if own is not None and current[_SIZE:] == counters_to_bytes(own) and (hlc, origin) > (
+            env.hlc_of(current), env.origin_of(current)):
+        return KNOWN.built(rec, current)
+    return merge_counters(current, rec)
+
+
+def check_counters(record: bytes) -> None:
+    if record[0] & env.FLAG_TOMBSTONE:
+        raise StreamFormatError("stream counters are never a tombstone")
+    counters_of(record)
+
+
+class Totals(NamedTuple):
+    epoch: tuple[int, int]
+    added: int
+    last: StreamId
+    max_deleted: StreamId
+
+
+def totals(records: Iterable[Counters], gen: int) -> Totals:
+    """The counters of a stream whose head delete clock is ``gen``, from its live counter
+    records (one per origin)."""
+    cur = [c for c in records if c.gen == gen]
+    if not cur:
+        return Totals(NO_EPOCH, 0, (0, 0), (0, 0))
+    epoch = max(c.epoch for c in cur)
+    cur = [c for c in cur if c.epoch == epoch]
+    return Totals(epoch, sum(c.added for c in cur), max(c.last for c in cur),
+                  max(c.max_deleted for c in cur))
+
+
+def bump(own: Counters | None, gen: int, epoch: tuple[int, int], added: int = 0,
+         last: StreamId = (0, 0), deleted: StreamId = (0, 0)) -> Counters:
+    """This node's counters after adding ``added`` entries up to ``last`` / deleting up to
+    ``deleted``, under the stream's current ``gen`` and ``epoch`` (its record starts
+    over if either is newer than the ones it counted under)."""
+    if own is None or (own.gen, own.epoch) != (gen, epoch):
+        own = Counters(gen, epoch)
+    return own._replace(added=own.added + added, last=max(own.last, last),
+                        max_deleted=max(own.max_deleted, deleted))

@@ -17,6 +17,8 @@ from __future__ import annotations
 from typing import Any
 
 from marekvs.commands.context import Context
+from marekvs.core import keys as K
+from marekvs.core import registry
 from marekvs.node.changes import Change, user_keys
 
 
@@ -67,7 +69,8 @@ class Watches:
 
     def _changed(self, changes: list[Change]) -> None:
         watched = self.keys
-        for key in user_keys(changes):
+        unwatched = registry.UNWATCHED_CODES  # a stream's groups: not a change of the key
+        for key in user_keys([c for c in changes if c[0][K.TAG_AT] not in unwatched]):
             clients = watched.get(key)
             if clients:
                 for ctx in clients.values():

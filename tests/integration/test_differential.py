@@ -159,6 +159,17 @@ class Conn:
         self.sock.close()
 
 
+def fresh_pair(mvs_port: int, redis_port: int, proto: int) -> tuple[Conn, Conn]:
+    """Connections to marekvs and to redis-server for one differential run: both in RESP
+    ``proto``, both servers flushed."""
+    pair = Conn(mvs_port), Conn(redis_port)
+    for c in pair:
+        if proto == 3:
+            assert c.call([b"HELLO", b"3"])[:1] == b"%"
+        assert c.call([b"FLUSHALL"]) == b"+OK\r\n"
+    return pair
+
+
 def sorted_items(reply: bytes) -> bytes:
     """An array or map reply with its items in sorted order (their order is unspecified)."""
     reader = hiredis.Reader()
@@ -189,12 +200,8 @@ def same(args: list[bytes], got: bytes, want: bytes) -> bool:
 @pytest.mark.parametrize("proto", [2, 3])
 @pytest.mark.parametrize("seed", range(6))
 def test_random_string_and_key_commands_answer_like_redis(shared_node, real_redis, seed, proto):
-    mvs, red = Conn(shared_node.port), Conn(real_redis.port)
+    mvs, red = fresh_pair(shared_node.port, real_redis.port, proto)
     try:
-        for c in (mvs, red):
-            if proto == 3:
-                assert c.call([b"HELLO", b"3"])[:1] == b"%"
-            assert c.call([b"FLUSHALL"]) == b"+OK\r\n"
         gen = Gen(seed * 10 + proto)
         history: list[tuple[list[bytes], bytes]] = []
         for i in range(2500):

@@ -147,3 +147,13 @@ LATTICES = {
     "stream-entry": (keys.encode_stream_key(U, 5, 1 << 20),
                      lww_records(RecordType.STREAM_ENTRY, stream_payloads)),
 }
+
+# the stream records beside the entries (streams_gen.py)
+import streams_gen  # noqa: E402 - laws_gen's own directory is on the path (conftest.py)
+
+LATTICES.update({
+    "stream-counters": (keys.encode_stream_counter_key(U, 2), streams_gen.counter_records()),
+    "stream-group": (keys.encode_group_key(U, b"grp"), streams_gen.group_records()),
+    "group-consumer": (keys.encode_consumer_key(U, b"grp", b"c1"), streams_gen.consumer_records()),
+    "group-pending": (keys.encode_pending_key(U, b"grp", 5, 1 << 20), streams_gen.pending_records()),
+})

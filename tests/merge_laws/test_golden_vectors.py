@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from marekvs.core import head, hll, orswot, pncounter, stream
+from marekvs.core import head, hll, orswot, pncounter, stream, streamgroup
 
 VECTORS = Path(__file__).resolve().parents[2] / "crates_ref" / "lattices"
 
@@ -118,3 +118,53 @@ def test_head_payload(v):
 def test_head_merge(v):
     a, b = h(v["a_record_hex"]), h(v["b_record_hex"])
     assert head.merge(a, b).hex() == head.merge(b, a).hex() == v["merged_record_hex"]
+
+
+# -- stream counters and consumer groups (streamgroup.jsonl) ------------------------------------
+
+def test_stream_counters_payload():
+    for v in load("streamgroup.jsonl", "counters"):
+        c = stream.counters_from_bytes(h(v["payload_hex"]))
+        assert (str(c.gen), [str(c.epoch[0]), c.epoch[1]], c.added) == (v["gen"], v["epoch"], v["added"])
+        assert ([str(x) for x in c.last], [str(x) for x in c.max_deleted]) == (v["last"], v["max_deleted"])
+        assert stream.counters_to_bytes(c).hex() == v["payload_hex"]
+
+
+def test_group_payload():
+    for v in load("streamgroup.jsonl", "group"):
+        g = streamgroup.group_from_bytes(h(v["payload_hex"]))
+        assert (g.state, str(g.destroy_clock), [str(x) for x in g.base]) == (v["state"], v["destroy_clock"], v["base"])
+        assert [[o, *map(str, p)] for o, p in g.slots] == v["slots"]
+        assert [str(x) for x in g.position().id] == v["last_delivered"]
+        assert streamgroup.group_to_bytes(g).hex() == v["payload_hex"]
+
+
+def test_consumer_payload():
+    for v in load("streamgroup.jsonl", "consumer"):
+        e = orswot.from_bytes(h(v["payload_hex"])[1:])
+        assert h(v["payload_hex"])[0] == streamgroup.CONSUMER_FMT
+        assert [[o, str(hl), str(int.from_bytes(seen, "big"))] for (hl, o), seen in e.live] == v["live"]
+        assert [[o, str(hl)] for hl, o in e.covered] == v["covered"]
+
+
+def test_pending_payload():
+    for v in load("streamgroup.jsonl", "pending"):
+        p = streamgroup.pending_from_bytes(h(v["payload_hex"]))
+        assert ([str(p.epoch[0]), p.epoch[1]], p.incarnation, p.delivered) == (v["epoch"], v["incarnation"],
+                                                                                v["delivered"])
+        assert (str(p.delivery_ms), [str(p.base[0]), p.base[1], str(p.base[2])]) == (v["delivery_ms"], v["base"])
+        assert [[o, str(n)] for o, n in p.slots] == v["slots"] and p.consumer.hex() == v["consumer_hex"]
+        assert p.deliveries == v["deliveries"]
+        assert streamgroup.pending_to_bytes(p).hex() == v["payload_hex"]
+
+
+_GROUP_MERGES = {"counters_merge": stream.merge_counters, "group_merge": streamgroup.merge_group,
+                 "consumer_merge": streamgroup.merge_consumer, "pending_merge": streamgroup.merge_pending}
+
+
+@pytest.mark.parametrize("v", [v for k in _GROUP_MERGES for v in load("streamgroup.jsonl", k)],
+                         ids=lambda v: f"{v['kind']}: {v['name']}")
+def test_stream_group_merges(v):
+    merge = _GROUP_MERGES[v["kind"]]
+    a, b = h(v["a_record_hex"]), h(v["b_record_hex"])
+    assert merge(a, b).hex() == merge(b, a).hex() == v["merged_record_hex"]

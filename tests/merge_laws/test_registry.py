@@ -31,6 +31,8 @@ SAMPLES = {
     "string": (), "head": (), "hash-field": (b"f",), "set-member": (b"m",),
     "zset-member": (b"m",), "zset-score": (-2.5, b"m"), "list-element": (K.LIST_CENTER,),
     "hll-register": (7,), "stream-entry": (5, 1 << 20),
+    "stream-counters": (3,), "stream-group": (b"grp",), "group-consumer": (b"grp", b"c1"),
+    "group-pending": (b"grp", 5, 1 << 20),
 }
 
 
@@ -121,7 +123,9 @@ def test_every_record_the_lattices_make_is_valid(name, data):
 
 
 STRUCTURED = ["string+counter", "head", "set-member", "hash-field", "zset-member",
-              "hll-register", "stream-entry"]
+              "hll-register", "stream-entry", "stream-counters", "stream-group", "group-consumer",
+              "group-pending"]
+_STREAM_GROUP_KINDS = ("stream-counters", "stream-group", "group-consumer", "group-pending")
 
 
 @pytest.mark.parametrize("name", STRUCTURED)
@@ -131,7 +135,8 @@ def test_a_payload_that_does_not_parse_is_a_bad_record(name, data):
     rec = data.draw(strat)
     kind = BY_CODE[ikey[2]]
     parsed = (kind.head_flag or kind.merge is orswot.merge or kind.merge is hll.merge
-              or pncounter.is_counter(rec) or (name == "stream-entry" and not env.is_tombstone(rec)))
+              or pncounter.is_counter(rec) or (name == "stream-entry" and not env.is_tombstone(rec))
+              or name in _STREAM_GROUP_KINDS)  # always parsed, tombstone or not
     if not parsed:
         return  # a plain string, or a tombstone whose payload nothing reads
     # cut into the fixed or counted part of the payload (a head's config is opaque)
@@ -232,7 +237,7 @@ def install():
 
 
 def test_a_new_kind_is_one_row_that_merge_validation_and_the_sweep_read(install):
-    """A hypothetical stream consumer-group kind under tag b'g', gated by its stream's
+    """A hypothetical stream element kind under the free tag b'k', gated by its stream's
     head: installing its row (and nothing else) makes merge dispatch to it, validation
     accept its records and refuse others, and the sweep gate it by the stream's head."""
     calls = []
@@ -242,15 +247,15 @@ def test_a_new_kind_is_one_row_that_merge_validation_and_the_sweep_read(install)
         return lww.merge(a, b)
 
     def encode(userkey: bytes, group: bytes) -> bytes:
-        return K.collection_prefix(b"g", userkey) + group
+        return K.collection_prefix(b"k", userkey) + group
 
     def decode(ikey: bytes) -> tuple[bytes, bytes]:
         userkey = K.user_key_of(ikey)
-        return userkey, ikey[len(K.collection_prefix(b"g", userkey)):]
+        return userkey, ikey[len(K.collection_prefix(b"k", userkey)):]
 
-    group = dataclasses.replace(registry.STREAM_ENTRY, tag=b"g", name="stream-group", encode=encode,
+    group = dataclasses.replace(registry.STREAM_ENTRY, tag=b"k", name="hypothetical", encode=encode,
                                 decode=decode, user_key=lambda ik: decode(ik)[0],
-                                prefix=lambda uk: K.collection_prefix(b"g", uk), merge=spy_merge,
+                                prefix=lambda uk: K.collection_prefix(b"k", uk), merge=spy_merge,
                                 check_payload=lambda rec: None)
     ikey = encode(U, b"grp")
     with pytest.raises(InvalidRecord, match="unknown key tag"):

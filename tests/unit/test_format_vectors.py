@@ -162,6 +162,14 @@ def _encode(v: dict, uk: bytes) -> bytes:
         return K.encode_hll_key(uk, v["bucket"])
     if lay == "stream":
         return K.encode_stream_key(uk, int(v["ms"]), int(v["seq"]))
+    if lay == "stream-counters":
+        return K.encode_stream_counter_key(uk, v["origin"])
+    if lay == "stream-group":
+        return K.encode_group_key(uk, H(v["group_hex"]))
+    if lay == "group-consumer":
+        return K.encode_consumer_key(uk, H(v["group_hex"]), H(v["consumer_hex"]))
+    if lay == "group-pending":
+        return K.encode_pending_key(uk, H(v["group_hex"]), int(v["ms"]), int(v["seq"]))
     raise AssertionError(f"unknown layout {lay}")
 
 
@@ -190,11 +198,20 @@ def _check_decode(v: dict, uk: bytes, ikey: bytes) -> None:
         assert K.decode_hll_key(ikey) == (uk, v["bucket"])
     elif lay == "stream":
         assert K.decode_stream_key(ikey) == (uk, int(v["ms"]), int(v["seq"]))
+    elif lay == "stream-counters":
+        assert K.decode_stream_counter_key(ikey) == (uk, v["origin"])
+    elif lay == "stream-group":
+        assert K.decode_group_key(ikey) == (uk, H(v["group_hex"]))
+    elif lay == "group-consumer":
+        assert K.decode_consumer_key(ikey) == (uk, H(v["group_hex"]), H(v["consumer_hex"]))
+    elif lay == "group-pending":
+        assert K.decode_pending_key(ikey) == (uk, H(v["group_hex"]), int(v["ms"]), int(v["seq"]))
 
 
 TAGS = {"string": K.TAG_STRING, "head": K.TAG_HEAD, "hash": K.TAG_HASH, "set": K.TAG_SET,
         "zset": K.TAG_ZSET, "zscore": K.TAG_ZSCORE, "list": K.TAG_LIST, "hll": K.TAG_HLL,
-        "stream": K.TAG_STREAM}
+        "stream": K.TAG_STREAM, "stream-counters": K.TAG_STREAM_COUNTER, "stream-group": K.TAG_GROUP,
+        "group-consumer": K.TAG_CONSUMER, "group-pending": K.TAG_PENDING}
 
 
 @params("keys.jsonl", "layout")
@@ -367,7 +384,7 @@ KINDS = load("kinds.jsonl")
 
 @pytest.mark.parametrize("v", KINDS, ids=lambda r: r["tag"])
 def test_kind_vector(v):
-    from marekvs.core import head, hll, lww, orswot, pncounter, registry
+    from marekvs.core import head, hll, lww, orswot, pncounter, registry, stream, streamgroup
 
     tag = v["tag"].encode()
     assert H(v["tag_hex"]) == tag and len(tag) == 1
@@ -376,7 +393,9 @@ def test_kind_vector(v):
         return
     kind = registry.BY_TAG[tag]
     lattices = {"pncounter": pncounter.merge, "head": head.merge, "orswot": orswot.merge,
-                "lww": lww.merge, "hll": hll.merge}
+                "lww": lww.merge, "hll": hll.merge, "counters": stream.merge_counters,
+                "group": streamgroup.merge_group, "consumer": streamgroup.merge_consumer,
+                "pending": streamgroup.merge_pending}
     gates = {"top-live-dot": orswot.gate_clock, "hlc": env.hlc_of, None: None}
     assert kind.name == v["name"] and sorted(kind.rtypes) == v["rtypes"]
     assert kind.is_key == (v["role"] == "key") and kind.head_flag == v["head_flag"]
