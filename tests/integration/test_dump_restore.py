@@ -407,3 +407,10 @@ def test_a_string_that_only_looks_like_a_sketch_stays_a_string(pair):
             c.set("s", value)
         assert mv.restore("copy", 0, rs.dump("s"), replace=True)
         assert mv.get("copy") == value
+
+
+def test_a_stream_is_not_dumped_yet(pair):
+    mv, _ = pair
+    mv.xadd("st", {"f": "v"})
+    assert call(mv, "DUMP", "st") == ("error", "DUMP of a stream is not supported yet")
+    assert mv.memory_usage("st") > 0
