@@ -49,7 +49,8 @@ def limits(ctx) -> rdb.Limits:
     t = ctx.node.tunable
     return rdb.Limits(int(t("hash-max-listpack-entries")), int(t("hash-max-listpack-value")),
                       int(t("set-max-intset-entries")), int(t("zset-max-listpack-entries")),
-                      int(t("zset-max-listpack-value")), int(t("list-max-listpack-size")))
+                      int(t("zset-max-listpack-value")), int(t("list-max-listpack-size")),
+                      int(t("stream-node-max-bytes")), int(t("stream-node-max-entries")))
 
 
 @command("dump", 2, "readonly", specs="RO ACCESS index 1 range 0", group="generic", acl="keyspace read slow",
@@ -107,8 +108,6 @@ def _restore(ctx, args: list[bytes]):
         value = rdb.load(args[3])
     except rdb.PayloadError:
         raise CommandError(errors.DUMP_PAYLOAD) from None
-    except rdb.UnsupportedType:
-        raise CommandError(errors.RESTORE_UNSUPPORTED) from None
     except rdb.RdbError:
         raise CommandError(errors.BAD_DATA_FORMAT) from None
     if ttl and not absttl:

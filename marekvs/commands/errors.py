@@ -305,7 +305,6 @@ def dump_unsupported(type_name: str) -> str:
     return f"ERR DUMP of a {type_name} is not supported yet"
 
 
-RESTORE_UNSUPPORTED = "ERR RESTORE of this value type is not supported yet"  # marekvs-specific
 # -- streams and consumer groups (streams.py) ---------------------------------------------
 INVALID_STREAM_ID = "ERR Invalid stream ID specified as stream command argument"
 INVALID_START_ID = "ERR invalid start ID for the interval"

@@ -45,16 +45,24 @@ no history: a collection that shrank is written compact again)::
              4  HASH           otherwise
     HLL      0  STRING: Redis's dense sketch of the registers (``hll_dense``), a string as
                 Redis holds an HLL; a string holding a valid sketch reads back as one
+    stream   19 STREAM_LISTPACKS_2: listpack nodes filled as XADD fills them
+                (``stream-node-max-bytes``/``-entries``, live entries only), the
+                counters, the consumer groups with their PELs and consumers
 
 Read: every type Redis 7.0 reads except module values (6, 7: "Bad data format", as a
-Redis without the module answers) and, for now, streams (15, 19: ``UnsupportedType``):
-strings; lists 1, 10, 14, 18; sets 2, 11; zsets 3, 5, 12, 17; hashes 4, 9, 13, 16.
+Redis without the module answers): strings; lists 1, 10, 14, 18; sets 2, 11; zsets 3, 5,
+12, 17; hashes 4, 9, 13, 16; streams 15 (Redis 5/6: a group's entries-read estimated as
+Redis 7.0 estimates it) and 19.
 
 Validation is deep, always (as Redis's ``sanitize-dump-payload yes``): every listpack,
 ziplist, intset and zipmap is checked entry by entry, and an empty collection, a
 duplicate member or field, an odd number of hash or zset entries, a NaN score, a length
 running past the payload, or an unknown type or encoding is ``RdbError``; nothing is
-allocated from a length the payload cannot back.
+allocated from a length the payload cannot back. A stream is checked as Redis's deep
+sanitization checks it (every node's entries and lp-counts, no duplicate node, group,
+consumer or PEL entry, every consumer's PEL entry in its group's PEL and every PEL entry
+owned) and further: its length and every node's counts must match the entries, entry
+ids must be unique and none above the last id.
 """
 
 from __future__ import annotations
@@ -111,10 +119,6 @@ class RdbError(ValueError):
     """The value does not parse (Redis: "Bad data format")."""
 
 
-class UnsupportedType(RdbError):
-    """A type Redis reads whose values marekvs does not hold (yet): streams."""
-
-
 # =========================================================================================
 # Values
 # =========================================================================================
@@ -144,7 +148,36 @@ class Hash:
     pairs: Sequence[tuple[bytes, bytes]]  # (field, value)
 
 
-Value = Union[String, List, Set, Zset, Hash]
+StreamId = tuple[int, int]  # (ms, seq)
+
+
+@dataclass(frozen=True, slots=True)
+class StreamConsumer:
+    name: bytes
+    seen_ms: int
+    pending: Sequence[StreamId]  # the ids of the group's PEL this consumer owns, ascending
+
+
+@dataclass(frozen=True, slots=True)
+class StreamGroup:
+    name: bytes
+    last_id: StreamId  # last-delivered-id
+    entries_read: int  # -1: unknown (Redis's SCG_INVALID_ENTRIES_READ)
+    pending: Sequence[tuple[StreamId, int, int]]  # the PEL: (id, delivery ms, delivery count), ascending
+    consumers: Sequence[StreamConsumer]  # by name
+
+
+@dataclass(frozen=True, slots=True)
+class Stream:
+    entries: Sequence[tuple[StreamId, Sequence[bytes]]]  # (id, [field, value, ...]), ascending
+    last_id: StreamId = (0, 0)
+    first_id: StreamId = (0, 0)
+    max_deleted: StreamId = (0, 0)
+    entries_added: int = 0
+    groups: Sequence[StreamGroup] = ()  # by name
+
+
+Value = Union[String, List, Set, Zset, Hash, Stream]
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +190,8 @@ class Limits:
     zset_max_listpack_entries: int = 128
     zset_max_listpack_value: int = 64
     list_max_listpack_size: int = -2
+    stream_node_max_bytes: int = 4096
+    stream_node_max_entries: int = 100
 
 
 DEFAULT_LIMITS = Limits()
@@ -371,10 +406,112 @@ def _dump_hash(v: Hash, limits: Limits) -> tuple[int, bytes]:
     return TYPE_HASH, _len(len(v.pairs)) + b"".join(_string(f) + _string(x) for f, x in v.pairs)
 
 
+# -- streams ---------------------------------------------------------------------------------------
+# A stream (RDB_TYPE_STREAM_LISTPACKS_2) is its radix tree of listpack nodes, each keyed by
+# its master id (u64 ms, u64 seq, big-endian: a 16-byte string), then the metadata::
+#
+#     [nodes len] nodes x ([master id string] [listpack string])
+#     [length] [last ms] [last seq] [first ms] [first seq] [max-deleted ms] [max-deleted seq]
+#     [entries-added] [groups len] groups x (
+#         [name string] [last-delivered ms] [seq] [entries-read (-1 as 2^64-1)]
+#         [PEL len] PEL x ([id: 16 bytes BE] [delivery ms: i64 LE] [delivery count len])
+#         [consumers len] consumers x ([name string] [seen ms: i64 LE]
+#                                      [PEL len] PEL x [id: 16 bytes BE]))
+#
+# A node's listpack (t_stream.c): the master entry ``count deleted nfields field... 0``,
+# then per entry ``flags ms-diff seq-diff [nfields] (field value | value)... lp-count``,
+# the diffs from the master id as int64, the field names left out (flag SAMEFIELDS, 2)
+# when they are the master's, flag DELETED (1) on an XDELed entry, lp-count the number of
+# elements of the entry before it. ``_stream_nodes`` fills nodes as XADD fills them
+# (``stream-node-max-bytes``, ``stream-node-max-entries``): the entries are the live
+# ones (marekvs keeps no deleted entry inside a node), so a stream that never had an
+# XDEL or a trim is Redis's byte for byte.
+
+U64 = (1 << 64) - 1
+STREAM_LISTPACK_MAX_SIZE = 1 << 30
+STREAM_ITEM_FLAG_DELETED = 1
+STREAM_ITEM_FLAG_SAMEFIELDS = 2
+_ID16 = struct.Struct(">QQ")
+_MS = struct.Struct("<q")
+
+
+def _i64(v: int) -> int:
+    """``v`` modulo 2^64 as an int64 (a diff of two u64 ids, as C computes it)."""
+    v &= U64
+    return v - (1 << 64) if v >> 63 else v
+
+
+def _lp_int(v: int) -> bytes:
+    return _lp_entry(b"%d" % v)
+
+
+def _stream_nodes(entries: Sequence[tuple[StreamId, Sequence[bytes]]], limits: Limits) -> list[tuple[StreamId, bytes]]:
+    """(master id, listpack) of each node, as ``streamAppendItem`` of ``entries`` in
+    order would make them."""
+    max_bytes = limits.stream_node_max_bytes
+    if max_bytes <= 0 or max_bytes > STREAM_LISTPACK_MAX_SIZE:
+        max_bytes = STREAM_LISTPACK_MAX_SIZE
+    max_entries = limits.stream_node_max_entries
+    nodes: list[tuple[StreamId, bytes]] = []
+    master: StreamId = (0, 0)
+    mfields: list[bytes] = []
+    body: list[bytes] = []  # every entry of the node after the master count
+    body_sz = count = 0
+
+    def close() -> None:
+        nodes.append((master, _listpack_of([_lp_int(count)] + body)))
+
+    for sid, flat in entries:
+        fields = list(flat[0::2])
+        if count:
+            lp_bytes = 7 + len(_lp_int(count)) + body_sz
+            if lp_bytes + sum(len(x) for x in flat) >= max_bytes or 0 < max_entries <= count:
+                close()
+                count = 0
+        if not count:
+            master, mfields = sid, fields
+            body = [_lp_int(0), _lp_int(len(fields)), *[_lp_entry(f) for f in fields], _lp_int(0)]
+            body_sz = sum(len(e) for e in body)
+        same = fields == mfields
+        out = [_lp_int(STREAM_ITEM_FLAG_SAMEFIELDS if same else 0), _lp_int(_i64(sid[0] - master[0])),
+               _lp_int(_i64(sid[1] - master[1]))]
+        if same:
+            out += [_lp_entry(x) for x in flat[1::2]]
+            out.append(_lp_int(len(fields) + 3))
+        else:
+            out.append(_lp_int(len(fields)))
+            out += [_lp_entry(x) for x in flat]
+            out.append(_lp_int(2 * len(fields) + 4))
+        body += out
+        body_sz += sum(len(e) for e in out)
+        count += 1
+    if count:
+        close()
+    return nodes
+
+
+def _dump_stream(v: Stream, limits: Limits) -> tuple[int, bytes]:
+    nodes = _stream_nodes(v.entries, limits)
+    out = [_len(len(nodes))]
+    out += [_string(_ID16.pack(*m)) + _string(lp) for m, lp in nodes]
+    out += [_len(x) for x in (len(v.entries), *v.last_id, *v.first_id, *v.max_deleted, v.entries_added)]
+    out.append(_len(len(v.groups)))
+    for g in v.groups:
+        out.append(_string(g.name) + _len(g.last_id[0]) + _len(g.last_id[1]) + _len(g.entries_read & U64))
+        out.append(_len(len(g.pending)))
+        out += [_ID16.pack(*sid) + _MS.pack(ms) + _len(n) for sid, ms, n in g.pending]
+        out.append(_len(len(g.consumers)))
+        for c in g.consumers:
+            out.append(_string(c.name) + _MS.pack(c.seen_ms) + _len(len(c.pending)))
+            out += [_ID16.pack(*sid) for sid in c.pending]
+    return TYPE_STREAM_LISTPACKS_2, b"".join(out)
+
+
 # One entry per value type: how it is written. (Adding a type is one row here and one in
 # ``LOADERS`` below.)
 DUMPERS: dict[type, Callable[..., tuple[int, bytes]]] = {
     String: _dump_string, List: _dump_list, Set: _dump_set, Zset: _dump_zset, Hash: _dump_hash,
+    Stream: _dump_stream,
 }
 
 
@@ -821,6 +958,167 @@ def _load_quicklist(r: _Reader, version: int) -> Value:
     return _list(items)
 
 
+def _lp_integer(el: bytes) -> int:
+    """``lpGetIntegerIfValid``: the int64 a stream listpack element holds."""
+    v = string2ll(el)
+    if v is None:
+        raise RdbError("a stream listpack element is not an integer")
+    return v
+
+
+def _stream_node(master: StreamId, blob: bytes) -> tuple[list[tuple[StreamId, list[bytes]]], int]:
+    """(live entries, deleted count) of one node, validated as
+    ``streamValidateListpackIntegrity`` (deep) does, and its counts checked against its
+    entries."""
+    els = listpack_elements(blob)
+    if not els:
+        raise RdbError("empty listpack inside stream")
+    n = len(els)
+    p = 0
+
+    def nxt() -> bytes:
+        nonlocal p
+        if p >= n:
+            raise RdbError("stream listpack ends inside an entry")
+        p += 1
+        return els[p - 1]
+
+    count, deleted, nfields = _lp_integer(nxt()), _lp_integer(nxt()), _lp_integer(nxt())
+    if count < 0 or deleted < 0 or nfields < 0:
+        raise RdbError("negative count in a stream node")
+    mfields = [nxt() for _ in range(min(nfields, n))]
+    if _lp_integer(nxt()) != 0:
+        raise RdbError("stream master entry not terminated by 0")
+    live: list[tuple[StreamId, list[bytes]]] = []
+    dead = 0
+    for _ in range(count + deleted):
+        flags = _lp_integer(nxt())
+        ms = (master[0] + _lp_integer(nxt())) & U64
+        seq = (master[1] + _lp_integer(nxt())) & U64
+        if flags & STREAM_ITEM_FLAG_SAMEFIELDS:
+            flat: list[bytes] = []
+            for f in mfields:
+                flat += (f, nxt())
+            extra = 3
+        else:
+            k = _lp_integer(nxt())
+            if k < 0 or 2 * k > n:
+                raise RdbError("stream entry field count is wrong")
+            flat = [nxt() for _ in range(2 * k)]
+            extra = k + 4
+        if _lp_integer(nxt()) != len(flat) // 2 + extra:
+            raise RdbError("stream entry lp-count is wrong")
+        if flags & STREAM_ITEM_FLAG_DELETED:
+            dead += 1
+        else:
+            live.append(((ms, seq), flat))
+    if p != n:
+        raise RdbError("stream listpack has elements after its entries")
+    if len(live) != count or dead != deleted:
+        raise RdbError("stream node counts do not match its entries")
+    return live, dead
+
+
+def _estimate_read(length: int, added: int, first: StreamId, last: StreamId, maxdel: StreamId,
+                   sid: StreamId) -> int:
+    """``streamEstimateDistanceFromFirstEverEntry`` (a group of an RDB type 15 stream,
+    which has no entries-read of its own)."""
+    if not added:
+        return 0
+    if sid == last:
+        return added
+    if sid > last:
+        return -1
+    if maxdel == (0, 0) or maxdel < first:
+        if sid < first:
+            return added - length
+        if sid == first:
+            return added - length + 1
+    return -1
+
+
+def _millis(r: _Reader) -> int:
+    """``rdbLoadMillisecondTime`` (a delivery or seen time); one before 1970 is refused
+    (Redis never writes one; marekvs keeps these times unsigned)."""
+    ms: int = _MS.unpack(r.take(8))[0]
+    if ms < 0:
+        raise RdbError("a negative time in a consumer group")
+    return ms
+
+
+def _load_stream(r: _Reader, v2: bool) -> Value:
+    entries: list[tuple[StreamId, list[bytes]]] = []
+    masters: set[bytes] = set()
+    for _ in range(r.count()):
+        key = r.string()
+        if len(key) != 16:
+            raise RdbError("stream node key is not the size of a stream id")
+        if key in masters:
+            raise RdbError("stream node added twice")
+        masters.add(key)
+        live, _ = _stream_node(_ID16.unpack(key), r.string())
+        entries += live
+    entries.sort(key=lambda e: e[0])
+    if any(a[0] == b[0] for a, b in zip(entries, entries[1:])):
+        raise RdbError("duplicate stream entry id")
+    length = r.count()
+    last = (r.count(), r.count())
+    if v2:
+        first = (r.count(), r.count())
+        maxdel = (r.count(), r.count())
+        added = r.count()
+    else:
+        first, maxdel, added = (entries[0][0] if entries else (0, 0)), (0, 0), length
+    if length != len(entries):
+        raise RdbError("stream length does not match its entries")
+    if entries and entries[-1][0] > last:
+        raise RdbError("stream entry above the stream's last id")
+    groups: list[StreamGroup] = []
+    names: set[bytes] = set()
+    for _ in range(r.count()):
+        name = r.string()
+        if name in names:
+            raise RdbError("duplicate consumer group name")
+        names.add(name)
+        gid = (r.count(), r.count())
+        read = r.count() if v2 else _estimate_read(length, added, first, last, maxdel, gid) & U64
+        pel: dict[StreamId, tuple[int, int]] = {}
+        for _ in range(r.count()):
+            sid = _ID16.unpack(r.take(16))
+            ms = _millis(r)
+            if sid in pel:
+                raise RdbError("duplicate global PEL entry")
+            pel[sid] = (ms, r.count())
+        owner: dict[StreamId, bytes] = {}
+        consumers: list[StreamConsumer] = []
+        cnames: set[bytes] = set()
+        for _ in range(r.count()):
+            cname = r.string()
+            if cname in cnames:
+                raise RdbError("duplicate stream consumer")
+            cnames.add(cname)
+            seen = _millis(r)
+            own: list[StreamId] = []
+            for _ in range(r.count()):
+                sid = _ID16.unpack(r.take(16))
+                if sid not in pel:
+                    raise RdbError("consumer entry not found in the group's PEL")
+                if sid in own:
+                    raise RdbError("duplicate consumer PEL entry")
+                owner[sid] = cname
+                own.append(sid)
+            consumers.append(StreamConsumer(cname, seen, own))
+        if len(owner) != len(pel):
+            raise RdbError("a PEL entry without consumer")
+        # an entry two consumers list is the last one's, as Redis's loader leaves it
+        consumers = [StreamConsumer(c.name, c.seen_ms, sorted(i for i in c.pending if owner[i] == c.name))
+                     for c in sorted(consumers, key=lambda c: c.name)]
+        groups.append(StreamGroup(name, gid, read - (1 << 64) if read >> 63 else read,
+                                  [(sid, ms, cnt) for sid, (ms, cnt) in sorted(pel.items())], consumers))
+    groups.sort(key=lambda g: g.name)
+    return Stream(entries, last, first, maxdel, added, groups)
+
+
 LOADERS: dict[int, Callable[[_Reader], Value]] = {
     TYPE_STRING: _load_string,
     TYPE_LIST: _load_list,
@@ -837,10 +1135,10 @@ LOADERS: dict[int, Callable[[_Reader], Value]] = {
     TYPE_HASH_LISTPACK: lambda r: _hash(_pairs(listpack_elements(r.string()), "hash")),
     TYPE_ZSET_LISTPACK: lambda r: _zset_flat(listpack_elements(r.string())),
     TYPE_LIST_QUICKLIST_2: lambda r: _load_quicklist(r, 2),
+    TYPE_STREAM_LISTPACKS: lambda r: _load_stream(r, v2=False),
+    TYPE_STREAM_LISTPACKS_2: lambda r: _load_stream(r, v2=True),
 }
-# types Redis 7.0 reads that marekvs holds no value for (yet); a module value (6, 7) is
-# "Bad data format", as in a Redis without that module
-UNSUPPORTED = frozenset((TYPE_STREAM_LISTPACKS, TYPE_STREAM_LISTPACKS_2))
+# a module value (6, 7) is "Bad data format", as in a Redis without that module
 
 
 def check_footer(payload: bytes) -> int:
@@ -858,15 +1156,12 @@ def check_footer(payload: bytes) -> int:
 
 def load(payload: bytes) -> Value:
     """The value of a DUMP payload: ``PayloadError`` for a bad footer, ``RdbError`` for
-    a value that does not parse (``UnsupportedType`` for a stream value). As in
-    Redis, the value is read from the start of the payload and what it leaves unread
-    before the footer is ignored."""
+    a value that does not parse. As in Redis, the value is read from the start of the
+    payload and what it leaves unread before the footer is ignored."""
     check_footer(payload)
     r = _Reader(payload)
     rtype = r.byte()
     loader = LOADERS.get(rtype)
     if loader is None:
-        if rtype in UNSUPPORTED:
-            raise UnsupportedType(f"object type {rtype}")
         raise RdbError(f"unknown object type {rtype}")
     return loader(r)

@@ -44,8 +44,9 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from marekvs.core import envelope as env
-from marekvs.core import head, rdb, registry
+from marekvs.core import head, rdb, registry, stream
 from marekvs.core import keys as K
+from marekvs.core import streamgroup as G
 from marekvs.core.envelope import RecordType
 from marekvs.core.head import CollectionType
 from marekvs.keyspace import hashes as kh
@@ -53,6 +54,7 @@ from marekvs.keyspace import hll as khll
 from marekvs.keyspace import lists as kl
 from marekvs.keyspace import members as M
 from marekvs.keyspace import sets as ksets
+from marekvs.keyspace import streams as S
 from marekvs.keyspace import strings as kstr
 from marekvs.keyspace import zsets as Z
 from marekvs.keyspace.keyspace import Keyspace
@@ -278,11 +280,80 @@ def _count_hll(v: Values, key: bytes, now: int) -> int:
     return 0 if h is None else sum(1 for r in khll.ranks_of(v.ks, v.hlls, key, h, now) if r)
 
 
+def _read_stream(v: Values, key: bytes, now: int) -> rdb.Value:
+    """Entries, counters and every group with its PEL and consumers (a consumer that owns
+    a pending entry but was removed on another node meanwhile is written with the entry's
+    delivery time as its seen time: Redis needs an owner for every PEL entry)."""
+    ks = v.ks
+    st = S.lookup(ks, key, now)
+    if st is None:
+        return rdb.Stream([])
+    tot = st.totals()
+    entries = S.range_entries(ks, st, S.MIN_ID, S.MAX_ID)
+    groups: list[rdb.StreamGroup] = []
+    for g in S.groups(ks, st):
+        pos = g.position()
+        pel = list(S.pending(ks, g))
+        seen = {c.name: c.seen_ms for c in S.consumers(ks, g)}
+        owned: dict[bytes, list[rdb.StreamId]] = {}
+        for p in pel:
+            owned.setdefault(p.consumer, []).append(p.id)
+            seen.setdefault(p.consumer, p.delivery_ms)
+        groups.append(rdb.StreamGroup(
+            g.name, pos.id, -1 if pos.entries_read is None else pos.entries_read,
+            [(p.id, p.delivery_ms, p.deliveries) for p in pel],
+            [rdb.StreamConsumer(n, seen[n], owned.get(n, [])) for n in sorted(seen)]))
+    last = max(st.last_id, entries[-1][0]) if entries else st.last_id
+    return rdb.Stream(entries, last, S.first_id(ks, st), tot.max_deleted, tot.added, groups)
+
+
+def _write_stream(v: Values, key: bytes, value: rdb.Value, deadline: int, now: int) -> None:
+    """A head (its last id the stream's), one entry record per entry, this node's
+    counters record as a new epoch holding the stream's (as XSETID writes one), and per
+    group its record, one pending record per PEL entry (delivered if at or below the
+    group's last id, its delivery count a new count base as XCLAIM RETRYCOUNT sets one) and
+    one record per consumer."""
+    assert isinstance(value, rdb.Stream)
+    ks = v.ks
+    hk, recs = v._replace(key, CollectionType.STREAM, deadline, now)
+    h = recs[0][1]
+    dc = head.delete_clock(h, now)
+    hlc, node = ks.hlc.now(), ks.node_id
+    if value.last_id != S.MIN_ID:
+        recs[0] = (hk, head.with_last_id(h, *value.last_id, hlc, node))
+    xp = K.collection_prefix(K.TAG_STREAM, key)
+    for sid, flat in value.entries:
+        recs.append((xp + K.id_suffix(*sid), stream.new(list(zip(flat[0::2], flat[1::2])), hlc, node)))
+    counters = stream.Counters(dc, (hlc, node), value.entries_added, value.last_id, value.max_deleted)
+    recs.append((K.encode_stream_counter_key(key, node), stream.counters_record(counters, hlc, node)))
+    for g in value.groups:
+        gk = K.retag(xp, K.TAG_GROUP) + g.name
+        base = G.Position(*g.last_id, g.entries_read + 1 if g.entries_read >= 0 else G.UNKNOWN_READ)
+        grec = G.new_group(hlc, node, base, ks.get(gk), dc)
+        recs.append((gk, grec))
+        epoch = G.epoch_of(grec)
+        owner = {sid: c.name for c in g.consumers for sid in c.pending}
+        pp = K.retag(xp, K.TAG_PENDING) + K.group_suffix(g.name)
+        for sid, ms, n in g.pending:
+            recs.append((pp + K.id_suffix(*sid), G.force_pending(epoch, hlc, node, owner[sid], ms, retrycount=n,
+                                                                 delivered=sid <= g.last_id)))
+        cp = K.retag(xp, K.TAG_CONSUMER) + K.group_suffix(g.name)
+        for c in g.consumers:
+            recs.append((cp + c.name, G.touch_consumer(ks.get(cp + c.name), hlc, node, c.seen_ms)))
+    ks.apply(recs)
+
+
+def _count_stream(v: Values, key: bytes, now: int) -> int:
+    st = S.lookup(v.ks, key, now)
+    return 0 if st is None else st.length
+
+
 TYPES: dict[int, TypeIO] = {
     CollectionType.HASH: TypeIO(rdb.Hash, _read_hash, _write_hash, lambda v, k, now: kh.length(v.ks, k, now)),
     CollectionType.SET: TypeIO(rdb.Set, _read_set, _write_set, lambda v, k, now: ksets.cardinality(v.ks, k, now)),
     CollectionType.ZSET: TypeIO(rdb.Zset, _read_zset, _write_zset, lambda v, k, now: Z.card(v.zsets, k, now)),
     CollectionType.LIST: TypeIO(rdb.List, _read_list, _write_list, lambda v, k, now: kl.op_len(v.lists, k, now)),
     CollectionType.HLL: TypeIO(None, _read_hll, _write_hll, _count_hll),
+    CollectionType.STREAM: TypeIO(rdb.Stream, _read_stream, _write_stream, _count_stream),
 }
 _BY_VALUE: dict[type, TypeIO] = {io.value: io for io in TYPES.values() if io.value is not None}

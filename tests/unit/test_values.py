@@ -21,6 +21,13 @@ VALUES = {
     "zset": rdb.Zset([(b"m1", 1.5), (b"m2", -2.0), (b"m3", 1.5)]),
     "hash": rdb.Hash([(b"f1", b"v1"), (b"f2", b"")]),
     "hll": rdb.String(rdb.hll_dense(bytes((i * 7) % 52 if i % 3 == 0 else 0 for i in range(rdb.HLL_REGISTERS)))),
+    "stream": rdb.Stream([((5, 1), [b"f", b"1"]), ((5, 2), [b"f", b"2", b"g", b"x"]), ((7, 0), [b"f", b"3"])],
+                         (9, 0), (5, 1), (4, 0), 11,
+                         [rdb.StreamGroup(b"g", (5, 2), 9, [((5, 1), 1000, 3), ((5, 2), 2000, 1)],
+                                          [rdb.StreamConsumer(b"alice", 1500, [(5, 2)]),
+                                           rdb.StreamConsumer(b"bob", 900, [(5, 1)]),
+                                           rdb.StreamConsumer(b"idle", 100, [])]),
+                          rdb.StreamGroup(b"h", (0, 0), -1, [], [])]),
 }
 BUILD = {  # commands that give "k" an old value of each type
     "none": [],
@@ -31,6 +38,9 @@ BUILD = {  # commands that give "k" an old value of each type
     "zset": [[b"ZADD", b"k", b"9", b"m1", b"3", b"old"]],
     "hash": [[b"HSET", b"k", b"f1", b"old", b"g", b"old"]],
     "hll": [[b"PFADD", b"k", b"a", b"b", b"c"]],
+    "stream": [[b"XADD", b"k", b"5-1", b"old", b"1"], [b"XADD", b"k", b"6-0", b"old", b"2"],
+               [b"XGROUP", b"CREATE", b"k", b"g", b"0"], [b"XGROUP", b"CREATE", b"k", b"old", b"0"],
+               [b"XREADGROUP", b"GROUP", b"g", b"carol", b"STREAMS", b"k", b">"]],
 }
 
 
@@ -61,6 +71,11 @@ def read(node, key: bytes):
         return t, run(node, b"ZRANGE", key, 0, -1, b"WITHSCORES"), run(node, b"ZCARD", key)
     if t == b"hash":
         return t, sorted(run(node, b"HGETALL", key)), run(node, b"HLEN", key)
+    if t == b"stream":
+        groups = [(g[1], g[7], g[9], g[11]) for g in run(node, b"XINFO", b"GROUPS", key)]  # name, id, read, lag
+        pel = [[p[0], p[1], p[3]] for p in run(node, b"XPENDING", key, b"g", b"-", b"+", 10)]
+        consumers = [(c[1], c[3]) for c in run(node, b"XINFO", b"CONSUMERS", key, b"g")]  # name, pending
+        return t, run(node, b"XRANGE", key, b"-", b"+"), run(node, b"XLEN", key), groups, pel, consumers
     return (t,)
 
 
@@ -78,6 +93,13 @@ def expected(value: rdb.Value):
         for m, s in sorted(value.entries, key=lambda e: (e[1], e[0])):
             flat += [m, b"%g" % s]
         return b"zset", flat, len(value.entries)
+    if isinstance(value, rdb.Stream):
+        sid = b"%d-%d".__mod__
+        pel = [[sid(i), c.name, n] for i, _, n in value.groups[0].pending
+               for c in value.groups[0].consumers if i in c.pending]
+        return (b"stream", [[sid(i), list(f)] for i, f in value.entries], len(value.entries),
+                [(b"g", b"5-2", 9, 2), (b"h", b"0-0", None, 3)], pel,  # (lags as Redis computes them)
+                [(c.name, len(c.pending)) for c in value.groups[0].consumers])
     return b"hash", sorted(x for p in value.pairs for x in p), len(value.pairs)
 
 
@@ -123,6 +145,11 @@ def test_restore_replaces_any_type_in_one_apply(node, old, new):
         assert run(node, b"ZRANK", b"k", b"m1") == 2 and run(node, b"ZCARD", b"k") == 4
     if new == "hll":
         assert run(node, b"PFCOUNT", b"k") > 0 and run(node, b"GET", b"k").startswith("WRONGTYPE")
+    if new == "stream":
+        assert run(node, b"XADD", b"k", b"*", b"n", b"1").split(b"-")[0] != b"0"
+        delivered = run(node, b"XREADGROUP", b"GROUP", b"g", b"dave", b"STREAMS", b"k", b">")
+        assert [e[0] for e in delivered[0][1]][0] == b"7-0" and run(node, b"XLEN", b"k") == 4
+        assert run(node, b"XACK", b"k", b"g", b"5-1", b"5-2") == 2
     if new in ("set", "hash"):
         assert run(node, b"SCARD" if new == "set" else b"HLEN", b"k") == got[2]
 
@@ -141,8 +168,14 @@ def test_memory_usage_samples_zero_is_the_sum_of_the_live_records(node):
     run(node, b"ZREM", b"z", b"member-3")
     run(node, b"RPUSH", b"l", *[b"v" * i for i in range(40)])
     run(node, b"LPOP", b"l", 2)
+    for i in range(1, 30):
+        run(node, b"XADD", b"x", b"%d-1" % i, b"f", b"v" * i)
+    run(node, b"XDEL", b"x", b"3-1")
+    run(node, b"XGROUP", b"CREATE", b"x", b"g", b"0")
+    run(node, b"XREADGROUP", b"GROUP", b"g", b"c", b"COUNT", b"4", b"STREAMS", b"x", b">")
+    run(node, b"XACK", b"x", b"g", b"1-1")
     now = node.ks.now()
-    for key in (b"z", b"l"):
+    for key in (b"z", b"l", b"x"):
         hk = K.encode_head_key(key)
         h = node.ks.get(hk)
         total = len(hk) + len(h)
