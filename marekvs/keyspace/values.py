@@ -2,15 +2,14 @@
 MEMORY USAGE.
 
 ``Values`` reads the value a key holds as one of ``core/rdb.py``'s typed values (a
-string, a list, a set, a zset, a hash; a HyperLogLog as Redis's sketch string) with its TTL
-deadline, and writes such a value at a
-key, replacing whatever the key holds, as an ordinary write of the records the type keeps
-(``write``): the key's tombstone (a string's, or its head's, whose delete clock gates
-every element it had), a new head carrying that clock and the deadline, and one element
-record per member, field or item, all stamped by this node and merged by the ONE apply
-path, so the write replicates like any other. Each type is one row of ``TYPES`` (how its
-value is read, how it is written, how many elements it has); a type built later is one
-more row.
+string, a list, a set, a zset, a hash, a stream; a HyperLogLog as Redis's sketch string)
+with its TTL deadline, and writes such a value at a key, replacing whatever the key
+holds, as an ordinary write of the records the type keeps (``write``): the key's
+tombstone (a string's, or its head's, whose delete clock gates every element it had), a
+new head carrying that clock and the deadline, and one element record per member, field
+or item, all stamped by this node and merged by the ONE apply path, so the write
+replicates like any other. Each type is one row of ``TYPES`` (how its value is read, how
+it is written, how many elements it has); a type built later is one more row.
 
 Writes per type (one apply, hence one replication-log entry, except the zset's TTL):
 
@@ -25,7 +24,10 @@ Writes per type (one apply, hence one replication-log entry, except the zset's T
 - HyperLogLog: a string holding a valid Redis sketch (``rdb.hll_ranks``) is written as a
   head and one register record per non-empty register (a sketch is what Redis holds for
   an HLL); a register dead under a deleted HLL of the same name can still win over a new
-  one of a lower rank (the data model's HLL caveat, keyspace/hll.py).
+  one of a lower rank (the data model's HLL caveat, keyspace/hll.py);
+- stream: a head (the last id), one entry record per entry, this node's counters record
+  as a new epoch (as XSETID writes it), and per consumer group its record, one pending
+  record per PEL entry and one record per consumer (``_write_stream``).
 
 Per-member TTLs (HEXPIRE, EXPIREMEMBER) are not part of a value: Redis 7.0 has none, so
 ``read`` leaves them out and ``write`` writes none.
