@@ -373,7 +373,6 @@ class Cluster:
         return [i for i, n in self.nodes.items() if n.proc is not None and n.proc.poll() is None]
 
     def client(self, i: int, **kw):
-        kw.setdefault("socket_timeout", 10)
         return self.nodes[i].client(**kw)
 
     # -- oracles -------------------------------------------------------------------------

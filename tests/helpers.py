@@ -46,6 +46,22 @@ _CANDIDATES = itertools.chain(_port_candidates(), _ephemeral_ports())
 _GIVEN: set[int] = set()
 
 
+# redis-py 8 gives every client a 5 s socket timeout by default: on a loaded machine a big
+# pipeline's first reply (a whole group commit away) can take longer. A test's client waits
+# for its reply as long as the test's own deadlines allow; a test that needs a short timeout
+# (a node it expects to hang) passes socket_timeout itself.
+CLIENT_TIMEOUT = 120.0
+
+
+def client_of(port: int, **kw):
+    """A redis-py client of a server on 127.0.0.1 with the suite's generous socket timeout."""
+    import redis
+
+    kw.setdefault("socket_timeout", CLIENT_TIMEOUT)
+    kw.setdefault("socket_connect_timeout", CLIENT_TIMEOUT)
+    return redis.Redis(host="127.0.0.1", port=port, **kw)
+
+
 def free_port() -> int:
     """A loopback port nothing listens on that this test run has not handed out before.
 
@@ -163,9 +179,7 @@ class Node:
             return b""
 
     def client(self, **kw):
-        import redis
-
-        return redis.Redis(host="127.0.0.1", port=self.port, **kw)
+        return client_of(self.port, **kw)
 
 
 class RedisServer:
@@ -198,9 +212,7 @@ class RedisServer:
                 os.kill(self.proc.pid, signal.SIGKILL)
 
     def client(self, **kw):
-        import redis
-
-        return redis.Redis(host="127.0.0.1", port=self.port, **kw)
+        return client_of(self.port, **kw)
 
 
 # -- raw conversations (side-by-side tests) -------------------------------------------------

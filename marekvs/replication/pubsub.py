@@ -30,10 +30,20 @@ log = logging.getLogger("marekvs.pubsub")
 QUEUE_MESSAGES = 100_000  # per peer: past this, messages for that peer are dropped
 
 
+def _end(q: asyncio.Queue[tuple[bytes, bytes, bool] | None]) -> None:
+    """End the message generator of a stream that is over. grpc consumes a request
+    iterator in a task of its own and, once the call has failed, neither cancels that task
+    nor closes the iterator: left waiting on its queue, each ended stream would leak a task
+    (logged as "Task was destroyed but it is pending!" when it is collected)."""
+    while not q.empty():
+        q.get_nowait()
+    q.put_nowait(None)
+
+
 class Relay(psg.PubSubServicer):
     def __init__(self, m: ReplicationManager):
         self.m = m
-        self.queues: dict[int, asyncio.Queue[tuple[bytes, bytes, bool]]] = {}
+        self.queues: dict[int, asyncio.Queue[tuple[bytes, bytes, bool] | None]] = {}
         self.tasks: dict[int, asyncio.Task[None]] = {}
         self.relayed = 0
         self.received = 0
@@ -60,7 +70,7 @@ class Relay(psg.PubSubServicer):
         delay = 0.1
         while not self.m.stopping:
             channel = self.m.channel(p.grpc_addr)
-            q: asyncio.Queue[tuple[bytes, bytes, bool]] = asyncio.Queue(QUEUE_MESSAGES)
+            q: asyncio.Queue[tuple[bytes, bytes, bool] | None] = asyncio.Queue(QUEUE_MESSAGES)
             try:
                 await asyncio.wait_for(channel.channel_ready(), 5)
                 self.queues[p.node_id] = q  # from now on messages for this peer are kept
@@ -70,14 +80,18 @@ class Relay(psg.PubSubServicer):
                 log.debug("pub/sub stream to peer %d: %s", p.node_id, e)
             finally:
                 self.queues.pop(p.node_id, None)  # down: what is published meanwhile is lost
+                _end(q)
                 await channel.close(grace=None)
             await asyncio.sleep(delay)
             delay = min(delay * 2, 2.0)
 
-    async def _messages(self, q: asyncio.Queue[tuple[bytes, bytes, bool]]) -> AsyncIterator[ps.Message]:
+    async def _messages(self, q: asyncio.Queue[tuple[bytes, bytes, bool] | None]) -> AsyncIterator[ps.Message]:
         origin = self.m.node_id
         while True:
-            channel, payload, shard = await q.get()
+            item = await q.get()
+            if item is None:  # the stream ended (``_end``)
+                return
+            channel, payload, shard = item
             self.relayed += 1
             yield ps.Message(origin=origin, channel=channel, payload=payload, shard=shard)
 

@@ -111,6 +111,12 @@ def exchange(port: int, data: bytes, timeout: float = 3.0) -> tuple[bytes, bool]
         s.close()
 
 
+def talk_until_closed(port: int, data: bytes, timeout: float = 60.0) -> tuple[bytes, bool]:
+    """``talk`` for input the server must answer by closing the connection: wait for the
+    close itself (a loaded machine may take seconds to get there), not for a quiet spell."""
+    return talk(port, data, idle=timeout, timeout=timeout)
+
+
 def side_by_side(mvs_port: int, redis_port: int, data: bytes,
                  complete: bool = True) -> tuple[tuple[bytes, bool], tuple[bytes, bool]]:
     """The same bytes to Redis and to marekvs. ``complete=False`` for input that leaves
@@ -237,13 +243,13 @@ def test_inline_nul_request_leaves_every_other_client_served(mvs):
             s.sendall(b"GET a\x00b\r\n")
         for _ in range(3):
             t0 = time.monotonic()
-            s2 = socket.create_connection(("127.0.0.1", mvs.port), timeout=1.0)
+            s2 = socket.create_connection(("127.0.0.1", mvs.port), timeout=30)
             try:
                 s2.sendall(b"PING\r\n")
                 assert s2.recv(100) == b"+PONG\r\n"
             finally:
                 s2.close()
-            assert time.monotonic() - t0 < 1.0
+            assert time.monotonic() - t0 < 5.0  # (room for a loaded machine; a rescan stalls longer)
         assert_healthy(mvs)
     finally:
         for s in stuck:
@@ -259,24 +265,24 @@ def test_query_buffer_limit_closes_the_client_and_keeps_serving(node_factory, re
     assert c.config_set("client-query-buffer-limit", "1mb")
     assert c.config_get("client-query-buffer-limit") == {"client-query-buffer-limit": "1048576"}
     big = b"*2\r\n$3\r\nSET\r\n$2000000\r\n" + b"x" * 1_500_000
-    assert talk(node.port, big) == (b"", True)
+    assert talk_until_closed(node.port, big) == (b"", True)
     many = b"*1000000\r\n" + b"$1\r\na\r\n" * 30_000
-    assert talk(node.port, many) == (b"", True)
+    assert talk_until_closed(node.port, many) == (b"", True)
     assert c.ping()
     rc = real_redis.client()
     rc.config_set("client-query-buffer-limit", "1mb")
     try:
-        assert talk(real_redis.port, big) == (b"", True)
+        assert talk_until_closed(real_redis.port, big) == (b"", True)
     finally:
         rc.config_set("client-query-buffer-limit", "1gb")
     c.config_set("proto-max-bulk-len", "1mb")
     for port in (node.port, real_redis.port):
         if port == real_redis.port:
             rc.config_set("proto-max-bulk-len", "1mb")
-        assert talk(port, b"*2\r\n$4\r\nECHO\r\n$1048577\r\n") == (E + b"invalid bulk length\r\n", True)
+        assert talk_until_closed(port, b"*2\r\n$4\r\nECHO\r\n$1048577\r\n") == (E + b"invalid bulk length\r\n", True)
     rc.config_set("proto-max-bulk-len", "512mb")
     # a whole request in one piece, over the lowered limit, is refused too (the fast path)
-    assert talk(node.port, mb(b"ECHO", b"y" * 1_100_000)) == (E + b"invalid bulk length\r\n", True)
+    assert talk_until_closed(node.port, mb(b"ECHO", b"y" * 1_100_000)) == (E + b"invalid bulk length\r\n", True)
     assert c.ping()
     c.close()
 
@@ -285,12 +291,12 @@ def test_huge_multibulk_count_does_not_stall_the_server(node_factory):
     # 13 bytes declaring 2**31-1 arguments: Redis reserves min(count, 1024) slots and
     # waits; the event loop must stay responsive for everybody else.
     node = node_factory()
-    bad = socket.create_connection(("127.0.0.1", node.port), timeout=5)
+    bad = socket.create_connection(("127.0.0.1", node.port), timeout=30)
     try:
         bad.sendall(b"*2147483647\r\n")
         time.sleep(0.05)
         t0 = time.monotonic()
-        s = socket.create_connection(("127.0.0.1", node.port), timeout=2)
+        s = socket.create_connection(("127.0.0.1", node.port), timeout=30)
         try:
             s.sendall(b"PING\r\n")
             assert s.recv(100) == b"+PONG\r\n"
@@ -298,10 +304,12 @@ def test_huge_multibulk_count_does_not_stall_the_server(node_factory):
             pytest.fail("the node stopped answering after a *2147483647 header")
         finally:
             s.close()
-        assert time.monotonic() - t0 < 1.0
+        # (reserving 2**31 slots would take many seconds and gigabytes; the bound leaves a
+        # loaded machine room, a slow scheduler is not a stall)
+        assert time.monotonic() - t0 < 5.0
         t0 = time.monotonic()
-        assert talk(node.port, b"*2147483648\r\n", timeout=2) == (E + b"invalid multibulk length\r\n", True)
-        assert time.monotonic() - t0 < 1.0
+        assert talk_until_closed(node.port, b"*2147483648\r\n") == (E + b"invalid multibulk length\r\n", True)
+        assert time.monotonic() - t0 < 5.0
     finally:
         bad.close()
         node.kill9()  # a stalled node would make the graceful stop wait
@@ -310,21 +318,21 @@ def test_huge_multibulk_count_does_not_stall_the_server(node_factory):
 def test_too_big_inline_request(mvs, real_redis):
     data = b"x" * (70 * 1024)  # no newline
     for port in (real_redis.port, mvs.port):
-        assert talk(port, data) == (E + b"too big inline request\r\n", True)
+        assert talk_until_closed(port, data) == (E + b"too big inline request\r\n", True)
     assert_healthy(mvs)
 
 
 def test_too_big_mbulk_count_string(mvs, real_redis):
     data = b"*" + b"1" * (70 * 1024)
     for port in (real_redis.port, mvs.port):
-        assert talk(port, data) == (E + b"too big mbulk count string\r\n", True)
+        assert talk_until_closed(port, data) == (E + b"too big mbulk count string\r\n", True)
     assert_healthy(mvs)
 
 
 def test_too_big_bulk_count_string(mvs, real_redis):
     data = b"*1\r\n$" + b"1" * (70 * 1024)
     for port in (real_redis.port, mvs.port):
-        assert talk(port, data) == (E + b"too big bulk count string\r\n", True)
+        assert talk_until_closed(port, data) == (E + b"too big bulk count string\r\n", True)
     assert_healthy(mvs)
 
 

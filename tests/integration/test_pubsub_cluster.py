@@ -104,3 +104,25 @@ def test_tracking_client_is_invalidated_by_a_write_on_another_node(cluster):
     t.sendall(b"GET tracked\r\n")
     read_until(t, lambda o: o.endswith(b"$3\r\nnew\r\n"))  # the write replicated before its invalidation
     t.close()
+
+
+def test_relay_streams_of_flapping_links_leave_nothing_pending_at_stop(tmp_path):
+    # Each time a peer goes away, the pub/sub relay stream to it ends; its message generator
+    # must end with it. (It used to wait on its queue for ever: every flap left a task, and a
+    # clean stop logged "Task was destroyed but it is pending!" for each, found by the docker
+    # test after its node 3 had been stopped twice.)
+    c = Cluster(tmp_path, n=2)
+    try:
+        c.wait_streaming(60)
+        for _ in range(2):
+            c.kill9(2)
+            c.start_node(2)
+            c.wait_streaming(60)
+            assert c.client(1).publish("room", "after a flap") == 0
+        code = c[1].stop()
+        log = c[1].log_text()
+        assert code == 0 and "stopped cleanly" in log, log[-3000:]
+        for bad in ("Task was destroyed", "never retrieved", "Traceback"):
+            assert bad not in log, log[-3000:]
+    finally:
+        c.stop()

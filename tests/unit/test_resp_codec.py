@@ -432,12 +432,12 @@ def test_resp3_types_inside_a_request_are_refused(data, error):
 HUGE_COUNT_SCRIPT = """
 import sys, time
 from marekvs.server.resp import RequestParser
-t0 = time.perf_counter()
+t0 = time.process_time()
 p = RequestParser()
 r1 = p.feed(b"*2147483647\\r\\n")
 r2 = RequestParser().feed(b"*1\\r\\n$4\\r\\nPING\\r\\n*2147483648\\r\\n")
 r3 = RequestParser().feed(b"*100000000\\r\\n$1\\r\\nx\\r\\n")
-print(repr((r1, r2, r3)), time.perf_counter() - t0)
+print(repr((r1, r2, r3)), time.process_time() - t0)
 """
 
 
@@ -452,9 +452,9 @@ def test_huge_multibulk_count_header_is_cheap():
 
     try:
         p = subprocess.run([sys.executable, "-c", HUGE_COUNT_SCRIPT], cwd=str(ROOT), capture_output=True,
-                           timeout=3, text=True, check=False)
+                           timeout=120, text=True, check=False)
     except subprocess.TimeoutExpired:
-        pytest.fail("parsing *2147483647 / *2147483648 / *100000000 headers took more than 3 s")
+        pytest.fail("parsing *2147483647 / *2147483648 / *100000000 headers hung for 120 s")
     assert p.returncode == 0, p.stderr
     result, elapsed = p.stdout.rsplit(" ", 1)
     assert result == repr(((([], None)), ([[b"PING"]], "Protocol error: invalid multibulk length"), ([], None)))
@@ -462,6 +462,8 @@ def test_huge_multibulk_count_header_is_cheap():
 
 
 # -- linear time -----------------------------------------------------------------------
+# (bounds on this process's CPU time, not the wall clock: a loaded machine stretches the
+# latter, while a quadratic parser costs minutes of CPU on these inputs)
 
 def _feed_in_chunks(p: RequestParser, data: bytes, size: int):
     out = []
@@ -476,9 +478,9 @@ def _feed_in_chunks(p: RequestParser, data: bytes, size: int):
 def test_big_bulk_in_64k_chunks_is_linear():
     value = b"v" * (50 * MB)
     data = mb(b"SET", b"big", value)
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     cmds = _feed_in_chunks(RequestParser(), data, 64 * KB)
-    elapsed = time.perf_counter() - t0
+    elapsed = time.process_time() - t0
     assert len(cmds) == 1 and cmds[0][0] == b"SET" and cmds[0][1] == b"big"
     assert len(cmds[0][2]) == 50 * MB and cmds[0][2] == value
     # quadratic re-scanning/concatenation of a 50 MB buffer in 800 chunks takes minutes
@@ -487,9 +489,9 @@ def test_big_bulk_in_64k_chunks_is_linear():
 
 def test_big_bulk_in_small_chunks_is_linear():
     data = mb(b"SET", b"k", b"x" * (2 * MB)) + mb(b"PING")
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     cmds = _feed_in_chunks(RequestParser(), data, 100)  # ~21000 feeds
-    elapsed = time.perf_counter() - t0
+    elapsed = time.process_time() - t0
     assert [c[0] for c in cmds] == [b"SET", b"PING"] and len(cmds[0][2]) == 2 * MB
     assert elapsed < 3.0, f"2 MB in 100-byte chunks took {elapsed:.2f}s"
 
@@ -497,9 +499,9 @@ def test_big_bulk_in_small_chunks_is_linear():
 def test_huge_multibulk_many_args_in_64k_chunks_is_linear():
     n = 200_000
     data = mb(b"MSET", *[b"k%d" % i for i in range(n)])
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     cmds = _feed_in_chunks(RequestParser(), data, 64 * KB)
-    elapsed = time.perf_counter() - t0
+    elapsed = time.process_time() - t0
     assert len(cmds) == 1 and len(cmds[0]) == n + 1 and cmds[0][-1] == b"k%d" % (n - 1)
     assert elapsed < 3.0, f"{n}-arg multibulk took {elapsed:.2f}s"
 
@@ -507,9 +509,9 @@ def test_huge_multibulk_many_args_in_64k_chunks_is_linear():
 def test_long_pipeline_in_64k_chunks_is_linear():
     n = 100_000
     data = b"".join(mb(b"SET", b"key:%d" % i, b"value") for i in range(n))
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     cmds = _feed_in_chunks(RequestParser(), data, 64 * KB)
-    elapsed = time.perf_counter() - t0
+    elapsed = time.process_time() - t0
     assert len(cmds) == n and cmds[-1] == [b"SET", b"key:%d" % (n - 1), b"value"]
     assert elapsed < 3.0, f"{n}-command pipeline took {elapsed:.2f}s"
 

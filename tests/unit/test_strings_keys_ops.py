@@ -713,10 +713,10 @@ def test_lcs_of_long_strings_is_fast(r):
     a = bytes(rnd.choice(b"ACGT") for _ in range(6000))
     b = bytes(rnd.choice(b"ACGT") for _ in range(6000))
     r("MSET", "a", a, "b", b)
-    t0 = time.perf_counter()
+    t0 = time.process_time()  # (CPU time: the bound holds on a loaded machine too)
     n = r("LCS", "a", "b", "LEN")
     reply = r("LCS", "a", "b", "IDX", "MINMATCHLEN", "5")
-    assert time.perf_counter() - t0 < 10
+    assert time.process_time() - t0 < 10
     assert reply[3] == n and 3000 < n < 6000
 
 
