@@ -6,7 +6,8 @@ them). The time is the node's: a DUMP or RESTORE this long holds the event loop.
     .venv/bin/python bench/bench_dump.py [--scale 1.0]
 
 Rows: a 10 MB string, a list of 100k 64-byte elements, a hash of 100k fields, a zset of
-100k members (each payload RESTOREd under a new key). CPU time (``getrusage``), not wall
+100k members, a stream of 100k entries (two fields) with a group that has 10k of them
+pending (each payload RESTOREd under a new key). CPU time (``getrusage``), not wall
 time, so other load on the machine does not count.
 """
 
@@ -47,6 +48,11 @@ def main() -> None:
                       for j in range(0, n, 10_000)],
             b"zset": [[b"ZADD", b"zset", *[x for i in range(j, min(n, j + 10_000)) for x in (b"%d" % i, b"m%d" % i)]]
                       for j in range(0, n, 10_000)],
+            b"stream": [*[[b"XADD", b"stream", b"%d-1" % (i + 1), b"field", b"v" * 20, b"n", b"%d" % i]
+                          for i in range(n)],
+                        [b"XGROUP", b"CREATE", b"stream", b"g", b"0"],
+                        [b"XREADGROUP", b"GROUP", b"g", b"c", b"COUNT", b"%d" % (n // 10), b"STREAMS", b"stream",
+                         b">"]],
         }
         print(f"{'value':<8} {'payload':>12} {'DUMP cpu s':>11} {'RESTORE cpu s':>14} {'MB/s (dump)':>12}")
         for key, cmds in rows.items():
