@@ -191,3 +191,21 @@ def test_resp3_replies(shared_node, real_redis):
     finally:
         mv.close()
         rs.close()
+
+
+def test_sort_inside_multi_as_redis(pair):
+    # SORT ... STORE and SORT_RO queued in a transaction, with writes between them that
+    # the later commands see; a wrong type fails its own command only (EXEC goes on)
+    replies = []
+    for c in pair:
+        fill(c, random.Random(9))
+        p = c.pipeline(transaction=True)
+        p.execute_command("SORT", "L:n", "BY", "w_*", "GET", "#", "GET", "v_*", "STORE", "dst")
+        p.lrange("dst", 0, -1).rpush("L:a", "Aardvark")
+        p.execute_command("SORT_RO", "L:a", "ALPHA", "LIMIT", "0", "1")
+        p.execute_command("SORT", "str")
+        p.execute_command("SORT", "dst", "ALPHA", "STORE", "dst")
+        p.lrange("dst", 0, 4)
+        replies.append([str(r) if isinstance(r, Exception) else r for r in p.execute(raise_on_error=False)])
+    assert replies[0] == replies[1]
+    assert replies[0][3] == [b"Aardvark"] and "WRONGTYPE" in replies[0][4]
