@@ -189,20 +189,7 @@ def update(ks: Keyspace, key: bytes, field: bytes, compute: Callable[[bytes | No
 
 def delete_fields(ks: Keyspace, key: bytes, fields: Sequence[bytes], now: int) -> int:
     """HDEL: the number of fields removed."""
-    hk, h = ks.collection(key, HASH, now)
-    if h is None:
-        return 0
-    prefix, dc, g = prefix_of(hk), M.gate(h, now), ks.get
-    hlc, node = ks.hlc.now(), ks.node_id
-    recs = []
-    for f in dict.fromkeys(fields):
-        ik = prefix + f
-        cur = g(ik)
-        if cur is not None and M.live(cur, dc, now):
-            recs.append((ik, M.remove(cur, hlc, node)))
-    if recs:
-        ks.apply(recs)
-    return len(recs)
+    return M.remove_named(ks, key, HASH, TAG, fields, now)
 
 
 # -- field TTLs (Redis 7.4's HEXPIRE family) ----------------------------------------------------

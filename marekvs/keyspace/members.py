@@ -54,7 +54,7 @@ import heapq
 import itertools
 import random
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from marekvs.core import envelope as env
@@ -254,6 +254,25 @@ def remove(current: bytes, hlc: int, origin: int) -> bytes:
         return current
     return env.pack(env.make_flags(env.rtype_of(current), tombstone=True), hlc, origin, 0,
                     orswot.to_bytes(orswot.Element((), observed)))
+
+
+def remove_named(ks: Keyspace, key: bytes, ctype: int, tag: bytes, names: Sequence[bytes], now: int) -> int:
+    """Remove the live members ``names`` of the ``ctype`` collection at ``key`` (HDEL's
+    fields, SREM's members): how many were live, and so removed."""
+    hk, h = ks.collection(key, ctype, now)
+    if h is None:
+        return 0
+    prefix, dc, g = element_prefix(hk, tag), gate(h, now), ks.get
+    hlc, node = ks.hlc.now(), ks.node_id
+    recs = []
+    for name in dict.fromkeys(names):
+        ik = prefix + name
+        cur = g(ik)
+        if cur is not None and live(cur, dc, now):
+            recs.append((ik, remove(cur, hlc, node)))
+    if recs:
+        ks.apply(recs)
+    return len(recs)
 
 
 def restamp(current: bytes, hlc: int, origin: int, deadline: int) -> bytes:

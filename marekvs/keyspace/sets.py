@@ -156,20 +156,7 @@ def add(ks: Keyspace, key: bytes, members: Sequence[bytes], now: int) -> int:
 
 def remove(ks: Keyspace, key: bytes, members: Sequence[bytes], now: int) -> int:
     """SREM: the number of members removed."""
-    hk, h = ks.collection(key, SET, now)
-    if h is None:
-        return 0
-    prefix, dc, g = prefix_of(hk), M.gate(h, now), ks.get
-    hlc, node = ks.hlc.now(), ks.node_id
-    recs = []
-    for m in dict.fromkeys(members):
-        ik = prefix + m
-        cur = g(ik)
-        if cur is not None and M.live(cur, dc, now):
-            recs.append((ik, M.remove(cur, hlc, node)))
-    if recs:
-        ks.apply(recs)
-    return len(recs)
+    return M.remove_named(ks, key, SET, TAG, members, now)
 
 
 def pop(ks: Keyspace, key: bytes, k: int, now: int) -> list[bytes] | None:

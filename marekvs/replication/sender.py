@@ -186,8 +186,12 @@ class Sender:
                     waiter.cancel()
                     continue
                 last, n, payload = batch
-                await call.write(pb.Batch(origin=self.m.node_id, incarnation=self.m.incarnation, entries=payload,
-                                          last_epoch=e.log.epoch_of(last) or 0))
+                try:
+                    await call.write(pb.Batch(origin=self.m.node_id, incarnation=self.m.incarnation,
+                                              entries=payload, last_epoch=e.log.epoch_of(last) or 0))
+                except asyncio.InvalidStateError:  # the stream ended under the write: link down
+                    raise grpc.aio.AioRpcError(await call.code(), grpc.aio.Metadata(), grpc.aio.Metadata(),
+                                               details=await call.details()) from None
                 sent = last
                 inflight.append(last)
                 p.sent_seq = sent
