@@ -41,6 +41,7 @@ BASE_REQUIREMENTS = [
     "uvloop>=0.19",
     "hiredis>=2.3",
     "prometheus_client>=0.17",
+    "lupa>=2.0",
     "sortedcontainers>=2.4",  # the sorted sets' order-statistic mirrors (keyspace/zsets.py)
 ]
 

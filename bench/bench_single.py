@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import hashlib
 import io
 import json
 import math
@@ -90,6 +91,13 @@ ZSET_SETUP = tuple(
     (b"ZADD", b"myzset", *[x for i in range(start, start + 10_000) for x in (b"%d" % i, b"element:%012d" % i)])
     for start in range(0, ZSET_MEMBERS, 10_000))
 
+# -- scripting and transactions -------------------------------------------------------------
+# A rate limiter: INCR a counter, give it a TTL when it is new, refuse past the limit.
+RATE_LIMITER = (b"local n = redis.call('INCR', KEYS[1]) "
+                b"if n == 1 then redis.call('EXPIRE', KEYS[1], ARGV[2]) end "
+                b"if n > tonumber(ARGV[1]) then return 0 end return 1")
+RATE_LIMITER_SHA = hashlib.sha1(RATE_LIMITER).hexdigest()
+
 # The rows of `make bench`, in order. A data-type family adds its rows here; the default
 # run measures every row (`--tests` picks some).
 WORKLOADS: dict[str, Workload] = {
@@ -131,6 +139,12 @@ WORKLOADS: dict[str, Workload] = {
     "dump": Workload(command=("DUMP", "key:__rand_int__"), probe=(b"DUMP", b"bench:probe")),
     "sort": Workload(command=("SORT", "bench:sort"), probe=(b"SORT", b"bench:sort"),
                      setup=((b"RPUSH", b"bench:sort", *[b"%d" % ((i * 7919) % 1000) for i in range(100)]),)),
+    # scripting: EVALSHA of the rate limiter (SCRIPT LOAD first; the probe's EVAL caches it too)
+    "evalsha": Workload(command=("EVALSHA", RATE_LIMITER_SHA, "1", "rl:__rand_int__", "100", "60"),
+                        probe=(b"EVAL", RATE_LIMITER, b"1", b"bench:probe:rl", b"100", b"60"),
+                        setup=((b"SCRIPT", b"LOAD", RATE_LIMITER),), cleanup=(b"bench:probe:rl",)),
+    # transactions: MULTI, three SETs, EXEC, pipelined (its own client, bench/multi_exec.py)
+    "multi": Workload(probe=(b"MULTI",), driver="multi_exec.py", weight=4),
     # HyperLogLog: PFADD of one random element (of --keyspace) to one HLL; PFCOUNT of an HLL
     # of 10k elements (+ what the PFADD rows added), which a PFADD row may have changed
     "pfadd": Workload(command=("PFADD", "bench:hll", "ele:__rand_int__"),
@@ -486,7 +500,7 @@ def bench_cmd(port: int, test: str, pipeline: int, n: int, clients: int, keyspac
     w = WORKLOADS[test]
     if w.driver is not None:
         return [sys.executable, os.path.join(HERE, w.driver), "-p", str(port), "-c", str(clients), "-n", str(n),
-                "-P", str(pipeline), "-d", str(size), "--csv"]
+                "-P", str(pipeline), "-d", str(size), "-r", str(keyspace), "--csv"]
     return base + (["-t", test] if w.command is None else list(w.command))
 
 

@@ -435,7 +435,7 @@ def key_vectors() -> list[dict]:
         rec.update(inputs)
         rec.update({"pid": ref_pid(uk), "klen_hex": ref_varint(len(uk)).hex(),
                     "ikey_hex": ikey.hex()})
-        if layout != "string":
+        if layout not in ("string", "function"):  # (no klen: the name is the rest of the key)
             rec["prefix_hex"] = ref_prefix(tag, uk).hex()
         out.append(rec)
 
@@ -492,6 +492,10 @@ def key_vectors() -> list[dict]:
                 emit("group-pending", b"p", name, uk, K.encode_pending_key(uk, grp, ms, seq),
                      ref_prefix(b"p", uk) + ref_varint(len(grp)) + grp + ref_u64(ms) + ref_u64(seq),
                      group_hex=grp.hex(), ms=str(ms), seq=str(seq))
+    # function libraries: the library name in the string layout (no klen), tag F (the codec
+    # takes any bytes; FUNCTION LOAD only makes names of letters, digits and '_')
+    for name, uk in uks + [("libname", b"mylib_2")]:
+        emit("function", b"F", name, uk, K.encode_function_key(uk), ref_u16(ref_pid(uk)) + b"F" + uk)
     return out
 
 
@@ -581,6 +585,8 @@ REF_KINDS = [
     ("p", "group-pending", "[klen][userkey][glen][group][id_ms:u64][id_seq:u64]", [5], "element", False,
      "pending", "pending entry: fmt 0x24, epoch, incarnation, delivered flag, delivery time and count, consumer",
      "element", 5, "hlc"),
+    ("F", "function-library", "[library name]", [0], "node", False, "lww",
+     "fmt u8 = 1, then the library code (FUNCTION LOAD's payload)", "record", None, None),
 ]
 REF_RETIRED = [("l", "whole-list LWW blob")]
 
@@ -597,7 +603,8 @@ def kind_vectors() -> list[dict]:
     _agree("registry tags", [k.tag.decode() for k in registry.KINDS], [r[0] for r in REF_KINDS])
     for kind, (tag, name, layout, rtypes, role, head_flag, lattice, payload, sweep, ctype,
                gate) in zip(registry.KINDS, REF_KINDS):
-        core = (kind.name, sorted(kind.rtypes), "key" if kind.is_key else "element", kind.head_flag,
+        role = "key" if kind.is_key else ("node" if kind.is_node else "element")
+        core = (kind.name, sorted(kind.rtypes), role, kind.head_flag,
                 lattices[kind.merge], kind.sweep.value, kind.ctype, gates[kind.gate_clock])
         _agree(f"registry row {tag!r}", core, (name, rtypes, role, head_flag, lattice, sweep, ctype, gate))
         out.append({"tag": tag, "tag_hex": tag.encode().hex(), "name": name, "retired": False,
@@ -610,6 +617,37 @@ def kind_vectors() -> list[dict]:
     return out
 
 
+def function_vectors() -> list[dict]:
+    """Function-library records (DATA_MODEL.md §16): the key, and the whole stored value of
+    a live library (envelope type 0, fmt byte 1, the code) or of its tombstone."""
+    from marekvs.core import funclib
+
+    out: list[dict] = []
+    hlc_real = (1700000000123 << 16) | 5
+    libs = [
+        ("mylib", b"#!lua name=mylib\nredis.register_function('f', function() return 1 end)\n"),
+        ("lib_2", b"#!lua name=lib_2\nredis.register_function{function_name='g', "
+                  b"callback=function(keys, args) return keys[1] end, flags={'no-writes'}}"),
+        ("x", b"#!lua name=x\n"),
+        ("utf8", "#!lua name=utf8\n-- \u043a\u043b\u044e\u0447\nredis.register_function('u', function() end)".encode()),
+        ("long", b"#!lua name=long\n" + b"--" + b"a" * 300 + b"\nredis.register_function('l', function() end)"),
+    ]
+    for name, code in libs:
+        key = name.encode()
+        for hlc, origin in ((hlc_real, 1), ((1 << 48) - 1 << 16, 0xFFFF), (1, 2)):
+            ref_key = ref_u16(ref_pid(key)) + b"F" + key
+            _agree(f"function key {name}", K.encode_function_key(key), ref_key)
+            live = ref_envelope(ref_flags(0, False, False), hlc, origin, 0, b"\x01" + code)
+            _agree(f"function record {name}", funclib.new(code, hlc, origin), live)
+            out.append({"name": name, "kind": "live", "hlc": str(hlc), "origin": origin, "code_hex": code.hex(),
+                        "ikey_hex": ref_key.hex(), "value_hex": live.hex()})
+        tomb = ref_envelope(ref_flags(0, True, False), hlc_real + 7, 3, 0)
+        _agree(f"function tombstone {name}", funclib.tombstone(hlc_real + 7, 3), tomb)
+        out.append({"name": name, "kind": "tombstone", "hlc": str(hlc_real + 7), "origin": 3,
+                    "ikey_hex": (ref_u16(ref_pid(key)) + b"F" + key).hex(), "value_hex": tomb.hex()})
+    return out
+
+
 FILES = {
     "partition.jsonl": partition_vectors,
     "hashtags.jsonl": hashtag_vectors,
@@ -619,6 +657,7 @@ FILES = {
     "member_scores.jsonl": member_score_vectors,
     "envelope.jsonl": envelope_vectors,
     "kinds.jsonl": kind_vectors,
+    "functions.jsonl": function_vectors,
 }
 
 

@@ -329,6 +329,7 @@ XREAD_UNBALANCED = ("ERR Unbalanced XREAD list of streams: for each stream key a
 XREAD_GROUP_OPTION = "ERR The GROUP option is only supported by XREADGROUP. You called XREAD instead."
 XREAD_NOACK_OPTION = "ERR The NOACK option is only supported by XREADGROUP. You called XREAD instead."
 XREADGROUP_NO_GROUP = "ERR Missing GROUP option for XREADGROUP"
+XREAD_BLOCK_IN_SCRIPT = "ERR %s command is not allowed with BLOCK option from scripts"  # the name as given
 XREADGROUP_DOLLAR = ("ERR The $ ID is meaningless in the context of XREADGROUP: you want to read the "
                      "history of this consumer by specifying a proper ID, or use the > ID to get new "
                      "messages. The $ ID would just return an empty result set.")
@@ -396,3 +397,31 @@ BITFIELD_TYPE = ("ERR Invalid bitfield type. Use something like i16 u8. Note tha
 BITFIELD_OVERFLOW = "ERR Invalid OVERFLOW type specified"
 BITFIELD_RO_GET = "ERR BITFIELD_RO only supports the GET subcommand"
 _STATUS_TEXT[InvalidHll] = INVALID_HLL
+# -- scripting: EVAL, SCRIPT, FUNCTION, FCALL (scripting.py, node/scripting/) ---------------
+NOSCRIPT = "NOSCRIPT No matching script. Please use EVAL."
+NUMKEYS_TOO_MANY = "ERR Number of keys can't be greater than number of args"
+NUMKEYS_NEGATIVE = "ERR Number of keys can't be negative"
+BAD_NUMKEYS = "ERR Bad number of keys provided"
+SCRIPT_RO_WRITE_FLAG = "ERR Can not execute a script with write flag using *_ro command."
+NOTBUSY = "NOTBUSY No scripts in execution right now."
+UNKILLABLE = ("UNKILLABLE Sorry the script already executed write commands against the dataset. You can "
+              "either wait the script termination or kill the server in a hard way using the SHUTDOWN "
+              "NOSAVE command.")
+BUSY_EVAL = "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE."
+BUSY_FUNCTION = "BUSY Redis is busy running a script. You can only call FUNCTION KILL or SHUTDOWN NOSAVE."
+FUNCTION_NOT_FOUND = "ERR Function not found"
+LIBRARY_NOT_FOUND = "ERR Library not found"
+DUMP_PAYLOAD = "ERR DUMP payload version or checksum are wrong"
+SCRIPT_FLUSH_MODE = "ERR SCRIPT FLUSH only support SYNC|ASYNC option"
+FUNCTION_FLUSH_MODE = "ERR FUNCTION FLUSH only supports SYNC|ASYNC option"
+RESTORE_POLICY = "ERR Wrong restore policy given, value should be either FLUSH, APPEND or REPLACE."
+FUNCTION_CODE_MISSING = "ERR Function code is missing"
+LIBRARY_NAME_MISSING = "ERR library name argument was not given"
+
+
+def function_load_option(opt: bytes) -> str:
+    return "ERR Unknown option given: %s" % echo(opt)
+
+
+def function_list_argument(arg: bytes) -> str:
+    return "ERR Unknown argument %s" % echo(arg)

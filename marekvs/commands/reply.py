@@ -46,6 +46,10 @@ class Verbatim(bytes):
     """RESP3 '=' (txt), RESP2 bulk string."""
 
 
+class BigNumber(bytes):
+    """RESP3 '(' (a script's ``{big_number=...}``), RESP2 bulk string."""
+
+
 class Push(list):
     """RESP3 '>' push, RESP2 array. ``wire`` caches its encoding per protocol, so a message
     fanned out to many subscribers is encoded once per protocol, not once per client."""

@@ -452,7 +452,7 @@ class _ReadArgs:
         self.ids: list[bytes] = []
 
 
-def _parse_read(args: list[bytes], xreadgroup: bool) -> _ReadArgs:
+def _parse_read(args: list[bytes], xreadgroup: bool, ctx: Any = None) -> _ReadArgs:
     r = _ReadArgs()
     n = len(args)
     streams_arg = 0
@@ -461,6 +461,9 @@ def _parse_read(args: list[bytes], xreadgroup: bool) -> _ReadArgs:
         more = n - i - 1
         o = errors.c_str(args[i]).lower()
         if o == b"block" and more:
+            if ctx is not None and ctx is getattr(getattr(ctx.node, "scripting", None), "ctx", None):
+                # a script (not MULTI, which answers as a timeout): Redis refuses BLOCK outright
+                raise CommandError(errors.XREAD_BLOCK_IN_SCRIPT % errors.echo(args[0]))
             i += 1
             r.timeout = _timeout_ms(args[i])
         elif o == b"count" and more:
@@ -566,7 +569,7 @@ def _block(ctx, keys: list[bytes], attempt: Callable[[], Any], timeout_ms: int) 
                     "stream getting new data.",
          syntax="[COUNT count] [BLOCK milliseconds] STREAMS key [key ...] id [id ...]")
 def xread(ctx, args: list[bytes]):
-    r = _parse_read(args, False)
+    r = _parse_read(args, False, ctx)
     targets = _resolve(ctx, r, False)
     served = _xread_once(ctx, targets, r.count)
     if served:
@@ -621,7 +624,7 @@ def _group_read(ctx, key: bytes, group: bytes, consumer: bytes, after: StreamId 
          syntax="GROUP group consumer [COUNT count] [BLOCK milliseconds] [NOACK] STREAMS key [key ...] "
                 "id [id ...]")
 def xreadgroup(ctx, args: list[bytes]):
-    r = _parse_read(args, True)
+    r = _parse_read(args, True, ctx)
     resolved: list[xs.GroupRef] = []
     targets = _resolve(ctx, r, True, resolved)
     assert r.group is not None

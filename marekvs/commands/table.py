@@ -519,6 +519,8 @@ FAMILIES = (
     "marekvs.commands.bitmaps",
     # streams and consumer groups
     "marekvs.commands.streams",
+    # scripting: EVAL*, SCRIPT, FCALL*, FUNCTION
+    "marekvs.commands.scripting",
 )
 
 

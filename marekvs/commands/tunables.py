@@ -202,7 +202,6 @@ PARAMS: dict[str, tuple[str, Callable[[str], str]]] = {
     "slowlog-log-slower-than": ("10000", int_between(-1, LLONG_MAX)),
     "slowlog-max-len": ("128", _COUNT),
     "latency-monitor-threshold": ("0", _COUNT),
-    "lua-time-limit": ("5000", _COUNT),
     "busy-reply-threshold": ("5000", _COUNT),
     "tcp-keepalive": ("300", int_between(0, INT_MAX)),
     # request limits: the RESP parser reads them (server.limits), see server/resp.py
@@ -232,6 +231,7 @@ ALIASES = {
     "list-max-ziplist-size": "list-max-listpack-size",
     "zset-max-ziplist-entries": "zset-max-listpack-entries",
     "zset-max-ziplist-value": "zset-max-listpack-value",
+    "lua-time-limit": "busy-reply-threshold",
 }
 
 

@@ -9,8 +9,10 @@ know about the records under that tag:
 - the envelope record types allowed under the tag and whether the collection-head flag
   is required (set for heads, clear for everything else);
 - its role: a *key* record (a string or a collection head: what a TYPE check reads,
-  what iteration and INFO count as one key) or an *element* of a collection, gated by
-  its head's delete clock (and then the clock an element is gated by, ``gate_clock``);
+  what iteration and INFO count as one key), an *element* of a collection, gated by
+  its head's delete clock (and then the clock an element is gated by, ``gate_clock``),
+  or a *node* record outside the keyspace (a function library: neither a key nor
+  gated; the engine reports its changes to the node apart from the change feed);
 - its merge function (``merge.merge`` dispatches on it);
 - its payload check: a structured payload that merge or a read would parse (counters,
   heads, ORSWOT elements, HLL registers, stream entries, the empty score index) must
@@ -33,6 +35,7 @@ know about the records under that tag:
     'g'  stream-group  stream-entry         element  no    group      group                    element
     'c'  group-consumer stream-entry        element  no    consumer   consumer OR element      element
     'p'  group-pending stream-entry         element  no    pending    pending entry            element
+    'F'  function-lib  string               node     no    lww        fmt 1 when live          record
     'l'  retired: the whole-list blob. Reserved (``RETIRED``): never written, read or accepted.
 
 Sweep rules (``core/sweep.py`` states and applies them): ``RECORD``, a tombstone or an
@@ -53,7 +56,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from marekvs.core import envelope as env
-from marekvs.core import head, hll, lww, orswot, pncounter, stream, streamgroup, zset
+from marekvs.core import funclib, head, hll, lww, orswot, pncounter, stream, streamgroup, zset
 from marekvs.core import keys as K
 from marekvs.core.envelope import RecordType
 from marekvs.core.partition import partition_of
@@ -89,6 +92,11 @@ class RecordKind:
     @property
     def code(self) -> int:
         return self.tag[0]
+
+    @property
+    def is_node(self) -> bool:
+        """A node-level record outside the keyspace (neither a key nor an element)."""
+        return not self.is_key and self.ctype is None
 
 
 # -- payload checks ------------------------------------------------------------------------
@@ -146,6 +154,11 @@ def _check_hll(record: bytes) -> None:
 def _check_stream(record: bytes) -> None:
     if not record[0] & env.FLAG_TOMBSTONE:
         stream.from_bytes(record[env.HEADER:])
+
+
+def _check_function(record: bytes) -> None:
+    if not record[0] & env.FLAG_TOMBSTONE:
+        funclib.from_bytes(record[env.HEADER:])
 
 
 # -- rows --------------------------------------------------------------------------------
@@ -216,9 +229,15 @@ GROUP_PENDING = _element(K.TAG_PENDING, "group-pending", K.encode_pending_key, K
                          RecordType.STREAM_ENTRY, _CT.STREAM, streamgroup.merge_pending,
                          streamgroup.check_pending)
 
+# Node-level records: not keys, not gated by a head; swept as any record once deleted
+FUNCTION_LIBRARY = RecordKind(
+    K.TAG_FUNCTION, "function-library", K.encode_function_key, K.decode_function_key,
+    K.decode_function_key, K.encode_function_key, frozenset((RecordType.STRING,)), is_key=False,
+    head_flag=False, merge=lww.merge, check_payload=_check_function, sweep=Sweep.RECORD)
+
 KINDS: tuple[RecordKind, ...] = (STRING, HEAD, HASH_FIELD, SET_MEMBER, ZSET_MEMBER, ZSET_SCORE,
                                  LIST_ELEMENT, HLL_REGISTER, STREAM_ENTRY, STREAM_COUNTERS,
-                                 STREAM_GROUP, GROUP_CONSUMER, GROUP_PENDING)
+                                 STREAM_GROUP, GROUP_CONSUMER, GROUP_PENDING, FUNCTION_LIBRARY)
 
 # Tags that no kind may take again. Nothing writes or reads them; a peer shipping one is
 # refused; a record found under one locally merges as an LWW register and is swept by
@@ -235,7 +254,10 @@ BY_CODE: list[RecordKind | None] = [BY_TAG.get(bytes((c,))) for c in range(256)]
 # What iteration over keys needs: the tags of key records, sorted (memcmp order within a
 # partition), e.g. for ``Engine.scan_tags(first_pid, KEY_TAGS)``.
 KEY_TAGS: bytes = bytes(sorted(k.code for k in KINDS if k.is_key))
-ELEMENT_TAGS: bytes = bytes(sorted(k.code for k in KINDS if not k.is_key))
+ELEMENT_TAGS: bytes = bytes(sorted(k.code for k in KINDS if k.ctype is not None))
+# Node-level records (function libraries): what the engine reports apart from the change
+# feed (``Engine.on_node_change``)
+NODE_TAGS: bytes = bytes(sorted(k.code for k in KINDS if k.is_node))
 
 # Streams: state kept beside a key's value that Redis changes without "modifying the key"
 # (no signalModifiedKey: consumer groups, their consumers and pending entries, the

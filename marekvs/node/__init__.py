@@ -41,6 +41,7 @@ from marekvs.node.changes import ChangeFeed
 from marekvs.node.events import Events
 from marekvs.node.monitor import LatencyMonitor, OpsMeter, SlowLog
 from marekvs.node.pubsub import PubSub
+from marekvs.node.scripting import Scripting
 from marekvs.node.tracking import Tracking
 from marekvs.node.watch import Watches
 from marekvs.storage.engine import Engine
@@ -52,6 +53,7 @@ _clock = time.perf_counter_ns
 _PUBSUB_MODE = frozenset(("ping", "subscribe", "ssubscribe", "unsubscribe", "sunsubscribe", "psubscribe",
                           "punsubscribe", "quit", "reset"))
 
+_SCRIPT_RUNNERS = frozenset(("eval", "evalsha", "fcall"))  # their script's flags decide if they write
 DEFAULT_MAXCLIENTS = 10000
 RESERVED_FDS = 32  # Redis's CONFIG_MIN_RESERVED_FDS: descriptors kept for everything but clients
 
@@ -100,6 +102,7 @@ class Node:
         self.tunables: dict[str, str] = {}  # Redis parameters changed by CONFIG SET (tunables.py)
         self.pubsub.limits = pubsub_limits(self.tunable("client-output-buffer-limit"))
         self.limits = Limits()  # request limits the RESP parsers read
+        self.scripting = Scripting(self)  # EVAL and function libraries (node/scripting/)
         self.stats = Stats()
         self.error_codes: dict[str, int] = {}  # INFO errorstats
         self.slowlog = SlowLog()
@@ -347,6 +350,8 @@ class Node:
             cmd = cmd.subcommands.get(args[1].lower().decode("latin-1"), cmd)
         if cmd is not None and cmd.name == "exec" and ctx.multi:
             return any(may_replicate(c) for c, _ in ctx.multi)
+        if cmd is not None and cmd.name in _SCRIPT_RUNNERS and cmd.parent is None:
+            return self.scripting.may_write(args)  # as Redis: a no-writes script runs
         return cmd is not None and may_replicate(cmd)
 
     def hold(self, resume: Callable[[], None]) -> None:

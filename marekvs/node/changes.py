@@ -39,6 +39,13 @@ class ChangeFeed:
         if not self.subscribers:
             self.engine.on_change = None
 
+    def on_node_records(self, fn: Callable[[list[tuple[bytes, bytes]]], None]) -> None:
+        """Call ``fn([(ikey, record), ...])`` when node-level records (function libraries)
+        change, locally or from a peer. They are not keys, so they never reach the
+        subscribers of the feed; the engine reports them apart (``Engine.on_node_change``),
+        which costs the apply path one flag test per changed record."""
+        self.engine.on_node_change = fn
+
     def _publish(self, changes: list[Change]) -> None:
         for fn in list(self.subscribers):
             fn(changes)

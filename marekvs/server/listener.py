@@ -29,6 +29,7 @@ from marekvs.commands.errors import CommandError
 from marekvs.commands.reply import NO_REPLY, OK, Blocking, Err
 from marekvs.node import Node
 from marekvs.server import resp
+from marekvs.server.busy import BusyServer
 
 log = logging.getLogger("marekvs.server")
 
@@ -41,15 +42,17 @@ class Connection(asyncio.Protocol):
     """One client connection: its transport, parser and output; its state is ``ctx``."""
 
     __slots__ = ("node", "server", "ctx", "transport", "parser", "out", "scheduled", "paused", "backlog",
-                 "backlog_err", "dispatch", "flush_cb", "held", "pushed")
+                 "backlog_err", "dispatch", "flush_cb", "held", "pushed", "adopt")
 
-    def __init__(self, server: RespServer):
+    def __init__(self, server: RespServer, adopt: Any = None):
         self.server = server
         self.node = server.node
         self.dispatch = self.node.dispatch
         self.transport: Any = None
         self.ctx: Context = None  # type: ignore[assignment]  # made in connection_made
-        self.parser = resp.RequestParser(self.node.limits)
+        # a client accepted while a script was busy (server/busy.py) brings its state along
+        self.parser = resp.RequestParser(self.node.limits) if adopt is None else adopt.parser
+        self.adopt = adopt
         self.out: list[bytes] = []
         self.scheduled = False
         self.paused = False
@@ -63,6 +66,9 @@ class Connection(asyncio.Protocol):
     def connection_made(self, transport: Any) -> None:
         self.transport = transport
         node = self.node
+        if self.adopt is not None:
+            self._adopted(transport)
+            return
         if len(node.clients) >= node.maxclients:
             # as Redis: the error is written at once and the connection closed
             node.stats.rejected_connections += 1
@@ -76,18 +82,38 @@ class Connection(asyncio.Protocol):
             addr=f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer),
             laddr=f"{sock[0]}:{sock[1]}" if isinstance(sock, tuple) else str(sock),
             fd=s.fileno() if s is not None else -1)
-        ctx.on_kill = self._close_now
-        ctx.on_auth = self._auth_changed
-        ctx.on_push = self._push
-        ctx.query_buffer = self.parser.pending_bytes
+        self._hooks(ctx)
         self.parser.auth_required = self.parser.gated = bool(node.config.requirepass)
+        self.server.connections.add(self)
         if s is not None and s.family in (socket.AF_INET, socket.AF_INET6):
             s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             keepalive = int(node.tunable("tcp-keepalive"))
             if keepalive:
                 keep_alive(s, keepalive)
 
+    def _hooks(self, ctx: Context) -> None:
+        ctx.on_kill = self._close_now
+        ctx.on_auth = self._auth_changed
+        ctx.on_push = self._push
+        ctx.query_buffer = self.parser.pending_bytes
+
+    def _adopted(self, transport: Any) -> None:
+        """The loop takes over a client accepted while a script was busy."""
+        raw, self.adopt = self.adopt, None
+        ctx = self.ctx = raw.ctx
+        self._hooks(ctx)
+        self.server.connections.add(self)
+        s = transport.get_extra_info("socket")
+        if s is not None:
+            ctx.fd = s.fileno()
+            keepalive = int(self.node.tunable("tcp-keepalive"))
+            if keepalive and s.family in (socket.AF_INET, socket.AF_INET6):
+                keep_alive(s, keepalive)
+        if raw.out:
+            transport.write(bytes(raw.out))
+
     def connection_lost(self, exc: Exception | None) -> None:
+        self.server.connections.discard(self)
         if self.ctx is not None:
             self.node.drop_context(self.ctx)
 
@@ -282,6 +308,11 @@ class RespServer:
         self.node = node
         self.tcp_server: asyncio.AbstractServer | None = None
         self.idle_task: asyncio.Task | None = None
+        self.connections: set[Connection] = set()
+        # clients are served by server/busy.py while a script is busy (SCRIPT KILL, BUSY)
+        self.busy = BusyServer(self)
+        node.scripting.busy_poll = self.busy.poll
+        node.scripting.hard_exit = self.busy.hard_exit
 
     async def start(self) -> None:
         node = self.node

@@ -55,6 +55,7 @@ import hiredis
 
 from marekvs.commands.reply import (  # noqa: F401 - the reply values this module encodes
     NO_REPLY,
+    BigNumber,
     NULL_ARRAY,
     OK,
     PONG,
@@ -547,6 +548,8 @@ def _enc(obj: object, proto: int, out: list[bytes]) -> None:  # noqa: C901 - one
             _enc(x, proto, out)
     elif t is float:
         _enc(Double(obj), proto, out)  # type: ignore[arg-type]
+    elif t is BigNumber:
+        out.append(b"(%s\r\n" % obj if proto == 3 else b"$%d\r\n%s\r\n" % (len(obj), obj))  # type: ignore[arg-type]
     elif t is DoubleText:
         out.append(b",%s\r\n" % obj if proto == 3 else b"$%d\r\n%s\r\n" % (len(obj), obj))  # type: ignore
     else:

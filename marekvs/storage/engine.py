@@ -15,7 +15,9 @@ The one apply path
     ``apply(records)`` takes records (internal key, envelope + payload), reads the
     current value, merges with ``core.merge.merge`` and writes only what changed,
     adding the changed keys of a local command to the batch's log entry. Local
-    commands and replication both end here; a blind overwrite never happens.
+    commands and replication both end here; a blind overwrite never happens. What
+    changed is reported to ``on_change`` (the node's change feed), except node-level
+    records (function libraries), which go to ``on_node_change``.
 
 Group commit
     Writes go to an in-memory pending batch that reads see at once (through the
@@ -75,6 +77,7 @@ from rocksdict import BlockBasedOptions, Options, Rdict, ReadOptions, WriteBatch
 from marekvs.core import envelope as env
 from marekvs.core import keys as K
 from marekvs.core import merge as _merge
+from marekvs.core import registry
 from marekvs.core.hlc import LOGICAL_BITS
 from marekvs.core.partition import PARTITIONS
 from marekvs.storage import identity
@@ -86,6 +89,9 @@ log = logging.getLogger("marekvs.storage")
 
 _TAG_AT = K.TAG_AT
 _ORD_HEAD = K.ORD_HEAD
+_NODE_TAG = bytes(1 if c in registry.NODE_TAGS else 0 for c in range(256))  # tag byte -> node record?
+if any(c >= _ORD_HEAD for c in registry.NODE_TAGS):  # apply() tests them below the head tag
+    raise RuntimeError("node-level record tags must sort below the head tag 'M'")
 MISSING = None  # cached absence is stored as None; a cache miss is _NOT_CACHED
 _NOT_CACHED = object()
 _U16 = struct.Struct(">H")
@@ -163,6 +169,10 @@ class Engine:
         # changed something, local or replicated (the node's change feed); None costs the
         # apply path nothing.
         self.on_change: Callable[[list[tuple[bytes, bytes | None, bytes]]], None] | None = None
+        # Called with [(ikey, new record), ...] when node-level records (the registry's
+        # NODE_TAGS: function libraries) changed, local or replicated. They are not keys,
+        # so they never reach ``on_change`` (WATCH, tracking, notifications see keys only).
+        self.on_node_change: Callable[[list[tuple[bytes, bytes]]], None] | None = None
         # stats
         self.batches = 0
         self.records_written = 0
@@ -337,7 +347,8 @@ class Engine:
         notify = self.on_change
         dslot, dx = self.digest.slots.append, self.digest.xs.append  # (digest)
         kh_ = key_hash  # (digest)
-        olds: list[bytes | None] = []
+        notes: list[tuple[bytes, bytes | None, bytes]] = []
+        node_recs: list[tuple[bytes, bytes]] | None = None
         for ikey, incoming in records:
             cur = cache.get(ikey, _NOT_CACHED)
             if cur is _NOT_CACHED:
@@ -345,23 +356,32 @@ class Engine:
             m = merge(ikey, cur, incoming)  # type: ignore[arg-type]
             if m is cur:
                 continue
-            if ikey[_TAG_AT] == _ORD_HEAD:  # a collection head
-                self.head_pids[(ikey[0] << 8) | ikey[1]] = 1
+            t = ikey[_TAG_AT]
+            if t <= _ORD_HEAD:  # (one compare for the rest: node-level tags sort below 'M')
+                if t == _ORD_HEAD:  # a collection head
+                    self.head_pids[(ikey[0] << 8) | ikey[1]] = 1
+                elif _NODE_TAG[t]:  # a node-level record (a function library): not on the feed
+                    if node_recs is None:
+                        node_recs = []
+                    node_recs.append((ikey, m))
+                    t = -1
             cache[ikey] = m
             kh = kh_(ikey)  # (digest) slot = pid << 4 | segment; delta = H(new) ^ H(old)
             dslot(((ikey[0] << 8 | ikey[1]) << 4) | kh >> 60)
             dx(kh_(m, kh) ^ kh_(cur or _EMPTY, kh))  # type: ignore[arg-type]
             pending[ikey] = m
             changed.append((ikey, m))
-            if notify is not None:
-                olds.append(cur)  # type: ignore[arg-type]
+            if notify is not None and t >= 0:
+                notes.append((ikey, cur, m))  # type: ignore[arg-type]
         if changed and log_entry:
             self.next_seq = self.log.last + 1
             plog = self.pending_log
             for k, _ in changed:
                 plog[k] = None
-        if notify is not None and changed:
-            notify([(k, old, new) for (k, new), old in zip(changed, olds)])
+        if notes:
+            notify(notes)  # type: ignore[misc]
+        if node_recs is not None and self.on_node_change is not None:
+            self.on_node_change(node_recs)
         return changed
 
     def put_meta(self, key: bytes, value: bytes | None) -> None:

@@ -25,6 +25,7 @@ TIPS_NOT_DECLARED = True
 # subcommands Redis 7.0 has and marekvs does not implement (yet)
 NOT_IMPLEMENTED = {
     "config|rewrite", "latency|doctor", "latency|graph", "latency|histogram",
+    "script|debug",  # the Lua debugger (LDB)
 }
 # marekvs commands Redis 7.0.15 does not have: CLIENT SETINFO came with Redis 7.2; marekvs's
 # DEBUG is a container of its own subcommands (Redis's DEBUG is one command with no keys)

@@ -146,6 +146,8 @@ LATTICES = {
     "hll-register": (keys.encode_hll_key(U, 7), hll_records()),
     "stream-entry": (keys.encode_stream_key(U, 5, 1 << 20),
                      lww_records(RecordType.STREAM_ENTRY, stream_payloads)),
+    "function-library": (keys.encode_function_key(b"mylib"),
+                         lww_records(RecordType.STRING, SMALL_BYTES.map(lambda code: b"\x01" + code))),
 }
 
 # the stream records beside the entries (streams_gen.py)

@@ -32,7 +32,7 @@ SAMPLES = {
     "zset-member": (b"m",), "zset-score": (-2.5, b"m"), "list-element": (K.LIST_CENTER,),
     "hll-register": (7,), "stream-entry": (5, 1 << 20),
     "stream-counters": (3,), "stream-group": (b"grp",), "group-consumer": (b"grp", b"c1"),
-    "group-pending": (b"grp", 5, 1 << 20),
+    "group-pending": (b"grp", 5, 1 << 20), "function-library": (),
 }
 
 
@@ -48,13 +48,17 @@ def test_every_tag_the_codecs_define_has_a_row_or_is_retired():
 
 def test_key_and_element_tags():
     assert registry.KEY_TAGS == K.TAG_HEAD + K.TAG_STRING  # what iteration scans, in key order
-    assert registry.ELEMENT_TAGS == bytes(sorted(k.code for k in KINDS if not k.is_key))
+    assert registry.ELEMENT_TAGS == bytes(sorted(k.code for k in KINDS if k.ctype is not None))
+    assert registry.NODE_TAGS == K.TAG_FUNCTION  # node-level records: neither keys nor elements
     assert {k.tag for k in KINDS if k.head_flag} == {K.TAG_HEAD}
     for k in KINDS:
+        if k.is_node:
+            assert k.sweep is Sweep.RECORD and k.gate_clock is None and not k.is_key
+            continue
         assert (k.sweep is Sweep.ELEMENT) == (not k.is_key) == (k.gate_clock is not None)
         assert (k.ctype is None) == k.is_key
     assert [k.tag for k in registry.element_kinds(CT.ZSET)] == [K.TAG_ZSET, K.TAG_ZSCORE]
-    assert {k.ctype for k in KINDS if not k.is_key} == set(head.TYPE_NAMES)
+    assert {k.ctype for k in KINDS if not k.is_key and not k.is_node} == set(head.TYPE_NAMES)
 
 
 @pytest.mark.parametrize("kind", KINDS, ids=lambda k: k.name)
@@ -64,7 +68,8 @@ def test_each_row_codec_round_trips(kind, uk):
     assert ikey[2:3] == kind.tag and ikey[:2] == partition_of(uk).to_bytes(2, "big")
     assert kind.user_key(ikey) == uk == K.user_key_of(ikey)
     assert ikey.startswith(kind.prefix(uk))
-    assert kind.encode(*((kind.decode(ikey),) if kind.is_key else kind.decode(ikey))) == ikey
+    decoded = kind.decode(ikey)
+    assert kind.encode(*((decoded,) if isinstance(decoded, bytes) else decoded)) == ikey
 
 
 # -- merge ---------------------------------------------------------------------------------
@@ -95,7 +100,7 @@ def test_a_tag_without_a_row_merges_as_lww():
 
 # -- gating -------------------------------------------------------------------------------
 
-ELEMENT_LATTICES = [n for n in NAMES if not BY_CODE[LATTICES[n][0][2]].is_key]
+ELEMENT_LATTICES = [n for n in NAMES if BY_CODE[LATTICES[n][0][2]].ctype is not None]
 
 
 @pytest.mark.parametrize("name", ELEMENT_LATTICES)

@@ -296,6 +296,9 @@ def test_key_specs_match_redis(name):
     assert info_of(name)[8] == want
 
 
+SCRIPT_RUNNERS = {"eval", "evalsha", "fcall"}
+
+
 def _keys_not_channels(c) -> bool:
     from marekvs.commands.table import KeyFlag
 
@@ -317,6 +320,10 @@ def test_key_spec_access_flags(cmd):
         assert access == [{"RO"}]
     elif cmd.is_write:
         assert any(a != {"RO"} for a in access), access
+    elif cmd.name in SCRIPT_RUNNERS:
+        # EVAL, EVALSHA, FCALL write through the script they run, not themselves: no write
+        # flag, and RW keys (Redis: "we assume the worst")
+        assert access == [{"RW"}], access
     elif "may_replicate" in cmd.flags:
         assert cmd.key_specs[0].notes, "an RW spec of a readonly command says why"
     else:

@@ -22,7 +22,7 @@ from marekvs.core import partition as P
 ROOT = Path(__file__).resolve().parents[2]
 FORMAT = ROOT / "crates_ref" / "format"
 VECTOR_FILES = ("partition.jsonl", "hashtags.jsonl", "keys.jsonl", "varint.jsonl",
-                "scores.jsonl", "member_scores.jsonl", "envelope.jsonl", "kinds.jsonl")
+                "scores.jsonl", "member_scores.jsonl", "envelope.jsonl", "kinds.jsonl", "functions.jsonl")
 
 
 def load(name: str) -> list[dict]:
@@ -170,6 +170,8 @@ def _encode(v: dict, uk: bytes) -> bytes:
         return K.encode_consumer_key(uk, H(v["group_hex"]), H(v["consumer_hex"]))
     if lay == "group-pending":
         return K.encode_pending_key(uk, H(v["group_hex"]), int(v["ms"]), int(v["seq"]))
+    if lay == "function":
+        return K.encode_function_key(uk)
     raise AssertionError(f"unknown layout {lay}")
 
 
@@ -206,12 +208,14 @@ def _check_decode(v: dict, uk: bytes, ikey: bytes) -> None:
         assert K.decode_consumer_key(ikey) == (uk, H(v["group_hex"]), H(v["consumer_hex"]))
     elif lay == "group-pending":
         assert K.decode_pending_key(ikey) == (uk, H(v["group_hex"]), int(v["ms"]), int(v["seq"]))
+    elif lay == "function":
+        assert K.decode_function_key(ikey) == uk
 
 
 TAGS = {"string": K.TAG_STRING, "head": K.TAG_HEAD, "hash": K.TAG_HASH, "set": K.TAG_SET,
         "zset": K.TAG_ZSET, "zscore": K.TAG_ZSCORE, "list": K.TAG_LIST, "hll": K.TAG_HLL,
         "stream": K.TAG_STREAM, "stream-counters": K.TAG_STREAM_COUNTER, "stream-group": K.TAG_GROUP,
-        "group-consumer": K.TAG_CONSUMER, "group-pending": K.TAG_PENDING}
+        "group-consumer": K.TAG_CONSUMER, "group-pending": K.TAG_PENDING, "function": K.TAG_FUNCTION}
 
 
 @params("keys.jsonl", "layout")
@@ -226,7 +230,7 @@ def test_key_vector(v):
     assert K.tag_of_ikey(want) == v["tag"].encode()
     assert K.user_key_of(want) == uk
     assert K.encode_varint(len(uk)).hex() == v["klen_hex"]
-    if v["layout"] != "string":
+    if v["layout"] not in ("string", "function"):  # (these two have no klen)
         prefix = H(v["prefix_hex"])
         assert K.collection_prefix(v["tag"].encode(), uk) == prefix
         assert want.startswith(prefix)
@@ -411,3 +415,24 @@ def test_kind_vectors_cover_the_registry_and_the_key_layouts():
     assert {v["tag"].encode() for v in KINDS if v["retired"]} == set(registry.RETIRED)
     layouts = {r["tag"] for r in load("keys.jsonl")}
     assert layouts == {v["tag"] for v in KINDS if not v["retired"]}
+
+
+# -- function libraries (DATA_MODEL.md section 16) -------------------------------------------
+
+@params("functions.jsonl", "name")
+def test_function_library_vector(v):
+    from marekvs.core import funclib, registry
+
+    name = v["name"].encode()
+    ikey, value = H(v["ikey_hex"]), H(v["value_hex"])
+    assert K.encode_function_key(name) == ikey and K.decode_function_key(ikey) == name
+    assert K.pid_of_ikey(ikey) == P.partition_of(name)
+    hlc, origin = int(v["hlc"]), v["origin"]
+    if v["kind"] == "live":
+        code = H(v["code_hex"])
+        assert funclib.new(code, hlc, origin) == value
+        assert funclib.code_of(value, 0) == code
+    else:
+        assert funclib.tombstone(hlc, origin) == value
+        assert funclib.code_of(value, 0) is None
+    assert registry.check_record(ikey, value) is registry.FUNCTION_LIBRARY

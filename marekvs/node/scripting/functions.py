@@ -1,0 +1,402 @@
+"""Function libraries: the ``#!lua name=...`` metadata, the in-memory library table, and the
+FUNCTION DUMP payload.
+
+A library is stored as one replicated record per name (``core/funclib.py``, tag ``F``). The
+node keeps the libraries it has loaded in a ``Catalog``: library name -> ``Library``,
+and function name (case-insensitive, as Redis's function dictionary) -> ``Function``.
+
+**Which libraries are loaded** is decided from the live records alone, so every node that
+holds the same records loads the same libraries, whatever order they arrived in:
+``Catalog.resolve`` takes the live libraries in the order of their record versions
+(``(hlc, origin)``, oldest first) and loads each one unless one of its function names is
+already taken by an older library. FUNCTION LOAD checks collisions before it writes, so
+this only matters when two nodes load colliding libraries at the same time: the older
+load keeps the name, the newer library stays stored but unloaded (FUNCTION LIST does not
+show it; the node logs it) until the older one is deleted or replaced.
+
+**FUNCTION DUMP** writes Redis 7.0's payload: for each library the RDB opcode
+``RDB_OPCODE_FUNCTION2`` (245) and the library code as an RDB string (length-prefixed,
+uncompressed), then the RDB version (10, two bytes little endian) and a CRC-64 (Jones,
+reflected; eight bytes little endian) of everything before it. Redis 7.0 restores it, and
+FUNCTION RESTORE here reads Redis's own dumps too, LZF-compressed strings included.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+ENGINE = "LUA"
+RDB_VERSION = 10
+RDB_OPCODE_FUNCTION2 = 245
+RDB_OPCODE_FUNCTION = 246  # Redis 7.0.0-rc's library record (name, engine, description, code)
+FLAG_NAMES = ("no-writes", "allow-oom", "allow-stale", "no-cluster", "allow-cross-slot-keys")
+FLAG_BITS = {name: 1 << i for i, name in enumerate(FLAG_NAMES)}
+NO_WRITES = FLAG_BITS["no-writes"]
+EVAL_COMPAT = 1 << 8  # EVAL without a shebang: the flags Redis 6 scripts had
+
+_NAME_OK = re.compile(rb"[A-Za-z0-9_]+\Z")
+
+
+def valid_name(name: bytes) -> bool:
+    """Library and function names: letters, digits and '_', at least one."""
+    return bool(_NAME_OK.match(name))
+
+
+# -- sdssplitargs (the shebang line is split as Redis splits it) ---------------------------
+
+_SPACE = b" \t\n\v\f\r"
+_ESC = {ord("n"): 10, ord("r"): 13, ord("t"): 9, ord("b"): 8, ord("a"): 7}
+
+
+def splitargs(line: bytes) -> list[bytes] | None:
+    """Redis's ``sdssplitargs``: blanks separate arguments, "double quotes" take \\xHH and
+    \\n-style escapes, 'single quotes' take \\'; a closing quote must end the argument.
+    None for unbalanced quotes. A NUL ends the line (C string)."""
+    z = line.find(b"\x00")
+    if z >= 0:
+        line = line[:z]
+    out: list[bytes] = []
+    i, n = 0, len(line)
+    while True:
+        while i < n and line[i] in _SPACE:
+            i += 1
+        if i >= n:
+            return out
+        cur = bytearray()
+        inq = insq = False
+        while True:
+            c = line[i] if i < n else 0
+            if inq:
+                if c == 92 and i + 3 < n and line[i + 1] == 120 and _ishex(line, i + 2) and _ishex(line, i + 3):
+                    cur.append(int(line[i + 2:i + 4], 16))
+                    i += 3
+                elif c == 92 and i + 1 < n:
+                    i += 1
+                    cur.append(_ESC.get(line[i], line[i]))
+                elif c == 34:
+                    if i + 1 < n and line[i + 1] not in _SPACE:
+                        return None
+                    i += 1
+                    break
+                elif i >= n:
+                    return None
+                else:
+                    cur.append(c)
+            elif insq:
+                if c == 92 and i + 1 < n and line[i + 1] == 39:
+                    i += 1
+                    cur.append(39)
+                elif c == 39:
+                    if i + 1 < n and line[i + 1] not in _SPACE:
+                        return None
+                    i += 1
+                    break
+                elif i >= n:
+                    return None
+                else:
+                    cur.append(c)
+            else:
+                if i >= n or c in b" \n\r\t":
+                    if i < n:
+                        i += 1
+                    break
+                if c == 34:
+                    inq = True
+                elif c == 39:
+                    insq = True
+                else:
+                    cur.append(c)
+            i += 1
+        out.append(bytes(cur))
+
+
+def _ishex(b: bytes, i: int) -> bool:
+    return i < len(b) and chr(b[i]) in "0123456789abcdefABCDEF"
+
+
+class MetadataError(ValueError):
+    """FUNCTION LOAD's metadata errors (the message is Redis's, without ERR)."""
+
+
+def library_metadata(code: bytes) -> tuple[bytes, bytes, bytes]:
+    """(engine, library name, code after the shebang line, newline kept) of a FUNCTION LOAD
+    payload: Redis 7.0's functionExtractLibMetaData."""
+    if not code.startswith(b"#!"):
+        raise MetadataError("Missing library metadata")
+    nl = code.find(b"\n")
+    if nl < 0:
+        raise MetadataError("Invalid library metadata")
+    parts = splitargs(code[:nl])
+    if not parts:
+        raise MetadataError("Invalid library metadata")
+    engine = parts[0][2:]
+    name = None
+    for part in parts[1:]:
+        if part[:5].lower() == b"name=":
+            if name is not None:
+                raise MetadataError("Invalid metadata value, name argument was given multiple times")
+            name = part[5:]
+            continue
+        raise MetadataError("Invalid metadata value given: %s" % _c(part))
+    if name is None:
+        raise MetadataError("Library name was not given")
+    return engine, name, code[nl:]
+
+
+def eval_shebang(body: bytes) -> tuple[int, int]:
+    """(script flags, length of the shebang line) of an EVAL script: Redis 7.0's
+    evalExtractShebangFlags. No shebang: (EVAL_COMPAT, 0). MetadataError with Redis's text."""
+    if not body.startswith(b"#!"):
+        return EVAL_COMPAT, 0
+    nl = body.find(b"\n")
+    if nl < 0:
+        raise MetadataError("Invalid script shebang")
+    parts = splitargs(body[:nl])
+    if not parts:
+        raise MetadataError("Invalid engine in script shebang")
+    if parts[0] != b"#!lua":
+        raise MetadataError("Unexpected engine in script shebang: %s" % _c(parts[0]))
+    flags = 0
+    for part in parts[1:]:
+        if part.startswith(b"flags="):
+            rest = part[6:]
+            for f in (rest.split(b",") if rest else []):
+                bit = FLAG_BITS.get(f.decode("latin-1"))
+                if bit is None:
+                    raise MetadataError("Unexpected flag in script shebang: %s" % _c(f))
+                flags |= bit
+        else:
+            raise MetadataError("Unknown lua shebang option: %s" % _c(part))
+    return flags, nl
+
+
+def _c(b: bytes) -> str:
+    z = b.find(b"\x00")
+    return (b if z < 0 else b[:z]).decode("utf-8", "surrogateescape")
+
+
+# -- libraries ------------------------------------------------------------------------------
+
+@dataclass(eq=False)
+class Function:
+    name: bytes
+    description: bytes | None
+    flags: int
+    callback: Any  # the Lua function
+    library: "Library"
+
+    @property
+    def flag_names(self) -> list[bytes]:
+        return flag_names(self.flags)
+
+
+@dataclass(eq=False)
+class Library:
+    name: bytes
+    code: bytes
+    functions: dict[bytes, Function] = field(default_factory=dict)  # by name, registration order
+    version: bytes = b""  # the record's (hlc, origin) bytes, for resolve's order
+
+
+def flag_names(flags: int) -> list[bytes]:
+    return [n.encode() for n in FLAG_NAMES if flags & FLAG_BITS[n]]
+
+
+class Catalog:
+    """The loaded libraries and the function names they own."""
+
+    def __init__(self) -> None:
+        self.libraries: dict[bytes, Library] = {}
+        self.functions: dict[bytes, Function] = {}  # lower-case name -> function
+
+    def function(self, name: bytes) -> Function | None:
+        return self.functions.get(name.lower())
+
+    def collision(self, lib: Library, replacing: set[bytes] = frozenset()) -> bytes | None:  # type: ignore[assignment]
+        """The first function of ``lib`` whose name a loaded library (other than those in
+        ``replacing``) owns, or None."""
+        for fname in lib.functions:
+            owner = self.functions.get(fname.lower())
+            if owner is not None and owner.library.name not in replacing:
+                return fname
+        return None
+
+    def add(self, lib: Library) -> None:
+        self.libraries[lib.name] = lib
+        for fname, f in lib.functions.items():
+            self.functions.setdefault(fname.lower(), f)
+
+    @property
+    def function_count(self) -> int:
+        return sum(len(lib.functions) for lib in self.libraries.values())
+
+
+def resolve(libs: list[Library]) -> tuple[Catalog, list[Library]]:
+    """The catalog the live libraries ``libs`` make (see the module docstring), and the
+    libraries left out because an older one owns one of their function names."""
+    cat = Catalog()
+    left_out = []
+    for lib in sorted(libs, key=lambda x: (x.version, x.name)):
+        if cat.collision(lib) is not None:
+            left_out.append(lib)
+            continue
+        cat.add(lib)
+    return cat, left_out
+
+
+# -- FUNCTION DUMP / RESTORE payload ----------------------------------------------------------
+
+def _crc64_table() -> list[int]:
+    poly = 0x95AC9329AC4BC9B5  # Jones polynomial, reflected (Redis's crc64.c)
+    table = []
+    for i in range(256):
+        c = i
+        for _ in range(8):
+            c = (c >> 1) ^ poly if c & 1 else c >> 1
+        table.append(c)
+    return table
+
+
+_CRC64 = _crc64_table()
+
+
+def crc64(data: bytes, crc: int = 0) -> int:
+    """Redis's crc64 (``crc64(0, "123456789") == 0xe9c6d914c4b8d9ca``)."""
+    t = _CRC64
+    for b in data:
+        crc = t[(crc ^ b) & 0xFF] ^ (crc >> 8)
+    return crc
+
+
+def _rdb_len(n: int) -> bytes:
+    if n < 1 << 6:
+        return bytes((n,))
+    if n < 1 << 14:
+        return bytes((0x40 | (n >> 8), n & 0xFF))
+    if n <= 0xFFFFFFFF:
+        return b"\x80" + n.to_bytes(4, "big")
+    return b"\x81" + n.to_bytes(8, "big")
+
+
+def dump(codes: list[bytes]) -> bytes:
+    out = bytearray()
+    for code in codes:
+        out.append(RDB_OPCODE_FUNCTION2)
+        out += _rdb_len(len(code)) + code
+    out += RDB_VERSION.to_bytes(2, "little")
+    out += crc64(bytes(out)).to_bytes(8, "little")
+    return bytes(out)
+
+
+class PayloadError(ValueError):
+    """A FUNCTION RESTORE payload that cannot be read (the message is Redis's)."""
+
+
+def verify_payload(data: bytes) -> bool:
+    """Redis's verifyDumpPayload: a footer with an RDB version we read and a matching CRC."""
+    if len(data) < 10:
+        return False
+    rdbver = int.from_bytes(data[-10:-8], "little")
+    if rdbver > RDB_VERSION:
+        return False
+    return crc64(data[:-8]) == int.from_bytes(data[-8:], "little")
+
+
+class _Reader:
+    def __init__(self, data: bytes):
+        self.data = data
+        self.pos = 0
+
+    def take(self, n: int) -> bytes:
+        if self.pos + n > len(self.data):
+            raise PayloadError("failed loading the given functions payload")
+        b = self.data[self.pos:self.pos + n]
+        self.pos += n
+        return b
+
+    def length(self) -> tuple[int, bool]:
+        """(length, is an encoded value) of an RDB length."""
+        b = self.take(1)[0]
+        kind = b >> 6
+        if kind == 0:
+            return b & 0x3F, False
+        if kind == 1:
+            return ((b & 0x3F) << 8) | self.take(1)[0], False
+        if kind == 3:
+            return b & 0x3F, True
+        if b == 0x80:
+            return int.from_bytes(self.take(4), "big"), False
+        if b == 0x81:
+            return int.from_bytes(self.take(8), "big"), False
+        raise PayloadError("failed loading the given functions payload")
+
+    def string(self) -> bytes:
+        n, encoded = self.length()
+        if not encoded:
+            return self.take(n)
+        if n == 0:
+            return str(int.from_bytes(self.take(1), "little", signed=True)).encode()
+        if n == 1:
+            return str(int.from_bytes(self.take(2), "little", signed=True)).encode()
+        if n == 2:
+            return str(int.from_bytes(self.take(4), "little", signed=True)).encode()
+        if n == 3:
+            clen, _ = self.length()
+            ulen, _ = self.length()
+            return lzf_decompress(self.take(clen), ulen)
+        raise PayloadError("failed loading the given functions payload")
+
+
+def read_payload(data: bytes) -> list[bytes]:
+    """The library codes of a verified FUNCTION DUMP payload, in payload order."""
+    r = _Reader(data)
+    codes = []
+    while len(data) - r.pos > 10:
+        t = r.take(1)[0]
+        if t == RDB_OPCODE_FUNCTION2:
+            codes.append(r.string())
+        elif t == RDB_OPCODE_FUNCTION:  # name, engine, optional description, code
+            r.string()
+            r.string()
+            if r.take(1)[0]:
+                r.string()
+            codes.append(r.string())
+        else:
+            raise PayloadError("given type is not a function")
+    return codes
+
+
+def lzf_decompress(data: bytes, expected: int) -> bytes:
+    """LZF (liblzf's lzf_decompress), as RDB strings use it."""
+    out = bytearray()
+    i, n = 0, len(data)
+    while i < n:
+        ctrl = data[i]
+        i += 1
+        if ctrl < 32:
+            run = ctrl + 1
+            if i + run > n:
+                raise PayloadError("failed loading the given functions payload")
+            out += data[i:i + run]
+            i += run
+        else:
+            length = ctrl >> 5
+            if length == 7:
+                if i >= n:
+                    raise PayloadError("failed loading the given functions payload")
+                length += data[i]
+                i += 1
+            if i >= n:
+                raise PayloadError("failed loading the given functions payload")
+            ref = len(out) - ((ctrl & 0x1F) << 8) - 1 - data[i]
+            i += 1
+            if ref < 0:
+                raise PayloadError("failed loading the given functions payload")
+            for _ in range(length + 2):
+                out.append(out[ref])
+                ref += 1
+    if len(out) != expected:
+        raise PayloadError("failed loading the given functions payload")
+    return bytes(out)
