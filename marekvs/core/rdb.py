@@ -234,7 +234,7 @@ def d2string(x: float) -> bytes:
 # Writing
 # =========================================================================================
 
-def _len(n: int) -> bytes:
+def encode_length(n: int) -> bytes:
     if n < 1 << 6:
         return bytes((n,))
     if n < 1 << 14:
@@ -264,7 +264,7 @@ def _string(s: bytes) -> bytes:
             enc = _encode_int(v)
             if enc is not None:
                 return enc
-    return _len(len(s)) + s
+    return encode_length(len(s)) + s
 
 
 def _backlen(n: int) -> bytes:
@@ -345,9 +345,9 @@ def _quicklist(items: Sequence[bytes], limits: Limits) -> bytes:
     for s in items:
         if len(s) >= PACKED_THRESHOLD:
             if cur:
-                nodes.append(_len(QUICKLIST_PACKED) + _string(_listpack_of(cur)))
+                nodes.append(encode_length(QUICKLIST_PACKED) + _string(_listpack_of(cur)))
                 cur, cur_sz = [], 0
-            nodes.append(_len(QUICKLIST_PLAIN) + _string(s))
+            nodes.append(encode_length(QUICKLIST_PLAIN) + _string(s))
             continue
         e = _lp_entry(s)
         if cur and _allow_insert(cur_sz, len(cur), fill, len(s)):
@@ -355,11 +355,11 @@ def _quicklist(items: Sequence[bytes], limits: Limits) -> bytes:
             cur_sz += len(e)
         else:
             if cur:
-                nodes.append(_len(QUICKLIST_PACKED) + _string(_listpack_of(cur)))
+                nodes.append(encode_length(QUICKLIST_PACKED) + _string(_listpack_of(cur)))
             cur, cur_sz = [e], 7 + len(e)
     if cur:
-        nodes.append(_len(QUICKLIST_PACKED) + _string(_listpack_of(cur)))
-    return _len(len(nodes)) + b"".join(nodes)
+        nodes.append(encode_length(QUICKLIST_PACKED) + _string(_listpack_of(cur)))
+    return encode_length(len(nodes)) + b"".join(nodes)
 
 
 def _dump_string(v: String, limits: Limits) -> tuple[int, bytes]:
@@ -379,7 +379,7 @@ def _dump_set(v: Set, limits: Limits) -> tuple[int, bytes]:
         blob = struct.pack("<II", width, len(vals)) + b"".join(i.to_bytes(width, "little", signed=True)
                                                               for i in vals)
         return TYPE_SET_INTSET, _string(blob)
-    return TYPE_SET, _len(len(v.members)) + b"".join(_string(m) for m in v.members)
+    return TYPE_SET, encode_length(len(v.members)) + b"".join(_string(m) for m in v.members)
 
 
 def _dump_zset(v: Zset, limits: Limits) -> tuple[int, bytes]:
@@ -390,7 +390,7 @@ def _dump_zset(v: Zset, limits: Limits) -> tuple[int, bytes]:
         for m, s in entries:
             els += (m, d2string(s))
         return TYPE_ZSET_LISTPACK, _string(listpack(els))
-    out = [_len(len(entries))]
+    out = [encode_length(len(entries))]
     for m, s in reversed(entries):
         out.append(_string(m) + struct.pack("<d", s))
     return TYPE_ZSET_2, b"".join(out)
@@ -403,7 +403,7 @@ def _dump_hash(v: Hash, limits: Limits) -> tuple[int, bytes]:
         for f, x in v.pairs:
             els += (f, x)
         return TYPE_HASH_LISTPACK, _string(listpack(els))
-    return TYPE_HASH, _len(len(v.pairs)) + b"".join(_string(f) + _string(x) for f, x in v.pairs)
+    return TYPE_HASH, encode_length(len(v.pairs)) + b"".join(_string(f) + _string(x) for f, x in v.pairs)
 
 
 # -- streams ---------------------------------------------------------------------------------------
@@ -492,17 +492,18 @@ def _stream_nodes(entries: Sequence[tuple[StreamId, Sequence[bytes]]], limits: L
 
 def _dump_stream(v: Stream, limits: Limits) -> tuple[int, bytes]:
     nodes = _stream_nodes(v.entries, limits)
-    out = [_len(len(nodes))]
+    out = [encode_length(len(nodes))]
     out += [_string(_ID16.pack(*m)) + _string(lp) for m, lp in nodes]
-    out += [_len(x) for x in (len(v.entries), *v.last_id, *v.first_id, *v.max_deleted, v.entries_added)]
-    out.append(_len(len(v.groups)))
+    out += [encode_length(x) for x in (len(v.entries), *v.last_id, *v.first_id, *v.max_deleted, v.entries_added)]
+    out.append(encode_length(len(v.groups)))
     for g in v.groups:
-        out.append(_string(g.name) + _len(g.last_id[0]) + _len(g.last_id[1]) + _len(g.entries_read & U64))
-        out.append(_len(len(g.pending)))
-        out += [_ID16.pack(*sid) + _MS.pack(ms) + _len(n) for sid, ms, n in g.pending]
-        out.append(_len(len(g.consumers)))
+        out.append(_string(g.name) + encode_length(g.last_id[0]) + encode_length(g.last_id[1])
+                   + encode_length(g.entries_read & U64))
+        out.append(encode_length(len(g.pending)))
+        out += [_ID16.pack(*sid) + _MS.pack(ms) + encode_length(n) for sid, ms, n in g.pending]
+        out.append(encode_length(len(g.consumers)))
         for c in g.consumers:
-            out.append(_string(c.name) + _MS.pack(c.seen_ms) + _len(len(c.pending)))
+            out.append(_string(c.name) + _MS.pack(c.seen_ms) + encode_length(len(c.pending)))
             out += [_ID16.pack(*sid) for sid in c.pending]
     return TYPE_STREAM_LISTPACKS_2, b"".join(out)
 
@@ -600,7 +601,7 @@ def hll_ranks(sketch: bytes) -> bytes | None:
 # Reading
 # =========================================================================================
 
-class _Reader:
+class Reader:
     """A cursor over the payload; every read past its end is ``RdbError``."""
 
     __slots__ = ("buf", "pos")
@@ -916,19 +917,19 @@ def _zset_flat(flat: list[bytes]) -> Zset:
     return _zset([(m, _score(s)) for m, s in _pairs(flat, "zset")])
 
 
-def _load_string(r: _Reader) -> Value:
+def _load_string(r: Reader) -> Value:
     return String(r.string())
 
 
-def _load_list(r: _Reader) -> Value:
+def _load_list(r: Reader) -> Value:
     return _list([r.string() for _ in range(r.count())])
 
 
-def _load_set(r: _Reader) -> Value:
+def _load_set(r: Reader) -> Value:
     return _set([r.string() for _ in range(r.count())])
 
 
-def _load_zset(r: _Reader, binary: bool) -> Value:
+def _load_zset(r: Reader, binary: bool) -> Value:
     n = r.count()
     out: list[tuple[bytes, float]] = []
     for _ in range(n):
@@ -937,12 +938,12 @@ def _load_zset(r: _Reader, binary: bool) -> Value:
     return _zset(out)
 
 
-def _load_hash(r: _Reader) -> Value:
+def _load_hash(r: Reader) -> Value:
     n = r.count()
     return _hash([(r.string(), r.string()) for _ in range(n)])
 
 
-def _load_quicklist(r: _Reader, version: int) -> Value:
+def _load_quicklist(r: Reader, version: int) -> Value:
     items: list[bytes] = []
     for _ in range(r.count()):
         container = r.count() if version == 2 else QUICKLIST_PACKED
@@ -1037,7 +1038,7 @@ def _estimate_read(length: int, added: int, first: StreamId, last: StreamId, max
     return -1
 
 
-def _millis(r: _Reader) -> int:
+def _millis(r: Reader) -> int:
     """``rdbLoadMillisecondTime`` (a delivery or seen time); one before 1970 is refused
     (Redis never writes one; marekvs keeps these times unsigned)."""
     ms: int = _MS.unpack(r.take(8))[0]
@@ -1046,7 +1047,7 @@ def _millis(r: _Reader) -> int:
     return ms
 
 
-def _load_stream(r: _Reader, v2: bool) -> Value:
+def _load_stream(r: Reader, v2: bool) -> Value:
     entries: list[tuple[StreamId, list[bytes]]] = []
     masters: set[bytes] = set()
     for _ in range(r.count()):
@@ -1119,7 +1120,7 @@ def _load_stream(r: _Reader, v2: bool) -> Value:
     return Stream(entries, last, first, maxdel, added, groups)
 
 
-LOADERS: dict[int, Callable[[_Reader], Value]] = {
+LOADERS: dict[int, Callable[[Reader], Value]] = {
     TYPE_STRING: _load_string,
     TYPE_LIST: _load_list,
     TYPE_SET: _load_set,
@@ -1159,7 +1160,7 @@ def load(payload: bytes) -> Value:
     a value that does not parse. As in Redis, the value is read from the start of the
     payload and what it leaves unread before the footer is ignored."""
     check_footer(payload)
-    r = _Reader(payload)
+    r = Reader(payload)
     rtype = r.byte()
     loader = LOADERS.get(rtype)
     if loader is None:

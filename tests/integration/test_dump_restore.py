@@ -533,18 +533,18 @@ def test_a_restored_stream_goes_on_as_redis_s(pair):
 def _v1(value: rdb.Stream) -> bytes:
     """The payload Redis 5/6 wrote for ``value`` (RDB_TYPE_STREAM_LISTPACKS, version 9):
     no first id, max deleted id, entries added or entries read."""
-    out = [b"\x0f", rdb._len(len(rdb._stream_nodes(value.entries, rdb.DEFAULT_LIMITS)))]
+    out = [b"\x0f", rdb.encode_length(len(rdb._stream_nodes(value.entries, rdb.DEFAULT_LIMITS)))]
     out += [rdb._string(struct.pack(">QQ", *m)) + rdb._string(lp)
             for m, lp in rdb._stream_nodes(value.entries, rdb.DEFAULT_LIMITS)]
-    out += [rdb._len(x) for x in (len(value.entries), *value.last_id)]
-    out.append(rdb._len(len(value.groups)))
+    out += [rdb.encode_length(x) for x in (len(value.entries), *value.last_id)]
+    out.append(rdb.encode_length(len(value.groups)))
     for g in value.groups:
-        out.append(rdb._string(g.name) + rdb._len(g.last_id[0]) + rdb._len(g.last_id[1]))
-        out.append(rdb._len(len(g.pending)))
-        out += [struct.pack(">QQ", *sid) + struct.pack("<q", ms) + rdb._len(n) for sid, ms, n in g.pending]
-        out.append(rdb._len(len(g.consumers)))
+        out.append(rdb._string(g.name) + rdb.encode_length(g.last_id[0]) + rdb.encode_length(g.last_id[1]))
+        out.append(rdb.encode_length(len(g.pending)))
+        out += [struct.pack(">QQ", *sid) + struct.pack("<q", ms) + rdb.encode_length(n) for sid, ms, n in g.pending]
+        out.append(rdb.encode_length(len(g.consumers)))
         for c in g.consumers:
-            out.append(rdb._string(c.name) + struct.pack("<q", c.seen_ms) + rdb._len(len(c.pending)))
+            out.append(rdb._string(c.name) + struct.pack("<q", c.seen_ms) + rdb.encode_length(len(c.pending)))
             out += [struct.pack(">QQ", *sid) for sid in c.pending]
     return _refooter(b"".join(out), 9)
 
@@ -568,18 +568,19 @@ def test_redis_6_stream_payloads_read_as_redis_7_reads_them(pair):
 
 
 def _stream_payload(nodes: list[tuple[bytes, bytes]], meta: list[int], groups: bytes = b"\x00") -> bytes:
-    out = [b"\x13", rdb._len(len(nodes))]
+    out = [b"\x13", rdb.encode_length(len(nodes))]
     out += [rdb._string(m) + rdb._string(lp) for m, lp in nodes]
-    out += [rdb._len(x) for x in meta]
+    out += [rdb.encode_length(x) for x in meta]
     return _refooter(b"".join(out) + groups)
 
 
 def _group(name: bytes, pel: list[tuple], consumers: list[tuple]) -> bytes:
-    out = [rdb._string(name), rdb._len(1), rdb._len(2), rdb._len(2), rdb._len(len(pel))]
-    out += [struct.pack(">QQ", *sid) + struct.pack("<q", 5) + rdb._len(1) for sid in pel]
-    out.append(rdb._len(len(consumers)))
+    n = rdb.encode_length
+    out = [rdb._string(name), n(1), n(2), n(2), n(len(pel))]
+    out += [struct.pack(">QQ", *sid) + struct.pack("<q", 5) + rdb.encode_length(1) for sid in pel]
+    out.append(rdb.encode_length(len(consumers)))
     for cname, ids in consumers:
-        out.append(rdb._string(cname) + struct.pack("<q", 7) + rdb._len(len(ids)))
+        out.append(rdb._string(cname) + struct.pack("<q", 7) + rdb.encode_length(len(ids)))
         out += [struct.pack(">QQ", *sid) for sid in ids]
     return b"".join(out)
 
