@@ -133,6 +133,12 @@ WORKLOADS: dict[str, Workload] = {
                        setup=ZSET_SETUP),
     "zrank": Workload(command=("ZRANK", "myzset", "element:__rand_int__"),
                       probe=(b"ZRANK", b"bench:probe:z", b"m"), setup=ZSET_SETUP),
+    # -- DUMP and SORT (dumpsort): DUMP of the prefilled string keys (64-byte values); SORT of
+    # a 100-number list. (redis-benchmark cannot send RESTORE: every payload holds NUL bytes,
+    # and it takes its arguments from argv.)
+    "dump": Workload(command=("DUMP", "key:__rand_int__"), probe=(b"DUMP", b"bench:probe")),
+    "sort": Workload(command=("SORT", "bench:sort"), probe=(b"SORT", b"bench:sort"),
+                     setup=((b"RPUSH", b"bench:sort", *[b"%d" % ((i * 7919) % 1000) for i in range(100)]),)),
     # scripting: EVALSHA of the rate limiter (SCRIPT LOAD first; the probe's EVAL caches it too)
     "evalsha": Workload(command=("EVALSHA", RATE_LIMITER_SHA, "1", "rl:__rand_int__", "100", "60"),
                         probe=(b"EVAL", RATE_LIMITER, b"1", b"bench:probe:rl", b"100", b"60"),

@@ -319,7 +319,7 @@ def _section_replication(s):
 
 
 def _section_cluster(s):
-    return [("cluster_enabled", 0)]
+    return [("cluster_enabled", 1)]  # one keyspace, as a Redis Cluster node (SELECT, SWAPDB, MOVE)
 
 
 def _section_keyspace(s):

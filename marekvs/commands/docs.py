@@ -48,6 +48,9 @@ _KEY_NAMES = {"key", "key1", "key2", "newkey", "destkey", "source", "destination
 
 
 def _arg_for_word(word: str) -> dict:
+    if "@" in word:  # "pattern@1": an argument that names keys through key spec 1 (SORT's BY/GET)
+        name, _, spec = word.partition("@")
+        return dict(_arg_for_word(name), key_spec_index=int(spec))
     if word in _KEY_NAMES:
         return {"name": word, "type": "key"}
     if word.isupper() or not any(ch.islower() for ch in word):
@@ -123,11 +126,14 @@ def parse_syntax(syntax: str, nspecs: int = 1) -> list[dict]:
     """COMMAND DOCS ``arguments`` of a syntax line. Key arguments point at the command's
     ``nspecs`` key specs in order (Redis lists arguments in the order of its specs): the
     n-th key argument at spec n, the ones past the last spec at the last (LCS key1 key2:
-    one spec). With no specs they are keys without a spec index."""
+    one spec). With no specs they are keys without a spec index. ``name@N`` in the
+    syntax points an argument at spec N explicitly (and counts as the N-th spec's)."""
     args = _seq(_P(syntax), None) if syntax.strip() else []
     n = 0
     for a in _walk(args):
-        if a["type"] == "key" and nspecs:
+        if "key_spec_index" in a:
+            n = a["key_spec_index"] + 1
+        elif a["type"] == "key" and nspecs:
             a["key_spec_index"] = min(n, nspecs - 1)
             n += 1
     return args

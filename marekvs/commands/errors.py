@@ -288,6 +288,23 @@ def geo_by_required(name: bytes) -> str:
     return "ERR exactly one of BYRADIUS and BYBOX can be specified for %s" % echo(name)
 
 
+# -- DUMP/RESTORE, SORT, MEMORY, SWAPDB/MOVE (dump.py, sort.py, memory.py) ----------------
+BUSYKEY = "BUSYKEY Target key name already exists."
+DUMP_PAYLOAD = "ERR DUMP payload version or checksum are wrong"
+BAD_DATA_FORMAT = "ERR Bad data format"
+INVALID_TTL = "ERR Invalid TTL value, must be >= 0"
+INVALID_IDLETIME = "ERR Invalid IDLETIME value, must be >= 0"
+INVALID_FREQ = "ERR Invalid FREQ value, must be >= 0 and <= 255"
+SORT_NOT_DOUBLE = "ERR One or more scores can't be converted into double"
+SWAPDB_CLUSTER = "ERR SWAPDB is not allowed in cluster mode"
+MOVE_CLUSTER = "ERR MOVE is not allowed in cluster mode"
+
+
+def dump_unsupported(type_name: str) -> str:
+    """marekvs-specific: DUMP of a type whose RDB encoding is not written yet."""
+    return f"ERR DUMP of a {type_name} is not supported yet"
+
+
 # -- streams and consumer groups (streams.py) ---------------------------------------------
 INVALID_STREAM_ID = "ERR Invalid stream ID specified as stream command argument"
 INVALID_START_ID = "ERR invalid start ID for the interval"

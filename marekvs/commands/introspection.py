@@ -4,9 +4,8 @@ replies; the keys come from each command's key specs)."""
 
 from __future__ import annotations
 
-import fnmatch
-
 from marekvs.commands import docs, errors, reply
+from marekvs.commands.args import stringmatch
 from marekvs.commands.errors import CommandError
 from marekvs.commands.table import command, container, help_subcommand
 
@@ -59,20 +58,24 @@ def command_docs(ctx, args):
          summary="Returns a list of command names.", since="7.0.0",
          syntax="[FILTERBY MODULE module-name | ACLCAT category | PATTERN pattern]")
 def command_list(ctx, args):
-    cmds = _all_commands(ctx.node.table)
+    """Every command and subcommand by full name (``config|get``), as Redis 7.0's
+    commandListWithFilter: ACLCAT a category name (an unknown one matches nothing),
+    PATTERN a glob on the full name, any case; MODULE nothing (no modules)."""
+    cmds = list(ctx.node.table.all_commands())
     if len(args) > 2:
         if len(args) != 5 or args[2].upper() != b"FILTERBY":
             raise CommandError(errors.SYNTAX)
-        kind, val = args[3].upper(), args[4].decode("utf-8", "replace")
+        kind, val = args[3].upper(), args[4]
         if kind == b"MODULE":
             cmds = []
         elif kind == b"ACLCAT":
-            cmds = [x for x in cmds if val in (x.acl or (x.group,))]
+            cat = val.decode("utf-8", "replace").lower()
+            cmds = [x for x in cmds if cat in docs.acl_categories(x)]
         elif kind == b"PATTERN":
-            cmds = [x for x in cmds if fnmatch.fnmatchcase(x.name, val.lower())]
+            cmds = [x for x in cmds if stringmatch(val, x.fullname.encode(), nocase=True)]
         else:
             raise CommandError(errors.SYNTAX)
-    return [x.name.encode() for x in cmds]
+    return [x.fullname.encode() for x in cmds]
 
 
 def _getkeys_target(table, argv: list[bytes]):

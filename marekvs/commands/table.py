@@ -509,6 +509,11 @@ FAMILIES = (
     # sorted sets and geo
     "marekvs.commands.zsets",
     "marekvs.commands.geo",
+    # DUMP/RESTORE, SORT, MEMORY, SWAPDB/MOVE (issue 25)
+    "marekvs.commands.dump",
+    "marekvs.commands.sort",
+    "marekvs.commands.memory",
+    "marekvs.commands.databases",
     # HyperLogLog and bitmaps (branch hll-keyspace)
     "marekvs.commands.hll",
     "marekvs.commands.bitmaps",

@@ -377,7 +377,6 @@ def test_shebang_and_metadata():
 
 
 def test_dump_payload_format():
-    assert F.crc64(b"123456789") == 0xE9C6D914C4B8D9CA  # Redis's crc64 test vector
     codes = [b"#!lua name=a\n" + b"x" * 70, b"#!lua name=b\n" + b"y" * 20000]
     payload = F.dump(codes)
     assert payload[0] == 245 and payload[1:3] == bytes((0x40 | (83 >> 8), 83 & 0xFF))  # 14-bit length
@@ -385,11 +384,15 @@ def test_dump_payload_format():
     assert F.verify_payload(payload) and F.read_payload(payload) == codes
     assert not F.verify_payload(payload[:-1] + b"\x00")
     # an LZF-compressed RDB string, as Redis writes one: a literal run and a back-reference
-    literal = b"abcabcabc"
+    from marekvs.core import rdb
+
+    code = b"abcabcabc"
     lzf = bytes([2]) + b"abc" + bytes([(4 << 5) | 0, 2])  # "abc" then copy 6 bytes from 3 back
-    assert F.lzf_decompress(lzf, len(literal)) == literal
-    with pytest.raises(F.PayloadError):
-        F.lzf_decompress(lzf, 10)
+    body = bytes([245, 0xC3, len(lzf), len(code)]) + lzf
+    assert F.read_payload(rdb.footer(body)) == [code]
+    short = bytes([245, 0xC3, len(lzf), 10]) + lzf  # says 10 bytes, makes 9
+    with pytest.raises(F.PayloadError, match="failed loading the given functions payload"):
+        F.read_payload(rdb.footer(short))
 
 
 def test_rand48_is_redis_s():

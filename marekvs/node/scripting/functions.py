@@ -27,8 +27,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from marekvs.core import rdb
+
 ENGINE = "LUA"
-RDB_VERSION = 10
 RDB_OPCODE_FUNCTION2 = 245
 RDB_OPCODE_FUNCTION = 246  # Redis 7.0.0-rc's library record (name, engine, description, code)
 FLAG_NAMES = ("no-writes", "allow-oom", "allow-stale", "no-cluster", "allow-cross-slot-keys")
@@ -248,46 +249,12 @@ def resolve(libs: list[Library]) -> tuple[Catalog, list[Library]]:
 
 # -- FUNCTION DUMP / RESTORE payload ----------------------------------------------------------
 
-def _crc64_table() -> list[int]:
-    poly = 0x95AC9329AC4BC9B5  # Jones polynomial, reflected (Redis's crc64.c)
-    table = []
-    for i in range(256):
-        c = i
-        for _ in range(8):
-            c = (c >> 1) ^ poly if c & 1 else c >> 1
-        table.append(c)
-    return table
-
-
-_CRC64 = _crc64_table()
-
-
-def crc64(data: bytes, crc: int = 0) -> int:
-    """Redis's crc64 (``crc64(0, "123456789") == 0xe9c6d914c4b8d9ca``)."""
-    t = _CRC64
-    for b in data:
-        crc = t[(crc ^ b) & 0xFF] ^ (crc >> 8)
-    return crc
-
-
-def _rdb_len(n: int) -> bytes:
-    if n < 1 << 6:
-        return bytes((n,))
-    if n < 1 << 14:
-        return bytes((0x40 | (n >> 8), n & 0xFF))
-    if n <= 0xFFFFFFFF:
-        return b"\x80" + n.to_bytes(4, "big")
-    return b"\x81" + n.to_bytes(8, "big")
-
-
 def dump(codes: list[bytes]) -> bytes:
     out = bytearray()
     for code in codes:
         out.append(RDB_OPCODE_FUNCTION2)
-        out += _rdb_len(len(code)) + code
-    out += RDB_VERSION.to_bytes(2, "little")
-    out += crc64(bytes(out)).to_bytes(8, "little")
-    return bytes(out)
+        out += rdb.encode_length(len(code)) + code
+    return rdb.footer(bytes(out))
 
 
 class PayloadError(ValueError):
@@ -296,107 +263,32 @@ class PayloadError(ValueError):
 
 def verify_payload(data: bytes) -> bool:
     """Redis's verifyDumpPayload: a footer with an RDB version we read and a matching CRC."""
-    if len(data) < 10:
+    try:
+        rdb.check_footer(data)
+    except rdb.PayloadError:
         return False
-    rdbver = int.from_bytes(data[-10:-8], "little")
-    if rdbver > RDB_VERSION:
-        return False
-    return crc64(data[:-8]) == int.from_bytes(data[-8:], "little")
-
-
-class _Reader:
-    def __init__(self, data: bytes):
-        self.data = data
-        self.pos = 0
-
-    def take(self, n: int) -> bytes:
-        if self.pos + n > len(self.data):
-            raise PayloadError("failed loading the given functions payload")
-        b = self.data[self.pos:self.pos + n]
-        self.pos += n
-        return b
-
-    def length(self) -> tuple[int, bool]:
-        """(length, is an encoded value) of an RDB length."""
-        b = self.take(1)[0]
-        kind = b >> 6
-        if kind == 0:
-            return b & 0x3F, False
-        if kind == 1:
-            return ((b & 0x3F) << 8) | self.take(1)[0], False
-        if kind == 3:
-            return b & 0x3F, True
-        if b == 0x80:
-            return int.from_bytes(self.take(4), "big"), False
-        if b == 0x81:
-            return int.from_bytes(self.take(8), "big"), False
-        raise PayloadError("failed loading the given functions payload")
-
-    def string(self) -> bytes:
-        n, encoded = self.length()
-        if not encoded:
-            return self.take(n)
-        if n == 0:
-            return str(int.from_bytes(self.take(1), "little", signed=True)).encode()
-        if n == 1:
-            return str(int.from_bytes(self.take(2), "little", signed=True)).encode()
-        if n == 2:
-            return str(int.from_bytes(self.take(4), "little", signed=True)).encode()
-        if n == 3:
-            clen, _ = self.length()
-            ulen, _ = self.length()
-            return lzf_decompress(self.take(clen), ulen)
-        raise PayloadError("failed loading the given functions payload")
+    return True
 
 
 def read_payload(data: bytes) -> list[bytes]:
     """The library codes of a verified FUNCTION DUMP payload, in payload order."""
-    r = _Reader(data)
+    r = rdb.Reader(data[:-10])
     codes = []
-    while len(data) - r.pos > 10:
-        t = r.take(1)[0]
-        if t == RDB_OPCODE_FUNCTION2:
-            codes.append(r.string())
-        elif t == RDB_OPCODE_FUNCTION:  # name, engine, optional description, code
-            r.string()
-            r.string()
-            if r.take(1)[0]:
+    try:
+        while r.pos < len(r.buf):
+            t = r.byte()
+            if t == RDB_OPCODE_FUNCTION2:
+                codes.append(r.string())
+            elif t == RDB_OPCODE_FUNCTION:  # name, engine, optional description, code
                 r.string()
-            codes.append(r.string())
-        else:
-            raise PayloadError("given type is not a function")
+                r.string()
+                if r.byte():
+                    r.string()
+                codes.append(r.string())
+            else:
+                raise PayloadError("given type is not a function")
+    except rdb.RdbError:
+        raise PayloadError("failed loading the given functions payload") from None
     return codes
 
 
-def lzf_decompress(data: bytes, expected: int) -> bytes:
-    """LZF (liblzf's lzf_decompress), as RDB strings use it."""
-    out = bytearray()
-    i, n = 0, len(data)
-    while i < n:
-        ctrl = data[i]
-        i += 1
-        if ctrl < 32:
-            run = ctrl + 1
-            if i + run > n:
-                raise PayloadError("failed loading the given functions payload")
-            out += data[i:i + run]
-            i += run
-        else:
-            length = ctrl >> 5
-            if length == 7:
-                if i >= n:
-                    raise PayloadError("failed loading the given functions payload")
-                length += data[i]
-                i += 1
-            if i >= n:
-                raise PayloadError("failed loading the given functions payload")
-            ref = len(out) - ((ctrl & 0x1F) << 8) - 1 - data[i]
-            i += 1
-            if ref < 0:
-                raise PayloadError("failed loading the given functions payload")
-            for _ in range(length + 2):
-                out.append(out[ref])
-                ref += 1
-    if len(out) != expected:
-        raise PayloadError("failed loading the given functions payload")
-    return bytes(out)
