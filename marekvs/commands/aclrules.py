@@ -761,6 +761,20 @@ class User:
                 relevant, last = r, pos
         return relevant, last
 
+    def unrestricted_key_access(self, view: CommandView, cmd: Any, args: Sequence[bytes],
+                                want: int = READ) -> bool:
+        """ACLUserCheckCmdWithUnrestrictedKeyAccess (SORT's BY and GET patterns): a
+        selector allows the command and every key (``allkeys``, or the pattern ``*`` with
+        the access wanted)."""
+        if not self.restricted:
+            return True
+        keys: list[Any] = []
+        for sel in self.selectors:
+            if sel.check(view, cmd, args, keys)[0] == OK and (
+                    sel.allkeys or any(p == b"*" and f & want == want for p, f in sel.patterns)):
+                return True
+        return False
+
     def channel_allowed(self, channel: bytes, pattern: bool) -> bool:
         """ACLUserCheckChannelPerm."""
         for sel in self.selectors:

@@ -403,6 +403,8 @@ SCRIPT_NOPERM_KEY = ("ERR The user executing the script can't access at least on
 SCRIPT_NOPERM_CHANNEL = "ERR The user executing the script can't publish to the channel mentioned in the command"
 ACL_USERNAME_SPACES = "ERR Usernames can't contain spaces or null characters"
 ACL_DEFAULT_UNDELETABLE = "ERR The 'default' user cannot be removed"
+SORT_BY_DENIED = "ERR BY option of SORT denied due to insufficient ACL permissions."
+SORT_GET_DENIED = "ERR GET option of SORT denied due to insufficient ACL permissions."
 ACL_GENPASS_BITS = ("ERR ACL GENPASS argument must be the number of bits for the output password, a positive "
                     "number up to 4096")
 ACL_NO_FILE = ("ERR This Redis instance is not configured to use an ACL file. You may want to specify users "

@@ -348,6 +348,27 @@ def test_a_scripts_calls_are_checked_one_by_one(both):
     c.close()
 
 
+def test_sort_by_and_get_patterns_need_access_to_every_key(both):
+    """SORT's BY and GET patterns name keys no key spec lists: Redis 7.0 allows them only
+    to a selector that allows SORT and every key (allkeys, or %R~*)."""
+    admin = Pair(both)
+    admin.same("ACL", "SETUSER", "u", "on", "nopass", "~app:*", "+@all")
+    admin.same("ACL", "SETUSER", "v", "on", "nopass", "%R~*", "+@all")
+    admin.same("ACL", "SETUSER", "w", "on", "nopass", "~app:*", "+@all", "(~* -sort)")
+    admin.same("RPUSH", "app:l", "1", "2")
+    admin.same("SET", "w_1", "2")
+    for user in ("u", "v", "w", "default"):
+        c = Pair(both)
+        c.same("AUTH", user, "x")
+        for cmd in (["SORT", "app:l", "BY", "w_*"], ["SORT", "app:l", "GET", "app:*"], ["SORT", "app:l", "BY", "k"],
+                    ["SORT_RO", "app:l", "GET", "#"], ["SORT", "app:l", "GET", "#", "BY", "w_*", "STORE", "app:o"],
+                    ["SORT", "app:l", "LIMIT", "x", "1", "GET", "#"], ["SORT", "app:l", "GET", "#", "LIMIT", "x", "1"],
+                    ["SORT", "other", "GET", "#"]):
+            c.same(*cmd)
+        c.close()
+    admin.close()
+
+
 _CLIENT_FIELDS = ("flags", "db", "sub", "psub", "multi", "cmd", "user", "resp", "name")
 
 
