@@ -37,6 +37,8 @@ class Config:
     data_dir: str = "./data"
     node_id: int = 1
     requirepass: str = ""
+    aclfile: str = ""  # ACL users file (ACL LOAD / ACL SAVE); loaded at the first start
+    protected_mode: str = "yes"  # yes: no password -> only loopback clients (Redis's protected-mode)
     durability: str = "everysec"  # always | everysec | no  (Redis: appendfsync)
     gc_grace: int = 3600  # seconds a tombstone / expired record is kept before physical removal
     max_clock_drift: int = 5000  # ms a remote HLC may lead the local wall clock
@@ -68,7 +70,11 @@ class Config:
         "bind": "address to listen on (default loopback only)",
         "data_dir": "RocksDB data directory (created if missing)",
         "node_id": "this node's id (u16, unique in the cluster); stamped as origin on every record",
-        "requirepass": "password clients must AUTH with (empty = no auth)",
+        "requirepass": "password of the default user, set at every start (empty = leave it as it is)",
+        "aclfile": "ACL file (user lines as ACL SAVE writes them): ACL LOAD reads it, ACL SAVE writes "
+                   "it; loaded at the first start of a data directory",
+        "protected_mode": "yes | no: with yes and no password for the default user, only loopback "
+                          "clients are served (Redis's protected-mode)",
         "durability": "WAL sync policy, like Redis appendfsync: always | everysec | no",
         "gc_grace": "seconds tombstones and expired records are kept before physical removal",
         "max_clock_drift": "ms a peer's HLC may lead our wall clock before it is clamped",
@@ -108,6 +114,8 @@ class Config:
             raise ValueError("shards must be between 1 and 4096")
         if self.gc_grace < 0 or self.max_clock_drift < 0:
             raise ValueError("gc_grace and max_clock_drift must be >= 0")
+        if self.protected_mode not in ("yes", "no"):
+            raise ValueError("protected_mode must be yes or no")
         if (self.antientropy_interval < 0 or self.antientropy_partitions < 1 or self.antientropy_settle < 0
                 or self.digest_verify_interval < 0):
             raise ValueError("antientropy_interval, antientropy_settle and digest_verify_interval must be >= 0, "

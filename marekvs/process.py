@@ -18,6 +18,7 @@ from marekvs import __version__
 from marekvs.antientropy.background import AntiEntropy
 from marekvs.config import Config
 from marekvs.node import Node
+from marekvs.node.acl import StartupError
 from marekvs.replication.manager import ReplicationManager
 from marekvs.server.listener import RespServer
 
@@ -66,7 +67,11 @@ class Process:
 
 
 def serve(config: Config, config_file: str | None = None) -> None:
-    process = Process(config, config_file)
+    try:
+        process = Process(config, config_file)
+    except StartupError as e:  # a bad aclfile: as Redis, the node does not start
+        log.critical("%s", e)
+        raise SystemExit(1) from None
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a dependency

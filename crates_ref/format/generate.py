@@ -157,6 +157,8 @@ _ANCHORS = {
         lambda: env.pack(env.make_flags(1, head=True), U64_MAX, 0xFFFF, U64_MAX),
         bytes.fromhex("06" + "ff" * 8 + "ffff" + "ff" * 8),
     ),
+    # ACL user "" : pid 0x2D0, tag 'U' = 0x55, no name bytes
+    "user_key('')": (lambda: K.encode_user_key(b""), bytes.fromhex("02d055")),
     # string key of "" : pid(xxh3('')) = 0x2D06800538D394C2 >> 52 = 0x2D0 -> 02 d0 73
     "string_key('')": (lambda: K.encode_string_key(b""), bytes.fromhex("02d073")),
     "head_key('')": (lambda: K.encode_head_key(b""), bytes.fromhex("02d04d00")),
@@ -435,7 +437,7 @@ def key_vectors() -> list[dict]:
         rec.update(inputs)
         rec.update({"pid": ref_pid(uk), "klen_hex": ref_varint(len(uk)).hex(),
                     "ikey_hex": ikey.hex()})
-        if layout not in ("string", "function"):  # (no klen: the name is the rest of the key)
+        if layout not in ("string", "user", "function"):  # (no klen: the name is the rest of the key)
             rec["prefix_hex"] = ref_prefix(tag, uk).hex()
         out.append(rec)
 
@@ -496,6 +498,58 @@ def key_vectors() -> list[dict]:
     # takes any bytes; FUNCTION LOAD only makes names of letters, digits and '_')
     for name, uk in uks + [("libname", b"mylib_2")]:
         emit("function", b"F", name, uk, K.encode_function_key(uk), ref_u16(ref_pid(uk)) + b"F" + uk)
+    # ACL users: [pid(name)] 'U' [name], no klen (the name is the rest of the key)
+    for name, uk in uks:
+        ikey = K.encode_user_key(uk)
+        _agree(f"user name of {ikey!r}", K.decode_user_key(ikey), uk)
+        emit("user", b"U", name, uk, ikey, ref_u16(ref_pid(uk)) + b"U" + uk)
+    return out
+
+
+def ref_user_record(rules: bytes | None, hlc: int, origin: int) -> bytes:
+    """An ACL user record (DATA_MODEL.md 16): envelope of record type 0 (tombstone for a
+    deleted user) and, when live, the payload [fmt 1][rules]."""
+    if rules is None:
+        return ref_envelope(ref_flags(0, True, False), hlc, origin, 0)
+    return ref_envelope(ref_flags(0, False, False), hlc, origin, 0, b"\x01" + rules)
+
+
+def acl_user_vectors() -> list[dict]:
+    """ACL user records: the key, the rules, the record ACL SETUSER (or DELUSER) writes,
+    and the merge of two writes (LWW on (hlc, origin))."""
+    from marekvs.core import acluser, lww
+
+    hlc, origin = (1_700_000_000_000 << 16) | 3, 2
+    pw = b"5e884898da28047151d0e56f8dc6292773603d0d6aabbdd62a11ef721d1542d8"  # sha256("password")
+    pw2 = b"ef92b778bafe771e89245b89ecbc08a44a4e166c06659911881f383d4473e94f"  # sha256("password123")
+    users = [
+        ("default", b"default", b"on nopass ~* &* +@all"),
+        ("app", b"app", b"on #" + pw + b" ~app:* resetchannels &news.* -@all +@read +set"),
+        ("two-passwords", b"ops", b"on #" + pw + b" #" + pw2 + b" ~* &* +@all -flushall -flushdb"),
+        ("selector", b"reporting", b"on #" + pw + b" resetchannels -@all +ping (%R~log:* resetchannels -@all +get)"),
+        ("selectors", b"etl", b"on nopass %R~in:* %W~out:* resetchannels -@all +@read (~tmp:* &* +@all) "
+                              b"(resetchannels -@all)"),
+        ("first-arg", b"legacy", b"on nopass skip-sanitize-payload ~* resetchannels -@all +select|0 +get"),
+        ("off", b"nobody", b"off resetchannels -@all"),
+        ("empty-name", b"", b"off resetchannels -@all"),
+        ("binary-name", b"\xffu\x01", b"off sanitize-payload resetchannels -@all"),
+        ("utf8-name", "пользователь".encode(), b"on nopass ~* &* -@all +@pubsub"),
+        ("long-name", b"u" * 300, b"off resetchannels -@all"),
+        ("deleted", b"gone", None),
+    ]
+    out = []
+    for label, name, rules in users:
+        rec = ref_user_record(rules, hlc, origin)
+        ours = acluser.new(rules, hlc, origin) if rules is not None else acluser.tombstone(hlc, origin)
+        _agree(f"user record {label}", ours, rec)
+        _agree(f"user rules {label}", acluser.rules_of(rec), rules)
+        acluser.check(rec)
+        newer = ref_user_record(b"off resetchannels -@all", hlc + 1, 1)
+        _agree(f"user merge {label}", (lww.merge(rec, newer), lww.merge(newer, rec)), (newer, newer))
+        out.append({"name": label, "user_hex": name.hex(), "user_text": _text(name),
+                    "ikey_hex": K.encode_user_key(name).hex(), "rules": None if rules is None else rules.decode(),
+                    "hlc": str(hlc), "origin": origin, "record_hex": rec.hex(),
+                    "newer_hex": newer.hex(), "merged_hex": newer.hex()})
     return out
 
 
@@ -585,6 +639,9 @@ REF_KINDS = [
     ("p", "group-pending", "[klen][userkey][glen][group][id_ms:u64][id_seq:u64]", [5], "element", False,
      "pending", "pending entry: fmt 0x24, epoch, incarnation, delivered flag, delivery time and count, consumer",
      "element", 5, "hlc"),
+    ("U", "acl-user", "[user name]", [0], "node", False, "lww",
+     "ACL user: fmt 1, the rules as ACL LIST prints them (none for a deleted user); no TTL", "record",
+     None, None),
     ("F", "function-library", "[library name]", [0], "node", False, "lww",
      "fmt u8 = 1, then the library code (FUNCTION LOAD's payload)", "record", None, None),
 ]
@@ -603,8 +660,8 @@ def kind_vectors() -> list[dict]:
     _agree("registry tags", [k.tag.decode() for k in registry.KINDS], [r[0] for r in REF_KINDS])
     for kind, (tag, name, layout, rtypes, role, head_flag, lattice, payload, sweep, ctype,
                gate) in zip(registry.KINDS, REF_KINDS):
-        role = "key" if kind.is_key else ("node" if kind.is_node else "element")
-        core = (kind.name, sorted(kind.rtypes), role, kind.head_flag,
+        role_of = "key" if kind.is_key else ("node" if kind.is_node else "element")
+        core = (kind.name, sorted(kind.rtypes), role_of, kind.head_flag,
                 lattices[kind.merge], kind.sweep.value, kind.ctype, gates[kind.gate_clock])
         _agree(f"registry row {tag!r}", core, (name, rtypes, role, head_flag, lattice, sweep, ctype, gate))
         out.append({"tag": tag, "tag_hex": tag.encode().hex(), "name": name, "retired": False,
@@ -618,7 +675,7 @@ def kind_vectors() -> list[dict]:
 
 
 def function_vectors() -> list[dict]:
-    """Function-library records (DATA_MODEL.md §16): the key, and the whole stored value of
+    """Function-library records (DATA_MODEL.md §17): the key, and the whole stored value of
     a live library (envelope type 0, fmt byte 1, the code) or of its tombstone."""
     from marekvs.core import funclib
 
@@ -657,6 +714,7 @@ FILES = {
     "member_scores.jsonl": member_score_vectors,
     "envelope.jsonl": envelope_vectors,
     "kinds.jsonl": kind_vectors,
+    "acl_users.jsonl": acl_user_vectors,
     "functions.jsonl": function_vectors,
 }
 

@@ -128,7 +128,7 @@ def refused(local: Mapping[bytes, bytes], incoming: list[Record], now_ms: int, g
     h = horizon(now_ms, grace_ms)
     for k, v in incoming:
         kind = BY_CODE[k[2]]
-        if kind is None or kind.is_key or k in out or int.from_bytes(v[1:9], "big") >= h:
+        if kind is None or kind.is_key or kind.is_node or k in out or int.from_bytes(v[1:9], "big") >= h:
             continue
         try:
             head_key = K.encode_head_key(kind.user_key(k))

@@ -38,7 +38,7 @@ def _live_params(node) -> dict[str, str]:
     cfg = node.config
     return {
         "port": str(cfg.port), "bind": cfg.bind, "dir": os.path.abspath(cfg.data_dir),
-        "requirepass": cfg.requirepass, "appendfsync": node.engine.durability,
+        "requirepass": cfg.requirepass, "appendfsync": node.engine.durability, "aclfile": cfg.aclfile,
         "gc-grace": str(cfg.gc_grace),
         "max-clock-drift": str(cfg.max_clock_drift), "node-id": str(cfg.node_id),
         "shards": str(cfg.shards), "maxclients": str(node.maxclients),
@@ -120,6 +120,7 @@ def config_set(ctx, args):
             node.set_durability(value)
         elif name == "requirepass":
             node.config.requirepass = value
+            node.acl.set_requirepass(value)  # the default user's password, on every node
         elif name == "gc-grace":
             node.config.gc_grace = int(value)
         elif name == "max-clock-drift":

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hmac
 import time
 
 from marekvs.commands import errors
@@ -31,29 +30,20 @@ def echo(ctx, args):
     return args[1]
 
 
-def _password_ok(ctx, user: bytes, password: bytes) -> bool:
-    want = ctx.node.config.requirepass
-    if user != b"default":
-        return False
-    if not want:
-        return True
-    return hmac.compare_digest(password, want.encode())
-
-
 @command("auth", -2, "noscript loading stale fast no_auth sentinel allow_busy", group="connection",
          summary="Authenticates the connection.", since="1.0.0", syntax="[username] password")
 def auth(ctx, args):
     if len(args) > 3:
         raise CommandError(errors.SYNTAX)
+    acl = ctx.node.acl
     if len(args) == 2:
-        if not ctx.node.config.requirepass:
+        if acl.default.nopass:
             raise CommandError(errors.AUTH_NOT_CONFIGURED)
         user, password = b"default", args[1]
     else:
         user, password = args[1], args[2]
-    if not _password_ok(ctx, user, password):
+    if not acl.authenticate(ctx, user, password, args[0]):
         raise CommandError(errors.WRONGPASS)
-    ctx.set_authed(True)
     return reply.OK
 
 
@@ -71,26 +61,24 @@ def hello(ctx, args):
             raise CommandError(errors.NOPROTO)
         i = 2
     name = None
-    authed = False
-    while i < len(args):
+    credentials = None
+    while i < len(args):  # (the options first, then AUTH, then SETNAME: Redis's order)
         opt = args[i].upper()
         more = len(args) - i - 1
         if opt == b"AUTH" and more >= 2:
-            if not _password_ok(ctx, args[i + 1], args[i + 2]):
-                raise CommandError(errors.WRONGPASS)
-            authed = True
+            credentials = (args[i + 1], args[i + 2])
             i += 3
         elif opt == b"SETNAME" and more >= 1:
-            name = _check_name(args[i + 1])
+            name = args[i + 1]
             i += 2
         else:
             raise CommandError(errors.hello_option(args[i]))
-    if authed:
-        ctx.set_authed(True)
+    if credentials is not None and not ctx.node.acl.authenticate(ctx, *credentials, args[0]):
+        raise CommandError(errors.WRONGPASS)
     if not ctx.authed:
         raise CommandError(errors.HELLO_NOAUTH)
     if name is not None:
-        ctx.name = name
+        ctx.name = _check_name(name)
     ctx.proto = proto
     return reply.Map([
         b"server", b"redis", b"version", ctx.node.config.redis_version.encode(), b"proto", proto,
@@ -133,8 +121,7 @@ def reset(ctx, args):
     ctx.proto = 2
     ctx.name = b""
     ctx.no_evict = False
-    if ctx.node.config.requirepass:
-        ctx.set_authed(False)
+    ctx.node.acl.reset_client(ctx)
     return reply.Simple(b"RESET")
 
 
@@ -162,7 +149,8 @@ def client_line(cl) -> str:
             f"age={int(now - cl.created)} idle={int(now - cl.last_active)} flags={client_flags(cl)} "
             f"db=0 sub={len(cl.channels)} psub={len(cl.patterns)} ssub={len(cl.shard_channels)} "
             f"multi={-1 if cl.multi is None else len(cl.multi)} qbuf={cl.query_buffer()} qbuf-free=0 argv-mem=0 "
-            f"multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={cmd} user=default "
+            f"multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={cmd} "
+            f"user={cl.user.name.decode('utf-8', 'surrogateescape')} "
             f"redir=-1 resp={cl.proto} lib-name={cl.lib_name.decode('utf-8', 'replace')} "
             f"lib-ver={cl.lib_ver.decode('utf-8', 'replace')}")
 
@@ -283,8 +271,10 @@ def client_kill(ctx, args):
             if t != b"normal":
                 clients = []
         elif opt == b"USER":
-            if val != b"default":
-                clients = []
+            user = ctx.node.acl.users.get(val)
+            if user is None:
+                raise CommandError(errors.no_such_user(val))
+            clients = [cl for cl in clients if cl.user is user]
         elif opt == b"SKIPME":
             v = val.upper()
             if v not in (b"YES", b"NO"):

@@ -10,7 +10,10 @@ What a transport must do when the state changes is a hook, not a reference to it
 (CLIENT KILL) and ``auth_changed`` (AUTH lifts the parser's unauthenticated limits, RESET
 restores them) call functions the transport installed, if any. ``deny_blocking`` is set
 inside MULTI/EXEC and scripts: a command that would block (WAIT, DEBUG SLEEP, a pass over
-the whole keyspace in steps) answers at once there, as Redis does.
+the whole keyspace in steps) answers at once there, as Redis does. ``user`` is the ACL
+user the commands run as and ``acl_context`` where they run (``LUA`` in a script: the
+dispatcher then checks each call and answers a denial with the script's text); a script
+engine's context carries the caller's ``user`` and, in ``script_caller``, the caller.
 """
 
 from __future__ import annotations
@@ -24,7 +27,8 @@ class Context:
                  "fd", "created", "last_active", "last_cmd", "no_evict", "db", "blocked", "last_write_seq",
                  "deny_blocking", "closing", "on_kill", "on_auth", "query_buffer", "reply_mode",
                  "channels", "patterns", "shard_channels", "in_pubsub", "on_push", "soft_limit_since",
-                 "tracking", "deferred", "multi", "multi_error", "watched", "watch_dirty")
+                 "tracking", "deferred", "multi", "multi_error", "watched", "watch_dirty", "user", "acl_context",
+                 "script_caller")
 
     def __init__(self, node: Any, client_id: int, *, authed: bool = True, addr: str = "?", laddr: str = "?",
                  fd: int = -1):
@@ -66,6 +70,15 @@ class Context:
         self.on_kill: Callable[[], None] | None = None
         self.on_auth: Callable[[bool], None] | None = None
         self.query_buffer: Callable[[], int] = _zero  # bytes of requests not yet complete
+        # ACL (node/acl.py): the user this client runs as (the default user until AUTH; an
+        # object changed in place when its rules change), and where its commands run as
+        # the ACL check and ACL LOG see it: TOPLEVEL, MULTI while EXEC runs the queue, LUA
+        # for the commands a script calls
+        self.user: Any = node.acl.default
+        self.acl_context = TOPLEVEL
+        # a script engine's own context: the client whose script runs (ACL LOG's
+        # client-info shows it, as Redis shows server.script_caller)
+        self.script_caller: Context | None = None
 
     def close_after_reply(self) -> None:
         """QUIT, SHUTDOWN, CLIENT KILL of oneself: close once the reply is sent."""
@@ -87,6 +100,9 @@ class Context:
         self.authed = authed
         if self.on_auth is not None:
             self.on_auth(authed)
+
+
+TOPLEVEL, MULTI, LUA = "toplevel", "multi", "lua"  # ACL LOG's context names
 
 
 def _zero() -> int:

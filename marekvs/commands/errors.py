@@ -386,6 +386,96 @@ def status_text(e: st.KeyspaceError) -> str:
 INVALID_ARGUMENTS = "ERR Invalid arguments specified for command"
 
 
+# -- ACL (acl.py, aclrules.py, node/acl.py) --------------------------------------------------
+# refused before a command runs (processCommand)
+NOPERM_KEY = "NOPERM this user has no permissions to access one of the keys used as arguments"
+NOPERM_CHANNEL = "NOPERM this user has no permissions to access one of the channels used as arguments"
+# refused at EXEC: the rules changed after the command was queued (execCommand)
+_EXEC_CHANGED = ("NOPERM ACLs rules changed between the moment the transaction was accumulated and the EXEC "
+                 "call. This command is no longer allowed for the following reason: ")
+NOPERM_EXEC_CMD = _EXEC_CHANGED + "no permission to execute the command or subcommand"
+NOPERM_EXEC_KEY = _EXEC_CHANGED + "no permission to touch the specified keys"
+NOPERM_EXEC_CHANNEL = _EXEC_CHANGED + "no permission to access one of the channels used as arguments"
+# refused inside a script (scriptVerifyACL; the script layer adds where it happened)
+SCRIPT_NOPERM_CMD = "ERR The user executing the script can't run this command or subcommand"
+SCRIPT_NOPERM_KEY = ("ERR The user executing the script can't access at least one of the keys mentioned "
+                     "in the command arguments")
+SCRIPT_NOPERM_CHANNEL = "ERR The user executing the script can't publish to the channel mentioned in the command"
+ACL_USERNAME_SPACES = "ERR Usernames can't contain spaces or null characters"
+ACL_DEFAULT_UNDELETABLE = "ERR The 'default' user cannot be removed"
+SORT_BY_DENIED = "ERR BY option of SORT denied due to insufficient ACL permissions."
+SORT_GET_DENIED = "ERR GET option of SORT denied due to insufficient ACL permissions."
+ACL_GENPASS_BITS = ("ERR ACL GENPASS argument must be the number of bits for the output password, a positive "
+                    "number up to 4096")
+ACL_NO_FILE = ("ERR This Redis instance is not configured to use an ACL file. You may want to specify users "
+               "via the ACL SETUSER command and then issue a CONFIG REWRITE (assuming you have a Redis "
+               "configuration file set) in order to store users in the Redis configuration.")
+ACL_SAVE_FAILED = ("ERR There was an error trying to save the ACLs. Please check the server logs for more "
+                   "information")
+DENIED_PROTECTED = (
+    "DENIED Redis is running in protected mode because protected mode is enabled and no password is set for "
+    "the default user. In this mode connections are only accepted from the loopback interface. If you want to "
+    "connect from external computers to Redis you may adopt one of the following solutions: 1) Just disable "
+    "protected mode sending the command 'CONFIG SET protected-mode no' from the loopback interface by "
+    "connecting to Redis from the same host the server is running, however MAKE SURE Redis is not publicly "
+    "accessible from internet if you do so. Use CONFIG REWRITE to make this change permanent. 2) Alternatively "
+    "you can just disable the protected mode by editing the Redis configuration file, and setting the "
+    "protected mode option to 'no', and then restarting the server. 3) If you started the server manually "
+    "just for testing, restart it with the '--protected-mode no' option. 4) Setup a an authentication password "
+    "for the default user. NOTE: You only need to do one of the above things in order for the server to start "
+    "accepting connections from the outside.")
+
+
+def noperm_command(fullname: str) -> str:
+    return f"NOPERM this user has no permissions to run the '{fullname}' command"
+
+
+def acl_setuser_modifier(op: bytes, why: str) -> str:
+    return "ERR Error in ACL SETUSER modifier '%s': %s" % (echo(op), why)
+
+
+def acl_unmatched_parenthesis(op: bytes) -> str:
+    return "ERR Unmatched parenthesis in acl selector starting at '%s'." % echo(op)
+
+
+def acl_unknown_category(name: bytes) -> str:
+    return "ERR Unknown category '%s'" % echo(name[:128])
+
+
+def acl_user_not_found(name: bytes) -> str:
+    return "ERR User '%s' not found" % echo(name)
+
+
+def acl_command_not_found(name: bytes) -> str:
+    return "ERR Command '%s' not found" % echo(name)
+
+
+def acl_open_failed(path: str, why: str) -> str:
+    """(an ACL LOAD error: ``acl_load_failed`` makes the reply)"""
+    return f"Error loading ACLs, opening file '{path}': {why}"
+
+
+def acl_load_failed(errors: str) -> str:
+    return "ERR " + errors
+
+
+def no_such_user(name: bytes) -> str:
+    return "ERR No such user '%s'" % echo(name)
+
+
+# ACL DRYRUN's answers when the user may not run the command (bulk strings, not errors)
+def dryrun_command(fullname: str) -> str:
+    return f"This user has no permissions to run the '{fullname}' command"
+
+
+def dryrun_key(key: bytes) -> str:
+    return "This user has no permissions to access the '%s' key" % echo(key)
+
+
+def dryrun_channel(channel: bytes) -> str:
+    return "This user has no permissions to access the '%s' channel" % echo(channel)
+
+
 # -- HyperLogLog and bitmaps (hll.py, bitmaps.py) -------------------------------------------
 INVALID_HLL = "WRONGTYPE Key is not a valid HyperLogLog string value."
 BIT_OFFSET = "ERR bit offset is not an integer or out of range"

@@ -117,6 +117,13 @@ def _elements(ctx, key: bytes, ctype: int, dontsort: bool, desc: bool, start: in
     return [m for _, m in Z.rank_range(o, start, end, desc)]
 
 
+def _full_key_access(ctx, args: list[bytes]) -> bool:
+    """May the user read any key with this command? BY and GET patterns name keys no key
+    spec lists, so Redis 7.0 allows them only then (ACLUserCheckCmdWithUnrestrictedKeyAccess)."""
+    user = ctx.user
+    return not user.restricted or user.unrestricted_key_access(ctx.node.acl.view, ctx.last_cmd, args)
+
+
 def _sort(ctx, args: list[bytes], readonly: bool):
     desc = alpha = dontsort = False
     limit_start, limit_count = 0, -1
@@ -143,8 +150,12 @@ def _sort(ctx, args: list[bytes], readonly: bool):
             sortby = args[j + 1]
             if b"*" not in c_str(sortby):
                 dontsort = True  # BY a constant: no sorting
+            elif not _full_key_access(ctx, args):
+                raise CommandError(errors.SORT_BY_DENIED)
             j += 1
         elif opt == b"get" and left >= 1:
+            if not _full_key_access(ctx, args):
+                raise CommandError(errors.SORT_GET_DENIED)
             gets.append(args[j + 1])
             j += 1
         else:

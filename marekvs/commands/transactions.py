@@ -6,7 +6,8 @@ allowed in a transaction is refused at once and makes EXEC fail with EXECABORT) 
 EXEC, DISCARD, MULTI, WATCH, QUIT and RESET, which run at once. EXEC runs the queue through
 the same dispatch, one command after the other with nothing in between; an error of one
 command is its reply and the others still run. Commands that would block answer at once
-(``ctx.deny_blocking``), as in Redis.
+(``ctx.deny_blocking``), as in Redis. ACL rules are checked when a command is queued and again
+when EXEC runs it (``ctx.acl_context`` is MULTI then), as in Redis.
 
 Atomic on the cluster: EXEC runs inside one event-loop tick and the engine commits a tick
 as ONE WriteBatch with ONE replication-log entry (scans inside the transaction read the
@@ -22,6 +23,7 @@ by a write on this node, a record merged from a peer, a FLUSHALL or an expiry.
 from __future__ import annotations
 
 from marekvs.commands import errors, reply
+from marekvs.commands.context import MULTI
 from marekvs.commands.errors import CommandError
 from marekvs.commands.table import command
 
@@ -55,12 +57,14 @@ def exec_(ctx, args):
     if not valid:
         return reply.NULL_ARRAY
     dispatch = node.dispatch
-    deny = ctx.deny_blocking
+    deny, where = ctx.deny_blocking, ctx.acl_context
     ctx.deny_blocking = True
+    ctx.acl_context = MULTI  # (ACL: a command its user may no longer run gets EXEC's text)
     try:
         return [dispatch(ctx, argv) for _, argv in queued]
     finally:
         ctx.deny_blocking = deny
+        ctx.acl_context = where
 
 
 @command("discard", 1, "noscript loading stale fast allow_busy", acl="fast transaction",

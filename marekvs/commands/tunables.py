@@ -221,6 +221,10 @@ PARAMS: dict[str, tuple[str, Callable[[str], str]]] = {
     "tcp-backlog": ("511", _Fixed("immutable")),
     "repl-diskless-sync": ("yes", _bool),
     "enable-debug-command": ("no", _Fixed("immutable")),
+    # ACL (node/acl.py reads them; CONFIG GET shows the configured aclfile)
+    "acllog-max-len": ("128", _COUNT),
+    "acl-pubsub-default": ("resetchannels", one_of("allchannels", "resetchannels")),
+    "aclfile": ("", _Fixed("immutable")),
 }
 
 # Redis 7.0's old names: one parameter under two names (values are kept under the new

@@ -16,6 +16,7 @@ the big-endian u16 partition id so a partition is one contiguous key range::
     consumer group   [pid:u16] b'g' [klen] [userkey] [group]
     group consumer   [pid:u16] b'c' [klen] [userkey] [glen] [group] [consumer]
     pending entry    [pid:u16] b'p' [klen] [userkey] [glen] [group] [id_ms:u64] [id_seq:u64]
+    ACL user         [pid:u16] b'U' [user name]
     function library [pid:u16] b'F' [library name]
 
 ``klen`` is an unsigned LEB128 varint of the user key's length, so an element key can
@@ -23,10 +24,11 @@ never collide with a user key that embeds another; ``glen`` is the same varint f
 consumer group's name, so one group's consumers (or pending entries) are one prefix. The tag b'l' (whole-list blob) is
 retired and reserved: nothing writes or reads it.
 
-A function library (FUNCTION LOAD) is a node-level record, not a key: its tag b'F' is a
-key space of its own that no user key reaches (user keys live under b's' and b'M'), and
-its pid is the partition of the library name, so it lives in an ordinary partition and
-bootstrap, replication and the sweeper carry it like any record.
+ACL users (ACL SETUSER) and function libraries (FUNCTION LOAD) are node-level records,
+not keys: their tags b'U' and b'F' are key spaces of their own that no user key reaches
+(user keys live under b's' and b'M'), and their pid is the partition of the user or
+library name, so they live in ordinary partitions and bootstrap, replication and the
+sweeper carry them like any record.
 
 Zset scores are encoded as order-preserving u64: positive doubles (and +0.0) get the
 sign bit set, negative doubles are bit-inverted, so -inf < negatives < 0 < positives <
@@ -55,11 +57,13 @@ TAG_GROUP = b"g"
 TAG_CONSUMER = b"c"
 TAG_PENDING = b"p"
 TAG_LIST_RETIRED = b"l"  # reserved, never written
+TAG_USER = b"U"  # ACL users (node-level records, not keys)
 TAG_FUNCTION = b"F"  # function libraries (node-level records, not keys)
 TAG_AT = 2  # ikey[TAG_AT] is the tag byte (after the u16 pid)
 STRING_USERKEY_AT = 3  # a string key's user key is ikey[STRING_USERKEY_AT:]
 ORD_STRING = TAG_STRING[0]
 ORD_HEAD = TAG_HEAD[0]
+ORD_USER = TAG_USER[0]
 ORD_FUNCTION = TAG_FUNCTION[0]
 
 _U16 = struct.Struct(">H")
@@ -356,6 +360,18 @@ def origin_suffix(origin: int) -> bytes:
     return _U16.pack(origin)
 
 
+def encode_user_key(name: bytes) -> bytes:
+    """The record of the ACL user ``name``: ``[pid(name)] 'U' [name]``."""
+    return _U16.pack(partition_of(name)) + TAG_USER + name
+
+
+def decode_user_key(ikey: bytes) -> bytes:
+    """The user name of an ACL-user key (Redis allows the empty name)."""
+    if len(ikey) < 3 or ikey[2:3] != TAG_USER:
+        raise KeyDecodeError("not an ACL-user key")
+    return ikey[3:]
+
+
 def encode_function_key(name: bytes) -> bytes:
     """The record of the function library ``name``: ``[pid(name)] 'F' [name]``."""
     return _U16.pack(partition_of(name)) + TAG_FUNCTION + name
@@ -378,9 +394,9 @@ def tag_of_ikey(ikey: bytes) -> bytes:
 
 
 def user_key_of(ikey: bytes) -> bytes:
-    """The user key of any internal key (string or collection layout; a function
-    library's key gives its library name)."""
+    """The user key of any internal key (string or collection layout; an ACL user's key
+    gives its user name, a function library's key its library name)."""
     tag = ikey[2:3]
-    if tag == TAG_STRING or tag == TAG_FUNCTION:
+    if tag == TAG_STRING or tag == TAG_USER or tag == TAG_FUNCTION:
         return ikey[3:]
     return _decode_collection(ikey, tag)[0]

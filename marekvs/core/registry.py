@@ -11,8 +11,8 @@ know about the records under that tag:
 - its role: a *key* record (a string or a collection head: what a TYPE check reads,
   what iteration and INFO count as one key), an *element* of a collection, gated by
   its head's delete clock (and then the clock an element is gated by, ``gate_clock``),
-  or a *node* record outside the keyspace (a function library: neither a key nor
-  gated; the engine reports its changes to the node apart from the change feed);
+  or a *node* record outside the keyspace (an ACL user, a function library: neither a key
+  nor gated; the engine reports its changes to the node apart from the change feed);
 - its merge function (``merge.merge`` dispatches on it);
 - its payload check: a structured payload that merge or a read would parse (counters,
   heads, ORSWOT elements, HLL registers, stream entries, the empty score index) must
@@ -35,6 +35,7 @@ know about the records under that tag:
     'g'  stream-group  stream-entry         element  no    group      group                    element
     'c'  group-consumer stream-entry        element  no    consumer   consumer OR element      element
     'p'  group-pending stream-entry         element  no    pending    pending entry            element
+    'U'  acl-user      string               node     no    lww        fmt 1 when live, no TTL  record
     'F'  function-lib  string               node     no    lww        fmt 1 when live          record
     'l'  retired: the whole-list blob. Reserved (``RETIRED``): never written, read or accepted.
 
@@ -56,7 +57,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from marekvs.core import envelope as env
-from marekvs.core import funclib, head, hll, lww, orswot, pncounter, stream, streamgroup, zset
+from marekvs.core import acluser, funclib, head, hll, lww, orswot, pncounter, stream, streamgroup, zset
 from marekvs.core import keys as K
 from marekvs.core.envelope import RecordType
 from marekvs.core.partition import partition_of
@@ -230,6 +231,11 @@ GROUP_PENDING = _element(K.TAG_PENDING, "group-pending", K.encode_pending_key, K
                          streamgroup.check_pending)
 
 # Node-level records: not keys, not gated by a head; swept as any record once deleted
+ACL_USER = RecordKind(
+    K.TAG_USER, "acl-user", K.encode_user_key, K.decode_user_key, K.decode_user_key,
+    K.encode_user_key, frozenset((acluser.RTYPE,)), is_key=False, head_flag=False, merge=lww.merge,
+    check_payload=acluser.check, sweep=Sweep.RECORD)
+
 FUNCTION_LIBRARY = RecordKind(
     K.TAG_FUNCTION, "function-library", K.encode_function_key, K.decode_function_key,
     K.decode_function_key, K.encode_function_key, frozenset((RecordType.STRING,)), is_key=False,
@@ -237,7 +243,7 @@ FUNCTION_LIBRARY = RecordKind(
 
 KINDS: tuple[RecordKind, ...] = (STRING, HEAD, HASH_FIELD, SET_MEMBER, ZSET_MEMBER, ZSET_SCORE,
                                  LIST_ELEMENT, HLL_REGISTER, STREAM_ENTRY, STREAM_COUNTERS,
-                                 STREAM_GROUP, GROUP_CONSUMER, GROUP_PENDING, FUNCTION_LIBRARY)
+                                 STREAM_GROUP, GROUP_CONSUMER, GROUP_PENDING, ACL_USER, FUNCTION_LIBRARY)
 
 # Tags that no kind may take again. Nothing writes or reads them; a peer shipping one is
 # refused; a record found under one locally merges as an LWW register and is swept by
@@ -255,8 +261,8 @@ BY_CODE: list[RecordKind | None] = [BY_TAG.get(bytes((c,))) for c in range(256)]
 # partition), e.g. for ``Engine.scan_tags(first_pid, KEY_TAGS)``.
 KEY_TAGS: bytes = bytes(sorted(k.code for k in KINDS if k.is_key))
 ELEMENT_TAGS: bytes = bytes(sorted(k.code for k in KINDS if k.ctype is not None))
-# Node-level records (function libraries): what the engine reports apart from the change
-# feed (``Engine.on_node_change``)
+# Node-level records (ACL users, function libraries): what the engine reports apart from
+# the change feed (``Engine.on_node_change``)
 NODE_TAGS: bytes = bytes(sorted(k.code for k in KINDS if k.is_node))
 
 # Streams: state kept beside a key's value that Redis changes without "modifying the key"

@@ -36,6 +36,7 @@ from marekvs.config import Config, Limits
 from marekvs.core.hlc import HLC, wall_ms
 from marekvs.keyspace import Keyspace
 from marekvs.keyspace.status import KeyspaceError
+from marekvs.node.acl import Acl
 from marekvs.node.blocking import BlockingRegistry
 from marekvs.node.changes import ChangeFeed
 from marekvs.node.events import Events
@@ -100,6 +101,10 @@ class Node:
         self._lookup = self.table.dispatch
         self.sweeper = Sweeper(self.engine, config)
         self.tunables: dict[str, str] = {}  # Redis parameters changed by CONFIG SET (tunables.py)
+        # ACL users (node/acl.py): node-level records (outside the keyspace) the engine
+        # reports apart from the change feed
+        self.acl = Acl(self)
+        self.changes.on_node_records(self.acl.records_changed)
         self.pubsub.limits = pubsub_limits(self.tunable("client-output-buffer-limit"))
         self.limits = Limits()  # request limits the RESP parsers read
         self.scripting = Scripting(self)  # EVAL and function libraries (node/scripting/)
@@ -129,13 +134,14 @@ class Node:
         self._ack_event: asyncio.Event | None = None
         raise_soft_open_files()
         self.maxclients = fit_open_files(DEFAULT_MAXCLIENTS)
+        self.acl.load()  # the users of the records (and the aclfile, requirepass)
 
     # -- clients ---------------------------------------------------------------------
     def new_context(self, **kw: Any) -> Context:
         """A context for a new client (registered: CLIENT LIST sees it)."""
         self._client_seq += 1
         self.stats.total_connections += 1
-        ctx = Context(self, self._client_seq, authed=not self.config.requirepass, **kw)
+        ctx = Context(self, self._client_seq, authed=self.acl.default_authed(), **kw)
         self.clients[ctx.id] = ctx
         return ctx
 
@@ -159,9 +165,9 @@ class Node:
 
     # -- dispatch --------------------------------------------------------------------
     def dispatch(self, ctx: Context, args: list[bytes]) -> Any:
-        """Run one command for ``ctx``: the table lookup, arity, subcommand and auth
-        checks, then its handler, measured (INFO commandstats, SLOWLOG, LATENCY). Returns
-        the reply value (an ``Err`` for an error)."""
+        """Run one command for ``ctx``: the table lookup, arity, subcommand, auth and
+        ACL checks (``node/acl.py``), then its handler, measured (INFO commandstats,
+        SLOWLOG, LATENCY). Returns the reply value (an ``Err`` for an error)."""
         self.stats.total_commands += 1
         cmd = self._lookup.get(args[0])
         if cmd is None:
@@ -180,8 +186,12 @@ class Node:
             a = cmd.arity
             if (a > 0 and n != a) or n < -a:
                 return self.rejected(ctx, cmd, errors.wrong_arity(cmd.fullname))
-        if not ctx.authed and not cmd.no_auth:
+        if not ctx.authed and not cmd.no_auth and self.acl.auth_required():
             return self.rejected(ctx, cmd, errors.NOAUTH)
+        if ctx.user.restricted:  # (the default user with every permission skips the check)
+            denied = self.acl.check(ctx, cmd, args)
+            if denied is not None:
+                return self.rejected(ctx, cmd, denied)
         if ctx.in_pubsub and ctx.proto == 2 and (cmd.parent is not None or cmd.name not in _PUBSUB_MODE):
             return self.rejected(ctx, cmd, errors.pubsub_context(cmd.fullname))
         if ctx.multi is not None and cmd.queued_in_multi:

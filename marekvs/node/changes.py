@@ -16,6 +16,7 @@ from marekvs.storage.engine import Engine
 
 Change = tuple[bytes, bytes | None, bytes]  # (ikey, old record or None, new record)
 Subscriber = Callable[[list[Change]], None]
+NodeSubscriber = Callable[[list[tuple[bytes, bytes]]], None]  # [(ikey, new record), ...]
 
 
 def user_keys(changes: list[Change]) -> list[bytes]:
@@ -27,6 +28,7 @@ class ChangeFeed:
     def __init__(self, engine: Engine):
         self.engine = engine
         self.subscribers: list[Subscriber] = []
+        self.node_subscribers: list[NodeSubscriber] = []
 
     def subscribe(self, fn: Subscriber) -> None:
         if fn not in self.subscribers:
@@ -39,12 +41,19 @@ class ChangeFeed:
         if not self.subscribers:
             self.engine.on_change = None
 
-    def on_node_records(self, fn: Callable[[list[tuple[bytes, bytes]]], None]) -> None:
-        """Call ``fn([(ikey, record), ...])`` when node-level records (function libraries)
-        change, locally or from a peer. They are not keys, so they never reach the
-        subscribers of the feed; the engine reports them apart (``Engine.on_node_change``),
-        which costs the apply path one flag test per changed record."""
-        self.engine.on_node_change = fn
+    def on_node_records(self, fn: NodeSubscriber) -> None:
+        """Call ``fn([(ikey, record), ...])`` when node-level records (the registry's
+        NODE_TAGS: ACL users, function libraries) change, locally or from a peer. They are
+        not keys, so they never reach the subscribers of the feed; the engine reports them
+        apart (``Engine.on_node_change``). Every subscriber sees every node record and
+        takes the tags it owns."""
+        if fn not in self.node_subscribers:
+            self.node_subscribers.append(fn)
+        self.engine.on_node_change = self._publish_node
+
+    def _publish_node(self, changes: list[tuple[bytes, bytes]]) -> None:
+        for fn in list(self.node_subscribers):
+            fn(changes)
 
     def _publish(self, changes: list[Change]) -> None:
         for fn in list(self.subscribers):

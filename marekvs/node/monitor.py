@@ -4,7 +4,8 @@
   ``slowlog-log-slower-than`` microseconds (0: every command, -1: none) is kept, newest
   first, up to ``slowlog-max-len`` entries: id, unix time, duration in us, its arguments (at
   most 32, the last one saying how many more; each at most 128 bytes, saying how many more
-  bytes), the client's address and name. AUTH/HELLO credentials are ``(redacted)``.
+  bytes), the client's address and name. AUTH/HELLO credentials and ACL
+  SETUSER's arguments are ``(redacted)``.
 - The latency monitor (``latency.c``): with ``latency-monitor-threshold`` N ms > 0, a
   command that took at least N ms is a sample of the event ``command`` (or ``fast-command``
   for commands flagged fast); per event the latest 160 samples (one per second: the max of
@@ -57,6 +58,8 @@ def _redact(args: list[bytes]) -> list[bytes]:
     name = args[0].lower()
     if name == b"auth":
         return [args[0]] + [b"(redacted)"] * (len(args) - 1)
+    if name == b"acl" and len(args) > 2 and args[1].lower() == b"setuser":
+        return args[:2] + [b"(redacted)"] * (len(args) - 2)  # (the user and its passwords)
     if name == b"hello":
         out = list(args)
         for i in range(len(out) - 2):

@@ -34,6 +34,7 @@ import select
 import socket
 from typing import TYPE_CHECKING, Any
 
+from marekvs.commands import errors
 from marekvs.commands.reply import NO_REPLY
 from marekvs.server import resp
 
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
     from marekvs.server.listener import Connection, RespServer
 
 log = logging.getLogger("marekvs.server")
+_DENIED = b"-%s\r\n" % errors.DENIED_PROTECTED.encode()
 
 
 class RawClient:
@@ -177,6 +179,14 @@ class BusyServer:
                 if len(node.clients) >= node.maxclients:
                     sock.close()
                     continue
+                if isinstance(addr, tuple) and node.acl.protected_from(addr[0]):
+                    node.stats.rejected_connections += 1  # protected mode, as the listener
+                    try:
+                        sock.send(_DENIED)
+                    except OSError:
+                        pass
+                    sock.close()
+                    continue
                 sock.setblocking(False)
                 if sock.family in (socket.AF_INET, socket.AF_INET6):
                     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -186,7 +196,8 @@ class BusyServer:
                     laddr=f"{local[0]}:{local[1]}" if isinstance(local, tuple) else str(local),
                     fd=sock.fileno())
                 parser = resp.RequestParser(node.limits)
-                parser.auth_required = parser.gated = bool(node.config.requirepass)
+                parser.gated = node.acl.auth_required()
+                parser.auth_required = not ctx.authed and parser.gated
                 ctx.query_buffer = parser.pending_bytes
                 self.raw.append(RawClient(sock, ctx, parser))
         finally:

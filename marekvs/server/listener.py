@@ -36,6 +36,7 @@ log = logging.getLogger("marekvs.server")
 _enc = resp._enc
 _R_OK = resp.R_OK
 _MAXCLIENTS_REACHED = b"-ERR max number of clients reached\r\n"
+_DENIED = b"-%s\r\n" % errors.DENIED_PROTECTED.encode()
 
 
 class Connection(asyncio.Protocol):
@@ -76,6 +77,12 @@ class Connection(asyncio.Protocol):
             transport.close()
             return
         peer = transport.get_extra_info("peername")
+        if isinstance(peer, tuple) and node.acl.protected_from(peer[0]):
+            # protected mode: as Redis, the error is written at once and the connection closed
+            node.stats.rejected_connections += 1
+            transport.write(_DENIED)
+            transport.close()
+            return
         sock = transport.get_extra_info("sockname")
         s = transport.get_extra_info("socket")
         ctx = self.ctx = node.new_context(
@@ -83,7 +90,8 @@ class Connection(asyncio.Protocol):
             laddr=f"{sock[0]}:{sock[1]}" if isinstance(sock, tuple) else str(sock),
             fd=s.fileno() if s is not None else -1)
         self._hooks(ctx)
-        self.parser.auth_required = self.parser.gated = bool(node.config.requirepass)
+        self.parser.gated = node.acl.auth_required()  # (AUTH/RESET may change the limits)
+        self.parser.auth_required = not ctx.authed and self.parser.gated
         self.server.connections.add(self)
         if s is not None and s.family in (socket.AF_INET, socket.AF_INET6):
             s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -287,7 +295,7 @@ class Connection(asyncio.Protocol):
             self.transport.close()
 
     def _auth_changed(self, authed: bool) -> None:
-        self.parser.auth_required = not authed and bool(self.node.config.requirepass)
+        self.parser.auth_required = not authed and self.node.acl.auth_required()
 
 
 def keep_alive(s: socket.socket, interval: int) -> None:

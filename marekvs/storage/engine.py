@@ -17,7 +17,7 @@ The one apply path
     adding the changed keys of a local command to the batch's log entry. Local
     commands and replication both end here; a blind overwrite never happens. What
     changed is reported to ``on_change`` (the node's change feed), except node-level
-    records (function libraries), which go to ``on_node_change``.
+    records (ACL users, function libraries), which go to ``on_node_change``.
 
 Group commit
     Writes go to an in-memory pending batch that reads see at once (through the
@@ -90,8 +90,11 @@ log = logging.getLogger("marekvs.storage")
 _TAG_AT = K.TAG_AT
 _ORD_HEAD = K.ORD_HEAD
 _NODE_TAG = bytes(1 if c in registry.NODE_TAGS else 0 for c in range(256))  # tag byte -> node record?
-if any(c >= _ORD_HEAD for c in registry.NODE_TAGS):  # apply() tests them below the head tag
-    raise RuntimeError("node-level record tags must sort below the head tag 'M'")
+# apply() tests head and node-level tags behind one compare: every tag above this one (the
+# string tag 's' among them) is neither
+_SLOW_TAGS_MAX = max(_ORD_HEAD, *registry.NODE_TAGS)
+if K.ORD_STRING <= _SLOW_TAGS_MAX:
+    raise RuntimeError("the string tag must sort above the head and node-level record tags")
 MISSING = None  # cached absence is stored as None; a cache miss is _NOT_CACHED
 _NOT_CACHED = object()
 _U16 = struct.Struct(">H")
@@ -170,8 +173,9 @@ class Engine:
         # apply path nothing.
         self.on_change: Callable[[list[tuple[bytes, bytes | None, bytes]]], None] | None = None
         # Called with [(ikey, new record), ...] when node-level records (the registry's
-        # NODE_TAGS: function libraries) changed, local or replicated. They are not keys,
-        # so they never reach ``on_change`` (WATCH, tracking, notifications see keys only).
+        # NODE_TAGS: ACL users, function libraries) changed, local or replicated. They are
+        # not keys, so they never reach ``on_change`` (WATCH, tracking, notifications see
+        # keys only).
         self.on_node_change: Callable[[list[tuple[bytes, bytes]]], None] | None = None
         # stats
         self.batches = 0
@@ -357,10 +361,10 @@ class Engine:
             if m is cur:
                 continue
             t = ikey[_TAG_AT]
-            if t <= _ORD_HEAD:  # (one compare for the rest: node-level tags sort below 'M')
+            if t <= _SLOW_TAGS_MAX:  # (one compare for the rest, strings among them)
                 if t == _ORD_HEAD:  # a collection head
                     self.head_pids[(ikey[0] << 8) | ikey[1]] = 1
-                elif _NODE_TAG[t]:  # a node-level record (a function library): not on the feed
+                elif _NODE_TAG[t]:  # a node-level record (an ACL user, a function library): not on the feed
                     if node_recs is None:
                         node_recs = []
                     node_recs.append((ikey, m))

@@ -11,7 +11,7 @@ import random
 from hypothesis import strategies as st
 
 from marekvs.core import envelope as env
-from marekvs.core import head, hll, keys, orswot, pncounter, stream, zset
+from marekvs.core import acluser, head, hll, keys, orswot, pncounter, stream, zset
 from marekvs.core.envelope import RecordType
 
 ORIGINS = st.integers(1, 3)
@@ -129,6 +129,16 @@ def hll_records(draw) -> bytes:
     return hll.new(draw(st.integers(0, hll.MAX_RANK)), hlc, origin)
 
 
+@st.composite
+def user_records(draw) -> bytes:
+    """ACL user records: a user's rules, or a tombstone (ACL DELUSER); never a deadline."""
+    hlc, origin = draw(VERSIONS)
+    if draw(st.integers(0, 3)) == 0:
+        return acluser.tombstone(hlc, origin)
+    return acluser.new(draw(st.sampled_from([b"on nopass ~* &* +@all", b"off resetchannels -@all", b""])),
+                       hlc, origin)
+
+
 FIELDS = st.lists(st.tuples(SMALL_BYTES, SMALL_BYTES), max_size=3)
 stream_payloads = FIELDS.map(stream.to_bytes)
 
@@ -146,6 +156,7 @@ LATTICES = {
     "hll-register": (keys.encode_hll_key(U, 7), hll_records()),
     "stream-entry": (keys.encode_stream_key(U, 5, 1 << 20),
                      lww_records(RecordType.STREAM_ENTRY, stream_payloads)),
+    "acl-user": (keys.encode_user_key(U), user_records()),
     "function-library": (keys.encode_function_key(b"mylib"),
                          lww_records(RecordType.STRING, SMALL_BYTES.map(lambda code: b"\x01" + code))),
 }

@@ -32,7 +32,7 @@ SAMPLES = {
     "zset-member": (b"m",), "zset-score": (-2.5, b"m"), "list-element": (K.LIST_CENTER,),
     "hll-register": (7,), "stream-entry": (5, 1 << 20),
     "stream-counters": (3,), "stream-group": (b"grp",), "group-consumer": (b"grp", b"c1"),
-    "group-pending": (b"grp", 5, 1 << 20), "function-library": (),
+    "group-pending": (b"grp", 5, 1 << 20), "acl-user": (), "function-library": (),
 }
 
 
@@ -49,7 +49,8 @@ def test_every_tag_the_codecs_define_has_a_row_or_is_retired():
 def test_key_and_element_tags():
     assert registry.KEY_TAGS == K.TAG_HEAD + K.TAG_STRING  # what iteration scans, in key order
     assert registry.ELEMENT_TAGS == bytes(sorted(k.code for k in KINDS if k.ctype is not None))
-    assert registry.NODE_TAGS == K.TAG_FUNCTION  # node-level records: neither keys nor elements
+    # node-level records, neither keys nor elements: ACL users and function libraries
+    assert registry.NODE_TAGS == bytes(sorted(K.TAG_FUNCTION + K.TAG_USER))
     assert {k.tag for k in KINDS if k.head_flag} == {K.TAG_HEAD}
     for k in KINDS:
         if k.is_node:

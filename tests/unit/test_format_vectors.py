@@ -22,7 +22,8 @@ from marekvs.core import partition as P
 ROOT = Path(__file__).resolve().parents[2]
 FORMAT = ROOT / "crates_ref" / "format"
 VECTOR_FILES = ("partition.jsonl", "hashtags.jsonl", "keys.jsonl", "varint.jsonl",
-                "scores.jsonl", "member_scores.jsonl", "envelope.jsonl", "kinds.jsonl", "functions.jsonl")
+                "scores.jsonl", "member_scores.jsonl", "envelope.jsonl", "kinds.jsonl", "acl_users.jsonl",
+                "functions.jsonl")
 
 
 def load(name: str) -> list[dict]:
@@ -170,6 +171,8 @@ def _encode(v: dict, uk: bytes) -> bytes:
         return K.encode_consumer_key(uk, H(v["group_hex"]), H(v["consumer_hex"]))
     if lay == "group-pending":
         return K.encode_pending_key(uk, H(v["group_hex"]), int(v["ms"]), int(v["seq"]))
+    if lay == "user":
+        return K.encode_user_key(uk)
     if lay == "function":
         return K.encode_function_key(uk)
     raise AssertionError(f"unknown layout {lay}")
@@ -208,6 +211,8 @@ def _check_decode(v: dict, uk: bytes, ikey: bytes) -> None:
         assert K.decode_consumer_key(ikey) == (uk, H(v["group_hex"]), H(v["consumer_hex"]))
     elif lay == "group-pending":
         assert K.decode_pending_key(ikey) == (uk, H(v["group_hex"]), int(v["ms"]), int(v["seq"]))
+    elif lay == "user":
+        assert K.decode_user_key(ikey) == uk
     elif lay == "function":
         assert K.decode_function_key(ikey) == uk
 
@@ -215,7 +220,8 @@ def _check_decode(v: dict, uk: bytes, ikey: bytes) -> None:
 TAGS = {"string": K.TAG_STRING, "head": K.TAG_HEAD, "hash": K.TAG_HASH, "set": K.TAG_SET,
         "zset": K.TAG_ZSET, "zscore": K.TAG_ZSCORE, "list": K.TAG_LIST, "hll": K.TAG_HLL,
         "stream": K.TAG_STREAM, "stream-counters": K.TAG_STREAM_COUNTER, "stream-group": K.TAG_GROUP,
-        "group-consumer": K.TAG_CONSUMER, "group-pending": K.TAG_PENDING, "function": K.TAG_FUNCTION}
+        "group-consumer": K.TAG_CONSUMER, "group-pending": K.TAG_PENDING, "user": K.TAG_USER,
+        "function": K.TAG_FUNCTION}
 
 
 @params("keys.jsonl", "layout")
@@ -230,7 +236,7 @@ def test_key_vector(v):
     assert K.tag_of_ikey(want) == v["tag"].encode()
     assert K.user_key_of(want) == uk
     assert K.encode_varint(len(uk)).hex() == v["klen_hex"]
-    if v["layout"] not in ("string", "function"):  # (these two have no klen)
+    if v["layout"] not in ("string", "user", "function"):  # (no collection: the name is the rest of the key)
         prefix = H(v["prefix_hex"])
         assert K.collection_prefix(v["tag"].encode(), uk) == prefix
         assert want.startswith(prefix)
@@ -403,6 +409,7 @@ def test_kind_vector(v):
     gates = {"top-live-dot": orswot.gate_clock, "hlc": env.hlc_of, None: None}
     assert kind.name == v["name"] and sorted(kind.rtypes) == v["rtypes"]
     assert kind.is_key == (v["role"] == "key") and kind.head_flag == v["head_flag"]
+    assert kind.is_node == (v["role"] == "node")
     assert kind.merge is lattices[v["lattice"]] and kind.sweep.value == v["sweep"]
     assert kind.ctype == v["ctype"] and kind.gate_clock is gates[v["gate"]]
     assert v["key"].startswith(f"[pid:u16] '{v['tag']}' ")
@@ -417,7 +424,28 @@ def test_kind_vectors_cover_the_registry_and_the_key_layouts():
     assert layouts == {v["tag"] for v in KINDS if not v["retired"]}
 
 
-# -- function libraries (DATA_MODEL.md section 16) -------------------------------------------
+# -- ACL user records -------------------------------------------------------------------------------
+
+@params("acl_users.jsonl", "name")
+def test_acl_user_vector(v):
+    """The record ACL SETUSER writes (envelope of type 0, payload [fmt 1][rules]) or ACL
+    DELUSER writes (a tombstone), its key, and LWW between two writes."""
+    from marekvs.core import acluser, lww, registry
+
+    name, rec = H(v["user_hex"]), H(v["record_hex"])
+    hlc, origin = int(v["hlc"]), v["origin"]
+    assert K.encode_user_key(name).hex() == v["ikey_hex"] and K.decode_user_key(H(v["ikey_hex"])) == name
+    rules = None if v["rules"] is None else v["rules"].encode()
+    want = acluser.new(rules, hlc, origin) if rules is not None else acluser.tombstone(hlc, origin)
+    assert want == rec and acluser.rules_of(rec) == rules
+    assert rec[:19] == struct.pack(">BQHQ", 1 if rules is None else 0, hlc, origin, 0)
+    assert rec[19:] == (b"" if rules is None else b"\x01" + rules)
+    assert registry.check_record(H(v["ikey_hex"]), rec) is registry.ACL_USER
+    newer = H(v["newer_hex"])
+    assert lww.merge(rec, newer) == lww.merge(newer, rec) == H(v["merged_hex"])
+
+
+# -- function libraries (DATA_MODEL.md section 17) -------------------------------------------
 
 @params("functions.jsonl", "name")
 def test_function_library_vector(v):

@@ -42,9 +42,9 @@ import sys
 import time
 from typing import Any, Callable
 
-from marekvs.commands import errors
+from marekvs.commands import aclrules, errors
 from marekvs.commands.args import parse_ll
-from marekvs.commands.context import Context
+from marekvs.commands.context import LUA, Context
 from marekvs.commands.reply import Err, Simple
 from marekvs.core import envelope as env
 from marekvs.core import funclib
@@ -124,6 +124,7 @@ class Scripting:
         self.hard_exit: Callable[[], None] | None = None
         self.ctx = Context(node, 0)  # the "Lua client" the script's commands run as
         self.ctx.deny_blocking = True
+        self.ctx.acl_context = LUA  # (ACL: each call is checked, denials get the script's texts)
         self.ctx.name = b""
         self.ctx.addr = ""
         self._cmd_cache: dict[int, tuple[bool, bool]] = {}  # id(cmd) -> (noscript, write-like)
@@ -231,6 +232,10 @@ class Scripting:
         if info[0]:
             return self._reject(cmd, "This Redis command is not allowed from script")
         if run.read_only and info[1]:
+            if self.ctx.user.restricted:  # (scriptCall checks the ACL before the write flag)
+                denied = node.acl.check(self.ctx, cmd, argv)
+                if denied is not None:
+                    return _Error(error_text(node.rejected(self.ctx, cmd, denied)), True)
             return self._reject(cmd, "Write commands are not allowed from read-only scripts.")
         if cmd.write:
             run.dirty = True
@@ -334,9 +339,13 @@ class Scripting:
                 argv.append(b"%.17g" % a)
             else:
                 raise self._raise(b"ERR Lua redis lib command arguments must be strings or integers")
-        if type(self._resolve(argv)) is str:
+        cmd = self._resolve(argv)
+        if type(cmd) is str:
             raise self._raise(b"ERR Invalid command passed to redis.acl_check_cmd()")
-        return True  # one user, every command (marekvs has no ACL users)
+        user = self.ctx.user  # (the caller's: ACLCheckAllUserCommandPerm, no log entry)
+        if not user.restricted:
+            return True
+        return bool(user.check(self.node.acl.view, cmd, argv)[0] == aclrules.OK)
 
     def vm_of(self, run: ScriptRun) -> LuaVM:
         return self.eval_vm if run.eval_mode else self.func_vm
@@ -361,6 +370,8 @@ class Scripting:
         sctx = self.ctx
         sctx.proto = 2
         sctx.db = caller.db
+        sctx.user = caller.user  # the calls run as the caller's ACL user (ACL LOG shows the caller)
+        sctx.script_caller = caller
         self.running = run
         self.in_lua = True
         try:
@@ -392,6 +403,7 @@ class Scripting:
         finally:
             self.running = None
             node.current = caller
+            sctx.script_caller = None
             if run.killed:
                 vm.reset_hook()
             if memory_error:
