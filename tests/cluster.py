@@ -38,7 +38,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from tests.helpers import Node, free_port
+from tests.helpers import START_TIMEOUT, Node, free_port
 
 SECRET = "test-cluster-secret"
 
@@ -329,7 +329,7 @@ class Cluster:
             raise errors[0]
         return self
 
-    def start_node(self, i: int, timeout: float = 30.0) -> Node:
+    def start_node(self, i: int, timeout: float = START_TIMEOUT) -> Node:
         n = self.nodes[i]
         try:
             n.start(timeout=timeout)
@@ -342,7 +342,7 @@ class Cluster:
         self.nodes[i].kill9()
         self.nodes[i].stop()
 
-    def restart_node(self, i: int, wipe: bool = False, timeout: float = 30.0) -> Node:
+    def restart_node(self, i: int, wipe: bool = False, timeout: float = START_TIMEOUT) -> Node:
         """Stop node ``i`` (SIGTERM) and start it again on the same ports and id;
         ``wipe=True`` removes its data directory in between (a new incarnation)."""
         n = self.nodes[i]

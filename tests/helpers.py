@@ -51,6 +51,10 @@ _GIVEN: set[int] = set()
 # for its reply as long as the test's own deadlines allow; a test that needs a short timeout
 # (a node it expects to hang) passes socket_timeout itself.
 CLIENT_TIMEOUT = 120.0
+# How long a node may take to start listening (a crash is seen at once, by its exit): on a
+# loaded machine importing grpc, rocksdict and lupa and bootstrapping from peers can take
+# tens of seconds.
+START_TIMEOUT = 120.0
 
 
 def client_of(port: int, **kw):
@@ -124,7 +128,7 @@ class Node:
                 "--data-dir", str(self.data_dir), "--node-id", str(self.node_id),
                 "--durability", self.durability, "--grpc-port", str(self.grpc_port), *self.extra]
 
-    def start(self, timeout: float = 20.0) -> "Node":
+    def start(self, timeout: float = START_TIMEOUT) -> "Node":
         env = dict(os.environ)
         env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
         if self.env:
