@@ -290,9 +290,13 @@ class Connection(asyncio.Protocol):
 
     # -- context hooks -----------------------------------------------------------------
     def _close_now(self) -> None:
+        """CLIENT KILL, an output-buffer limit, an idle timeout, a deleted user: the client
+        goes at once and what it was still owed is discarded, as Redis's freeClient (a
+        close would first wait for that output to drain: from a client that reads nothing,
+        for ever, and it would stay subscribed meanwhile)."""
         self.ctx.closing = True
         if self.transport is not None:
-            self.transport.close()
+            self.transport.abort()
 
     def _auth_changed(self, authed: bool) -> None:
         self.parser.auth_required = not authed and self.node.acl.auth_required()

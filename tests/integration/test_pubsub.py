@@ -172,6 +172,38 @@ def test_slow_subscriber_is_cut_off_and_the_node_keeps_serving(tmp_path):
         node.stop()
 
 
+def test_a_subscriber_cut_off_with_output_still_queued_is_dropped_at_once(tmp_path):
+    # The limit trips while the connection's transport still holds bytes the kernel would
+    # not take (the subscriber reads nothing). Redis frees such a client at once, its
+    # output discarded; a close that first waited for that output to drain would wait for
+    # ever, and the subscriber would stay subscribed (seen once in ten fresh-clone runs).
+    node = Node(tmp_path / "data").start()
+    try:
+        c = node.client()
+        c.config_set("client-output-buffer-limit", "pubsub 0 0 0")
+        slow = socket.create_connection(("127.0.0.1", node.port), timeout=10)
+        slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        slow.sendall(b"SUBSCRIBE flood\r\n")
+        sync(slow)
+        payload = b"x" * 65536
+        for _ in range(16):  # 16 MB, more than the kernel's socket buffers take
+            p = c.pipeline(transaction=False)
+            for _ in range(16):
+                p.publish("flood", payload)
+            p.execute()
+        assert c.pubsub_numsub("flood")[0][1] == 1  # no limit: still subscribed
+        c.config_set("client-output-buffer-limit", "pubsub 256kb 128kb 1")
+        assert c.publish("flood", b"one more") == 1  # counted, then over the limit: cut off
+        deadline = time.monotonic() + 60
+        while c.pubsub_numsub("flood")[0][1] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert c.pubsub_numsub("flood")[0][1] == 0, "the cut-off subscriber is still subscribed"
+        assert c.ping()
+        slow.close()
+    finally:
+        node.stop()
+
+
 def notifications(port: int, commands: bytes, flags: bytes) -> list[tuple[bytes, bytes]]:
     with socket.create_connection(("127.0.0.1", port), timeout=10) as c, \
             socket.create_connection(("127.0.0.1", port), timeout=10) as lst:
