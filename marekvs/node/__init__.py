@@ -63,14 +63,14 @@ class Stats:
     """INFO stats counters (CONFIG RESETSTAT clears them)."""
 
     __slots__ = ("total_commands", "total_connections", "rejected_connections", "unexpected_errors",
-                 "error_replies", "query_buffer_closes")
+                 "error_replies", "query_buffer_closes", "tls_handshake_failures")
 
     def __init__(self) -> None:
         self.reset(0)
 
     def reset(self, connections: int) -> None:
         self.total_commands = self.error_replies = self.rejected_connections = 0
-        self.unexpected_errors = self.query_buffer_closes = 0
+        self.unexpected_errors = self.query_buffer_closes = self.tls_handshake_failures = 0
         self.total_connections = connections
 
 
@@ -127,6 +127,9 @@ class Node:
         self._client_seq = 0
         self.last_save = int(time.time())
         self.replication: Any = None  # attached by the process (replication/manager.py)
+        # CONFIG SET of the tls-* names: the RESP server's (server/tls.py) check of the
+        # proposed configuration; it returns what puts it in use, or raises ValueError
+        self.tls_prepare: Callable[[Config], Callable[[], None]] | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.stopping: asyncio.Event | None = None
         self._after_commit: list[Callable[[bool], None]] = []
