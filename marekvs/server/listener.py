@@ -222,7 +222,7 @@ class Connection(asyncio.Protocol):
                     break
                 elif r is not NO_REPLY:
                     _enc(r, ctx.proto, out)  # (HELLO's own reply is in the protocol it chose)
-                if ctx.deferred is not None:  # invalidations of this client's own writes
+                if ctx.deferred is not None:  # invalidations of its own writes, a monitor's own line
                     for m in ctx.deferred:
                         _enc(m, ctx.proto, out)
                     ctx.deferred = None

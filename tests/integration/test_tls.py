@@ -168,7 +168,16 @@ def test_redis_cli_and_redis_py_work_over_tls_as_in_the_clear(node, pki, redis_c
     plain.lpush("tls:q", "x")
     t.join(60)
     assert got == [(b"tls:q", b"x")]
-    plain.delete("tls:k", "tls:list", "tls:big", "tls:n", "tls:h")
+    # MONITOR over TLS sees a command run in the clear
+    with tls_socket(node.tls_port, pki) as m:
+        m.sendall(mb(b"MONITOR"))
+        assert m.recv(100) == b"+OK\r\n"
+        plain.set("tls:monitored", "1")
+        seen = b""
+        while b"tls:monitored" not in seen:
+            seen += m.recv(65536)
+        assert b'"SET" "tls:monitored" "1"' in seen
+    plain.delete("tls:k", "tls:list", "tls:big", "tls:n", "tls:h", "tls:monitored")
 
 
 SCRIPT = (mb(b"SET", b"d:k", b"v") + mb(b"GET", b"d:k") + b"PING\r\n" + mb(b"INCR", b"d:k")
