@@ -157,10 +157,10 @@ def config_set(ctx, args):
         if node.tls_prepare is not None:
             try:
                 swap_tls = node.tls_prepare(dataclasses.replace(cfg, **tls))
-            except ValueError as e:
+            except ValueError:  # (the reason is logged: server/tls.py)
                 first = next(name for canon, (name, _) in zip(names, pairs) if canon in _TLS_PARAMS)
                 log.warning("Failed applying new configuration. Possibly related to new %s setting. "
-                            "Restoring previous settings. (%s)", first.lower(), e)
+                            "Restoring previous settings.", first.lower())
                 raise CommandError(errors.config_set_failed(first, errors.CFG_TLS)) from None
     for name, value, given in sorted(changes, key=lambda change: change[0] != "maxclients"):
         if name == "maxclients":

@@ -21,15 +21,16 @@ replaces it for the connections that come after), which does the handshake, then
 the same ``Connection`` as a plaintext client's on uvloop's TLS transport. (Accepting
 through a protocol of its own and calling ``loop.start_tls`` lost the ClientHello when it
 arrived before start_tls took the transport over: both loops read a new connection
-whatever its protocol did in connection_made.) A handshake
-that fails (plaintext on the TLS port, an untrusted, expired or missing client
-certificate, a garbage record) or takes longer than ``tls_handshake_timeout`` closes the
-connection with a log line (``Error accepting a client connection``, as Redis's), at most
-``_LOG_BURST`` a second, the rest counted in the next line. Connections still in their
-handshake count against maxclients. A TLS ClientHello on the plaintext port is a protocol
-error (``resp.TLS_ON_PLAINTEXT``): logged, and the connection closed (Redis would keep
-waiting for a newline). With ``tls-auth-clients-user CN`` the client certificate's CN
-names the ACL user the connection starts as (``Acl.authenticate_certificate``).
+whatever its protocol did in connection_made.) A handshake that fails (plaintext on the
+TLS port, an untrusted, expired or missing client certificate, a garbage record) or takes
+longer than ``tls_handshake_timeout`` closes the connection with a log line (``Error
+accepting a client connection``, as Redis's), at most ``_LOG_BURST`` a second, the rest
+counted in the next line; once a storm of them stops, the memory they took goes back to
+the OS (``_after_storm``). Connections still in their handshake count against maxclients.
+A TLS ClientHello on the plaintext port is a protocol error (``resp.TLS_ON_PLAINTEXT``):
+logged, and the connection closed (Redis would keep waiting for a newline). With
+``tls-auth-clients-user CN`` the client certificate's CN names the ACL user the connection
+starts as (``Acl.authenticate_certificate``).
 """
 
 from __future__ import annotations
@@ -54,6 +55,9 @@ log = logging.getLogger("marekvs.server")
 _enc = resp._enc
 _R_OK = resp.R_OK
 _MAXCLIENTS_REACHED = b"-ERR max number of clients reached\r\n"
+_BACKLOG = 511  # (the listen backlog, as Redis's tcp-backlog; and connections accepted per wake-up)
+_LOG_BURST = 10  # TLS handshake failures logged one by one per second; the rest are counted
+_STORM = 256  # failed handshakes after which, once they stop, freed memory goes back to the OS
 _DENIED = b"-%s\r\n" % errors.DENIED_PROTECTED.encode()
 
 
@@ -365,11 +369,6 @@ def keep_alive(s: socket.socket, interval: int) -> None:
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 3)
 
 
-_BACKLOG = 511  # (the listen backlog, as Redis's tcp-backlog; and connections accepted per wake-up)
-_LOG_BURST = 10  # handshake failures logged one by one per second; the rest are counted
-_STORM = 256  # failed handshakes after which, once they stop, freed memory goes back to the OS
-
-
 class _Throttled:
     """At most ``_LOG_BURST`` warnings a second; the next one says how many were left out."""
 
@@ -419,7 +418,7 @@ class RespServer:
         loop = asyncio.get_running_loop()
         if cfg.port:
             self.tcp_server = await loop.create_server(
-                lambda: Connection(self), cfg.bind, cfg.port, reuse_address=True, backlog=511)
+                lambda: Connection(self), cfg.bind, cfg.port, reuse_address=True, backlog=_BACKLOG)
         if cfg.tls_port:
             self.tls_sockets = listening_sockets(cfg.bind, cfg.tls_port)
             for ls in self.tls_sockets:
