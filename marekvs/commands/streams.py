@@ -236,16 +236,7 @@ def entries_reply(entries: list[xs.Entry]) -> list[Any]:
     return [[b"%d-%d" % sid, fields] for sid, fields in entries]
 
 
-def _subscribe(ctx: Any) -> None:
-    """The stream cache follows the change feed from the first stream command on."""
-    cache = xs.cache_of(ctx.ks)
-    if not cache.subscribed:
-        ctx.node.changes.subscribe(cache.on_change)
-        cache.subscribed = True
-
-
 def _lookup(ctx: Any, key: bytes) -> xs.Stream | None:
-    _subscribe(ctx)
     return xs.lookup(ctx.ks, key, ctx.ks.now())
 
 
@@ -305,7 +296,6 @@ def xadd(ctx, args: list[bytes]):
         raise CommandError(errors.XADD_ID_ZERO)
     fields = list(zip(args[field_pos::2], args[field_pos + 1::2]))
     now = ctx.ks.now()
-    _subscribe(ctx)
     ms, seq = (None, None) if given is None else given
     try:
         sid, trimmed = xs.add(ctx.ks, args[1], fields, ms, seq, nomkstream, trim, now)

@@ -17,8 +17,8 @@ For collections a random command touched (SPOP, SRANDMEMBER, HRANDFIELD) an entr
 keeps the list of live elements (up to ``TRACK_LIMIT``), kept the same way, which makes
 uniform random choice O(1).
 
-The counts are only kept while subscribed to the change feed (``Counts.subscribed``: the
-node subscribes them when it is built); before that every question is a scan.
+The counts follow the keyspace's change feed (``Keyspace.changes``) while they hold an
+entry: the first entry subscribes them, and a node that never counts pays nothing per write.
 """
 
 from __future__ import annotations
@@ -148,7 +148,7 @@ class Counts:
     def __init__(self, ks: Keyspace):
         self.ks = ks
         self.entries: OrderedDict[bytes, _Entry] = OrderedDict()
-        self.subscribed = False  # ``on_change`` is subscribed to the node's change feed
+        self.subscribed = False  # ``on_change`` follows the keyspace's change feed
         self.fills = 0  # scans that (re)built an entry (tests and benchmarks read it)
 
     # -- the change feed ------------------------------------------------------------------
@@ -175,8 +175,8 @@ class Counts:
             e.change(ik[end:], old, new, now)
 
     # -- questions ----------------------------------------------------------------------
-    def _entry(self, prefix: bytes, h: bytes, now: int, track: bool = False) -> _Entry | None:
-        e = self.entries.get(prefix)
+    def _entry(self, prefix: bytes, h: bytes, now: int, track: bool = False) -> _Entry:
+        e: _Entry | None = self.entries.get(prefix)
         if e is not None:
             if e.head != h or e.dc != head.delete_clock(h, now):
                 # a head change the feed did not report (never expected), or the head's
@@ -188,13 +188,14 @@ class Counts:
             else:
                 self.entries.move_to_end(prefix)
         if e is None:
-            if not self.subscribed:
-                return None
             e = self._fill(prefix, h, now, track)
         e.advance(now)
         return e
 
     def _fill(self, prefix: bytes, h: bytes, now: int, track: bool) -> _Entry:
+        if not self.subscribed:
+            self.ks.changes.subscribe(self.on_change)
+            self.subscribed = True
         self.fills += 1
         gate = _GATE[prefix[_TAG_AT]]
         assert gate is not None
@@ -213,10 +214,7 @@ class Counts:
 
     def count(self, prefix: bytes, h: bytes, now: int) -> int:
         """The number of live elements under ``prefix`` of the head ``h``."""
-        e = self._entry(prefix, h, now)
-        if e is not None:
-            return e.n
-        return sum(1 for _ in scan(self.ks, prefix, head.delete_clock(h, now), now))
+        return self._entry(prefix, h, now).n
 
     def nonempty(self, hk: bytes, h: bytes, now: int) -> bool:
         """The collection of the head ``h`` (live or dead) has a live element. Without a
@@ -240,6 +238,5 @@ class Counts:
 
     def members(self, prefix: bytes, h: bytes, now: int) -> list[bytes] | None:
         """The live elements under ``prefix`` as a list kept up to date (do not change
-        it), or None if the collection is too big to keep one (or not subscribed)."""
-        e = self._entry(prefix, h, now, track=True)
-        return None if e is None else e.members
+        it), or None if the collection is too big to keep one."""
+        return self._entry(prefix, h, now, track=True).members

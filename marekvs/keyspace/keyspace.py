@@ -31,6 +31,7 @@ from marekvs.core import lww
 from marekvs.core.envelope import RecordType
 from marekvs.core.hlc import HLC
 from marekvs.keyspace import counts, members
+from marekvs.keyspace.changes import ChangeFeed
 from marekvs.keyspace.status import WrongType
 from marekvs.storage.engine import Engine, prefix_end
 
@@ -64,13 +65,18 @@ class Keyspace:
         self.apply = engine.apply
         self.get = engine.get
         self.head_pids = engine.head_pids
+        # which records changed, whoever wrote them (keyspace/changes.py): the state each
+        # type keeps beside its records follows it, and so do the node's followers
+        self.changes = ChangeFeed(engine)
         # live elements per collection, kept from the change feed (keyspace/counts.py):
         # sizes, and whether a collection exists; the cursors of HSCAN/SSCAN in progress
         self.counts = counts.Counts(self)
         self.cursors = members.Cursors()
         self.resolve = members.Resolver(self)
         # in-memory state a type module keeps beside the records, by its name (the list
-        # hints of keyspace/lists.py, the zset mirrors of keyspace/zsets.py): ``extension``
+        # hints of keyspace/lists.py, the zset mirrors of keyspace/zsets.py, the stream
+        # summaries, the HLL register caches): ``extension``. Each follows ``changes``
+        # itself, while it holds something.
         self.extensions: dict[str, object] = {}
 
     def stamp(self) -> int:
@@ -79,7 +85,9 @@ class Keyspace:
     # -- per-type state ------------------------------------------------------------------
     def extension(self, name: str, factory: Callable[["Keyspace"], T]) -> T:
         """State a type module keeps with this keyspace (caches, an index it maintains),
-        made by ``factory(self)`` on first use: one per node, gone with it."""
+        made by ``factory(self)`` on first use: one per node, gone with it. The factory's
+        state follows ``self.changes`` on its own (the one feed of every record the apply
+        path changed, local or replicated): no caller wires it."""
         x = self.extensions.get(name)
         if x is None:
             x = self.extensions[name] = factory(self)

@@ -45,7 +45,7 @@ import heapq
 import math
 import random
 from collections import OrderedDict
-from typing import Callable, Iterable, Iterator, NamedTuple, Protocol
+from typing import Iterable, Iterator, NamedTuple
 
 from sortedcontainers import SortedList  # type: ignore[import-untyped]
 
@@ -81,10 +81,6 @@ INF = math.inf
 
 class NotAScore(KeyspaceError):
     """An INCR made the score NaN (Redis: "resulting score is not a number (NaN)")."""
-
-
-class Feed(Protocol):
-    def subscribe(self, fn: Callable[[list[tuple[bytes, bytes | None, bytes]]], None]) -> None: ...
 
 
 Entry = tuple[float, bytes]  # (score, member): the order of a zset
@@ -282,20 +278,14 @@ class LexRange(NamedTuple):
 
 class Zsets:
     """The sorted-set state of one node's keyspace: the mirrors of the zsets in use, kept
-    from the change feed (see the module docstring)."""
+    from the keyspace's change feed (followed while a mirror is held)."""
 
     def __init__(self, ks: Keyspace):
         self.ks = ks
         self.orders: OrderedDict[bytes, Order] = OrderedDict()
         self.cached = 0  # members (plus overhead) held by all mirrors
         self.budget = MAX_CACHED_MEMBERS
-        self.feed: Feed | None = None
-
-    def attach(self, feed: Feed) -> None:
-        """Follow the change feed from now on (the first sorted-set command does this)."""
-        if self.feed is None:
-            self.feed = feed
-            feed.subscribe(self.on_changes)
+        self.following = False
 
     def apply(self, records: list[tuple[bytes, bytes]]) -> None:
         if records:
@@ -314,10 +304,12 @@ class Zsets:
                 return o
             self._drop(p.key)
         o = self._build(p, head_rec, now)
-        if self.feed is not None:  # without the feed a mirror would go stale: not kept
-            self.orders[p.key] = o
-            self.cached += len(o) + MIRROR_OVERHEAD
-            self._evict(p.key)
+        if not self.following:
+            self.ks.changes.subscribe(self.on_changes)
+            self.following = True
+        self.orders[p.key] = o
+        self.cached += len(o) + MIRROR_OVERHEAD
+        self._evict(p.key)
         return o
 
     def _drop(self, key: bytes) -> None:
@@ -404,11 +396,9 @@ class Zsets:
         o.discard(member)
 
 
-def state(ks: Keyspace, feed: Feed | None = None) -> Zsets:
-    """The node's sorted-set state (one per keyspace), following ``feed`` once given."""
+def state(ks: Keyspace) -> Zsets:
+    """The node's sorted-set state (one per keyspace)."""
     z: Zsets = ks.extension("zsets", Zsets)
-    if feed is not None and z.feed is None:
-        z.attach(feed)
     return z
 
 
