@@ -108,7 +108,7 @@ def spop(ctx, args: list[bytes]):
     popped = kset.pop(ks, args[1], n, now)
     if popped:
         if not ks.exists(args[1], now):
-            ks.hits += 1  # (Redis replies a count >= SCARD with SUNION's code, a read lookup)
+            ks.counted(args[1], True)  # (Redis replies a count >= SCARD with SUNION's code, a read lookup)
         fire_removal(ctx, "s", b"spop", args[1])
     return reply.SetReply(popped or [])
 

@@ -247,14 +247,9 @@ def _read(ctx: Any, key: bytes) -> xs.Stream | None:
     try:
         st = _lookup(ctx, key)
     except WrongType:
-        ks.hits += 1
+        ks.counted(key, True)
         raise
-    if st is None:
-        ks.misses += 1
-        if ks.on_miss is not None:
-            ks.on_miss(key)
-    else:
-        ks.hits += 1
+    ks.counted(key, st is not None)
     return st
 
 
@@ -585,7 +580,7 @@ def _group_read(ctx, key: bytes, group: bytes, consumer: bytes, after: StreamId 
     command resolved it a moment ago (the same lookup, counted again as Redis counts its
     second ``lookupKeyRead``)."""
     if g is not None:
-        ctx.ks.hits += 1
+        ctx.ks.counted(key, True)
     else:
         st = (_lookup if retry else _read)(ctx, key)
         g = None if st is None else xs.group(ctx.ks, st, group)

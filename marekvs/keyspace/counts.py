@@ -150,6 +150,9 @@ class Counts:
         self.entries: OrderedDict[bytes, _Entry] = OrderedDict()
         self.subscribed = False  # ``on_change`` follows the keyspace's change feed
         self.fills = 0  # scans that (re)built an entry (tests and benchmarks read it)
+        # content prefix -> (head record, the internal key of one live element): what
+        # ``nonempty`` found last, checked again by one point read
+        self.witness: dict[bytes, tuple[bytes, bytes]] = {}
 
     # -- the change feed ------------------------------------------------------------------
     def on_change(self, changes: list[Change]) -> None:
@@ -217,10 +220,12 @@ class Counts:
         return self._entry(prefix, h, now).n
 
     def nonempty(self, hk: bytes, h: bytes, now: int) -> bool:
-        """The collection of the head ``h`` (live or dead) has a live element. Without a
-        counted entry the first ``PROBE`` records are read (cheap, it fills nothing);
-        past them (a queue whose popped elements wait for the sweeper, a deleted
-        collection) the collection is counted once, and the entry answers from then on."""
+        """The collection of the head ``h`` (live or dead) has a live element. A counted
+        entry answers; else the element found last (the *witness*) is read again, one
+        point read; else the first ``PROBE`` records are read, and a live one found
+        becomes the witness; past them (a queue whose popped elements wait for the
+        sweeper, a deleted collection) the collection is counted once, and the entry
+        answers from then on."""
         prefix = content_prefix(hk, h)
         e = self.entries.get(prefix)
         dc = head.delete_clock(h, now)
@@ -229,8 +234,19 @@ class Counts:
             return e.n > 0
         gate = _GATE[prefix[_TAG_AT]]
         assert gate is not None
-        for i, (_, ev) in enumerate(self.ks.engine.scan(prefix, prefix_end(prefix))):
+        witness = self.witness
+        w = witness.get(prefix)
+        if w is not None:
+            if w[0] is h or w[0] == h:
+                rec = self.ks.get(w[1])
+                if rec is not None and _is_live(rec, now) and gate(rec) > dc:
+                    return True
+            del witness[prefix]
+        for i, (ek, ev) in enumerate(self.ks.engine.scan(prefix, prefix_end(prefix))):
             if _is_live(ev, now) and gate(ev) > dc:
+                if len(witness) >= MAX_ENTRIES:
+                    witness.clear()
+                witness[prefix] = (h, ek)
                 return True
             if i >= PROBE:
                 return self.count(prefix, h, now) > 0

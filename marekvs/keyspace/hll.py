@@ -306,14 +306,9 @@ def read_lookup(ks: Keyspace, key: bytes, now: int, cache: RegisterCache) -> tup
     try:
         found = lookup(ks, key, now, cache)
     except KeyspaceError:
-        ks.hits += 1
+        ks.counted(key, True)
         raise
-    if found[1] is None:
-        ks.misses += 1
-        if ks.on_miss is not None:
-            ks.on_miss(key)
-    else:
-        ks.hits += 1
+    ks.counted(key, found[1] is not None)
     return found
 
 

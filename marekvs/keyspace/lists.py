@@ -356,12 +356,9 @@ def read_lookup(lx: Lists, key: bytes, now: int) -> tuple[Keys, bytes | None, by
     try:
         found = lookup(lx, key, now)
     except WrongType:
-        ks.hits += 1
+        ks.counted(key, True)
         raise
-    if found[1] is None:
-        ks.read_miss(key)
-    else:
-        ks.hits += 1
+    ks.counted(key, found[1] is not None)
     return found
 
 

@@ -425,16 +425,9 @@ def lookup(z: Zsets, key: bytes, now: int) -> Zset | None:
 def read_lookup(z: Zsets, key: bytes, now: int) -> Zset | None:
     """``lookup`` for a read command, counted as a keyspace hit or miss (a key of
     another type is a hit: Redis found it)."""
-    ks = z.ks
-    try:
-        found = ks.existing(key, ZSET, now)
-    except WrongType:
-        ks.hits += 1
-        raise
+    found = z.ks.read_existing(key, ZSET, now)
     if found is None:
-        ks.read_miss(key)
         return None
-    ks.hits += 1
     return Zset(prefixes_of_head(key, found[0]), found[1])
 
 
@@ -446,24 +439,13 @@ def lookup_setlike(z: Zsets, key: bytes, now: int) -> tuple[int, Zset] | None:
     try:
         found = lookup(z, key, now)
     except WrongType:
-        try:
-            hk, h = ks.collection(key, SET, now)
-        except WrongType:
-            ks.hits += 1
-            raise
-        if h is None:
-            ks.read_miss(key)
+        r = ks.read(key, SET, now)
+        if r is None:
             return None
-        if ks.present(hk, h, now):
-            ks.hits += 1
-        else:
-            ks.read_miss(key)  # (an emptied set: no key; it reads as an empty set)
-        return SET, Zset(prefixes_of_head(key, hk), h)
-    if found is None:
-        ks.read_miss(key)
-        return None
-    ks.hits += 1
-    return ZSET, found
+        ks.found(key, r, False, now)  # (an emptied set: no key; it reads as an empty set)
+        return SET, Zset(prefixes_of_head(key, r.hk), r.head)
+    ks.counted(key, found is not None)
+    return None if found is None else (ZSET, found)
 
 
 def order_of(z: Zsets, zs: Zset, now: int) -> Order:
@@ -543,9 +525,7 @@ def add(z: Zsets, key: bytes, items: list[tuple[float, bytes]], flags: AddFlags,
     (a re-add, as SADD's: a removal on another node that did not see it leaves the
     member). NotAScore if an increment makes a NaN."""
     ks = z.ks
-    hk, head_rec = ks.collection(key, ZSET, now)
-    exists = head_rec is not None and ks.present(hk, head_rec, now)
-    if not exists and flags.xx:
+    if flags.xx and ks.existing(key, ZSET, now) is None:
         return AddResult(0, 0, 0, None)
     hk, head_rec, created = ks.head_for_write(key, ZSET, now)
     p = prefixes_of_head(key, hk)
