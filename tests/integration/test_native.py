@@ -14,7 +14,6 @@ fallback, on real server processes.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -25,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import ROOT, Node
+from tests.helpers import ROOT, Node, load_setup_py
 
 MANIFEST = ROOT / "marekvs" / "_native.json"
 EXT = sysconfig.get_config_var("EXT_SUFFIX")
@@ -43,13 +42,6 @@ SMOKE: list[tuple[bytes, ...]] = [
 # the fallback runs these test files again under MAREKVS_PURE=1 (about 15 s)
 FALLBACK_TESTS = ["tests/unit/test_core_format.py", "tests/unit/test_format_vectors.py",
                   "tests/unit/test_resp_codec.py", "tests/merge_laws/test_registry.py"]
-
-
-def setup_hook():
-    spec = importlib.util.spec_from_file_location("marekvs_setup_hook", ROOT / "setup.py")
-    hook = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(hook)  # setup() runs only as __main__
-    return hook
 
 
 def compiled_modules() -> dict[str, str]:
@@ -125,7 +117,7 @@ def test_a_node_runs_the_compiled_modules_and_the_fallback_answers_the_same(tmp_
 
 def test_the_pure_fallback_passes_the_core_and_codec_tests(tmp_path):
     env = {**os.environ, **PURE}
-    hook = setup_hook()
+    hook = load_setup_py()
     listed = sorted(compiled_modules()) or [hook.module_of(p) for p in hook.NATIVE]
     seen = imported_files(listed, ROOT, env)
     assert all(f.endswith(".py") for f in seen["files"].values()), seen
@@ -151,7 +143,7 @@ def test_an_edited_source_is_never_shadowed_by_its_stale_extension(tmp_path):
 
 
 def test_a_build_without_a_compiler_is_pure_and_leaves_no_extension_behind(tmp_path):
-    hook = setup_hook()
+    hook = load_setup_py()
     assert hook.native_plan({"MAREKVS_PURE": "1"}) == "MAREKVS_PURE=1"
     reason = hook.native_plan({"CC": str(tmp_path / "no-such-cc")})
     assert reason is not None and reason.startswith("no C compiler"), reason

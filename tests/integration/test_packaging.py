@@ -10,7 +10,6 @@ installing reach PyPI (pip's cache makes repeated runs quick).
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import signal
@@ -22,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import ROOT, free_port, mb, wait_port
+from tests.helpers import ROOT, free_port, load_setup_py, mb, wait_port
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -79,13 +78,6 @@ def serve_and_ping(bindir: Path, workdir: Path) -> bytes:
     return reply
 
 
-def setup_hook():
-    spec = importlib.util.spec_from_file_location("marekvs_setup_hook", ROOT / "setup.py")
-    hook = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(hook)  # defines generate(), NATIVE, native_plan(); setup() runs only as __main__
-    return hook
-
-
 def native_state(bindir: Path, workdir: Path, modules: list[str]) -> tuple[str, list[str]]:
     """marekvs._native.STATE in the fresh environment, and where it imports ``modules`` from."""
     r = run(bindir / "python", "-c", "import importlib, sys, marekvs; print(marekvs._native.STATE); "
@@ -107,7 +99,7 @@ def test_wheel_from_python_m_build_serves(tmp_path):
     `marekvs serve` answers PING. The sdist carries proto/ and setup.py, the wheel the
     generated modules and, where this machine can compile them, the compiled hot modules,
     which the installed marekvs imports."""
-    hook = setup_hook()
+    hook = load_setup_py()
     compiled = hook.native_plan(clean_env()) is None
     modules = [hook.module_of(p) for p in hook.NATIVE]
     dist = tmp_path / "dist"
@@ -160,7 +152,7 @@ def test_editable_install_of_a_clean_tree_serves(tmp_path):
     work = tmp_path / "run"
     work.mkdir()
     assert installed_gen(bindir, work) == str(src / GEN / "replication_v1_pb2_grpc.py")
-    hook = setup_hook()
+    hook = load_setup_py()
     state, files = native_state(bindir, work, [hook.module_of(p) for p in hook.NATIVE])
     assert state == "pure: not compiled" and files == [str(src / p) for p in hook.NATIVE], (state, files)
     assert serve_and_ping(bindir, work) == b"+PONG\r\n"
@@ -177,7 +169,7 @@ def test_build_hook_generates_what_make_proto_does(tmp_path):
         f"--grpc_python_out={by_make} proto/*.proto && "
         f"sed -i -E 's/^import (\\w+_pb2)/from . import \\1/' {by_make}/*_grpc.py && touch {by_make}/__init__.py",
         cwd=ROOT)
-    hook = setup_hook()
+    hook = load_setup_py()
     by_hook = tmp_path / "hook" / GEN
     hook.generate(by_hook)
     made = sorted(p.name for p in by_make.iterdir())
