@@ -401,7 +401,7 @@ def _section_marekvs(s):
 # (marekvs/antientropy/background.py; the process attaches it as ``node.antientropy``)
 
 def _section_antientropy(s):
-    ae = getattr(s, "antientropy", None)
+    ae = s.antientropy
     return ae.info_fields() if ae is not None else []
 
 

@@ -332,7 +332,7 @@ def client_pause(ctx, args):
         if mode not in (b"write", b"all"):
             raise CommandError(errors.PAUSE_MODE)
         writes_only = mode == b"write"
-    ctx.node.pause(ms / 1000, writes_only)
+    ctx.node.client_pause.pause(ms / 1000, writes_only)
     return reply.OK
 
 
@@ -341,7 +341,7 @@ def client_pause(ctx, args):
          summary="Resumes processing of clients that were paused.", since="6.2.0",
          complexity="O(N) Where N is the number of paused clients")
 def client_unpause(ctx, args):
-    ctx.node.unpause()
+    ctx.node.client_pause.unpause()
     return reply.OK
 
 

@@ -26,7 +26,7 @@ _EVAL_SPEC = f"RW ACCESS UPDATE index 2 keynum 0 1 1 ({_WORST}, RW and UPDATE)"
 _EVAL_RO_SPEC = f"RO ACCESS index 2 keynum 0 1 1 ({_WORST}, RO and ACCESS)"
 _EVAL_FLAGS = "noscript stale skip_monitor no_mandatory_keys"
 # EVAL, EVALSHA, FCALL may write (hidden from COMMAND INFO, as Redis hides it): CLIENT
-# PAUSE WRITE holds them unless their script is flagged no-writes (Node.paused_for)
+# PAUSE WRITE holds them unless their script is flagged no-writes (node/pause.py)
 _MAY_WRITE = _EVAL_FLAGS + " may_replicate"
 _EVAL_COMPLEXITY = "Depends on the script that is executed."
 _FCALL_COMPLEXITY = "Depends on the function that is executed."

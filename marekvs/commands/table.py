@@ -391,6 +391,7 @@ class Command:
     movablekeys: bool = field(init=False, default=False)
     fast: bool = field(init=False, default=False)
     readonly: bool = field(init=False, default=False)
+    may_replicate: bool = field(init=False, default=False)  # Redis's is_may_replicate_command
     no_multi: bool = field(init=False, default=False)  # refused inside MULTI
     # MONITOR (node/monitor.py): admin commands are never shown; skip_monitor ones (scripts)
     # are shown before they run, the others after; a monitor may not run keyspace ones
@@ -413,7 +414,8 @@ class Command:
         self.no_multi = "no_multi" in self.flags
         self.admin = "admin" in self.flags
         self.skip_monitor = "skip_monitor" in self.flags
-        self.keyspace = self.write or self.readonly or "may_replicate" in self.flags
+        self.may_replicate = self.write or "may_replicate" in self.flags
+        self.keyspace = self.may_replicate or self.readonly
         self.queued_in_multi = self.parent is not None or self.name not in _RUN_IN_MULTI
         if self.key_specs:
             if self.first_key:

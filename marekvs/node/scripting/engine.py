@@ -227,8 +227,7 @@ class Scripting:
             return self._reject(None, cmd)
         info = self._cmd_cache.get(id(cmd))
         if info is None:
-            info = self._cmd_cache[id(cmd)] = ("noscript" in cmd.flags,
-                                               cmd.write or "may_replicate" in cmd.flags)
+            info = self._cmd_cache[id(cmd)] = ("noscript" in cmd.flags, cmd.may_replicate)
         if info[0]:
             return self._reject(cmd, "This Redis command is not allowed from script")
         if run.read_only and info[1]:
