@@ -7,6 +7,7 @@ in a text go through ``echo`` (Redis prints them with ``%s``: cut at a NUL).
 
 from __future__ import annotations
 
+from marekvs.core.sds import c_str
 from marekvs.keyspace import status as st
 from marekvs.keyspace.hll import InvalidHll
 
@@ -53,12 +54,6 @@ NO_KEY_ARGUMENTS = "ERR The command has no key arguments"
 
 def wrong_arity(fullname: str) -> str:
     return f"ERR wrong number of arguments for '{fullname}' command"
-
-
-def c_str(b: bytes) -> bytes:
-    """User bytes as Redis echoes them with ``%s``: a C string, cut at the first NUL."""
-    z = b.find(b"\x00")
-    return b if z < 0 else b[:z]
 
 
 def echo(b: bytes) -> str:
