@@ -72,6 +72,7 @@ from marekvs.commands.reply import (  # noqa: F401 - the reply values this modul
     SetReply,
     Simple,
     Verbatim,
+    format_double,
 )
 from marekvs.config import Limits
 from marekvs.core.sds import splitargs
@@ -406,19 +407,6 @@ R_OK = b"+OK\r\n"
 R_NULL2 = b"$-1\r\n"
 R_NULL3 = b"_\r\n"
 _BULK_LEN = tuple(b"$%d\r\n" % n for n in range(1024))  # bulk headers of short strings
-
-
-def format_double(x: float) -> bytes:
-    """Redis's double formatting (%.17g with inf/-inf/nan spelled out)."""
-    if x != x:
-        return b"nan"
-    if x == float("inf"):
-        return b"inf"
-    if x == float("-inf"):
-        return b"-inf"
-    if x == int(x) and abs(x) < 1e17:
-        return b"%d" % int(x) if x != 0 or str(x)[0] != "-" else b"-0"
-    return ("%.17g" % x).encode()
 
 
 def encode(obj: object, proto: int = 2) -> bytes:
