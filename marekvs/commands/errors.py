@@ -596,6 +596,35 @@ def function_exists(name: bytes) -> str:
     return "ERR Function %s already exists" % name.decode("utf-8", "surrogateescape")
 
 
+# a library's or an EVAL script's shebang line, a FUNCTION RESTORE payload
+# (node/scripting/functions.py; the engine answers them with ``err``)
+LIBRARY_METADATA_MISSING = "Missing library metadata"
+LIBRARY_METADATA_INVALID = "Invalid library metadata"
+LIBRARY_NAME_TWICE = "Invalid metadata value, name argument was given multiple times"
+LIBRARY_NAME_NOT_GIVEN = "Library name was not given"
+SHEBANG_INVALID = "Invalid script shebang"
+SHEBANG_ENGINE_INVALID = "Invalid engine in script shebang"
+PAYLOAD_NOT_FUNCTION = "given type is not a function"
+PAYLOAD_UNREADABLE = "failed loading the given functions payload"
+LUA_STACK_LIMIT = "ERR reached lua stack limit"
+
+
+def library_metadata_value(part: bytes) -> str:
+    return "Invalid metadata value given: %s" % echo(part)
+
+
+def shebang_engine(engine: bytes) -> str:
+    return "Unexpected engine in script shebang: %s" % echo(engine)
+
+
+def shebang_flag(flag: bytes) -> str:
+    return "Unexpected flag in script shebang: %s" % echo(flag)
+
+
+def shebang_option(option: bytes) -> str:
+    return "Unknown lua shebang option: %s" % echo(option)
+
+
 def function_load_option(opt: bytes) -> str:
     return "ERR Unknown option given: %s" % echo(opt)
 

@@ -27,7 +27,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from marekvs.commands.errors import echo
+from marekvs.commands import errors
 from marekvs.core import rdb
 from marekvs.core.sds import splitargs
 
@@ -55,24 +55,24 @@ def library_metadata(code: bytes) -> tuple[bytes, bytes, bytes]:
     """(engine, library name, code after the shebang line, newline kept) of a FUNCTION LOAD
     payload: Redis 7.0's functionExtractLibMetaData."""
     if not code.startswith(b"#!"):
-        raise MetadataError("Missing library metadata")
+        raise MetadataError(errors.LIBRARY_METADATA_MISSING)
     nl = code.find(b"\n")
     if nl < 0:
-        raise MetadataError("Invalid library metadata")
+        raise MetadataError(errors.LIBRARY_METADATA_INVALID)
     parts = splitargs(code[:nl])
     if not parts:
-        raise MetadataError("Invalid library metadata")
+        raise MetadataError(errors.LIBRARY_METADATA_INVALID)
     engine = parts[0][2:]
     name = None
     for part in parts[1:]:
         if part[:5].lower() == b"name=":
             if name is not None:
-                raise MetadataError("Invalid metadata value, name argument was given multiple times")
+                raise MetadataError(errors.LIBRARY_NAME_TWICE)
             name = part[5:]
             continue
-        raise MetadataError("Invalid metadata value given: %s" % echo(part))
+        raise MetadataError(errors.library_metadata_value(part))
     if name is None:
-        raise MetadataError("Library name was not given")
+        raise MetadataError(errors.LIBRARY_NAME_NOT_GIVEN)
     return engine, name, code[nl:]
 
 
@@ -83,12 +83,12 @@ def eval_shebang(body: bytes) -> tuple[int, int]:
         return EVAL_COMPAT, 0
     nl = body.find(b"\n")
     if nl < 0:
-        raise MetadataError("Invalid script shebang")
+        raise MetadataError(errors.SHEBANG_INVALID)
     parts = splitargs(body[:nl])
     if not parts:
-        raise MetadataError("Invalid engine in script shebang")
+        raise MetadataError(errors.SHEBANG_ENGINE_INVALID)
     if parts[0] != b"#!lua":
-        raise MetadataError("Unexpected engine in script shebang: %s" % echo(parts[0]))
+        raise MetadataError(errors.shebang_engine(parts[0]))
     flags = 0
     for part in parts[1:]:
         if part.startswith(b"flags="):
@@ -96,10 +96,10 @@ def eval_shebang(body: bytes) -> tuple[int, int]:
             for f in (rest.split(b",") if rest else []):
                 bit = FLAG_BITS.get(f.decode("latin-1"))
                 if bit is None:
-                    raise MetadataError("Unexpected flag in script shebang: %s" % echo(f))
+                    raise MetadataError(errors.shebang_flag(f))
                 flags |= bit
         else:
-            raise MetadataError("Unknown lua shebang option: %s" % echo(part))
+            raise MetadataError(errors.shebang_option(part))
     return flags, nl
 
 
@@ -211,9 +211,9 @@ def read_payload(data: bytes) -> list[bytes]:
                     r.string()
                 codes.append(r.string())
             else:
-                raise PayloadError("given type is not a function")
+                raise PayloadError(errors.PAYLOAD_NOT_FUNCTION)
     except rdb.RdbError:
-        raise PayloadError("failed loading the given functions payload") from None
+        raise PayloadError(errors.PAYLOAD_UNREADABLE) from None
     return codes
 
 

@@ -34,6 +34,7 @@ from typing import Any, Callable
 
 import lupa.lua51 as lua51
 
+from marekvs.commands import errors
 from marekvs.commands.reply import (BigNumber, Double, DoubleText, Err, Map, NullArray, SetReply, Simple, Verbatim,
                                     format_double)
 from marekvs.node.scripting import libs
@@ -48,7 +49,7 @@ LuaMemoryError = lua51.LuaMemoryError
 LUAI_MAXCSTACK = 8000  # Lua 5.1's limit on the C stack slots lua_checkstack may give
 ROOT_HEIGHT = 2  # a script's result sits above the error handler on Redis's Lua stack
 LLONG_MIN = -(1 << 63)
-STACK_LIMIT = Err("ERR reached lua stack limit")
+STACK_LIMIT = Err(errors.LUA_STACK_LIMIT)
 
 
 class LuaRaise(Exception):
