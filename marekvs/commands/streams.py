@@ -163,64 +163,48 @@ def parse_add_or_trim(args: list[bytes], xadd: bool) -> tuple[int, xs.Trim | Non
     limit_given = False
     nomkstream = False
     given: tuple[int, int | None] | None = None
-    i = 2
-    n = len(args)
-    while i < n:
-        more = n - 1 - i
-        opt = args[i]
-        if xadd and errors.c_str(opt) == b"*":
+    p = A.Options(args, 2)
+    while p.more():
+        w = p.word()
+        if xadd and w == b"*":  # (the common case: an id to generate)
             break
-        if _is(opt, b"maxlen") and more:
+        if (w == b"maxlen" or w == b"minid") and p.accept(w, 1):
             if maxlen is not None or minid is not None:
-                raise CommandError(errors.MAXLEN_AND_MINID)
-            approx = False
-            nxt = args[i + 1]
-            if more >= 2 and _one_char(nxt, b"~"):
-                approx = True
-                i += 1
-            elif more >= 2 and _one_char(nxt, b"="):
-                i += 1
-            maxlen = A.int_arg(args[i + 1])
-            if maxlen < 0:
-                raise CommandError(errors.MAXLEN_NEGATIVE)
-            i += 1
-        elif _is(opt, b"minid") and more:
-            if maxlen is not None or minid is not None:
-                raise CommandError(errors.MAXLEN_AND_MINID)
-            approx = False
-            nxt = args[i + 1]
-            if more >= 2 and _one_char(nxt, b"~"):
-                approx = True
-                i += 1
-            elif more >= 2 and _one_char(nxt, b"="):
-                i += 1
-            minid = full_id(args[i + 1], True)
-            i += 1
-        elif _is(opt, b"limit") and more:
-            limit = A.int_arg(args[i + 1])
+                p.fail(errors.MAXLEN_AND_MINID)
+                continue
+            approx = p.accept(b"~", 1)  # MAXLEN ~ <count> (a C string: "~" alone)
+            if not approx:
+                p.accept(b"=", 1)
+            if w == b"maxlen":
+                maxlen = p.integer()
+                if maxlen < 0:
+                    p.fail(errors.MAXLEN_NEGATIVE)
+            else:
+                minid = full_id(p.value(), True)
+        elif p.accept(b"limit", 1):
+            limit = p.integer()
             if limit < 0:
-                raise CommandError(errors.XTRIM_LIMIT_NEGATIVE)
+                p.fail(errors.XTRIM_LIMIT_NEGATIVE)
             limit_given = True
-            i += 1
-        elif xadd and _is(opt, b"nomkstream"):
+        elif xadd and p.accept(b"nomkstream"):
             nomkstream = True
-        elif xadd:
-            given = parse_id(opt, True, 0, seq_star=True)
+        elif xadd:  # the id (or a syntax error: an id that does not parse)
+            given = parse_id(args[p.pos], True, 0, seq_star=True)
             break
         else:
-            raise CommandError(errors.SYNTAX)
-        i += 1
+            p.fail(errors.SYNTAX)
     strategy = maxlen is not None or minid is not None
     if limit and not strategy:
-        raise CommandError(errors.LIMIT_WITHOUT_STRATEGY)
+        p.fail(errors.LIMIT_WITHOUT_STRATEGY)
     if not xadd and not strategy:
-        raise CommandError(errors.XTRIM_WITHOUT_STRATEGY)
+        p.fail(errors.XTRIM_WITHOUT_STRATEGY)
     if limit_given and not approx:
-        raise CommandError(errors.LIMIT_WITHOUT_APPROX)
+        p.fail(errors.LIMIT_WITHOUT_APPROX)
+    p.check()
     if approx and not limit_given:
         limit = 10_000  # 100 * stream-node-max-entries
     trim = xs.Trim(maxlen, minid, approx, limit) if strategy else None
-    return i, trim, nomkstream, given
+    return p.pos, trim, nomkstream, given
 
 
 def fmt(sid: StreamId) -> bytes:
