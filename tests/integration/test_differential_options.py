@@ -2,7 +2,7 @@
 against a stock redis-server side by side, in RESP2 and RESP3: every reply the same bytes.
 
 Each case is a command written as words ("\\0" stands for a NUL byte, "" for an empty
-argument), run in order on both servers: options in any case, repeated, conflicting,
+argument, <lib> a function library), run in order on both servers: options in any case, repeated, conflicting,
 missing their values, with values out of range, and keywords followed by a NUL byte
 (Redis compares keywords as C strings: ``NX\\0junk`` is NX). Replies that depend on the
 clock or on a generated id are avoided (explicit stream ids, errors only for SCAN and
@@ -106,11 +106,37 @@ CASES = [
     "LCS str str2 len idx", "LCS str str2 MINMATCHLEN x", "LCS str str2 LEN\\0", "LCS str str2 idx minmatchlen 1 withmatchlen",
     "LCS str str2 IDX\\0 MINMATCHLEN\\0 -5", "LCS str str2 minmatchlen",
     "EXPIRE str 100 nx xx", "EXPIRE str 100 gt lt", "EXPIRE str 100 foo", "EXPIRE str 100 NX\\0", "PEXPIRE str 100 XX GT",
+    # SORT
+    "SORT l ALPHA LIMIT 0 2", "SORT l limit x 1", "SORT l BY nosort", "SORT l alpha\\0 desc\\0", "SORT l STORE",
+    "SORT_RO l ALPHA STORE d", "SORT l GET # ALPHA", "SORT l foo", "SORT l ALPHA STORE sorted", "LRANGE sorted 0 -1",
+    # streams: XRANGE, XSETID, XREAD, XGROUP CREATE, XCLAIM, XAUTOCLAIM
+    "XRANGE x - + COUNT 1", "XRANGE x - + count x", "XRANGE x - + COUNT\\0 1", "XRANGE x - + foo",
+    "XREVRANGE x + - count 1 count 2", "XSETID x 99-0 entriesadded -1", "XSETID x 99-0 maxdeletedid 100-0",
+    "XSETID x 99-0 ENTRIESADDED\\0 x", "XSETID x 99-0 foo", "XREAD COUNT 1 STREAMS x 0", "XREAD STREAMS x",
+    "XREAD GROUP g c STREAMS x 0", "XREAD NOACK STREAMS x 0", "XREAD COUNT x STREAMS x 0",
+    "XREAD count\\0 1 streams\\0 x 0", "XREAD foo", "XREADGROUP STREAMS x 0", "XREAD BLOCK x STREAMS x 0",
+    "XREAD COUNT 1", "XGROUP CREATE x g 0 MKSTREAM ENTRIESREAD 0", "XGROUP CREATE x g2 0 foo",
+    "XGROUP CREATE x g3 0 ENTRIESREAD\\0 -5", "XGROUP CREATE x g4 0 entriesread", "XGROUP CREATE x g5 $ mkstream\\0",
+    "XCLAIM x g c 0 1-1 IDLE x", "XCLAIM x g c 0 1-1 TIME x", "XCLAIM x g c 0 1-1 RETRYCOUNT x",
+    "XCLAIM x g c 0 1-1 foo", "XCLAIM x g c 0 1-1 JUSTID\\0", "XCLAIM x g c 0 1-1 FORCE JUSTID LASTID x",
+    "XAUTOCLAIM x g c 0 0 COUNT 0", "XAUTOCLAIM x g c 0 0 count x", "XAUTOCLAIM x g c 0 0 foo",
+    "XAUTOCLAIM x g c 0 0 JUSTID\\0 COUNT 5",
+    # HELLO (errors only: its reply names the connection), CLIENT TRACKING, FUNCTION, SHUTDOWN
+    "HELLO 2 foo", "HELLO 2 AUTH a", "HELLO 2 SETNAME", "HELLO 2 SETNAME\\0z", "HELLO 2 AUTH nosuchuser pw",
+    "CLIENT TRACKING on redirect x", "CLIENT TRACKING on redirect 999999", "CLIENT TRACKING on foo",
+    "CLIENT TRACKING on prefix a", "CLIENT TRACKING on bcast optin", "CLIENT TRACKING on optin optout",
+    "FUNCTION LOAD foo <lib>", "FUNCTION LOAD <lib>", "FUNCTION LOAD <lib>", "FUNCTION LOAD replace\\0 <lib>",
+    "FUNCTION LOAD REPLACE", "FUNCTION LIST foo", "FUNCTION LIST libraryname", "FUNCTION LIST withcode withcode",
+    "FUNCTION LIST LIBRARYNAME\\0 nosuch", "FUNCTION DELETE optlib",
+    "SHUTDOWN NOSAVE SAVE", "SHUTDOWN ABORT NOW", "SHUTDOWN ABORT", "SHUTDOWN ABORT ABORT", "SHUTDOWN foo",
+    "SHUTDOWN abort\\0",
 ]
+LIBRARY = b"#!lua name=optlib\nredis.register_function('optf', function() return 1 end)"
 
 
 def words(case: str) -> list[bytes]:
-    return [b"" if w == '""' else w.replace("\\0", "\0").encode("latin-1") for w in case.split(" ")]
+    return [b"" if w == '""' else LIBRARY if w == "<lib>" else w.replace("\\0", "\0").encode("latin-1")
+            for w in case.split(" ")]
 
 
 @pytest.mark.parametrize("proto", [2, 3])
