@@ -24,7 +24,8 @@ Options (``Options``)
     style, for Redis's ``for (j = ...; j < c->argc; j++) if (!strcasecmp(...) && moreargs)``
     loops. Keywords compare as ``strcasecmp`` does (a C string, any case: ``NX\0junk`` is
     NX, as in Redis); a value's conversion failing, or a handler's ``fail``, latches the
-    first error, ends the loop, and ``check()`` raises it once at the end.
+    first error, ends the loop, and ``check()`` raises it once at the end. Flags that
+    only lead the arguments (ZADD, GEOADD: no value, no error) are ``leading_flags``.
 
 Expire times (``parse_set_options``, ``expire_deadline``, ``parse_expire_flags``)
     SET / GETEX options as ``parseExtendedStringArgumentsOrReply``; the deadline rule
@@ -159,9 +160,14 @@ class Options:
     def accept(self, keyword: bytes, tail: int = 0) -> bool:
         """Is the current argument ``keyword`` (lower case), with at least ``tail``
         arguments after it? Then it is consumed."""
-        if self.end - self.pos > tail and self.word() == keyword:
-            self.pos += 1
-            return True
+        pos = self.pos
+        if self.end - pos > tail:
+            if self._at != pos:  # (word(), inline: handlers call this in chains)
+                self._at = pos
+                self._word = c_str(self.args[pos]).lower()
+            if self._word == keyword:
+                self.pos = pos + 1
+                return True
         return False
 
     def value(self) -> bytes:
@@ -190,6 +196,22 @@ class Options:
         """Raise the latched error, if any."""
         if self.error is not None:
             raise CommandError(self.error)
+
+
+def leading_flags(args: list[bytes], start: int, names: dict[bytes, int]) -> tuple[int, int]:
+    """The flags (``names``: keyword in lower case -> bit) at ``args[start:]``, up to the
+    first argument that is not one: (their bits OR-ed, where the rest begins). The grammar
+    of ZADD and GEOADD (``zaddGenericCommand``'s loop): keywords as strcasecmp reads them,
+    and no error to latch, so no ``Options`` either (it is a write's hot path)."""
+    flags = 0
+    i, n = start, len(args)
+    while i < n:
+        bit = names.get(c_str(args[i]).lower())
+        if bit is None:
+            break
+        flags |= bit
+        i += 1
+    return flags, i
 
 
 # -- long doubles (x87 80-bit extended) ---------------------------------------------------
@@ -329,7 +351,15 @@ PX = 1 << 6
 EXAT = 1 << 7
 PXAT = 1 << 8
 _EXPIRES = EX | PX | EXAT | PXAT
-_EXPIRE_OPTS = {b"ex": EX, b"px": PX, b"exat": EXAT, b"pxat": PXAT}
+_SET_ONLY, _GETEX_ONLY = 1, 2
+# parseExtendedStringArgumentsOrReply's options: keyword -> (flag, the flags it may not
+# join, the command it belongs to); an expire option also needs a value after it
+_SET_OPTS = {
+    b"nx": (NX, XX, _SET_ONLY), b"xx": (XX, NX, _SET_ONLY), b"get": (GET, 0, _SET_ONLY),
+    b"keepttl": (KEEPTTL, PERSIST | _EXPIRES, _SET_ONLY), b"persist": (PERSIST, _EXPIRES | KEEPTTL, _GETEX_ONLY),
+    **{w: (f, KEEPTTL | PERSIST | (_EXPIRES & ~f), _SET_ONLY | _GETEX_ONLY)
+       for w, f in ((b"ex", EX), (b"px", PX), (b"exat", EXAT), (b"pxat", PXAT))},
+}
 
 
 def parse_set_options(args: list[bytes], start: int, for_set: bool) -> tuple[int, bytes | None]:
@@ -340,24 +370,17 @@ def parse_set_options(args: list[bytes], start: int, for_set: bool) -> tuple[int
     conflicting ones are a syntax error."""
     flags = 0
     expire = None
+    command = _SET_ONLY if for_set else _GETEX_ONLY
     p = Options(args, start)
     while p.more():
-        bit = _EXPIRE_OPTS.get(p.word())
-        if for_set and not flags & XX and p.accept(b"nx"):
-            flags |= NX
-        elif for_set and not flags & NX and p.accept(b"xx"):
-            flags |= XX
-        elif for_set and p.accept(b"get"):
-            flags |= GET
-        elif for_set and not flags & (PERSIST | _EXPIRES) and p.accept(b"keepttl"):
-            flags |= KEEPTTL
-        elif not for_set and not flags & (_EXPIRES | KEEPTTL) and p.accept(b"persist"):
-            flags |= PERSIST
-        elif bit is not None and not flags & (KEEPTTL | PERSIST | (_EXPIRES & ~bit)) and p.accept(p.word(), 1):
-            flags |= bit
-            expire = p.value()
-        else:
+        opt = _SET_OPTS.get(p.word())
+        if opt is None or not opt[2] & command or flags & opt[1] or (opt[0] & _EXPIRES and p.left() < 2):
             p.fail(errors.SYNTAX)
+            break
+        p.value()
+        flags |= opt[0]
+        if opt[0] & _EXPIRES:
+            expire = p.value()
     p.check()
     return flags, expire
 

@@ -91,24 +91,17 @@ def distance_text(d: float) -> bytes:
 # Commands
 # =========================================================================================
 
+_GEOADD_FLAGS = {b"nx": 1, b"xx": 2, b"ch": 4}
+
+
 @command("geoadd", -5, "write denyoom", specs="RW UPDATE index 1 range 0", group="geo", acl=_ACL_W,
          since="3.2.0",
          summary="Add one or more geospatial items in the geospatial index represented using a sorted set",
          complexity="O(log(N)) for each item added, where N is the number of elements in the sorted set.",
          syntax="key [NX | XX] [CH] longitude latitude member [longitude latitude member ...]")
 def geoadd(ctx, args: list[bytes]):
-    nx = xx = ch = False
-    p = A.Options(args, 2)
-    while p.more():
-        if p.accept(b"nx"):
-            nx = True
-        elif p.accept(b"xx"):
-            xx = True
-        elif p.accept(b"ch"):
-            ch = True
-        else:
-            break
-    i = p.pos
+    flags, i = A.leading_flags(args, 2, _GEOADD_FLAGS)
+    nx, xx, ch = bool(flags & 1), bool(flags & 2), bool(flags & 4)
     if (len(args) - i) % 3 or (xx and nx):
         raise CommandError(errors.SYNTAX)
     items = []

@@ -159,6 +159,8 @@ def parse_add_or_trim(args: list[bytes], xadd: bool) -> tuple[int, xs.Trim | Non
     limit_given = False
     nomkstream = False
     given: tuple[int, int | None] | None = None
+    if xadd and args[2] == b"*":  # the common case: no option, an id to generate
+        return 2, None, False, None
     p = A.Options(args, 2)
     while p.more():
         w = p.word()

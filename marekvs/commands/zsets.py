@@ -225,26 +225,15 @@ def _numkeys(b: bytes, msg: str | None = None) -> int:
 # Commands: adding, scores, removing
 # =========================================================================================
 
+_NX, _XX, _CH, _INCR, _GT, _LT = (1 << b for b in range(6))
+_ZADD_FLAGS = {b"nx": _NX, b"xx": _XX, b"ch": _CH, b"incr": _INCR, b"gt": _GT, b"lt": _LT}
+
+
 def _zadd(ctx, args: list[bytes], incr: bool):
     """zaddGenericCommand: options, pairs, incompatibilities, scores, then the key."""
-    nx = xx = gt = lt = ch = False
-    p = A.Options(args, 2)
-    while p.more():
-        if p.accept(b"nx"):
-            nx = True
-        elif p.accept(b"xx"):
-            xx = True
-        elif p.accept(b"ch"):
-            ch = True
-        elif p.accept(b"incr"):
-            incr = True
-        elif p.accept(b"gt"):
-            gt = True
-        elif p.accept(b"lt"):
-            lt = True
-        else:
-            break
-    i = p.pos
+    flags, i = A.leading_flags(args, 2, _ZADD_FLAGS)
+    nx, xx, ch, gt, lt = bool(flags & _NX), bool(flags & _XX), bool(flags & _CH), bool(flags & _GT), bool(flags & _LT)
+    incr = incr or bool(flags & _INCR)
     n = len(args) - i
     if n % 2 or not n:
         raise CommandError(errors.SYNTAX)

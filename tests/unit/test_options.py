@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from marekvs.commands import errors
-from marekvs.commands.args import Options
+from marekvs.commands.args import Options, leading_flags
 from marekvs.commands.errors import CommandError
 
 
@@ -65,3 +65,10 @@ def test_integer_takes_a_custom_message():
     p = Options([b"1.5"], 0)
     assert p.integer(errors.TIMEOUT_NOT_INT) == 0
     assert p.error == errors.TIMEOUT_NOT_INT
+
+
+def test_leading_flags_stop_at_the_first_non_flag():
+    names = {b"nx": 1, b"ch": 2}
+    assert leading_flags([b"ZADD", b"z", b"NX", b"ch\x00x", b"1", b"m"], 2, names) == (3, 4)
+    assert leading_flags([b"ZADD", b"z", b"1", b"nx"], 2, names) == (0, 2)
+    assert leading_flags([b"ZADD", b"z", b"nx"], 2, names) == (1, 3)
