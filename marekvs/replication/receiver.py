@@ -2,16 +2,15 @@
 
 Every call has passed the cluster secret check (``peers.ClusterSecret``, the server's
 interceptor) before it gets here; Hello and Snapshot carry the caller's NodeInfo, refused
-if it is not a member of this cluster (``_admit``). A Ship
-batch is validated record by record (``validate.check_flat``): one bad record refuses the
-whole batch, logged, nothing written. Entries at or below the high-water mark are
-skipped (counted: at-least-once re-delivery); the rest go through the SAME
-``Engine.apply`` as local commands (read current, merge, write if changed), and the new
-high-water mark (with the epoch of the batch's last entry) is written into the same
-WriteBatch as the records; only then is the ack sent. The HLC takes the receive rule once
-per batch with the batch's highest stamp (clamped and logged if more than
-max_clock_drift ahead). A Snapshot streams every record in chunks, with the log positions
-it covers (``bootstrap.py`` pulls it).
+if it is not a member of this cluster (``_admit``). A Ship batch is validated record by
+record (``validate.check_flat``): one bad record refuses the whole batch, logged, nothing
+written. Entries at or below the high-water mark are skipped (counted: at-least-once
+re-delivery); the rest go through the SAME ``Engine.apply`` as local commands (read
+current, merge, write if changed), and the new high-water mark (with the epoch of the
+batch's last entry) is written into the same WriteBatch as the records; only then is the
+ack sent. The HLC takes the receive rule once per batch with the batch's highest stamp
+(clamped and logged if more than max_clock_drift ahead). A Snapshot streams every record
+in chunks, with the log positions it covers (``bootstrap.py`` pulls it).
 """
 
 from __future__ import annotations
