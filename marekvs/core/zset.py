@@ -109,15 +109,44 @@ def live_dots(record: bytes) -> tuple[tuple[int, int], ...]:
 def add_delta(current: bytes | None, hlc: int, origin: int, score: float) -> bytes:
     """ZADD of ``score`` at dot (hlc, origin) as the record the apply path merges into
     ``current``: the new live dot, covering every live dot of ``current`` (it replaces
-    what it saw). ``merge(current, add_delta(...)) == orswot.add(current, ...)``; handing
-    the apply path the delta makes one join instead of two. The payload is packed here
-    directly (one live dot, the observed dots covered, in canonical order)."""
+    what it saw). ``merge(current, add_delta(...)) == orswot.add(current, ...)``.
+
+    When every dot of ``current`` is below the new one and its live dots above its
+    covered ones (always so for a local write: the HLC is above every dot this node has
+    seen), that join is built here from the bytes: the new dot live, then the observed
+    dots and ``current``'s covered section as they stand, capped at 255. It is handed over
+    as known (``orswot.KNOWN``), so the apply path does not parse either record. That is
+    what keeps a hot member cheap: one updated a thousand times holds 255 covered dots
+    (2.5 kB), and parsing, joining and re-encoding them cost five times the rest of a
+    ZADD. Otherwise the delta itself goes (observed dots covered), and the apply path
+    joins it."""
     value = encode_value(score)
     head = _pack(_LIVE_FLAGS, hlc, origin, 0) + b"\x01" + _DOT.pack(origin, hlc) + b"\x08" + value
     if current is None:
         return head + b"\x00"
-    observed = live_dots(current)
-    return head + bytes((len(observed),)) + b"".join(_DOT.pack(o, h) for h, o in observed)
+    n = current[_HEADER]
+    observed: list[tuple[int, int]] = []
+    pos = _HEADER + 1
+    for _ in range(n):
+        o, h = _DOT.unpack_from(current, pos)
+        observed.append((h, o))
+        vlen, pos = decode_varint(current, pos + 10)
+        pos += vlen
+    dots = b"".join(_DOT.pack(o, h) for h, o in observed)
+    ncov = current[pos] if pos < len(current) else -1
+    cov = current[pos + 1:]
+    if (ncov >= 0 and len(cov) == 10 * ncov and (not observed or observed[0] < (hlc, origin))
+            and current[1:11] < head[1:11]):  # (and its version below the new dot's: the new header wins)
+        below = observed[-1] if observed else (hlc, origin)
+        if not ncov or _first_dot(cov) < below:
+            keep = min(orswot.COVERED_CAP, n + ncov)
+            return orswot.KNOWN.built(head + bytes((keep,)) + (dots + cov)[:10 * keep], current)
+    return head + bytes((n,)) + dots
+
+
+def _first_dot(covered: bytes) -> tuple[int, int]:
+    o, h = _DOT.unpack_from(covered, 0)
+    return h, o
 
 
 def remove_delta(current: bytes, hlc: int, origin: int) -> bytes | None:
