@@ -185,6 +185,22 @@ def new(rtype: int, hlc: int, origin: int, value: bytes = b"", ttl_deadline_ms: 
                     to_bytes(Element((((hlc, origin), value),))))
 
 
+def live_section(record: bytes) -> tuple[list[Dot], list[int]]:
+    """The live dots of an element record, highest first, and where each live entry ends
+    in the record (the last end is where the covered section starts): a walk of the live
+    section only, the covered dots (up to 255) not parsed."""
+    dots: list[Dot] = []
+    ends: list[int] = []
+    pos = _SIZE + 1
+    for _ in range(record[_SIZE]):
+        o, h = _DOT.unpack_from(record, pos)
+        dots.append((h, o))
+        vlen, pos = decode_varint(record, pos + 10)
+        pos += vlen
+        ends.append(pos)
+    return dots, ends
+
+
 def new_over(current: bytes | None, rtype: int, hlc: int, origin: int, value: bytes = b"",
              ttl_deadline_ms: int = 0) -> bytes:
     """``new``'s record (a new dot covering nothing) as its join with ``current``, built
@@ -196,16 +212,8 @@ def new_over(current: bytes | None, rtype: int, hlc: int, origin: int, value: by
     rec = new(rtype, hlc, origin, value, ttl_deadline_ms)
     if current is None or len(current) <= _SIZE:
         return rec
-    n = current[_SIZE]
-    pos = _SIZE + 1
-    ends = []  # where each live entry of ``current`` ends
-    dots: list[Dot] = []
-    for _ in range(n):
-        o, h = _DOT.unpack_from(current, pos)
-        dots.append((h, o))
-        vlen, pos = decode_varint(current, pos + 10)
-        pos += vlen
-        ends.append(pos)
+    dots, ends = live_section(current)
+    pos = ends[-1] if ends else _SIZE + 1
     if pos >= len(current):
         return rec
     ncov = current[pos]

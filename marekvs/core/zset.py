@@ -33,7 +33,7 @@ import struct
 from marekvs.core import envelope as env
 from marekvs.core import orswot
 from marekvs.core.envelope import RecordType
-from marekvs.core.keys import decode_varint, encode_score
+from marekvs.core.keys import encode_score
 
 RTYPE = RecordType.ZSET_MEMBER
 VALUE_SIZE = 8
@@ -93,17 +93,7 @@ _DOT = struct.Struct(">HQ")  # a dot on the wire: origin, then hlc
 def live_dots(record: bytes) -> tuple[tuple[int, int], ...]:
     """The live dots of an ORSWOT record, highest first (its live section only: the
     covered dots, up to 255 of them, are not parsed)."""
-    n = record[_HEADER]
-    if n == 0:
-        return ()
-    out = []
-    pos = _HEADER + 1
-    for _ in range(n):
-        origin, hlc = _DOT.unpack_from(record, pos)
-        out.append((hlc, origin))
-        vlen, pos = decode_varint(record, pos + 10)
-        pos += vlen
-    return tuple(out)
+    return tuple(orswot.live_section(record)[0])
 
 
 def add_delta(current: bytes | None, hlc: int, origin: int, score: float) -> bytes:
@@ -124,14 +114,9 @@ def add_delta(current: bytes | None, hlc: int, origin: int, score: float) -> byt
     head = _pack(_LIVE_FLAGS, hlc, origin, 0) + b"\x01" + _DOT.pack(origin, hlc) + b"\x08" + value
     if current is None:
         return head + b"\x00"
-    n = current[_HEADER]
-    observed: list[tuple[int, int]] = []
-    pos = _HEADER + 1
-    for _ in range(n):
-        o, h = _DOT.unpack_from(current, pos)
-        observed.append((h, o))
-        vlen, pos = decode_varint(current, pos + 10)
-        pos += vlen
+    observed, ends = orswot.live_section(current)
+    n = len(observed)
+    pos = ends[-1] if ends else _HEADER + 1
     dots = b"".join(_DOT.pack(o, h) for h, o in observed)
     ncov = current[pos] if pos < len(current) else -1
     cov = current[pos + 1:]
