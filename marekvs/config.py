@@ -64,6 +64,15 @@ class Config:
     antientropy_settle: float = 2.0  # differences younger than this are left to log shipping
     digest_verify_interval: float = 3600.0  # seconds per pass checking the kept digest against the data
     redis_version: str = "7.0.15"
+    # the Kafka gateway (marekvs/gateway/kafka/, docs/kafka.md)
+    kafka_port: int = 0  # 0 = off
+    kafka_advertise_host: str = ""
+    kafka_prefix: str = "korvet"
+    kafka_auto_create_topics: str = "yes"
+    kafka_num_partitions: int = 1
+    kafka_max_request_bytes: int = 104857600
+    kafka_group_initial_rebalance_delay_ms: int = 3000
+    kafka_retention_check_interval: float = 5.0
 
     HELP = {
         "port": "RESP TCP port",
@@ -101,6 +110,17 @@ class Config:
                                   "(the first pass after start runs faster; 0 = off)",
         "redis_version": "the Redis version HELLO and INFO report (clients pick features by it; "
                          "redis-py's client-side cache wants 7.4.0 or later)",
+        "kafka_port": "Kafka protocol listener port on the bind address (0 = off; docs/kafka.md)",
+        "kafka_advertise_host": "host Kafka clients are told to connect to (default: advertise_host, else bind)",
+        "kafka_prefix": "key prefix of the Kafka topics' layout (Korvet's keyspace name)",
+        "kafka_auto_create_topics": "yes | no: create a topic on first use (Kafka's auto.create.topics.enable)",
+        "kafka_num_partitions": "partitions of an auto-created topic, or of CreateTopics with -1 (num.partitions)",
+        "kafka_max_request_bytes": "largest Kafka request accepted; a larger one closes the connection "
+                                   "(socket.request.max.bytes)",
+        "kafka_group_initial_rebalance_delay_ms": "how long a new consumer group waits for more members before "
+                                                  "its first rebalance (group.initial.rebalance.delay.ms)",
+        "kafka_retention_check_interval": "seconds between passes trimming topics to retention.ms / "
+                                          "retention.bytes (log.retention.check.interval.ms)",
     }
 
     def validate(self) -> None:
@@ -116,6 +136,13 @@ class Config:
             raise ValueError("gc_grace and max_clock_drift must be >= 0")
         if self.protected_mode not in ("yes", "no"):
             raise ValueError("protected_mode must be yes or no")
+        if not 0 <= self.kafka_port < 65536 or (self.kafka_port and self.kafka_port == self.port):
+            raise ValueError("kafka_port must be 0 (off) or a port other than the RESP port")
+        if self.kafka_auto_create_topics not in ("yes", "no"):
+            raise ValueError("kafka_auto_create_topics must be yes or no")
+        if self.kafka_num_partitions < 1 or self.kafka_max_request_bytes < 1024 or not self.kafka_prefix:
+            raise ValueError("kafka_num_partitions must be >= 1, kafka_max_request_bytes >= 1024, "
+                             "kafka_prefix not empty")
         if (self.antientropy_interval < 0 or self.antientropy_partitions < 1 or self.antientropy_settle < 0
                 or self.digest_verify_interval < 0):
             raise ValueError("antientropy_interval, antientropy_settle and digest_verify_interval must be >= 0, "

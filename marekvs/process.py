@@ -13,6 +13,7 @@ import asyncio
 import logging
 import os
 import signal
+from typing import Any
 
 from marekvs import __version__
 from marekvs.antientropy.background import AntiEntropy
@@ -34,6 +35,11 @@ class Process:
         self.node.antientropy = self.antientropy  # INFO antientropy, metrics
         self.node.pubsub.relay = self.replication.relay.publish  # PUBLISH reaches every node
         self.resp = RespServer(self.node)
+        self.kafka: Any = None
+        if config.kafka_port:  # the Kafka gateway (marekvs/gateway/kafka/)
+            from marekvs.gateway.kafka import KafkaGateway
+
+            self.kafka = KafkaGateway(self.node)
         self.metrics_server: asyncio.AbstractServer | None = None
 
     async def run(self) -> None:
@@ -46,6 +52,8 @@ class Process:
 
             self.metrics_server = await start_metrics(node)
         await self.resp.start()
+        if self.kafka is not None:
+            await self.kafka.start()
         log.info("marekvs %s node %d listening on %s:%d (data %s, durability %s)", __version__,
                  config.node_id, config.bind, config.port, os.path.abspath(config.data_dir), config.durability)
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -59,6 +67,8 @@ class Process:
 
     async def stop(self) -> None:
         self.resp.stop()
+        if self.kafka is not None:
+            self.kafka.stop()
         if self.metrics_server is not None:
             self.metrics_server.close()
         await self.replication.stop()

@@ -1,0 +1,137 @@
+"""Partition logs: produce (append), fetch (read), the high watermark and the log start.
+
+Append. The leader mints the ids of a produced record set itself (``offsets.mint``) and
+adds one entry per record with ``XADD key <ms>-<seq> ...`` through ``node.dispatch``, all in
+the same event-loop tick, so they are one commit. The response waits for that commit
+(acks=1) or, for acks=all, until every live peer acknowledged the replication-log position
+of the last entry, as WAIT does (``acked_all``).
+
+High watermark. What a consumer may read is what every live peer has: the leader keeps, per
+partition, its own appends that some live peer has not acknowledged yet, and the high
+watermark stops at the first of them (Kafka's: the offset replicated to every in-sync
+replica). So a consumer never reads a record that a failover to another node would not
+have. Entries this node did not append (replicated from peers) are on two nodes already and
+count at once. With no peers the high watermark is the log end.
+
+Log end and start. The log end offset is one past the greatest offset of the stream (its
+greatest id ever, ``Stream.top``, so it never goes back when entries are deleted). The log
+start offset is 0 while nothing was ever deleted from the stream (XINFO's max-deleted-entry-id
+is 0-0), and else the first live entry's offset (the log end when none is left): a consumer
+that fetches from 0 on a fresh topic reads from the first record, and one whose position was
+trimmed away by retention gets OFFSET_OUT_OF_RANGE and applies its reset policy, as on Kafka.
+
+Read. A fetch from offset ``o`` reads the stream from the first id of ``o``'s millisecond,
+puts each millisecond's entries in offset order (``offsets.sort_ms``), and returns those from
+``o`` below the high watermark; the read ends with whole milliseconds.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Any
+
+from marekvs.core.hlc import physical_ms, wall_ms
+from marekvs.gateway.kafka import offsets, records
+from marekvs.keyspace import streams
+
+CHUNK = 256  # entries one XRANGE reads
+
+
+def _sid(b: bytes) -> tuple[int, int]:
+    ms, _, seq = b.partition(b"-")
+    return int(ms), int(seq)
+
+
+class Logs:
+    def __init__(self, node: Any, layout: Any):
+        self.node = node
+        self.layout = layout
+        # stream key -> deque of (offset, replication-log seq) of this node's appends that
+        # some live peer has not acknowledged yet
+        self.unacked: dict[bytes, collections.deque[tuple[int, int]]] = {}
+
+    # -- offsets -----------------------------------------------------------------------------------
+    def _stream(self, key: bytes) -> streams.Stream | None:
+        return streams.lookup(self.node.ks, key, wall_ms())
+
+    def log_end(self, key: bytes) -> int:
+        st = self._stream(key)
+        if st is None or st.top == streams.MIN_ID:
+            return 0
+        top = st.top
+        end = offsets.of_id(top) + 1
+        for sid, _ in streams.range_entries(self.node.ks, st, (top[0], 0), (top[0], streams.U64_MAX)):
+            end = max(end, offsets.of_id(sid) + 1)
+        return end
+
+    def high_watermark(self, key: bytes) -> int:
+        end = self.log_end(key)
+        q = self.unacked.get(key)
+        if q:
+            self._settle(key, q)
+            if q:
+                return min(end, q[0][0])
+        return end
+
+    def _settle(self, key: bytes, q: collections.deque[tuple[int, int]]) -> None:
+        while q and self.acked_all(q[0][1]):
+            q.popleft()
+        if not q:
+            self.unacked.pop(key, None)
+
+    def log_start(self, key: bytes) -> int:
+        st = self._stream(key)
+        if st is None or st.totals().max_deleted == streams.MIN_ID:
+            return 0
+        first = streams.first_entry(self.node.ks, st)
+        return offsets.of_id(first[0]) if first is not None else self.log_end(key)
+
+    def acked_all(self, seq: int) -> bool:
+        """Has every live peer acknowledged this node's replication log up to ``seq``?"""
+        repl = self.node.replication
+        if repl is None or not seq:
+            return True
+        return all(p.acked_seq >= seq for p in repl.peers.values() if p.state == "streaming")
+
+    def pending(self) -> bool:
+        return bool(self.unacked)
+
+    # -- append ------------------------------------------------------------------------------------
+    def append(self, ctx: Any, key: bytes, recs: list[tuple[Any, Any, int, list]]) -> tuple[int, int]:
+        """Add ``recs`` (key, value, timestamp, headers) to the stream ``key``; returns the
+        first offset and the replication-log position of the last entry."""
+        st = self._stream(key)
+        top = st.top if st is not None else streams.MIN_ID
+        ms, seq = offsets.mint(top, physical_ms(self.node.hlc.now()), self.node.config.node_id, len(recs))
+        call = self.layout.call
+        for i, (k, v, ts, headers) in enumerate(recs):
+            call(ctx, b"XADD", key, b"%d-%d" % (ms, seq + i), *records.entry_fields(k, v, ts, headers))
+        first = offsets.of_id((ms, seq))
+        log_seq = ctx.last_write_seq
+        if self.node.replication is not None and self.node.replication.peers:
+            self.unacked.setdefault(key, collections.deque()).append((first + len(recs) - 1, log_seq))
+        return first, log_seq
+
+    # -- read ----------------------------------------------------------------------------------------
+    def read(self, ctx: Any, key: bytes, start: int, end: int, max_bytes: int) -> list[tuple[int, Any, list]]:
+        """Entries with ``start <= offset < end`` in offset order, about ``max_bytes`` of
+        them (at least one), ending with a whole millisecond."""
+        raw: list[tuple[tuple[int, int], list[bytes]]] = []
+        lo = b"%d-0" % offsets.first_id(start)[0]
+        hi = b"%d-%d" % ((end - 1) >> offsets.SEQ_BITS, streams.U64_MAX)
+        size = 0
+        call = self.layout.call
+        while True:
+            got = call(ctx, b"XRANGE", key, lo, hi, b"COUNT", b"%d" % CHUNK)
+            for sid, flat in got:
+                raw.append((_sid(sid), flat))
+                size += sum(len(x) for x in flat) + 24
+            if len(got) < CHUNK:
+                break
+            last = raw[-1][0]
+            if size >= max_bytes:  # finish the last millisecond, then stop
+                rest = call(ctx, b"XRANGE", key, b"(%d-%d" % last, b"%d-%d" % (last[0], streams.U64_MAX))
+                raw += [(_sid(s), f) for s, f in rest]
+                break
+            lo = b"(%d-%d" % last
+        return [e for e in offsets.sort_ms(raw) if start <= e[0] < end]

@@ -1,0 +1,229 @@
+"""The Kafka listener: connections, their requests in order, and the gateway's shared state.
+
+One asyncio server on ``kafka_port``. A connection reads one request frame at a time and
+answers it before reading the next, as a Kafka broker processes a connection's requests in
+order (a long-poll fetch holds the connection's later requests, as on Kafka). Every
+connection is a client of the node: it has a ``Context`` (CLIENT LIST shows it with
+lib-name ``kafka``, CLIENT KILL closes it, maxclients counts it) and runs its commands
+through ``node.dispatch`` as the ACL user it authenticated as (SASL PLAIN), the default user
+until then. A response is written after the node's commit barrier (``Node.after_commit``),
+so nothing is acknowledged before the writes it reports are committed.
+
+The gateway's own writes (a partition claimed by this node, its broker record) run as an
+internal user with every permission, in a context no client list shows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+from typing import Any
+
+from marekvs.commands.aclrules import User
+from marekvs.commands.context import Context
+from marekvs.gateway.kafka import handlers, protocol
+from marekvs.gateway.kafka.groups import Coordinator
+from marekvs.gateway.kafka.partitions import Logs
+from marekvs.gateway.kafka.topics import Layout, rendezvous
+from marekvs.node.changes import user_keys
+
+log = logging.getLogger("marekvs.kafka")
+_SIZE = struct.Struct(">i")
+# what a SASL listener serves before authentication
+_PRE_AUTH = frozenset((protocol.API_VERSIONS, 17, 36))
+
+
+class KafkaGateway:
+    def __init__(self, node: Any):
+        self.node = node
+        cfg = node.config
+        self.node_id = cfg.node_id
+        self.layout = Layout(node, cfg.kafka_prefix)
+        self.logs = Logs(node, self.layout)
+        self.host = cfg.kafka_advertise_host or cfg.advertise_host or cfg.bind
+        self.port = cfg.kafka_port
+        self.max_request = cfg.kafka_max_request_bytes
+        self.auto_create = cfg.kafka_auto_create_topics == "yes"
+        self.default_partitions = cfg.kafka_num_partitions
+        self.server: asyncio.AbstractServer | None = None
+        self.sys = Context(node, 0)
+        root = User(b"kafka-gateway")
+        for rule in (b"on", b"nopass", b"allkeys", b"allchannels", b"allcommands"):
+            root.set(rule, node.acl.view)
+        self.sys.user = root
+        self.connections: set[Connection] = set()
+        # long-poll fetches: stream key -> events to set when it changes
+        self.waiters: dict[bytes, set[asyncio.Event]] = {}
+        self._ack_task: asyncio.Task | None = None
+        self.groups = Coordinator(self)
+
+    # -- life cycle ---------------------------------------------------------------------------
+    async def start(self) -> None:
+        cfg = self.node.config
+        self.server = await asyncio.start_server(self._accept, cfg.bind, self.port, limit=1 << 20)
+        self.layout.set_broker(self.sys, self.node_id, self.host, self.port)
+        self.node.request_tick()
+        self._ack_task = asyncio.get_running_loop().create_task(self._acks())
+        self.groups.start()
+        log.info("Kafka gateway listening on %s:%d (advertised as %s:%d, prefix %s)", cfg.bind, self.port,
+                 self.host, self.port, cfg.kafka_prefix)
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.close()
+        if self._ack_task is not None:
+            self._ack_task.cancel()
+        self.groups.stop()
+        for c in list(self.connections):
+            c.close()
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        conn = Connection(self, reader, writer)
+        self.connections.add(conn)
+        try:
+            await conn.run()
+        finally:
+            self.connections.discard(conn)
+
+    # -- cluster view ---------------------------------------------------------------------------
+    def live_nodes(self) -> list[int]:
+        repl = self.node.replication
+        peers = [] if repl is None else [p.node_id for p in repl.peers.values() if p.state == "streaming"]
+        return sorted([self.node_id, *peers])
+
+    def brokers(self) -> dict[int, tuple[str, int]]:
+        """The live nodes that serve Kafka, with their listener addresses."""
+        known = self.layout.brokers(self.sys)
+        if known.get(self.node_id) != (self.host, self.port):  # deleted or rewritten by a client
+            self.layout.set_broker(self.sys, self.node_id, self.host, self.port)
+            known[self.node_id] = (self.host, self.port)
+        live = set(self.live_nodes())
+        return {n: a for n, a in known.items() if n in live}
+
+    def leaders(self, topic: bytes, partitions: int, brokers: dict[int, tuple[str, int]],
+                only: int | None = None) -> dict[int, tuple[int, int]]:
+        """partition -> (leader node, leader epoch) for every partition of ``topic``; a
+        partition whose recorded leader is not live goes to its successor, which this node
+        claims at once when it is the successor (topics.py)."""
+        recorded = self.layout.leaders(self.sys, topic)
+        candidates = sorted(brokers)
+        out = {}
+        for p in (range(partitions) if only is None else (only,)):
+            rec = recorded.get(p)
+            if rec is not None and rec[1] in brokers:
+                out[p] = (rec[1], rec[0])
+                continue
+            epoch = rec[0] + 1 if rec is not None else 0
+            succ = rendezvous(topic, p, candidates)
+            if succ == self.node_id:
+                self.layout.set_leader(self.sys, topic, p, epoch, self.node_id)
+                log.info("leading %s-%d from epoch %d (recorded leader %s not live)", topic.decode(errors="replace"),
+                         p, epoch, rec[1] if rec else "none")
+            out[p] = (succ, epoch)
+        return out
+
+    # -- waiting for data ------------------------------------------------------------------------
+    def watch(self, keys: list[bytes], ev: asyncio.Event) -> None:
+        if not self.waiters:
+            self.node.changes.subscribe(self._changed)
+        for k in keys:
+            self.waiters.setdefault(k, set()).add(ev)
+
+    def unwatch(self, keys: list[bytes], ev: asyncio.Event) -> None:
+        for k in keys:
+            s = self.waiters.get(k)
+            if s is not None:
+                s.discard(ev)
+                if not s:
+                    del self.waiters[k]
+        if not self.waiters:
+            self.node.changes.unsubscribe(self._changed)
+
+    def _changed(self, changes: list) -> None:
+        w = self.waiters
+        for key in user_keys(changes):
+            for ev in w.get(key, ()):
+                ev.set()
+
+    async def _acks(self) -> None:
+        """Peers' acknowledgements move high watermarks: wake the fetches waiting on the
+        partitions with appends not yet acknowledged."""
+        while True:
+            await self.node.ack_waiter().wait()
+            for key in list(self.logs.unacked):
+                for ev in self.waiters.get(key, ()):
+                    ev.set()
+
+
+class Connection:
+    def __init__(self, gw: KafkaGateway, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+        self.gw = gw
+        self.node = gw.node
+        self.reader = reader
+        self.writer = writer
+        peer = writer.get_extra_info("peername") or ("?", 0)
+        sock = writer.get_extra_info("sockname") or ("?", 0)
+        self.ctx = self.node.new_context(addr=f"{peer[0]}:{peer[1]}", laddr=f"{sock[0]}:{sock[1]}")
+        self.ctx.lib_name = b"kafka"
+        self.ctx.on_kill = self.close
+        self.sasl_mechanism: str | None = None  # after a SaslHandshake
+        self.client_id = "kafka"  # the last request header's client id
+
+    def close(self) -> None:
+        self.writer.close()
+
+    async def run(self) -> None:
+        node = self.node
+        try:
+            while not self.ctx.closing:
+                head = await self.reader.readexactly(4)
+                size = _SIZE.unpack(head)[0]
+                if size < 0 or size > self.gw.max_request:
+                    log.warning("Kafka client %s: request of %d bytes (limit %d): closing", self.ctx.addr, size,
+                                self.gw.max_request)
+                    return
+                frame = await self.reader.readexactly(size)
+                try:
+                    req = protocol.decode(frame)
+                except protocol.ProtocolError as e:
+                    log.warning("Kafka client %s: %s: closing", self.ctx.addr, e)
+                    return
+                if (req.api.key not in _PRE_AUTH and not self.ctx.authed and node.acl.auth_required()):
+                    log.warning("Kafka client %s: %s before SASL authentication: closing", self.ctx.addr,
+                                req.api.name)
+                    return
+                self.ctx.last_active = asyncio.get_running_loop().time()
+                if req.client_id:
+                    self.client_id = req.client_id
+                out = handlers.handle(self, req)
+                if asyncio.iscoroutine(out):
+                    out = await out
+                if out is None:  # acks=0: no response
+                    continue
+                if not await self._committed():
+                    return  # nothing of this tick may be acknowledged
+                self.writer.write(out)
+                if self.writer.transport.get_write_buffer_size() > 1 << 20:
+                    await self.writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            node.stats.unexpected_errors += 1
+            log.exception("Kafka connection %s failed", self.ctx.addr)
+        finally:
+            node.drop_context(self.ctx)
+            self.writer.close()
+
+    def _committed(self) -> asyncio.Future:
+        """Resolved once this tick's writes are committed (the node's commit barrier)."""
+        fut = asyncio.get_running_loop().create_future()
+
+        def done(ok: bool) -> None:
+            if not fut.done():
+                fut.set_result(ok)
+
+        self.node.after_commit(done)
+        return fut
