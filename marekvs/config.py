@@ -72,7 +72,6 @@ class Config:
     kafka_num_partitions: int = 1
     kafka_max_request_bytes: int = 104857600
     kafka_group_initial_rebalance_delay_ms: int = 3000
-    kafka_retention_check_interval: float = 5.0
 
     HELP = {
         "port": "RESP TCP port",
@@ -119,8 +118,6 @@ class Config:
                                    "(socket.request.max.bytes)",
         "kafka_group_initial_rebalance_delay_ms": "how long a new consumer group waits for more members before "
                                                   "its first rebalance (group.initial.rebalance.delay.ms)",
-        "kafka_retention_check_interval": "seconds between passes trimming topics to retention.ms / "
-                                          "retention.bytes (log.retention.check.interval.ms)",
     }
 
     def validate(self) -> None:
