@@ -33,6 +33,14 @@ def _denied(e: StoreError) -> int:
     return Error.TOPIC_AUTHORIZATION_FAILED if e.denied else Error.KAFKA_STORAGE_ERROR
 
 
+def _topic(conn: Any, name: str) -> tuple[Topic | None, int]:
+    """The topic ``name`` and the error its partitions get when there is none."""
+    try:
+        return conn.gw.layout.topic(conn.ctx, name.encode()), Error.UNKNOWN_TOPIC_OR_PARTITION
+    except StoreError as e:
+        return None, _denied(e)
+
+
 # -- ApiVersions, Metadata ----------------------------------------------------------------------
 
 def api_versions_(conn: Any, req: Request) -> bytes:
@@ -338,11 +346,7 @@ def _fetch_once(conn: Any, req: Request, brokers: dict) -> tuple[list, int, list
     for ft in b.topics:
         parts: list[dict[str, Any]] = []
         out.append({"topic": ft.topic, "partitions": parts})
-        try:
-            t = gw.layout.topic(ctx, ft.topic.encode())
-            code = Error.UNKNOWN_TOPIC_OR_PARTITION
-        except StoreError as e:
-            t, code = None, _denied(e)
+        t, code = _topic(conn, ft.topic)
         for fp in ft.partitions:
             res: dict[str, Any] = {"partition_index": fp.partition, "error_code": Error.NONE, "high_watermark": -1,
                                    "last_stable_offset": -1, "log_start_offset": -1, "aborted_transactions": None,
@@ -440,17 +444,13 @@ def offset_for_time(conn: Any, key: bytes, ts: int, end: int) -> tuple[int, int]
 
 
 def list_offsets(conn: Any, req: Request) -> bytes:
-    gw, ctx, b = conn.gw, conn.ctx, req.body
+    gw, b = conn.gw, req.body
     brokers = gw.brokers()
     out = []
     for lt in b.topics:
         parts: list[dict[str, Any]] = []
         out.append({"name": lt.name, "partitions": parts})
-        try:
-            t = gw.layout.topic(ctx, lt.name.encode())
-            code = Error.UNKNOWN_TOPIC_OR_PARTITION
-        except StoreError as e:
-            t, code = None, _denied(e)
+        t, code = _topic(conn, lt.name)
         for lp in lt.partitions:
             res: dict[str, Any] = {"partition_index": lp.partition_index, "error_code": Error.NONE,
                                    "timestamp": -1, "offset": -1, "leader_epoch": -1}
