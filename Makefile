@@ -14,7 +14,7 @@ PORT   ?= 6379
 DATA   ?= ./data
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test laws bench bench-cluster bench-pubsub proto clean lint
+.PHONY: run test laws histories bench bench-cluster bench-pubsub proto clean lint
 
 $(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,15 @@ test: proto
 
 laws: proto
 	HYPOTHESIS_PROFILE=deep $(PY) -m pytest -q -p no:cacheprovider tests/merge_laws
+
+# the history checker's long profile: many more and longer random histories, in process and
+# on three real nodes, each node's final state compared with the reference model
+histories: proto
+	@rm -f .histories.count
+	HISTORY_PROFILE=long MAREKVS_HISTORY_COUNT_FILE=$(CURDIR)/.histories.count $(PY) -m pytest -q -p no:cacheprovider \
+	  tests/history tests/integration/test_histories_cluster.py; rc=$$?; \
+	  awk '{n[$$1]++; ops[$$1]+=$$2} END {for (k in n) printf "%s histories: %d (%d commands)\n", k, n[k], ops[k]}' .histories.count; \
+	  rm -f .histories.count; exit $$rc
 
 bench: proto
 	$(PY) bench/bench_single.py

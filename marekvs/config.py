@@ -86,7 +86,8 @@ class Config:
         "durability": "WAL sync policy, like Redis appendfsync: always | everysec | no",
         "gc_grace": "seconds tombstones and expired records are kept before physical removal",
         "max_clock_drift": "ms a peer's HLC may lead our wall clock before it is clamped",
-        "shards": "number of shards the 4096 partitions are split into",
+        "shards": "shard count reported in INFO (one process serves all 4096 partitions: "
+                  "shard workers are not built yet)",
         "cache_entries": "records kept in the write-through cache in front of RocksDB",
         "sweep_interval": "seconds between expiry-sweeper steps",
         "log_level": "debug | info | warning | error",

@@ -12,7 +12,7 @@ before and after a move) compare with ``==``.
 from __future__ import annotations
 
 from marekvs.core import envelope as env
-from marekvs.core import head, hll, listelem, lww, orswot, registry, stream
+from marekvs.core import head, hll, listelem, lww, orswot, registry, stream, zset
 from marekvs.core import keys as K
 from marekvs.core.envelope import RecordType
 from marekvs.core.head import CollectionType as CT
@@ -40,7 +40,7 @@ def element_records(ks: Keyspace, key: bytes, ctype: int, n: int, ttl: int = 0,
         elif ctype == CT.ZSET:
             member, score = b"m%d" % i, float(i) / 2
             out.append((K.encode_zset_member_key(key, member), orswot.add(
-                None, RecordType.ZSET_MEMBER, s, node, K.encode_score(score), ttl)))
+                None, RecordType.ZSET_MEMBER, s, node, zset.encode_value(score), ttl)))
             out.append((K.encode_zset_score_key(key, score, member), lww.new(RecordType.ZSET_MEMBER, s, node, b"")))
         elif ctype == CT.LIST:
             out.append((K.encode_list_key(key, K.LIST_CENTER + i), listelem.new(b"item%d" % i, s, node)))
@@ -87,7 +87,12 @@ def content(ks: Keyspace, key: bytes) -> dict | None:
     for kind in registry.element_kinds(payload.ctype):
         items = []
         for suffix, rec in ks.elements(kind.tag, key, h, now):
-            value = orswot.value(rec, now) if kind.merge is orswot.merge else rec[env.HEADER:]
+            if kind.merge is orswot.merge:
+                value = orswot.value(rec, now)
+            elif kind.merge is hll.merge:
+                value = bytes((hll.value(rec),))  # (the rank: the generation is the head's)
+            else:
+                value = rec[env.HEADER:]
             items.append((suffix, value, env.ttl_of(rec)))
         out[kind.name] = items
     return out

@@ -607,7 +607,7 @@ def envelope_vectors() -> list[dict]:
     return out
 
 
-# The record-kind registry, transcribed from DATA_MODEL.md §12: one row per tag.
+# The record-kind registry, transcribed from DATA_MODEL.md §14: one row per tag.
 # (tag, name, key after [pid][tag], record types, role, head flag, lattice, payload,
 #  sweep rule, collection type of the gating head, clock the head gates by)
 REF_KINDS = [
@@ -622,11 +622,11 @@ REF_KINDS = [
     ("z", "zset-member", "[klen][userkey][member]", [3], "element", False, "orswot",
      "ORSWOT element, dot values = scores", "element", 3, "top-live-dot"),
     ("Z", "zset-score", "[klen][userkey][score:u64][member]", [3], "element", False, "lww",
-     "none (derived index)", "element", 3, "hlc"),
+     "none (derived index, confirmed by the member)", "index", 3, "hlc"),
     ("q", "list-element", "[klen][userkey][pos:u64]", [4], "element", False, "lww",
      "raw value bytes", "element", 4, "hlc"),
     ("H", "hll-register", "[klen][userkey][bucket:u16]", [7], "element", False, "hll",
-     "one byte: the rank, 0..51", "element", 7, "hlc"),
+     "the rank (one byte, 0..51), then the generation (u64) when not 0", "element", 7, "generation"),
     ("x", "stream-entry", "[klen][userkey][id_ms:u64][id_seq:u64]", [5], "element", False, "lww",
      "stream entry: fmt, field/value pairs", "element", 5, "hlc"),
     ("X", "stream-counters", "[klen][userkey][origin:u16]", [5], "element", False, "counters",
@@ -655,7 +655,7 @@ def kind_vectors() -> list[dict]:
                 lww.merge: "lww", hll.merge: "hll", stream.merge_counters: "counters",
                 streamgroup.merge_group: "group", streamgroup.merge_consumer: "consumer",
                 streamgroup.merge_pending: "pending"}
-    gates = {orswot.gate_clock: "top-live-dot", env.hlc_of: "hlc", None: None}
+    gates = {orswot.gate_clock: "top-live-dot", env.hlc_of: "hlc", hll.gate_clock: "generation", None: None}
     out: list[dict] = []
     _agree("registry tags", [k.tag.decode() for k in registry.KINDS], [r[0] for r in REF_KINDS])
     for kind, (tag, name, layout, rtypes, role, head_flag, lattice, payload, sweep, ctype,

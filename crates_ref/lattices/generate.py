@@ -200,12 +200,40 @@ def hll_vectors() -> list[dict]:
                     "n": n, "registers": len(regs), "count": hll.count(regs)})
     lo, hi = hll.new(5, st(MS), 1), hll.new(9, st(MS, 1), 2)
     dup = hll.new(5, st(MS, 2), 3)
+    gen = st(MS + 50)  # a DEL's delete clock, seen by the writer of the next two
+    after = hll.new(3, st(MS + 60), 1, gen)
+    after_hi = hll.new(7, st(MS + 61), 2, gen)
+    for rec, rank, g in ((lo, 5, 0), (after, 3, gen)):
+        _agree("hll register payload", rec[19:], ref_register(rank, g))
+        _agree("hll register", hll.from_bytes(rec[19:]), (rank, g))
+        out.append({"kind": "register", "rank": rank, "generation": str(g), "payload_hex": rec[19:].hex(),
+                    "gate_clock": str(hll.gate_clock(rec))})
     for name, x, y, m in (("higher rank wins with its envelope", lo, hi, hi),
-                          ("equal ranks keep the lower version (duplicate PFADD)", dup, lo, lo)):
+                          ("equal ranks keep the lower version (duplicate PFADD)", dup, lo, lo),
+                          ("a later generation wins whole, whatever the ranks", hi, after, after),
+                          ("within a generation the higher rank wins", after, after_hi, after_hi)):
+        _agree(f"hll merge {name}", hll.merge(x, y), ref_hll_merge(x, y))
         _agree(f"hll merge {name}", hll.merge(x, y), m)
         out.append({"kind": "merge", "name": name, "a_record_hex": x.hex(),
                     "b_record_hex": y.hex(), "merged_record_hex": m.hex()})
     return out
+
+
+def ref_register(rank: int, generation: int) -> bytes:
+    """DATA_MODEL 6.5: the rank byte, then the generation (u64 BE) unless it is 0."""
+    return bytes([rank]) + (generation.to_bytes(8, "big") if generation else b"")
+
+
+def ref_hll_merge(a: bytes, b: bytes) -> bytes:
+    """DATA_MODEL 6.5, transcribed: the greater (generation, rank), then the lower version,
+    then the smaller bytes."""
+    def key(r: bytes) -> tuple:
+        gen = int.from_bytes(r[20:28], "big") if len(r) > 20 else 0
+        return (gen, r[19], [-x for x in r[1:11]])
+    ka, kb = key(a), key(b)
+    if ka != kb:
+        return a if ka > kb else b
+    return min(a, b)
 
 
 # -- streams -------------------------------------------------------------------------------

@@ -145,10 +145,11 @@ class LocalReplica:
         allow to remove. The others are removed (committed before this returns), unless
         ``dry_run``."""
         start, end = partition_range(pid)
-        recs = list(self.engine.scan(start, end))
+        recs = list(self.engine.scan_committed(start, end))  # (only committed records leave the node)
         dead = P.removable(recs, now_ms(), int(self.config.gc_grace * 1000)) if recs else set()
         if dead:
-            if not dry_run:
+            dead -= self.engine.pending.keys()  # (a pending write replaces what was committed)
+            if not dry_run and dead:
                 for k in dead:
                     self.engine.purge(k)
                 self.engine.commit()
@@ -164,7 +165,7 @@ class LocalReplica:
         # Committed first: the kept segments count committed records only (a scan would
         # merge in pending writes whose deltas the digest has not folded in yet).
         self.engine.commit()
-        recs = list(self.engine.scan(start, end))
+        recs = list(self.engine.scan_committed(start, end))
         actual = D.segments_of(recs)
         digest = self.engine.digest
         self.verified += 1

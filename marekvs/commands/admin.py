@@ -279,8 +279,10 @@ def _section_persistence(s):
     e = s.engine
     return [("loading", 0), ("rdb_changes_since_last_save", 0), ("rdb_bgsave_in_progress", 0),
             ("rdb_last_save_time", s.last_save), ("aof_enabled", 1), ("aof_rewrite_in_progress", 0),
-            ("aof_last_write_status", "ok"), ("appendfsync", e.durability), ("storage_engine", "rocksdb"),
-            ("storage_batches", e.batches), ("storage_records_written", e.records_written),
+            ("aof_last_write_status", "ok" if e.write_error is None else "err"), ("appendfsync", e.durability),
+            ("storage_engine", "rocksdb"), ("storage_batches", e.batches),
+            ("storage_records_written", e.records_written),
+            ("storage_failed_commits", e.failed_commits), ("storage_write_error", e.write_error or ""),
             ("storage_sst_bytes", e.approximate_size()), ("replog_first_seq", e.log_first),
             ("replog_last_seq", e.log_seq)]
 
@@ -314,12 +316,13 @@ def _section_errorstats(s):
 
 
 def _section_replication(s):
-    return [("replication_mode", "active-active"), ("connected_slaves", 0), ("master_replid", s.run_id),
+    return [("role", "master"), ("connected_slaves", 0), ("replication_mode", "active-active"),
+            ("master_replid", s.run_id),
             ("master_repl_offset", s.engine.log_seq)] + s.replication.info_fields()
 
 
 def _section_cluster(s):
-    return [("cluster_enabled", 1)]  # one keyspace, as a Redis Cluster node (SELECT, SWAPDB, MOVE)
+    return [("cluster_enabled", 0)]  # a standalone Redis with one database (commands/databases.py)
 
 
 def _section_keyspace(s):

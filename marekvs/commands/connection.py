@@ -95,7 +95,7 @@ def select(ctx, args):
     if not -2**31 <= idx < 2**31:
         raise CommandError(errors.value_out_of_range(-2**31, 2**31 - 1))
     if idx != 0:
-        raise CommandError(errors.SELECT_CLUSTER)
+        raise CommandError(errors.DB_OUT_OF_RANGE)
     return reply.OK
 
 

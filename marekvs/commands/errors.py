@@ -36,7 +36,6 @@ EXECABORT = "EXECABORT Transaction discarded because of previous errors."
 WRONGPASS = "WRONGPASS invalid username-password pair or user is disabled."
 AUTH_NOT_CONFIGURED = ("ERR AUTH <password> called without any password configured for the "
                        "default user. Are you sure your configuration is correct?")
-SELECT_CLUSTER = "ERR SELECT is not allowed in cluster mode"
 DB_OUT_OF_RANGE = "ERR DB index is out of range"
 NOPROTO = "NOPROTO unsupported protocol version"
 STRING_TOO_LONG = "ERR string exceeds maximum allowed size (proto-max-bulk-len)"
@@ -296,8 +295,16 @@ INVALID_TTL = "ERR Invalid TTL value, must be >= 0"
 INVALID_IDLETIME = "ERR Invalid IDLETIME value, must be >= 0"
 INVALID_FREQ = "ERR Invalid FREQ value, must be >= 0 and <= 255"
 SORT_NOT_DOUBLE = "ERR One or more scores can't be converted into double"
-SWAPDB_CLUSTER = "ERR SWAPDB is not allowed in cluster mode"
-MOVE_CLUSTER = "ERR MOVE is not allowed in cluster mode"
+
+
+def misconf(reason: str) -> str:
+    """Writes refused while the storage cannot write: Redis's MISCONF for an AOF write error
+    (the write-ahead log is this node's AOF: INFO persistence's ``aof_last_write_status``)."""
+    return f"MISCONF Errors writing to the AOF file: {reason}"
+
+
+INVALID_FIRST_DB = "ERR invalid first DB index"
+INVALID_SECOND_DB = "ERR invalid second DB index"
 
 
 def dump_unsupported(type_name: str) -> str:

@@ -25,7 +25,7 @@ from fractions import Fraction
 from marekvs.commands import args as A
 from marekvs.commands import errors, reply
 from marekvs.commands.errors import CommandError
-from marekvs.commands.members import absent, counts, fire, fire_removal
+from marekvs.commands.members import counts, fire, fire_removal
 from marekvs.commands.table import command
 from marekvs.keyspace import hashes as khash
 
@@ -166,10 +166,9 @@ def hset(ctx, args: list[bytes]):
     if len(args) % 2:
         raise CommandError(errors.wrong_arity(args[0].decode("latin-1").lower()))
     on = ctx.node.events.on
-    new = on and absent(ctx, args[1])
     added = khash.set_fields(ctx.ks, args[1], args[2:], ctx.ks.now())
     if on:
-        fire(ctx, "h", b"hset", args[1], new)
+        fire(ctx, "h", b"hset", args[1])
     return reply.OK if args[0].lower() == b"hmset" else added
 
 
@@ -177,10 +176,9 @@ def hset(ctx, args: list[bytes]):
          summary="Set the value of a hash field, only if the field does not exist", since="2.0.0",
          complexity="O(1)", syntax="key field value")
 def hsetnx(ctx, args: list[bytes]):
-    new = absent(ctx, args[1])
     added = khash.set_fields(ctx.ks, args[1], args[2:], ctx.ks.now(), nx=True)
     if added:
-        fire(ctx, "h", b"hset", args[1], new)
+        fire(ctx, "h", b"hset", args[1])
     return added
 
 
@@ -258,9 +256,8 @@ def hincrby(ctx, args: list[bytes]):
             raise CommandError(errors.OVERFLOW)
         return b"%d" % (v + by)
 
-    new = absent(ctx, args[1])
     v = int(khash.update(ctx.ks, args[1], args[2], compute, ctx.ks.now()))
-    fire(ctx, "h", b"hincrby", args[1], new)
+    fire(ctx, "h", b"hincrby", args[1])
     return v
 
 
@@ -283,9 +280,8 @@ def hincrbyfloat(ctx, args: list[bytes]):
             raise CommandError(errors.NAN_OR_INF)
         return A.format_ld(total)
 
-    new = absent(ctx, args[1])
     v = khash.update(ctx.ks, args[1], args[2], compute, ctx.ks.now())
-    fire(ctx, "h", b"hincrbyfloat", args[1], new)
+    fire(ctx, "h", b"hincrbyfloat", args[1])
     return v
 
 
@@ -321,7 +317,7 @@ def hscan(ctx, args: list[bytes]):
     cursor = A.parse_cursor(args[2])
     ks, now = ctx.ks, ctx.ks.now()
     hk, h = khash.read_lookup(ks, args[1], now)
-    if h is None or not ks.head_present(hk, h, now):  # (no key: no option is parsed)
+    if h is None or not ks.present(hk, h, now):  # (no key: no option is parsed)
         return [b"0", []]
     count, pattern, novalues = scan_options(args, 3, novalues_ok=True)
     nxt, page = khash.scan(ks, args[1], cursor, count, now)

@@ -20,8 +20,8 @@ unsupported".
 This module also owns what the collection families (hashes, sets, lists, sorted sets, geo)
 share in the commands layer: ``counts(ctx)``, the member counts (HLEN, SCARD ...) kept from
 the node's change feed, which only the commands layer can reach (through ``ctx.node``), and
-the keyspace notifications of a collection command (``fire``, ``fire_removal``,
-``absent``; see "Keyspace notifications" below).
+the keyspace notifications of a collection command (``fire``, ``fire_removal``; see
+"Keyspace notifications" below).
 
 EXPIREMEMBER fires no event, as in KeyDB (``expireMemberCore``); a deadline at or before now
 removes the member at once, and fires what that member's expiry fires
@@ -51,17 +51,11 @@ _EXPIRED_EVENTS = {K.TAG_HASH: ("h", b"hexpired"), K.TAG_SET: ("s", b"srem")}
 # fires ``del`` (class g) after it when the key is gone (Redis deletes an emptied
 # collection). With nobody listening (``events.on`` false) each costs one attribute test.
 
-def fire(ctx, cls: str, event: bytes, key: bytes, new: bool | None = None) -> None:
-    """``event`` on ``key``. ``new`` (``absent``'s answer before the write) says whether
-    the write created the key, so that Redis's ``new`` comes first (or not: a STORE over
-    a string writes a new head, which the change feed takes for a new key); None leaves it
-    to the change feed (a write that creates a key writes its head)."""
+def fire(ctx, cls: str, event: bytes, key: bytes) -> None:
+    """``event`` on ``key`` (a key the command created fires Redis's ``new`` first:
+    ``node/events.py``)."""
     ev = ctx.node.events
     if ev.on:
-        if new:
-            ev.pending_new[key] = None
-        elif new is False and ev.pending_new:
-            ev.pending_new.pop(key, None)
         ev.fire(cls, event, key)
 
 
@@ -72,15 +66,6 @@ def fire_removal(ctx, cls: str, event: bytes, key: bytes) -> None:
         ev.fire(cls, event, key)
         if not ctx.ks.exists(key, ctx.ks.now()):
             ev.fire("g", b"del", key)
-
-
-def absent(ctx, key: bytes) -> bool:
-    """Before a write that may create the hash or set ``key``, with the ``n`` class on:
-    the key does not exist. An emptied hash or set keeps its live head (see
-    ``Keyspace.VANISH_WHEN_EMPTY``), so the write that brings it back writes no head and
-    the change feed cannot tell the key is new; the command says so (``fire(new=...)``)."""
-    ev = ctx.node.events
-    return ev.on and "n" in ev.classes and not ctx.ks.exists(key, ctx.ks.now())
 
 
 def counts(ctx) -> Keyspace:

@@ -17,7 +17,7 @@ from marekvs.commands import args as A
 from marekvs.commands import errors, reply
 from marekvs.commands.errors import CommandError
 from marekvs.commands.hashes import MAX_REPLY, scan_options
-from marekvs.commands.members import absent, counts, fire, fire_removal
+from marekvs.commands.members import counts, fire, fire_removal
 from marekvs.commands.table import command
 from marekvs.keyspace import sets as kset
 
@@ -42,10 +42,9 @@ LONG_MAX = (1 << 63) - 1
                     "with multiple arguments.", syntax="key member [member ...]")
 def sadd(ctx, args: list[bytes]):
     on = ctx.node.events.on
-    new = on and absent(ctx, args[1])
     added = kset.add(ctx.ks, args[1], args[2:], ctx.ks.now())
     if on and added:
-        fire(ctx, "s", b"sadd", args[1], new)
+        fire(ctx, "s", b"sadd", args[1])
     return added
 
 
@@ -140,12 +139,11 @@ def srandmember(ctx, args: list[bytes]):
          complexity="O(1)", syntax="source destination member")
 def smove(ctx, args: list[bytes]):
     src, dst = args[1], args[2]
-    new = absent(ctx, dst)
     moved, added = kset.move(ctx.ks, src, dst, args[3], ctx.ks.now())
     if moved and src != dst:
         fire_removal(ctx, "s", b"srem", src)
         if added:
-            fire(ctx, "s", b"sadd", dst, new)
+            fire(ctx, "s", b"sadd", dst)
     return int(moved)
 
 
@@ -156,11 +154,10 @@ def _store(ctx, dst: bytes, event: bytes, members: list[bytes]) -> int:
     result deleted the destination, nothing when there was nothing to delete."""
     ks, now = ctx.ks, ctx.ks.now()
     on = ctx.node.events.on
-    new = on and absent(ctx, dst)
     existed = on and not members and ks.exists(dst, now)
     n = kset.store(ks, dst, members, now)
     if n:
-        fire(ctx, "s", event, dst, new)
+        fire(ctx, "s", event, dst)
     elif existed:
         fire(ctx, "g", b"del", dst)
     return n
@@ -239,7 +236,7 @@ def sscan(ctx, args: list[bytes]):
     cursor = A.parse_cursor(args[2])
     ks, now = ctx.ks, ctx.ks.now()
     hk, h = kset.read_lookup(ks, args[1], now)
-    if h is None or not ks.head_present(hk, h, now):  # (no key: no option is parsed)
+    if h is None or not ks.present(hk, h, now):  # (no key: no option is parsed)
         return [b"0", []]
     count, pattern, _ = scan_options(args, 3, novalues_ok=False)
     nxt, page = kset.scan(ks, args[1], cursor, count, now)

@@ -466,6 +466,14 @@ class Command:
             return self.getkeys(args)
         return []
 
+    def keys_named(self, args: Sequence[bytes]) -> list[bytes]:
+        """``keys_of``, or where a spec is invalid for these arguments (COMMAND GETKEYS
+        refuses them: ``PFMERGE dest`` with no source) the keys of the valid specs."""
+        keys = self.keys_of(args)
+        if not keys and self.key_specs:
+            keys = [args[i] for i, _ in self.spec_key_refs(args, partial=True) or ()]
+        return keys
+
     def keys_of(self, args: Sequence[bytes]) -> list[bytes]:
         """The key names of ``args`` (COMMAND GETKEYS; key routing)."""
         return [args[i] for i, _ in self.key_refs(args)]

@@ -30,7 +30,7 @@ import re
 from marekvs.commands import args as A
 from marekvs.commands import errors
 from marekvs.commands.errors import CommandError
-from marekvs.commands.members import absent, fire, fire_removal
+from marekvs.commands.members import fire, fire_removal
 from marekvs.commands.reply import NULL_ARRAY, BulkArray, Double
 from marekvs.commands.table import command
 from marekvs.keyspace import zsets as Z
@@ -424,11 +424,10 @@ def store_entries(ctx, dest: bytes, event: bytes, entries) -> int:
     ks, now = ctx.ks, ctx.ks.now()
     on = ctx.node.events.on
     items = list(entries)
-    new = on and absent(ctx, dest)
     existed = on and not items and ks.exists(dest, now)
     n = Z.store(_z(ctx), dest, items, now)
     if n:
-        fire(ctx, "z", event, dest, new)
+        fire(ctx, "z", event, dest)
     elif existed:
         fire(ctx, "g", b"del", dest)
     return n

@@ -37,6 +37,17 @@ head's ``delete_clock(head, now)`` = max(payload delete clock, the head's
 ``envelope.effective_clock``), i.e. also newer than the head's own tombstone or
 expiry. ORSWOT elements are gated by their highest live dot (a remove or EXPIREMEMBER
 made after the DEL must not revive an add made before it).
+
+Existence, one rule for every collection type (``present``). Removing elements never
+writes the head: a removal removes what it observed, and a head tombstone written when a
+collection became empty would also gate an element added concurrently on another node
+(newer than nothing the removal saw, older than its tombstone). So whether a collection
+exists is read, not written: it exists if its head is live and either its type exists
+while empty (streams and HyperLogLogs, as in Redis: ``KEEPS_EMPTY``) or it has a live
+element; and if its head is dead (DEL, expiry) while it has a live element, one its
+delete clock does not gate (an add made concurrently with the DEL on a node that had not
+seen it: "DEL beats the older elements, not one written after it"). Only DEL, expiry and
+the writes that replace a key (RENAME, a STORE, FLUSHALL) delete a collection.
 """
 
 from __future__ import annotations
@@ -45,7 +56,7 @@ import struct
 from typing import NamedTuple
 
 from marekvs.core import envelope as env
-from marekvs.core import joins, orswot
+from marekvs.core import hll, joins, orswot
 from marekvs.core.envelope import RecordType
 
 FMT = 1
@@ -74,6 +85,19 @@ TYPE_NAMES = {
 }
 
 _ORSWOT_TYPES = frozenset((RecordType.HASH_FIELD, RecordType.SET_MEMBER, RecordType.ZSET_MEMBER))
+
+# Collection types that exist while empty, as in Redis (XDEL of every entry leaves the
+# stream; a PFADD of no element creates the HyperLogLog). The others exist while they
+# have a live element (see "Existence" above).
+KEEPS_EMPTY = frozenset((CollectionType.STREAM, CollectionType.HLL))
+
+
+def present(head_record: bytes, now_ms: int, nonempty: bool) -> bool:
+    """The one existence rule: does the collection whose head record (live or dead) is
+    ``head_record`` exist, given whether it has a live element (``nonempty``)?"""
+    if nonempty:
+        return True
+    return head_record[_SIZE + 1] in KEEPS_EMPTY and env.is_live(head_record, now_ms)
 
 
 class HeadFormatError(ValueError):
@@ -210,13 +234,17 @@ def delete_clock(head_record: bytes | None, now_ms: int) -> int:
 
 def gate_clock(element_record: bytes) -> int:
     """The clock of an element that the head's delete clock is compared with: the
-    highest live dot's hlc for ORSWOT elements (``orswot.gate_clock``), else the
-    record's own hlc. The zset score index shares the zset members' record type but is
+    highest live dot's hlc for ORSWOT elements (``orswot.gate_clock``), an HLL
+    register's generation + 1 (``hll.gate_clock``), else the record's own hlc. The zset
+    score index shares the zset members' record type but is
     an LWW record with no payload (an ORSWOT record always has one), so it is gated by
     its hlc. Each registry row names the same function for its tag
     (``RecordKind.gate_clock``); tests/merge_laws/test_registry.py pins the two."""
-    if env.rtype_of(element_record) in _ORSWOT_TYPES and len(element_record) > _SIZE:
+    rtype = env.rtype_of(element_record)
+    if rtype in _ORSWOT_TYPES and len(element_record) > _SIZE:
         return orswot.gate_clock(element_record)
+    if rtype == RecordType.HLL_REGISTER:
+        return hll.gate_clock(element_record)
     return env.hlc_of(element_record)
 
 

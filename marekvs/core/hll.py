@@ -16,25 +16,37 @@ same bit conventions as Redis's ``hllPatLen`` with xxh3_64 instead of MurmurHash
     rank   = trailing_zeros(w) + 1            # 1..51 (51 = 50 zero bits)
 
 Storage: one record per touched register at ``keys.encode_hll_key(userkey, bucket)``,
-envelope record type HLL_REGISTER, payload exactly one byte: the rank (no format byte:
-the spec fixes it). The HLL's TTL and delete clock live on its collection head.
+envelope record type HLL_REGISTER. The payload is the rank, one byte (no format byte: the
+spec fixes it), followed by the register's *generation* when that is not 0: the delete
+clock of its HLL's head that the writing node saw, u64 big-endian::
 
-Merge: the higher rank wins with its own envelope; equal ranks resolve to the LOWER
-envelope version, so a duplicate PFADD (same register, same rank, later version) is a
-strict no-op: no write, no replication, no anti-entropy churn. Equal rank and version
-(the same write) fall back to the smaller record bytes. The order (rank asc, version
-desc, bytes desc) is total, so the join is commutative, associative and idempotent.
+    [rank u8]                     generation 0 (an HLL never deleted): the spec's form
+    [rank u8] [generation u64]    generation > 0 (written after a DEL or an expiry)
 
-Known limitation (spec): a DEL gates registers by the head's delete clock, but a dead
-register still wins merges by rank, so after DEL a re-added element whose rank in that
-bucket is not higher than the dead register's is not recorded until the dead register
-is physically reclaimed. A fix needs per-register epoch information (the one-byte
-payload cannot carry it) or a gated apply path; see crates_ref/lattices/README.md.
+The HLL's TTL and delete clock live on its collection head.
+
+Merge: the higher generation wins whole; within one generation the higher rank wins
+with its own envelope, and equal ranks resolve to the LOWER envelope version, so a
+duplicate PFADD (same register, same rank, later version) is a strict no-op: no write,
+no replication, no anti-entropy churn. Equal rank and version (the same write) fall back
+to the smaller record bytes. The order (generation asc, rank asc, version desc, bytes
+desc) is total, so the join is commutative, associative and idempotent.
+
+Why a generation (this project's extension of the spec, DATA_MODEL 10): a register is a
+maximum, so it cannot say which of the elements it counts were added before a DEL and
+which after. Gated by its hlc alone (as other elements are), a register raised before a
+DEL kept winning merges by rank over the same bucket re-added after it, so a PFADD after
+DEL counted nothing where it met a dead register of equal or higher rank. With the
+generation a register written after the DEL beats every register of an older
+generation whatever their ranks, and a register is live only in the generation of its
+head (``gate_clock``): a DEL removes what every PFADD that did not see it added, and a
+PFADD that saw it always counts, on every node.
 """
 
 from __future__ import annotations
 
 import math
+import struct
 from collections.abc import Iterable, Mapping
 
 import xxhash
@@ -63,18 +75,32 @@ def observe(element: bytes) -> tuple[int, int]:
 
 # -- register records ----------------------------------------------------------------
 
-def new(rank: int, hlc: int, origin: int) -> bytes:
-    return env.pack(FLAGS, hlc, origin, 0, to_bytes(rank))
+_GEN = struct.Struct(">Q")
 
 
-def to_bytes(rank: int) -> bytes:
-    return bytes((rank,))
+def new(rank: int, hlc: int, origin: int, generation: int = 0) -> bytes:
+    return env.pack(FLAGS, hlc, origin, 0, to_bytes(rank, generation))
 
 
-def from_bytes(payload: bytes) -> int:
-    if len(payload) != 1:
-        raise ValueError("an HLL register payload is exactly one byte")
-    return payload[0]
+def to_bytes(rank: int, generation: int = 0) -> bytes:
+    """A register's payload (the one-byte form for generation 0)."""
+    return bytes((rank,)) + _GEN.pack(generation) if generation else bytes((rank,))
+
+
+def from_bytes(payload: bytes) -> tuple[int, int]:
+    """(rank, generation) of a register payload; ValueError unless canonical (one byte,
+    or nine with a generation above 0) with a rank of at most ``MAX_RANK``."""
+    if len(payload) == 1:
+        gen = 0
+    elif len(payload) == 1 + _GEN.size:
+        gen = _GEN.unpack_from(payload, 1)[0]
+        if not gen:
+            raise ValueError("an HLL register of generation 0 is one byte")
+    else:
+        raise ValueError("an HLL register payload is one byte, or nine with its generation")
+    if payload[0] > MAX_RANK:
+        raise ValueError(f"HLL rank {payload[0]} is above {MAX_RANK}")
+    return payload[0], gen
 
 
 def value(record: bytes) -> int:
@@ -82,7 +108,21 @@ def value(record: bytes) -> int:
     return record[_SIZE] if len(record) > _SIZE else 0
 
 
+def generation(record: bytes) -> int:
+    """The register's generation: the delete clock its writer saw (0: none)."""
+    return _GEN.unpack_from(record, _SIZE + 1)[0] if len(record) > _SIZE + 1 else 0
+
+
+def gate_clock(record: bytes) -> int:
+    """What the head's delete clock ``D`` gates a register by: live iff its generation is
+    at least ``D`` (``generation + 1 > D``), whatever its hlc."""
+    return generation(record) + 1
+
+
 def merge(a: bytes, b: bytes) -> bytes:
+    ga, gb = generation(a), generation(b)
+    if ga != gb:
+        return a if ga > gb else b
     ra, rb = value(a), value(b)
     if ra != rb:
         return a if ra > rb else b

@@ -27,7 +27,7 @@ know about the records under that tag:
     'h'  hash-field    hash-field           element  no    orswot     canonical element        element
     'S'  set-member    set-member           element  no    orswot     canonical element        element
     'z'  zset-member   zset-member          element  no    orswot     element, 8-byte scores   element
-    'Z'  zset-score    zset-member          element  no    lww        no payload               element
+    'Z'  zset-score    zset-member          element  no    lww        no payload               index
     'q'  list-element  list                 element  no    lww        (raw bytes)              element
     'H'  hll-register  hll-register         element  no    hll        one byte, rank <= 51     element
     'x'  stream-entry  stream-entry         element  no    lww        a live entry parses      element
@@ -42,7 +42,8 @@ know about the records under that tag:
 Sweep rules (``core/sweep.py`` states and applies them): ``RECORD``, a tombstone or an
 expired record once gc_grace has passed; ``ELEMENT``, also an element its head gates once
 the delete clock and the element are older than gc_grace; ``HEAD``, as ``RECORD`` but
-held while any element of its collection stays.
+held while any element of its collection stays; ``INDEX`` (the zset score index), once
+older than gc_grace and no live dot of its member record holds its score.
 
 Adding a kind (stream consumer groups, ACL users, ...) is one row here plus its codec in
 ``keys``; ``tests/merge_laws/test_registry.py`` checks that every tag the codecs define
@@ -51,6 +52,7 @@ has a row and that merge, validation and the sweep read the row.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -67,6 +69,7 @@ class Sweep(enum.Enum):
     RECORD = "record"  # tombstone / expiry past gc_grace
     HEAD = "head"  # as RECORD, held while an element of its collection stays
     ELEMENT = "element"  # as RECORD, or gated by its head's delete clock past gc_grace
+    INDEX = "index"  # derived: past gc_grace once its source record no longer holds it
 
 
 class InvalidRecord(ValueError):
@@ -148,7 +151,7 @@ def _check_score_index(record: bytes) -> None:
 
 
 def _check_hll(record: bytes) -> None:
-    if hll.from_bytes(record[env.HEADER:]) > hll.MAX_RANK:
+    if hll.from_bytes(record[env.HEADER:])[0] > hll.MAX_RANK:
         raise ValueError(f"rank above {hll.MAX_RANK}")
 
 
@@ -203,12 +206,14 @@ SET_MEMBER = _element(K.TAG_SET, "set-member", K.encode_set_member_key, K.decode
                       RecordType.SET_MEMBER, _CT.SET, orswot.merge, _check_element, orswot.gate_clock)
 ZSET_MEMBER = _element(K.TAG_ZSET, "zset-member", K.encode_zset_member_key, K.decode_zset_member_key,
                        RecordType.ZSET_MEMBER, _CT.ZSET, orswot.merge, _check_zset_member, orswot.gate_clock)
-ZSET_SCORE = _element(K.TAG_ZSCORE, "zset-score", K.encode_zset_score_key, K.decode_zset_score_key,
-                      RecordType.ZSET_MEMBER, _CT.ZSET, lww.merge, _check_score_index)
+ZSET_SCORE = dataclasses.replace(
+    _element(K.TAG_ZSCORE, "zset-score", K.encode_zset_score_key, K.decode_zset_score_key,
+             RecordType.ZSET_MEMBER, _CT.ZSET, lww.merge, _check_score_index),
+    sweep=Sweep.INDEX)
 LIST_ELEMENT = _element(K.TAG_LIST, "list-element", K.encode_list_key, K.decode_list_key,
                         RecordType.LIST, _CT.LIST, lww.merge, _no_check)
 HLL_REGISTER = _element(K.TAG_HLL, "hll-register", K.encode_hll_key, K.decode_hll_key,
-                        RecordType.HLL_REGISTER, _CT.HLL, hll.merge, _check_hll)
+                        RecordType.HLL_REGISTER, _CT.HLL, hll.merge, _check_hll, hll.gate_clock)
 STREAM_ENTRY = _element(K.TAG_STREAM, "stream-entry", K.encode_stream_key, K.decode_stream_key,
                         RecordType.STREAM_ENTRY, _CT.STREAM, lww.merge, _check_stream)
 
@@ -276,6 +281,16 @@ def element_kinds(ctype: int) -> tuple[RecordKind, ...]:
     """The element kinds a collection of type ``ctype`` keeps its records under (a
     zset: members and the score index)."""
     return tuple(k for k in KINDS if k.ctype == ctype)
+
+
+# The kind whose live records are a collection's elements, per collection type: what
+# makes it non-empty (``head.present``), what its size counts. A stream's counters,
+# groups, consumers and pending entries, and a zset's score index, are not elements.
+CONTENT: dict[int, RecordKind] = {
+    _CT.HASH: HASH_FIELD, _CT.SET: SET_MEMBER, _CT.ZSET: ZSET_MEMBER, _CT.LIST: LIST_ELEMENT,
+    _CT.STREAM: STREAM_ENTRY, _CT.HLL: HLL_REGISTER,
+}
+CONTENT_CODES: frozenset[int] = frozenset(k.code for k in CONTENT.values())
 
 
 # -- validation ----------------------------------------------------------------------------

@@ -266,13 +266,19 @@ class Totals(NamedTuple):
 
 def totals(records: Iterable[Counters], gen: int) -> Totals:
     """The counters of a stream whose head delete clock is ``gen``, from its live counter
-    records (one per origin)."""
+    records (one per origin; live: newer than the delete clock). The records of
+    generation ``gen`` in its greatest epoch give the counts; the last id is also at
+    least every other live record's (a node that added entries concurrently with the DEL
+    that started this generation, which it had not seen: its entries outlive the DEL, and
+    the ids minted after must stay above them)."""
+    records = list(records)
     cur = [c for c in records if c.gen == gen]
+    others = max((c.last for c in records if c.gen != gen), default=(0, 0))
     if not cur:
-        return Totals(NO_EPOCH, 0, (0, 0), (0, 0))
+        return Totals(NO_EPOCH, 0, others, (0, 0))
     epoch = max(c.epoch for c in cur)
     cur = [c for c in cur if c.epoch == epoch]
-    return Totals(epoch, sum(c.added for c in cur), max(c.last for c in cur),
+    return Totals(epoch, sum(c.added for c in cur), max(max(c.last for c in cur), others),
                   max(c.max_deleted for c in cur))
 
 

@@ -20,7 +20,13 @@ read returns, now or after a later merge of anything younger than the horizon:
   decided at ``finish``;
 - a head (``Sweep.HEAD``) removable by the first rule stays as long as any element record
   of its collection stays: removing it would lift the gate and revive the elements it
-  holds dead (and a re-created head would start from delete clock 0).
+  holds dead (and a re-created head would start from delete clock 0);
+- a zset score-index record (``Sweep.INDEX``) is a hint whose own envelope decides
+  nothing (``core/zset.py``): it is removed once its hlc is below the horizon and no live
+  dot of its member's record holds its score (the member record is gone, or removed by
+  this sweep, or holds other scores). Index records (``'Z'``) sort before the member
+  records (``'z'``) of their partition: they are decided when their member comes, or at
+  ``finish`` if none does.
 
 While it reads, a ``PartitionSweep`` also counts the partition's live keys (the kinds
 the registry marks ``is_key``) and those with a TTL, which INFO keyspace reports.
@@ -28,14 +34,16 @@ the registry marks ``is_key``) and those with a TTL, which INFO keyspace reports
 
 from __future__ import annotations
 
-from marekvs.core import head
+from marekvs.core import head, zset
 from marekvs.core import keys as K
 from marekvs.core.registry import BY_CODE, Sweep
 
 _BY_CODE = BY_CODE
 _RECORD = Sweep.RECORD
 _HEAD = Sweep.HEAD
+_INDEX = Sweep.INDEX
 _ORD_HEAD = K.ORD_HEAD
+_ORD_ZSET = K.TAG_ZSET[0]
 
 
 def horizon(now_ms: int, grace_ms: int) -> int:
@@ -47,7 +55,7 @@ class PartitionSweep:
     """The sweep of one partition: ``feed`` its records in key order, then ``finish``."""
 
     __slots__ = ("now", "grace", "horizon", "dead", "live_keys", "expiring",
-                 "_clocks", "_heads", "_held", "_early")
+                 "_clocks", "_heads", "_held", "_early", "_index")
 
     def __init__(self, now_ms: int, grace_ms: int) -> None:
         self.now = now_ms
@@ -60,6 +68,9 @@ class PartitionSweep:
         self._heads: dict[bytes, bytes] = {}  # user key -> key of its removable head
         self._held: set[bytes] = set()  # user keys with an element record that stays
         self._early: list[tuple[bytes, bytes, int]] = []  # (ikey, user key, gate) before the head
+        # zset index records older than the horizon, waiting for their member record:
+        # member record key -> [(index ikey, score bytes)]
+        self._index: dict[bytes, list[tuple[bytes, bytes]]] = {}
 
     def feed(self, ikey: bytes, record: bytes) -> None:
         kind = _BY_CODE[ikey[2]]
@@ -89,6 +100,13 @@ class PartitionSweep:
             if own:
                 self._heads[userkey] = ikey
             return
+        if kind.sweep is _INDEX:
+            if int.from_bytes(record[1:9], "big") < self.horizon:
+                n = len(ikey) - len(K.decode_zset_score_key(ikey)[2])  # (the member follows the score)
+                mk = K.encode_zset_member_key(userkey, ikey[n:])
+                self._index.setdefault(mk, []).append((ikey, ikey[n - 8:n]))
+            self._held.add(userkey)  # (decided with its member; a head waits for it anyway)
+            return
         if own:
             self.dead.append(ikey)
         elif kind.gate_clock is None or int.from_bytes(record[1:9], "big") >= self.horizon:
@@ -97,6 +115,16 @@ class PartitionSweep:
             self._early.append((ikey, userkey, kind.gate_clock(record)))
         else:
             self._gate(ikey, userkey, kind.gate_clock(record))
+
+        if ikey[2] == _ORD_ZSET and self._index:
+            waiting = self._index.pop(ikey, None)
+            if waiting:
+                removed = bool(self.dead) and self.dead[-1] is ikey
+                try:
+                    keep = set() if removed else zset.index_scores(record)
+                except ValueError:  # (not a zset member's record: it holds no index)
+                    keep = set()
+                self.dead.extend(ik for ik, sb in waiting if sb not in keep)
 
     def _gate(self, ikey: bytes, userkey: bytes, gate: int) -> None:
         clock = self._clocks.get(userkey)
@@ -110,6 +138,9 @@ class PartitionSweep:
         for ikey, userkey, gate in self._early:
             self._gate(ikey, userkey, gate)
         self._early = []
+        for waiting in self._index.values():  # index records whose member record is gone
+            self.dead.extend(ik for ik, _ in waiting)
+        self._index = {}
         held = self._held
         self.dead.extend(ikey for userkey, ikey in self._heads.items() if userkey not in held)
         self._heads = {}

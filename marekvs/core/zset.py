@@ -11,16 +11,19 @@ in the same apply:
   ``crates_ref/format/member_scores.jsonl``;
 - the **score-index record** ``[pid]'Z'[klen][key][score:u64][member]``
   (``keys.encode_zset_score_key``: the order-preserving score bytes, then the member): an
-  LWW register with no payload, record type ZSET_MEMBER. It is live while the member's
-  current score is the one its key spells. A command that changes a score writes the new
-  index key live and the old one as a tombstone, both stamped with the command's dot; a
-  reader confirms every index hit against the member record.
+  LWW register with no payload, record type ZSET_MEMBER, written live with the dot of
+  every add of that score, in the same apply as the member record.
 
-The index is derived data, so concurrent writes on two nodes can leave it disagreeing
-with the merged member records (a remove on one node tombstones the index key of a score
-that a concurrent add on another node writes again, with an older clock). The node
-repairs that with new LWW writes (``keyspace/zsets.py``); ``index_for`` below is the rule
-both sides follow: what the index of one member must hold, given its member record.
+The index is a hint, never the truth: ``Z(s, m)`` stands for "m has score s" exactly when
+s is the score of m's member record (the value of its highest live dot), whatever the
+index record's own envelope says. Concurrent writes can leave an index record dead while
+its member holds its score (a remove on one node tombstoned it, as older versions did,
+while an add on another node that never saw the removed add wrote it again with an older
+clock) or live after its member moved on; neither is repaired with new writes, so a
+merge is decided by the records alone and a replica never writes while it merges.
+Readers scan the index in order and confirm each hit against the member record; the
+sweeper keeps an index record while a live dot of its member holds its score
+(``index_scores``) and removes it past gc_grace once none does (``core/sweep.py``).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ import struct
 from marekvs.core import envelope as env
 from marekvs.core import orswot
 from marekvs.core.envelope import RecordType
-from marekvs.core.keys import decode_varint
+from marekvs.core.keys import decode_varint, encode_score
 
 RTYPE = RecordType.ZSET_MEMBER
 VALUE_SIZE = 8
@@ -133,18 +136,8 @@ def index_live(hlc: int, origin: int, ttl_deadline_ms: int = 0) -> bytes:
     return _pack(_LIVE_FLAGS, hlc, origin, ttl_deadline_ms)
 
 
-def index_tombstone(hlc: int, origin: int) -> bytes:
-    """A dead score-index record: the member's score is no longer this key's."""
-    return _pack(_TOMB_FLAGS, hlc, origin, 0)
-
-
-def index_for(member_record: bytes | None, now_ms: int) -> tuple[float, int] | None:
-    """What the index of one member must hold: ``(score, deadline)`` of the one live
-    index key (its deadline is the member's, so the two expire together), or None when
-    the member record is not live and no index key of it may be."""
-    if member_record is None or not env.is_live(member_record, now_ms):
-        return None
-    s = score_of(member_record)
-    if s is None:
-        return None
-    return s, env.ttl_of(member_record)
+def index_scores(member_record: bytes) -> set[bytes]:
+    """The order-preserving score bytes of every live dot of a member record: the index
+    records of the member the sweeper keeps (a removal arriving later can uncover an
+    older live dot, whose score then needs its index record again)."""
+    return {encode_score(decode_value(v)) for _, v in orswot.element_of(member_record).live}

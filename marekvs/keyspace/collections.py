@@ -15,12 +15,13 @@ Moving a collection (``move``)
     - observed-remove elements (hash fields, set and zset members: ``orswot.merge``): a
       fresh add dot carrying the element's value (its top live dot's), with the element's
       own TTL (per-member TTL is carried over);
-    - HLL registers (``hll.merge``): a fresh register of the same rank;
+    - HLL registers (``hll.merge``): a fresh register of the same rank, of the new head's
+      generation;
     - last-writer-wins records (list elements, stream entries): the same payload and TTL
       under a fresh version;
-    - the zset score index (derived from the members): rebuilt, one entry per live member,
-      from the member's current index entry (the newest one; a member without one keeps
-      none, as readers confirm index hits against the member record anyway).
+    - a stream's per-origin counters: the same counts in the new head's generation;
+    - the zset score index (derived from the members): one entry per live member, at the
+      score of the member it copies.
 
     The new head is the source head's type, TTL, stream state (last id, configuration)
     with a fresh version, and its delete clock is that version's own hlc: everything the
@@ -54,7 +55,7 @@ from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
 from marekvs.core import envelope as env
-from marekvs.core import head, hll, orswot, registry
+from marekvs.core import head, hll, orswot, registry, stream, zset
 from marekvs.core import keys as K
 from marekvs.core.registry import RecordKind
 from marekvs.keyspace.keyspace import Keyspace
@@ -69,21 +70,27 @@ _ORD_STRING = K.ORD_STRING
 # Moving a collection
 # =========================================================================================
 
-def _orswot_copy(rec: bytes, stamp: int, node: int, now: int) -> bytes:
+def _orswot_copy(rec: bytes, stamp: int, node: int, now: int, dc: int) -> bytes:
     """A fresh add of the element's value, its TTL kept."""
     return orswot.new(env.rtype_of(rec), stamp, node, orswot.value(rec, now) or b"", env.ttl_of(rec))
 
 
-def _register_copy(rec: bytes, stamp: int, node: int, now: int) -> bytes:
-    return env.pack(rec[0], stamp, node, env.ttl_of(rec), hll.to_bytes(hll.value(rec)))
+def _register_copy(rec: bytes, stamp: int, node: int, now: int, dc: int) -> bytes:
+    """The same rank in the generation of the new head (delete clock ``dc``)."""
+    return env.pack(rec[0], stamp, node, env.ttl_of(rec), hll.to_bytes(hll.value(rec), dc))
 
 
-def _lww_copy(rec: bytes, stamp: int, node: int, now: int) -> bytes:
+def _lww_copy(rec: bytes, stamp: int, node: int, now: int, dc: int) -> bytes:
     """The same payload and TTL under a fresh version."""
     return env.with_ttl(rec, stamp, node, env.ttl_of(rec))
 
 
-Copier = Callable[[bytes, int, int, int], bytes]
+def _counters_copy(rec: bytes, stamp: int, node: int, now: int, dc: int) -> bytes:
+    """A stream's per-origin counters, counted in the new head's generation."""
+    return stream.counters_record(stream.counters_of(rec)._replace(gen=dc), stamp, node)
+
+
+Copier = Callable[[bytes, int, int, int, int], bytes]
 
 
 def copier(kind: RecordKind) -> Copier:
@@ -92,22 +99,9 @@ def copier(kind: RecordKind) -> Copier:
         return _orswot_copy
     if kind.merge is hll.merge:
         return _register_copy
+    if kind is registry.STREAM_COUNTERS:
+        return _counters_copy
     return _lww_copy
-
-
-def _score_index(ks: Keyspace, src: bytes, src_head: bytes, members: set[bytes],
-                 now: int) -> list[tuple[bytes, bytes]]:
-    """(suffix, record) of the zset score index of ``src`` rebuilt: for each live member,
-    its newest live index entry."""
-    newest: dict[bytes, tuple[bytes, bytes]] = {}
-    for suffix, rec in ks.elements(K.TAG_ZSCORE, src, src_head, now):
-        member = suffix[8:]
-        if member not in members:
-            continue  # a stale entry (its member is gone)
-        have = newest.get(member)
-        if have is None or rec[env.VERSION] > have[1][env.VERSION]:
-            newest[member] = (suffix, rec)
-    return list(newest.values())
 
 
 def move_records(ks: Keyspace, src: bytes, src_head: bytes, dst: bytes, now: int,
@@ -116,18 +110,11 @@ def move_records(ks: Keyspace, src: bytes, src_head: bytes, dst: bytes, now: int
     ``src_head``), replacing whatever ``dst`` holds, and with ``delete_source`` the
     source's head tombstone: one apply's worth (see the module docstring)."""
     ctype = head.ctype_of(src_head)
-    kinds = registry.element_kinds(ctype)
     found: list[tuple[RecordKind, list[tuple[bytes, bytes]]]] = []
-    members: dict[bytes, set[bytes]] = {}
-    for kind in kinds:
-        if kind is registry.ZSET_SCORE:
+    for kind in registry.element_kinds(ctype):
+        if kind is registry.ZSET_SCORE:  # derived: one entry per member copied, below
             continue
-        live = list(ks.elements(kind.tag, src, src_head, now))
-        members[kind.tag] = {s for s, _ in live}
-        found.append((kind, live))
-    if any(k is registry.ZSET_SCORE for k in kinds):
-        found.append((registry.ZSET_SCORE,
-                      _score_index(ks, src, src_head, members.get(K.TAG_ZSET, set()), now)))
+        found.append((kind, list(ks.elements(kind.tag, src, src_head, now))))
 
     out: list[Record] = []
     # The destination: a live string dies (its tombstone); the new head's delete clock is
@@ -139,7 +126,8 @@ def move_records(ks: Keyspace, src: bytes, src_head: bytes, dst: bytes, now: int
     hk = K.encode_head_key(dst)
     prior = ks.get(hk)
     stamp = ks.hlc.now()
-    payload = head.head_of(src_head)._replace(delete_clock=max(stamp, head.delete_clock(prior, now)))
+    dc = max(stamp, head.delete_clock(prior, now))
+    payload = head.head_of(src_head)._replace(delete_clock=dc)
     new_head = env.pack(env.make_flags(ctype, head=True), stamp, ks.node_id, env.ttl_of(src_head),
                         head.to_bytes(payload))
     if prior is not None:
@@ -153,7 +141,11 @@ def move_records(ks: Keyspace, src: bytes, src_head: bytes, dst: bytes, now: int
         make = copier(kind)
         prefix = kind.prefix(dst)
         for suffix, rec in live:
-            out.append((prefix + suffix, make(rec, stamp, node, now)))
+            out.append((prefix + suffix, make(rec, stamp, node, now, dc)))
+            if kind is registry.ZSET_MEMBER:  # its score index entry
+                score = zset.score_of(rec)
+                if score is not None:  # (a live member always has one)
+                    out.append((K.encode_zset_score_key(dst, score, suffix), zset.index_live(stamp, node)))
             stamp += 1
     if delete_source:
         out.append(ks.head_tombstone(K.encode_head_key(src), src_head))

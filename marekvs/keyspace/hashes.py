@@ -14,7 +14,7 @@ A field's TTL (HEXPIRE, EXPIREMEMBER) is its record's envelope deadline
 (``members.py``); HSET and HSETNX write a field without one (as Redis 7.4: setting a
 value drops its TTL), HINCRBY and HINCRBYFLOAT keep it.
 
-A hash whose fields are all gone does not exist (``Keyspace.head_present``). Every
+A hash whose fields are all gone does not exist (``Keyspace.present``). Every
 operation here takes the keyspace first, returns values or raises a typed status, and
 writes through one ``ks.apply`` per command (one replication-log entry).
 """

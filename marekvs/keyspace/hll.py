@@ -35,14 +35,14 @@ Reads and the register cache
     is subscribed while the cache holds an entry, so a node that never counts pays
     nothing per write.
 
-DEL (core/hll.py, "Known limitation"; crates_ref/DATA_MODEL.md section 10)
-    DEL writes one head tombstone; the registers stay on disk, gated by its delete clock
-    (they read as absent), until the sweeper removes them gc_grace later. A gated
-    register still wins merges by rank, so until then an element re-added into a bucket
-    whose dead register has an equal or higher rank is not recorded (PFCOUNT undercounts
-    the new HLL). docs/divergences.md says why neither fix (an apply path that treats a
-    gated register as absent, an epoch in the payload) is taken, and the race between two
-    replicas' sweeps that this leaves.
+DEL and generations (core/hll.py)
+    DEL writes one head tombstone; the registers stay on disk until the sweeper removes
+    them. Every register a PFADD or PFMERGE writes carries the delete clock of the head
+    it was written under (its generation), and only the registers of the head's current
+    generation are live (``hll.gate_clock``): a PFADD after DEL (or after the key
+    expired) counts what it adds on every node, whatever ranks the dead registers of
+    that bucket had. A PFADD made on a node that had not seen a DEL yet is removed by
+    it (a register cannot tell the elements it counts before the DEL from those after).
 
 Types
     TYPE reports an HLL as ``string`` (spec). A live string key is not an HLL here (Redis
@@ -73,7 +73,6 @@ _ORD_HLL = K.TAG_HLL[0]
 _ORD_HEAD = K.ORD_HEAD
 _HEADER = env.HEADER
 _TTL = env.TTL
-_HLC = env.HLC
 _NO_TTL = env.NO_TTL
 _TOMB = env.FLAG_TOMBSTONE
 _observe = hll.observe
@@ -245,7 +244,7 @@ class RegisterCache:
                 if new[_TTL] != _NO_TTL:
                     self.drop(key)  # an expiring register: never cached
                     continue
-                live = not new[0] & _TOMB and env.hlc_of(new) > e.delete_clock
+                live = not new[0] & _TOMB and hll.gate_clock(new) > e.delete_clock
                 rank = hll.value(new) if live else 0
                 if e.ranks[bucket] != rank:
                     e.ranks[bucket] = rank
@@ -294,11 +293,11 @@ def lookup(ks: Keyspace, key: bytes, now: int,
     h = get(hk) if ks.head_pids[pid] else None
     if h is None:
         return hk, None
-    if h[_CTYPE_AT] == HLL:
-        return hk, (h if _is_live(h, now) else None)
-    # another type's head, live or not: whether it stands for a key (an emptied hash
-    # does not, a dead one with newer members does) is the keyspace's rule
-    return ks.collection(key, HLL, now)
+    if h[_CTYPE_AT] == HLL and _is_live(h, now):
+        return hk, h  # (a live HyperLogLog exists, empty or not)
+    # a dead HLL head, or another type's: whether it stands for a key is the keyspace's rule
+    found = ks.existing(key, HLL, now)
+    return hk, (None if found is None else found[1])
 
 
 def read_lookup(ks: Keyspace, key: bytes, now: int, cache: RegisterCache) -> tuple[bytes, bytes | None]:
@@ -329,8 +328,10 @@ def ranks_of(ks: Keyspace, cache: RegisterCache, key: bytes, head_rec: bytes, no
     return cache.get_or_build(ks, key, head_rec, now).ranks
 
 
-def register_record(rank: int, stamp: int, node: int) -> bytes:
-    """``hll.new(rank, stamp, node)``, inlined."""
+def register_record(rank: int, stamp: int, node: int, generation: int = 0) -> bytes:
+    """``hll.new(rank, stamp, node, generation)``, inlined for generation 0."""
+    if generation:
+        return hll.new(rank, stamp, node, generation)
     return _pack(_HLL_FLAGS, stamp, node, 0) + _RANK_BYTES[rank]
 
 
@@ -358,22 +359,21 @@ def pfadd(ks: Keyspace, cache: RegisterCache, key: bytes, elements: Iterable[byt
     if best:
         stamp = 0
         get = ks.get
-        dclock = -1 if recs else cache.delete_clock(h, now)
+        gen = cache.delete_clock(h, now)  # the registers' generation
         for bucket, rank in best.items():
             if entry is not None:
                 cur = entry.ranks[bucket]
-            elif dclock < 0:
-                cur = 0  # a new head gates every register already stored
+            elif recs:
+                cur = 0  # a new head: every register already stored is of an older generation
             else:
-                # the stored register, if live and newer than the delete clock
-                # (head.element_live, with the head's clock read once)
+                # the stored register, if live (head.element_live, the head's clock read once)
                 rec = get(prefix + _BUCKETS[bucket])
                 cur = rec[_HEADER] if (rec is not None and _is_live(rec, now)
-                                       and int.from_bytes(rec[_HLC], "big") > dclock) else 0
+                                       and hll.gate_clock(rec) > gen) else 0
             if rank > cur:
                 if not stamp:
                     stamp = ks.hlc.now()
-                recs.append((prefix + _BUCKETS[bucket], register_record(rank, stamp, ks.node_id)))
+                recs.append((prefix + _BUCKETS[bucket], register_record(rank, stamp, ks.node_id, gen)))
     if not recs:
         return 0
     return 1 if ks.apply(recs) else 0
@@ -420,9 +420,10 @@ def pfmerge(ks: Keyspace, cache: RegisterCache, dest: bytes, sources: list[bytes
     if any(union):
         stamp = ks.hlc.now()
         node = ks.node_id
+        gen = head.delete_clock(h, now)
         prefix = cache.locate(dest)[3]
         for bucket, rank in enumerate(union):
             if rank > current[bucket]:
-                recs.append((prefix + _BUCKETS[bucket], register_record(rank, stamp, node)))
+                recs.append((prefix + _BUCKETS[bucket], register_record(rank, stamp, node, gen)))
     if recs:
         ks.apply(recs)

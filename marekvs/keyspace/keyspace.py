@@ -30,7 +30,7 @@ from marekvs.core import registry
 from marekvs.core import lww
 from marekvs.core.envelope import RecordType
 from marekvs.core.hlc import HLC
-from marekvs.keyspace import members
+from marekvs.keyspace import counts, members
 from marekvs.keyspace.status import WrongType
 from marekvs.storage.engine import Engine, prefix_end
 
@@ -64,9 +64,9 @@ class Keyspace:
         self.apply = engine.apply
         self.get = engine.get
         self.head_pids = engine.head_pids
-        # hashes and sets (keyspace/members.py): live-member counts kept from the change
-        # feed, and the cursors of HSCAN/SSCAN iterations in progress
-        self.counts = members.Counts(self)
+        # live elements per collection, kept from the change feed (keyspace/counts.py):
+        # sizes, and whether a collection exists; the cursors of HSCAN/SSCAN in progress
+        self.counts = counts.Counts(self)
         self.cursors = members.Cursors()
         self.resolve = members.Resolver(self)
         # in-memory state a type module keeps beside the records, by its name (the list
@@ -87,17 +87,17 @@ class Keyspace:
 
     # -- lookups -------------------------------------------------------------------
     def live_head(self, pid: int, string_ik: bytes, now: int) -> tuple[bytes, bytes] | None:
-        """(head key, record) of the live collection head of the user key whose string
-        key is ``string_ik``, or None; no read in a partition that never held a head."""
+        """(head key, record) of the collection that holds the user key whose string key
+        is ``string_ik`` (``present``), or None; no read in a partition that never held a
+        head. A dead head whose collection exists (a live element newer than its death)
+        comes as the live head a write to it would re-create (``revived_head``)."""
         if not self.head_pids[pid]:
             return None
         hk = K.head_key_of_string_key(string_ik)
         h = self.get(hk)
-        if h is None:
+        if h is None or not self.present(hk, h, now):
             return None
-        if is_live(h, now):
-            return (hk, h) if self.head_present(hk, h, now) else None
-        return self.revived_head(hk, h, now)
+        return (hk, h) if is_live(h, now) else self.revived_head(hk, h, now)
 
     def head_under(self, pid: int, ik: bytes, now: int) -> tuple[bytes, bytes] | None:
         """The live collection head a string write to the string key ``ik`` replaces
@@ -143,11 +143,12 @@ class Keyspace:
 
     # -- collections -------------------------------------------------------------------
     def collection(self, key: bytes, ctype: int, now: int) -> tuple[bytes, bytes | None]:
-        """(head key, head record or None) of the collection ``key`` of type ``ctype``;
-        WrongType if a live string or a collection of another type holds it. The head is
-        live, or (hashes and sets) a dead head of this type: the typed home of members
-        written after its death on other nodes (reads gate every member by its delete
-        clock; ``head_for_write`` re-creates it)."""
+        """(head key, head record or None) of the collection ``key`` of type ``ctype``:
+        its *typed home*, the head record of this type stored at the key, live or dead,
+        whether or not the collection exists (``present`` says; reads gate every element
+        by the head's delete clock, ``head_for_write`` re-creates a dead or emptied head);
+        None when the key holds no head of this type. WrongType if a live string or an
+        existing collection of another type holds the key."""
         pid, ik = K.locate_string(key)
         s = self.get(ik)
         if s is not None and is_live(s, now):
@@ -156,27 +157,30 @@ class Keyspace:
         h = self.get(hk) if self.head_pids[pid] else None
         if h is None:
             return hk, None
-        same = head.ctype_of(h) == ctype
-        if not is_live(h, now):
-            if same and ctype in self.VANISH_WHEN_EMPTY:
-                return hk, h
-            if not same and self.revived_head(hk, h, now) is not None:
-                raise WrongType()
-            return hk, None
-        if not same:
-            if self.head_present(hk, h, now):
-                raise WrongType()
-            return hk, None  # an emptied hash or set: no key, so no type
+        if head.ctype_of(h) == ctype:
+            return hk, h
+        if self.present(hk, h, now):
+            raise WrongType()
+        return hk, None  # another type's head that stands for no key
+
+    def existing(self, key: bytes, ctype: int, now: int) -> tuple[bytes, bytes] | None:
+        """(head key, head record) of the collection ``key`` of type ``ctype`` if it
+        exists (``present``; its head live, or dead with live elements), else None.
+        WrongType as ``collection``."""
+        hk, h = self.collection(key, ctype, now)
+        if h is None or not self.present(hk, h, now):
+            return None
         return hk, h
 
     def head_for_write(self, key: bytes, ctype: int, now: int) -> tuple[bytes, bytes, bool]:
         """(head key, head record, created) for a write to the collection ``key``: its
         live head, or a new head (carrying a dead head's delete clock forward) that the
         caller writes in the same apply as the first element. WrongType as
-        ``collection``. An emptied collection with a TTL gets a new head without one (the
-        key was gone, as in Redis)."""
+        ``collection``. A live head is kept while the collection exists or has no TTL;
+        an emptied collection with a TTL, and one whose head is dead, get a new head
+        without one (the key was gone, as in Redis)."""
         hk, h = self.collection(key, ctype, now)
-        if h is not None and is_live(h, now) and (h[_TTL] == _NO_TTL or self.head_present(hk, h, now)):
+        if h is not None and is_live(h, now) and (h[_TTL] == _NO_TTL or self.present(hk, h, now)):
             return hk, h, False
         prior = self.get(hk)
         return hk, head.new(ctype, self.hlc.now(), self.node_id, prior=prior, now_ms=now), True
@@ -192,38 +196,26 @@ class Keyspace:
             if is_live(ev, now) and head.element_live(head_rec, ev, now):
                 yield ek[n:], ev
 
-    # -- collections that vanish when empty (hashes, sets) --------------------------------
-    # In Redis the HDEL or SREM of the last member deletes the key. Here the head stays
-    # live when the last member goes (removed, or past its own deadline, which no write
-    # marks): a head tombstone written then would gate a concurrent add made on another
-    # node before it, and an expiry writes nothing. Instead a live head of these types
-    # stands for a key only while its collection has a live member, so EXISTS, TYPE,
-    # DEL, EXPIRE, the WRONGTYPE checks, SCAN, KEYS and DBSIZE see no key, and the next
-    # add re-creates it; a concurrent add on another node makes it exist again
-    # everywhere. (Types whose empty collections exist in Redis, streams and
-    # HyperLogLogs, are not listed; zsets and lists join by adding their type here.)
-    VANISH_WHEN_EMPTY = frozenset((head.CollectionType.HASH, head.CollectionType.SET))
-
-    def head_present(self, hk: bytes, h: bytes, now: int) -> bool:
-        """The live head ``h`` at ``hk`` stands for an existing key: its type exists
-        while empty, or its collection has a live member (``members.Counts``)."""
-        if head.ctype_of(h) not in self.VANISH_WHEN_EMPTY:
+    # -- existence: one rule for every collection type (core/head.py, "Existence") ------
+    # Removing elements never deletes a collection (no head tombstone is written when
+    # one becomes empty: it would also gate an add made concurrently on another node);
+    # a collection exists while its head is live and its type keeps an empty collection
+    # (streams, HyperLogLogs) or it has a live element. A dead head (DEL, FLUSHALL,
+    # expiry of the key) with an element newer than its death stands for an existing key
+    # too: an add made on a node that had not seen the DEL yet writes no head (the head
+    # was live there), and the data model keeps such an element ("DEL beats the older
+    # elements, not one written after it"), so the key exists everywhere once both
+    # arrive. It reads as a key without TTL; the next write re-creates its head.
+    def present(self, hk: bytes, h: bytes, now: int) -> bool:
+        """The collection whose head (live or dead) is ``h`` at ``hk`` exists."""
+        if is_live(h, now) and head.ctype_of(h) in head.KEEPS_EMPTY:
             return True
         return self.counts.nonempty(hk, h, now)
 
-    # The same rule makes a hash or set whose head is dead (DEL, FLUSHALL, expiry of the
-    # key) exist again when it has a member newer than that death: an HSET made on a
-    # node that had not seen the DEL yet writes no head (its head was live there), and
-    # the data model keeps such a member ("DEL beats the older fields, not a field
-    # written after it"), so the key exists everywhere once both arrive. It reads as a
-    # key without TTL; the next write re-creates its head.
-    def revived_head(self, hk: bytes, h: bytes, now: int) -> tuple[bytes, bytes] | None:
+    def revived_head(self, hk: bytes, h: bytes, now: int) -> tuple[bytes, bytes]:
         """(head key, the live head a write would re-create) for the dead head ``h`` of
-        a hash or set with a member newer than its death, else None."""
-        ctype = head.ctype_of(h)
-        if ctype not in self.VANISH_WHEN_EMPTY or not self.counts.nonempty(hk, h, now):
-            return None
-        return hk, head.new(ctype, self.hlc.now(), self.node_id, prior=h, now_ms=now)
+        an existing collection (``present``)."""
+        return hk, head.new(head.ctype_of(h), self.hlc.now(), self.node_id, prior=h, now_ms=now)
 
     # -- whole keys ------------------------------------------------------------------
     def delete_records(self, key: bytes, now: int) -> list[tuple[bytes, bytes]]:
@@ -287,8 +279,7 @@ class Keyspace:
                 if heads:
                     heads.pop(key, None)
                 keys.append((key, ikey, rec))
-            elif (self.head_present(ikey, rec, now) if is_live(rec, now)
-                  else self.revived_head(ikey, rec, now) is not None):
+            elif self.present(ikey, rec, now):
                 key = K.user_key_of(ikey)
                 heads[key] = (key, ikey, rec)  # (a dead head as stored: see revived_head)
         if n:

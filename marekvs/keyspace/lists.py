@@ -13,16 +13,13 @@ ends, only remove from the ends: they write tombstones there, as pops do, and le
 every other element where it is (no rewrite, and a concurrent LSET of a kept element
 on another node survives). Every command is one ``apply``.
 
-Emptiness. A list emptied by a pop, LTRIM or LREM disappears as in Redis: the same apply
-writes ONE head tombstone, exactly what DEL writes. In a cluster that is a
-whole-collection delete (the spec's "Whole-collection delete"): an element pushed
-concurrently on another node that the emptying node had not seen yet dies with the list
-if its stamp is older than the tombstone, and if newer it is kept but hidden under the
-dead head until the next push re-creates the list, when it shows again.
-(docs/compatibility.md says what that means for a queue shared by several nodes.) An
-emptied list never reads as an existing key on the node that emptied it; a live head
-whose elements were all popped elsewhere can read as an empty list until that node's
-own tombstone arrives.
+Emptiness. A list emptied by a pop, LTRIM or LREM disappears as in Redis, by the
+keyspace's one existence rule (``Keyspace.present``: a list exists while it has a live
+element): the removal writes the tombstones of the elements it removed and nothing more.
+An element pushed concurrently on another node, which the emptying node had not seen,
+is not one it removed: it stays, and the list exists again everywhere once it arrives. A
+list whose head is dead (DEL, expiry) exists too while it has an element newer than that
+death (one pushed on a node that had not seen the DEL); the next write re-creates its head.
 
 Positions, not ranks. A command addresses elements by rank (index); the records are
 keyed by position. A per-list *hint* (``Hint``, kept in memory by ``Lists``) maps one to
@@ -166,11 +163,11 @@ class Lists:
     # -- hints ----------------------------------------------------------------------------
     def hint(self, key: bytes, head_rec: bytes | None, now: int, keys: Keys | None = None,
              live: bool = False) -> Hint:
-        """The hint of ``key`` whose stored head record is ``head_rec`` (live, as the
-        caller says with ``live``, or dead), with exact bounds: from memory if it still
-        holds, else built by a scan."""
-        if live:  # a live head's delete clock is the one in its payload
-            clock = int.from_bytes(head_rec[_CLOCK], "big")  # type: ignore[index]
+        """The hint of ``key`` whose stored head record is ``head_rec`` (live or dead;
+        ``live`` says it may be live, a shortcut for a live head without TTL), with exact
+        bounds: from memory if it still holds, else built by a scan."""
+        if live and head_rec is not None and head_rec[_TTL] == _NO_TTL and not head_rec[0] & 1:
+            clock = int.from_bytes(head_rec[_CLOCK], "big")  # a live head's: the one in its payload
         else:
             clock = head.delete_clock(head_rec, now)
         h = self.hints.get(key)
@@ -318,11 +315,13 @@ def lists_of(ks: Keyspace, feed: Feed | None) -> Lists:
 # -- reading ------------------------------------------------------------------------------
 
 def lookup(lx: Lists, key: bytes, now: int) -> tuple[Keys, bytes | None, bytes | None]:
-    """(the list's keys, its live head or None, the head record stored at the key, live
-    or not, or None). WrongType if the key holds another type: a live string (read
-    first, as the spec's TYPE check does) or a live head of another type; this is
-    ``Keyspace.collection`` with the keys taken from the list's hint when there is one
-    (tests/unit/test_lists_ops.py holds the two to the same answers)."""
+    """(the list's keys, its head if the list exists, the head record stored at the key,
+    live or not, or None). The list exists by the keyspace's rule (``Keyspace.present``:
+    a live element, counted by the hint, whether the head is live or dead). WrongType if
+    the key holds another type: a live string (read first, as the spec's TYPE check
+    does) or an existing collection of another type; this is ``Keyspace.existing`` with
+    the keys and the count taken from the list's hint (tests/unit/test_lists_ops.py holds
+    the two to the same answers)."""
     ks = lx.ks
     h = lx.hints.get(key)
     keys = Keys(key) if h is None else h.keys
@@ -335,14 +334,19 @@ def lookup(lx: Lists, key: bytes, now: int) -> tuple[Keys, bytes | None, bytes |
     if not ks.head_pids[keys.pid]:
         return keys, None, None
     hd = get(keys.head)
-    if hd is None or hd[0] & 1:
-        return keys, None, hd
-    d = hd[_TTL]
-    if d != _NO_TTL and int.from_bytes(d, "big") <= now:
-        return keys, None, hd
+    if hd is None:
+        return keys, None, None
     if hd[_CTYPE_AT] != LIST:
-        raise WrongType()
-    return keys, hd, hd
+        if ks.present(keys.head, hd, now):
+            raise WrongType()
+        return keys, None, hd
+    live = not hd[0] & 1
+    if live:
+        d = hd[_TTL]
+        live = d == _NO_TTL or int.from_bytes(d, "big") > now
+    if lx.hint(key, hd, now, keys, live).count:
+        return keys, hd, hd
+    return keys, None, hd
 
 
 def read_lookup(lx: Lists, key: bytes, now: int) -> tuple[Keys, bytes | None, bytes | None]:
@@ -585,10 +589,10 @@ def op_push(lx: Lists, key: bytes, values_: list[bytes], left: bool, xx: bool, n
     keys, hd, stored = lookup(lx, key, now)
     if hd is None and xx:
         return 0
-    h = lx.hint(key, stored, now, keys, hd is not None)
+    h = lx.hint(key, stored, now, keys, True)
     before = h.count
     recs: list[Record] = []
-    if hd is None:  # created (a dead head's delete clock carries over: the hint's clock)
+    if _needs_head(hd, stored, now):  # (a dead head's delete clock carries over: the hint's clock)
         recs.append((keys.head, head.new(LIST, ks.hlc.now(), ks.node_id, prior=stored, now_ms=now)))
     n = len(values_)
     recs += _push_records(h, values_, left, ks.hlc.now() if n == 1 else ks.hlc.reserve(n), ks.node_id)
@@ -596,15 +600,24 @@ def op_push(lx: Lists, key: bytes, values_: list[bytes], left: bool, xx: bool, n
     return before + n
 
 
+def _needs_head(hd: bytes | None, stored: bytes | None, now: int) -> bool:
+    """A write to a list whose head is ``hd`` when it exists (else None), ``stored`` the
+    head record at the key, writes a new head: the rule of ``Keyspace.head_for_write``
+    (a live head is kept while the list exists or has no TTL)."""
+    if stored is None or stored[_CTYPE_AT] != LIST or stored[0] & 1:
+        return True
+    d = stored[_TTL]
+    if d == _NO_TTL:
+        return False
+    return int.from_bytes(d, "big") <= now or hd is None
+
+
 def _removal(lx: Lists, hd: bytes, h: Hint, positions: list[int]) -> list[Record]:
-    """Records that remove the live elements at ``positions``: their tombstones, and the
-    head's tombstone too when they are all the list has (it disappears, as in Redis)."""
+    """Records that remove the live elements at ``positions``: their tombstones. Removing
+    the last one writes nothing more: the list then does not exist (``lookup``)."""
     ks = lx.ks
     n = len(positions)
-    recs = _tombstones(h, positions, ks.hlc.now() if n == 1 else ks.hlc.reserve(n), ks.node_id)
-    if len(positions) >= h.count:
-        recs.append(ks.head_tombstone(h.keys.head, hd))
-    return recs
+    return _tombstones(h, positions, ks.hlc.now() if n == 1 else ks.hlc.reserve(n), ks.node_id)
 
 
 def op_pop(lx: Lists, key: bytes, left: bool, count: int, now: int) -> list[bytes] | None:
@@ -665,13 +678,10 @@ def op_set(lx: Lists, key: bytes, index: int, value: bytes, now: int) -> bool:
 
 def _remove_ranks(lx: Lists, hd: bytes, h: Hint, old: list[Element], gone: list[int]) -> None:
     """Remove the elements of ranks ``gone`` (ascending) from the live elements ``old``,
-    in one apply: all of them is one head tombstone; ranks at the ends only are
-    tombstones there (the others stay in place, the list stays dense); anything else
-    rewrites the rest compacted from LIST_CENTER (``_rebuild``)."""
+    in one apply: ranks at the ends only (all of them among those) are tombstones there
+    (the others stay in place, the list stays dense); anything else rewrites the rest
+    compacted from LIST_CENTER (``_rebuild``)."""
     n, k = len(old), len(gone)
-    if k >= n:
-        lx.ks.apply([lx.ks.head_tombstone(h.keys.head, hd)])
-        return
     at_head = 0
     while at_head < k and gone[at_head] == at_head:
         at_head += 1
@@ -748,8 +758,7 @@ def op_rem(lx: Lists, key: bytes, count: int, value: bytes, now: int) -> int:
 
 def op_trim(lx: Lists, key: bytes, start: int, stop: int, now: int) -> bool:
     """LTRIM: keep ranks ``start..stop`` (Redis's clamping); the others are removed from
-    the ends (tombstones), or the whole list with one head tombstone. False if there is
-    no list."""
+    the ends (tombstones). False if there is no list."""
     ks = lx.ks
     keys, hd, _ = lookup(lx, key, now)
     if hd is None:
@@ -770,9 +779,8 @@ def op_trim(lx: Lists, key: bytes, start: int, stop: int, now: int) -> bool:
         ltrim, rtrim = start, n - stop - 1
     if not ltrim and not rtrim:
         return True
-    if ltrim + rtrim >= n:  # nothing left: the list goes as DEL takes it, with one record
-        ks.apply([ks.head_tombstone(h.keys.head, hd)])
-        return True
+    if ltrim + rtrim >= n:  # nothing left: every element's tombstone (the list then does not exist)
+        ltrim, rtrim = n, 0
     if h.dense:
         gone = list(range(h.first, h.first + ltrim)) + list(range(h.last - rtrim + 1, h.last + 1))
     else:
@@ -810,8 +818,8 @@ def op_move(lx: Lists, src: bytes, dst: bytes, from_left: bool, to_left: bool,
                   (sh.prefix + pos_bytes(to), _PACK(_ELEMENT_FLAGS, stamp + 1, node, 0) + value)])
         return value
     recs = _removal(lx, shd, sh, [pos])
-    dh = lx.hint(dst, dstored, now, dkeys, dhd is not None)
-    if dhd is None:
+    dh = lx.hint(dst, dstored, now, dkeys, True)
+    if _needs_head(dhd, dstored, now):
         recs.append((dkeys.head, head.new(LIST, ks.hlc.now(), node, prior=dstored, now_ms=now)))
     recs += _push_records(dh, [value], to_left, ks.hlc.now(), node)
     ks.apply(recs)

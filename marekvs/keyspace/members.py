@@ -23,22 +23,9 @@ Per-member TTL
     dots it observed. ``set_deadline`` / ``deadline_of`` work for any collection type
     whose element kind is ORSWOT (hashes, sets, zsets: ``registry.element_kinds``).
 
-Counts (``Counts``)
-    HLEN / SCARD are O(1) in Redis; a prefix scan is O(n). ``Counts`` keeps the number of
-    live elements per collection, filled by one scan the first time it is asked and
-    then kept from the node's change feed (every record the apply path changes, local or
-    replicated): ``live(new) - live(old)`` per changed element. Members that expire by
-    time change no record, so each entry also keeps the deadlines of its counted members
-    in a heap and drops the ones that passed before it answers. A head change (DEL,
-    re-creation, EXPIRE of the key) drops the collection's entry (the delete clock may
-    have moved); the next question rescans. Entries are bounded (least recently used go
-    first). For collections a random command touched (SPOP, SRANDMEMBER, HRANDFIELD) an
-    entry also keeps the list of live members (up to ``TRACK_LIMIT``), kept the same way,
-    which makes uniform random choice O(1).
-
-    The counts are only kept while subscribed to the change feed (``Counts.subscribed``,
-    set by the commands layer, which reaches the node); before that every question is a
-    scan.
+Counts
+    HLEN / SCARD and the existence of a collection come from ``keyspace/counts.py``
+    (live elements per collection, kept from the change feed).
 
 Scan cursors (``Cursors``)
     HSCAN / SSCAN need a cursor that resumes after the last member returned, and a member
@@ -50,7 +37,6 @@ Scan cursors (``Cursors``)
 
 from __future__ import annotations
 
-import heapq
 import itertools
 import random
 from collections import OrderedDict
@@ -196,7 +182,7 @@ class Resolver:
 # =========================================================================================
 # Redis counts one hit or miss per key a read command looks up (``lookupKeyRead``): a key
 # of the wrong type is a hit (it was found), an absent key a miss. A hash or set exists
-# while it has a live member (``Keyspace.head_present``), so a found head with none is a
+# while it has a live member (``Keyspace.present``), so a found head with none is a
 # miss. The hot reads (HGET, SISMEMBER, ...) count inline from what they read anyway.
 
 def read_collection(ks: Keyspace, key: bytes, ctype: int, now: int) -> tuple[bytes, bytes | None]:
@@ -206,7 +192,7 @@ def read_collection(ks: Keyspace, key: bytes, ctype: int, now: int) -> tuple[byt
     except WrongType:
         ks.hits += 1
         raise
-    if h is not None and ks.counts.nonempty(hk, h, now):
+    if h is not None and ks.present(hk, h, now):
         ks.hits += 1
     else:
         ks.read_miss(key)
@@ -216,7 +202,7 @@ def read_collection(ks: Keyspace, key: bytes, ctype: int, now: int) -> tuple[byt
 def count_found(ks: Keyspace, key: bytes, r: Resolved, found: bool, now: int) -> None:
     """Count the read of ``key`` (resolved to ``r``) that found a member (``found``) or
     not: a hit, or a hit only if the collection has another member."""
-    if found or ks.counts.nonempty(r.hk, r.head, now):
+    if found or ks.present(r.hk, r.head, now):
         ks.hits += 1
     else:
         ks.read_miss(key)
@@ -321,180 +307,6 @@ def set_deadline(ks: Keyspace, mk: bytes, rec: bytes, deadline: int) -> None:
     """Give the live member record ``rec`` at ``mk`` the deadline ``deadline`` (0:
     persist). A deadline at or before now makes it read as absent at once."""
     ks.apply([(mk, restamp(rec, ks.hlc.now(), ks.node_id, deadline))])
-
-
-# =========================================================================================
-# Counts: live members per collection, kept from the change feed
-# =========================================================================================
-
-TRACK_LIMIT = 200_000  # an entry keeps its member list up to this many members
-MAX_ENTRIES = 10_000  # collections counted at once (least recently used are dropped)
-
-
-class _Entry:
-    """The live members of one collection under one head record, as of time ``t``:
-    ``n`` of them; the deadlines of those with one (``ttl``, and a heap whose stale
-    items ``ttl`` tells apart); with ``members``/``pos``, their list."""
-
-    __slots__ = ("head", "dc", "t", "n", "ttl", "heap", "members", "pos")
-
-    def __init__(self, h: bytes, dc: int, t: int):
-        self.head = h
-        self.dc = dc
-        self.t = t
-        self.n = 0
-        self.ttl: dict[bytes, int] = {}
-        self.heap: list[tuple[int, bytes]] = []
-        self.members: list[bytes] | None = None
-        self.pos: dict[bytes, int] | None = None
-
-    def _add(self, m: bytes, rec: bytes) -> None:
-        self.n += 1
-        d = rec[_TTL]
-        if d != _NO_TTL:
-            deadline = int.from_bytes(d, "big")
-            self.ttl[m] = deadline
-            heapq.heappush(self.heap, (deadline, m))
-        members, pos = self.members, self.pos
-        if members is not None and pos is not None:
-            pos[m] = len(members)
-            members.append(m)
-
-    def _drop(self, m: bytes) -> None:
-        self.n -= 1
-        self.ttl.pop(m, None)
-        members, pos = self.members, self.pos
-        if members is not None and pos is not None:
-            i = pos.pop(m, -1)
-            if i < 0:
-                return
-            last = members.pop()
-            if i < len(members):
-                members[i] = last
-                pos[last] = i
-
-    def advance(self, now: int) -> int:
-        """Drop the members whose deadline passed by ``now``; the time the entry is at
-        (it never goes back, even if the wall clock does)."""
-        if now <= self.t:
-            return self.t
-        self.t = now
-        heap = self.heap
-        while heap and heap[0][0] <= now:
-            d, m = heapq.heappop(heap)
-            if self.ttl.get(m) == d:
-                self._drop(m)
-        return now
-
-    def change(self, m: bytes, old: bytes | None, new: bytes, now: int) -> None:
-        now = self.advance(now)
-        dc = self.dc
-        was = live(old, dc, now)
-        if was:
-            self._drop(m)
-        if live(new, dc, now):
-            self._add(m, new)
-
-
-class Counts:
-    """Live-member counts (and member lists) of the collections asked about; see the
-    module docstring."""
-
-    def __init__(self, ks: Keyspace):
-        self.ks = ks
-        self.entries: OrderedDict[bytes, _Entry] = OrderedDict()
-        self.subscribed = False  # the commands layer subscribed ``on_change`` to the feed
-        self.fills = 0  # scans that (re)built an entry (tests and benchmarks read it)
-
-    # -- the change feed ------------------------------------------------------------------
-    def on_change(self, changes: list[Change]) -> None:
-        entries = self.entries
-        if not entries:
-            return
-        now = 0
-        for ik, old, new in changes:
-            t = ik[_TAG_AT]
-            if t == _ORD_HEAD:
-                for tag in _MEMBER_TAG_BYTES:
-                    entries.pop(element_prefix(ik, tag), None)
-                continue
-            if t not in MEMBER_TAGS:
-                continue
-            klen, pos = K.decode_varint(ik, _TAG_AT + 1)
-            end = pos + klen
-            e = entries.get(ik[:end])
-            if e is None:
-                continue
-            if not now:
-                now = self.ks.now()
-            e.change(ik[end:], old, new, now)
-
-    # -- questions ----------------------------------------------------------------------
-    def _entry(self, prefix: bytes, h: bytes, now: int, track: bool = False) -> _Entry | None:
-        e = self.entries.get(prefix)
-        if e is not None:
-            if e.head != h or e.dc != gate(h, now):
-                # a head change the feed did not report (never expected), or the head's
-                # own deadline passed: its delete clock moved with no write
-                del self.entries[prefix]
-                e = None
-            elif track and e.members is None and e.n <= TRACK_LIMIT:
-                e = None  # rebuilt below, with its member list
-            else:
-                self.entries.move_to_end(prefix)
-        if e is None:
-            if not self.subscribed:
-                return None
-            e = self._fill(prefix, h, now, track)
-        e.advance(now)
-        return e
-
-    def _fill(self, prefix: bytes, h: bytes, now: int, track: bool) -> _Entry:
-        self.fills += 1
-        e = _Entry(h, gate(h, now), now)
-        if track:
-            e.members, e.pos = [], {}
-        for m, rec in scan(self.ks, prefix, e.dc, now):
-            e._add(m, rec)
-            if e.members is not None and e.n > TRACK_LIMIT:
-                e.members = e.pos = None
-        entries = self.entries
-        entries[prefix] = e
-        while len(entries) > MAX_ENTRIES:
-            entries.popitem(last=False)
-        return e
-
-    def count(self, prefix: bytes, h: bytes, now: int) -> int:
-        """The number of live members under ``prefix`` of the live head ``h``."""
-        e = self._entry(prefix, h, now)
-        if e is not None:
-            return e.n
-        return sum(1 for _ in scan(self.ks, prefix, gate(h, now), now))
-
-    def nonempty(self, hk: bytes, h: bytes, now: int) -> bool:
-        """The collection of the head ``h`` (live or dead) has a live member. A live head
-        without a counted entry is probed for its first live member (cheap, it fills
-        nothing); a dead head is counted (its members are mostly dead ones the first
-        question reads through once; the entry then answers until they are swept)."""
-        prefix = members_prefix(hk, h)
-        e = self.entries.get(prefix)
-        if e is not None and e.head == h and e.dc == gate(h, now):
-            e.advance(now)
-            return e.n > 0
-        if not _is_live(h, now) and self.subscribed:
-            return self.count(prefix, h, now) > 0
-        for _ in scan(self.ks, prefix, gate(h, now), now):
-            return True
-        return False
-
-    def members(self, prefix: bytes, h: bytes, now: int) -> list[bytes] | None:
-        """The live members under ``prefix`` as a list kept up to date (do not change
-        it), or None if the collection is too big to keep one (or not subscribed)."""
-        e = self._entry(prefix, h, now, track=True)
-        return None if e is None else e.members
-
-
-_MEMBER_TAG_BYTES = tuple(bytes((t,)) for t in sorted(MEMBER_TAGS))
 
 
 # =========================================================================================

@@ -7,7 +7,7 @@ SADD writes a new dot for every member it names, also for one that is already th
 re-add covers the dots it saw and keeps the member's TTL): the add-wins observed-remove
 set, in which an SREM (or SPOP) removes only the adds it observed, so a concurrent SADD
 on another node survives it. A set whose members are all gone does not exist
-(``Keyspace.head_present``).
+(``Keyspace.present``).
 
 The algebra commands (SINTER, SUNION, SDIFF and their STORE forms, SINTERCARD) read
 the sets here and return members; a STORE replaces its destination in one apply: the
@@ -187,7 +187,7 @@ def move(ks: Keyspace, src: bytes, dst: bytes, member: bytes, now: int) -> tuple
     try:
         dhk, dh = ks.collection(dst, SET, now)
     except WrongType:
-        if present or ks.head_present(shk, sh, now):
+        if present or ks.present(shk, sh, now):
             raise
         return False, False  # an emptied source: no key
     if not present:

@@ -1,11 +1,13 @@
 """Streams and consumer groups: the records of a stream key, as values.
 
-A stream is a collection head (type STREAM: its delete clock, TTL and the max-joined last
-id ``next_id`` mints after) plus, under its user key:
+A stream is a collection head (type STREAM: its delete clock and TTL) plus, under its
+user key:
 
 - entries ``x`` (core/stream.py): immutable, unioned by id, XDEL/XTRIM tombstones;
 - per-origin counters ``X`` (core/stream.py): entries added, the last id as Redis sees it
-  (it starts over after DEL, XSETID may move it back), the greatest deleted id;
+  (it starts over after DEL, XSETID may move it back), the greatest deleted id. ``*``
+  mints after that last id (``stream.totals``): ids only grow within a stream, and a
+  stream deleted and made again starts from the clock, as in Redis;
 - consumer groups ``g``, their consumers ``c`` and pending entries ``p``
   (core/streamgroup.py).
 
@@ -302,11 +304,6 @@ class Stream(NamedTuple):
         return self.xp + K.id_suffix(*sid)
 
     @property
-    def top(self) -> StreamId:
-        """The greatest id ever minted here (the head's, max-joined)."""
-        return head.last_id_of(self.head)
-
-    @property
     def length(self) -> int:
         return self.meta.length
 
@@ -315,28 +312,33 @@ class Stream(NamedTuple):
 
     @property
     def last_id(self) -> StreamId:
-        """The last id as Redis shows it (last-generated-id; ``$``)."""
+        """The last id as Redis shows it (last-generated-id; ``$``), what ``*`` mints
+        after: at least every live entry's id (``stream.totals``)."""
         return self.meta.totals().last
 
 
 def lookup(ks: Keyspace, key: bytes, now: int) -> Stream | None:
-    """The live stream at ``key``, None if absent; WrongType for another type."""
-    hk, h = ks.collection(key, STREAM, now)
-    if h is None:
+    """The stream at ``key`` if it exists (``Keyspace.existing``: its head live, or dead
+    with entries newer than its death), None if absent; WrongType for another type."""
+    found = ks.existing(key, STREAM, now)
+    if found is None:
         return None
+    hk, h = found
     dc = head.delete_clock(h, now)
     return Stream(key, hk, h, dc, cache_of(ks).meta(ks, key, dc), K.collection_prefix(K.TAG_STREAM, key))
 
 
-def _new_stream(ks: Keyspace, key: bytes, now: int) -> Stream:
-    hk, h, _ = ks.head_for_write(key, STREAM, now)
+def _for_write(ks: Keyspace, key: bytes, now: int) -> tuple[Stream, bool]:
+    """(the stream at ``key`` for a write, whether its head is new: to be written in the
+    same apply)."""
+    hk, h, created = ks.head_for_write(key, STREAM, now)
     dc = head.delete_clock(h, now)
-    return Stream(key, hk, h, dc, cache_of(ks).meta(ks, key, dc), K.collection_prefix(K.TAG_STREAM, key))
+    return Stream(key, hk, h, dc, cache_of(ks).meta(ks, key, dc), K.collection_prefix(K.TAG_STREAM, key)), created
 
 
 def create_empty(ks: Keyspace, key: bytes, now: int) -> Stream:
     """An empty stream at ``key`` (XGROUP CREATE ... MKSTREAM)."""
-    st = _new_stream(ks, key, now)
+    st, _ = _for_write(ks, key, now)
     ks.apply([(st.hk, st.head)])
     return lookup(ks, key, now)  # type: ignore[return-value]
 
@@ -372,7 +374,7 @@ def _scan(ks: Keyspace, st: Stream, lo: StreamId, hi: StreamId) -> Iterator[tupl
 def _scan_rev(ks: Keyspace, st: Stream, lo: StreamId, hi: StreamId) -> Iterator[tuple[StreamId, bytes]]:
     """Live entry records with ``lo <= id <= hi``, greatest first: forward scans over
     windows of whole milliseconds, each twice the last, going back from ``hi``."""
-    hi = min(hi, st.top)
+    hi = min(hi, st.last_id)
     if hi < lo:
         return
     top: StreamId | None = hi
@@ -523,11 +525,9 @@ def add(ks: Keyspace, key: bytes, fields: list[tuple[bytes, bytes]], ms: int | N
         seq: int | None, nomkstream: bool, trim: Trim | None, now: int) -> tuple[StreamId | None, int]:
     """XADD. ``ms`` None: ``*``; ``seq`` None: ``ms-*``. Returns the new id (None when
     NOMKSTREAM found no stream) and how many entries the trimming removed."""
-    st = lookup(ks, key, now)
-    if st is None:
-        if nomkstream:
-            return None, 0
-        st = _new_stream(ks, key, now)
+    if nomkstream and lookup(ks, key, now) is None:
+        return None, 0
+    st, created = _for_write(ks, key, now)
     tot = st.totals()
     last = tot.last
     if last == MAX_ID:
@@ -535,7 +535,7 @@ def add(ks: Keyspace, key: bytes, fields: list[tuple[bytes, bytes]], ms: int | N
     origin = ks.node_id
     hlc = ks.hlc.now()
     if ms is None:
-        sid = stream.next_id(st.top, hlc, origin)
+        sid = stream.next_id(last, hlc, origin)
         if sid[0] > U64_MAX:
             raise IdExhausted()
     elif seq is None:
@@ -555,7 +555,7 @@ def add(ks: Keyspace, key: bytes, fields: list[tuple[bytes, bytes]], ms: int | N
     ek = st.entry_key(sid)
     length = st.length + 1
     victims = _trim_victims(ks, st, trim, length, sid) if trim is not None else []
-    recs: list[tuple[bytes, bytes]] = []
+    recs: list[tuple[bytes, bytes]] = [(st.hk, st.head)] if created else []
     if sid in victims:
         recs.append((ek, stream.tombstone(hlc, origin)))
     else:
@@ -563,8 +563,6 @@ def add(ks: Keyspace, key: bytes, fields: list[tuple[bytes, bytes]], ms: int | N
     for v in victims:
         if v != sid:
             recs.append((st.entry_key(v), stream.tombstone(hlc, origin)))
-    top = max(st.top, sid)
-    recs.append((st.hk, head.with_last_id(st.head, top[0], top[1], ks.hlc.now(), origin)))
     recs.append(_counters_write(ks, st, tot, added=1, last=sid))
     ks.apply(recs)
     return sid, len(victims)
@@ -629,10 +627,7 @@ def set_id(ks: Keyspace, key: bytes, sid: StreamId, added: int | None, maxdel: S
     origin = ks.node_id
     c = Counters(st.dc, (hlc, origin), tot.added if added is None else added, sid,
                  maxdel if maxdel != MIN_ID else tot.max_deleted)
-    recs = [(K.encode_stream_counter_key(key, origin), stream.counters_record(c, hlc, origin))]
-    if sid > st.top:  # the head's last id only grows (and only then is the key modified)
-        recs.append((st.hk, head.with_last_id(st.head, sid[0], sid[1], ks.hlc.now(), origin)))
-    ks.apply(recs)
+    ks.apply([(K.encode_stream_counter_key(key, origin), stream.counters_record(c, hlc, origin))])
 
 
 # -- Redis's logical read counters (entries-read, lag) ----------------------------------------

@@ -23,8 +23,7 @@ Writes per type (one apply, hence one replication-log entry, except the zset's T
   writes it, in the same batch and log entry;
 - HyperLogLog: a string holding a valid Redis sketch (``rdb.hll_ranks``) is written as a
   head and one register record per non-empty register (a sketch is what Redis holds for
-  an HLL); a register dead under a deleted HLL of the same name can still win over a new
-  one of a lower rank (the data model's HLL caveat, keyspace/hll.py);
+  an HLL), of the new head's generation (keyspace/hll.py);
 - stream: a head (the last id), one entry record per entry, this node's counters record
   as a new epoch (as XSETID writes it), and per consumer group its record, one pending
   record per PEL entry and one record per consumer (``_write_stream``).
@@ -271,9 +270,11 @@ def _write_hll(v: Values, key: bytes, value: rdb.Value, deadline: int, now: int)
     ranks = rdb.hll_ranks(value.value)
     assert ranks is not None
     _, recs = v._replace(key, CollectionType.HLL, deadline, now)
+    gen = head.delete_clock(recs[0][1], now)  # the new head's: the registers' generation
     prefix = K.collection_prefix(K.TAG_HLL, key)
     stamp, node = v.ks.stamp(), v.ks.node_id
-    recs += [(prefix + b.to_bytes(2, "big"), khll.register_record(r, stamp, node)) for b, r in enumerate(ranks) if r]
+    recs += [(prefix + b.to_bytes(2, "big"), khll.register_record(r, stamp, node, gen))
+             for b, r in enumerate(ranks) if r]
     v.ks.apply(recs)
 
 
@@ -310,8 +311,8 @@ def _read_stream(v: Values, key: bytes, now: int) -> rdb.Value:
 
 
 def _write_stream(v: Values, key: bytes, value: rdb.Value, deadline: int, now: int) -> None:
-    """A head (its last id the stream's), one entry record per entry, this node's
-    counters record as a new epoch holding the stream's (as XSETID writes one), and per
+    """A head, one entry record per entry, this node's counters record as a new epoch
+    holding the stream's (its last id, as XSETID writes one), and per
     group its record, one pending record per PEL entry (delivered if at or below the
     group's last id, its delivery count a new count base as XCLAIM RETRYCOUNT sets one) and
     one record per consumer."""
@@ -321,8 +322,6 @@ def _write_stream(v: Values, key: bytes, value: rdb.Value, deadline: int, now: i
     h = recs[0][1]
     dc = head.delete_clock(h, now)
     hlc, node = ks.hlc.now(), ks.node_id
-    if value.last_id != S.MIN_ID:
-        recs[0] = (hk, head.with_last_id(h, *value.last_id, hlc, node))
     xp = K.collection_prefix(K.TAG_STREAM, key)
     for sid, flat in value.entries:
         recs.append((xp + K.id_suffix(*sid), stream.new(list(zip(flat[0::2], flat[1::2])), hlc, node)))

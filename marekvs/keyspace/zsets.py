@@ -9,11 +9,11 @@ Records (``core/zset.py`` has the byte layouts):
 - the score-index record ``[pid]'Z'[klen][key][score:u64][member]``, an LWW record with
   no payload, live while the member's score is the one its key spells.
 
-Every command writes the member records, their index records (the new score's key live,
-the old score's key a tombstone, all stamped with the command's one dot) and, when it
-creates or empties the key, the head, in ONE apply: one replication-log entry, one batch.
-A command that removes the last live member also tombstones the head in that apply, so
-an emptied zset disappears (EXISTS 0) as in Redis.
+Every command writes the member records, the index record of each new score (stamped
+with the command's dot) and, when it creates the key, the head, in ONE apply: one
+replication-log entry, one batch. Removing members never writes the head: an emptied
+zset does not exist (EXISTS 0, as in Redis) by the keyspace's one existence rule
+(``Keyspace.present``), and a member added concurrently on another node keeps it.
 
 The ordered view. Score and lex ranges, ranks, pops and counts read an in-memory mirror of
 one zset's order (``Order``: a ``SortedList`` of ``(score, member)``, a dict member ->
@@ -27,33 +27,20 @@ rebuilt on its next use. A mirror is dropped when its head's delete clock change
 a store replacing the key, a re-created key); members whose own TTL passes leave it when
 it is next read.
 
-Keeping the index right. The index is derived, and concurrent commands on two nodes can
-leave it out of step with the merged member records: node A removes ``m`` (tombstoning
-``Z(1, m)`` at its clock 30) while node B, which never saw the add A removed, adds ``m``
-with score 1 again at its clock 25; after the merge ``m`` is live with score 1 but the
-index key at 1 is dead (30 beats 25), and ``m`` would be missing from every range. No
-rule over the index records alone can tell (the index is an LWW register and this is a
-question about the member's dots), so a node repairs its index when it applies records it
-did not write itself (a peer's, or another module's, like a per-member TTL): for every
-member whose record or index records changed it compares the index with ``zset.index_for``
-(the one live key at the member's score, with the member's deadline; nothing else live)
-and writes what differs, stamped with a fresh clock, in the same batch. Those repairs
-replicate like any write; nodes that see the same merged member records agree on what the
-index must hold, so they converge, and every node's index matches its members once the
-records stop changing. A node starts following the feed at its first sorted-set command;
-a mirror built later checks (and repairs) its whole zset against the member records, so
-records merged before that are covered too.
-
-A zset emptied only by merging concurrent removals from different nodes (each removed a
-member the other still counted) is found empty on the next turn of the event loop after
-the merge, and its head tombstoned then (a scan may not run inside the apply of a peer's
-batch). Liveness everywhere is the keyspace's: a member's own TTL and the head's delete
-clock (``head.element_live``).
+The index is a hint, confirmed by the members (``core/zset.py``). An index record
+``Z(s, m)`` stands for "m has score s" exactly when a live dot of m's member record holds
+s, whatever the index record's own envelope says: concurrent commands can leave an index
+record dead while its member holds its score (a remove on one node tombstoned it, an add
+on another that never saw the removed add wrote it again with an older clock), and live
+while its member moved on. Readers therefore never trust the index record's liveness;
+nothing is repaired, so a replica never writes records of its own while it merges, and
+what a merge leaves is decided by the records alone. The sweeper removes index records
+no live dot of their member holds (``core/sweep.py``). Liveness everywhere else is the
+keyspace's: a member's own TTL and the head's delete clock (``head.element_live``).
 """
 
 from __future__ import annotations
 
-import asyncio
 import heapq
 import math
 import random
@@ -77,7 +64,6 @@ SET = CollectionType.SET
 RTYPE = zset.RTYPE
 MAX_CACHED_MEMBERS = 4_000_000  # members held by all mirrors together (~250 bytes each)
 MIRROR_OVERHEAD = 32  # what a mirror itself counts for, in members
-PROBE = 64  # member records a "is anything else left?" probe reads before it builds a mirror
 SMALL_SCAN = 128  # ZSCAN returns a zset this small (and its members short) in one reply
 
 _ORD_Z = K.TAG_ZSET[0]
@@ -87,7 +73,6 @@ _HEADER = env.HEADER
 _TTL = env.TTL
 _NO_TTL = env.NO_TTL
 _TOMB = env.FLAG_TOMBSTONE
-_WATCH = frozenset((_ORD_Z, _ORD_ZSCORE, _ORD_HEAD))
 _is_live = env.is_live
 _score_of = zset.score_of
 _encode_score = K.encode_score
@@ -292,12 +277,12 @@ class LexRange(NamedTuple):
 
 
 # =========================================================================================
-# Per-node state: mirrors and index repair
+# Per-node state: the mirrors
 # =========================================================================================
 
 class Zsets:
-    """The sorted-set state of one node's keyspace: the mirrors of the zsets in use and
-    the index repair fed by the change feed (see the module docstring)."""
+    """The sorted-set state of one node's keyspace: the mirrors of the zsets in use, kept
+    from the change feed (see the module docstring)."""
 
     def __init__(self, ks: Keyspace):
         self.ks = ks
@@ -305,11 +290,6 @@ class Zsets:
         self.cached = 0  # members (plus overhead) held by all mirrors
         self.budget = MAX_CACHED_MEMBERS
         self.feed: Feed | None = None
-        self.own = 0  # > 0 while this module applies its own writes
-        self.to_check: dict[bytes, None] = {}  # keys a peer's removals may have emptied
-        self.check_scheduled = False
-        self.repairs = 0  # index records rewritten (INFO / tests)
-        self.heads_closed = 0  # heads tombstoned because merged removals emptied the zset
 
     def attach(self, feed: Feed) -> None:
         """Follow the change feed from now on (the first sorted-set command does this)."""
@@ -318,19 +298,13 @@ class Zsets:
             feed.subscribe(self.on_changes)
 
     def apply(self, records: list[tuple[bytes, bytes]]) -> None:
-        """This module's own writes: the feed updates the mirrors but repairs nothing."""
-        if not records:
-            return
-        self.own += 1
-        try:
+        if records:
             self.ks.apply(records)
-        finally:
-            self.own -= 1
 
     # -- mirrors ---------------------------------------------------------------------------
     def order(self, p: Prefixes, head_rec: bytes, now: int) -> Order:
-        """The mirror of the live zset at ``p`` (``head_rec`` its live head), built if
-        it is not held."""
+        """The mirror of the zset at ``p`` (``head_rec`` its head, live or dead), built
+        if it is not held."""
         o = self.orders.get(p.key)
         if o is not None:
             if o.head is head_rec or o.head == head_rec or o.clock == head.delete_clock(head_rec, now):
@@ -360,102 +334,65 @@ class Zsets:
             self._drop(key)
 
     def _build(self, p: Prefixes, head_rec: bytes, now: int) -> Order:
-        """Scan the member records and the score index of one zset, repair the index
-        where it disagrees with the members, and return the order of the live ones."""
+        """The order of the live members of one zset: the score index scanned in order,
+        each entry confirmed against its member's score (the index record's own
+        liveness is no evidence, see the module docstring); a live member the index
+        has no entry for (not expected) is added and the order sorted."""
         ks = self.ks
         dc = head.delete_clock(head_rec, now)
-        want: dict[bytes, tuple[bytes, float, int, bool]] = {}  # member -> (score key, score, deadline, visible)
+        want: dict[bytes, tuple[bytes, float, int]] = {}  # live member -> (score key, score, deadline)
         n = len(p.members)
         for ik, rec in ks.engine.scan(p.members, prefix_end(p.members)):
-            iw = zset.index_for(rec, now)
-            if iw is not None:
-                want[ik[n:]] = (_encode_score(iw[0]), iw[0], iw[1], orswot.gate_clock(rec) > dc)
+            if _is_live(rec, now) and orswot.gate_clock(rec) > dc:
+                sc = _score_of(rec)
+                if sc is not None:
+                    want[ik[n:]] = (_encode_score(sc), sc, env.ttl_of(rec))
         entries: list[Entry] = []
         deadlines: dict[bytes, int] = {}
-        found: set[bytes] = set()
-        repairs: list[tuple[bytes, bytes]] = []
-        stamp = 0
         n = len(p.by_score)
-        for ik, rec in ks.engine.scan(p.by_score, prefix_end(p.by_score)):
-            sb, m = ik[n:n + 8], ik[n + 8:]
-            live = _is_live(rec, now)
+        for ik, _ in ks.engine.scan(p.by_score, prefix_end(p.by_score)):
+            m = ik[n + 8:]
             w = want.get(m)
-            if w is not None and w[0] == sb:
-                found.add(m)
-                if not live or env.ttl_of(rec) != w[2]:
-                    stamp = stamp or ks.stamp()
-                    repairs.append((ik, zset.index_live(stamp, ks.node_id, w[2])))
-                if w[3]:
-                    entries.append((w[1], m))
-                    if w[2]:
-                        deadlines[m] = w[2]
-            elif live:
-                stamp = stamp or ks.stamp()
-                repairs.append((ik, zset.index_tombstone(stamp, ks.node_id)))
-        if len(found) < len(want):
-            for m, (sb, sc, d, visible) in want.items():
-                if m in found:
-                    continue
-                stamp = stamp or ks.stamp()
-                repairs.append((p.by_score + sb + m, zset.index_live(stamp, ks.node_id, d)))
-                if visible:
-                    entries.append((sc, m))
-                    if d:
-                        deadlines[m] = d
+            if w is not None and w[0] == ik[n:n + 8]:
+                del want[m]
+                entries.append((w[1], m))
+                if w[2]:
+                    deadlines[m] = w[2]
+        if want:
+            for m, (_, sc, d) in want.items():
+                entries.append((sc, m))
+                if d:
+                    deadlines[m] = d
             entries.sort()
-        if repairs:
-            self.repairs += len(repairs)
-            self.apply(repairs)
         return Order(entries, deadlines, head_rec, dc)
 
     # -- the change feed ----------------------------------------------------------------------
     def on_changes(self, changes: list[tuple[bytes, bytes | None, bytes]]) -> None:
-        check: dict[tuple[bytes, bytes], set[bytes]] | None = None
-        emptied: list[bytes] | None = None
+        """Keep the held mirrors in step with every changed member record and head."""
+        orders = self.orders
+        if not orders:
+            return
         now = 0
-        for ik, old, new in changes:
+        for ik, _, new in changes:
             t = ik[2]
-            if t not in _WATCH:
-                continue
-            if not now:
-                now = self.ks.now()
             if t == _ORD_Z:
                 key, member = K.decode_zset_member_key(ik)
-                o = self.orders.get(key)
+                o = orders.get(key)
                 if o is not None:
+                    if not now:
+                        now = self.ks.now()
                     self._follow(o, member, new, now)
-                if not self.own:
-                    if check is None:
-                        check = {}
-                    extra = check.setdefault((key, member), set())
-                    was = zset.index_for(old, now)
-                    if was is not None:
-                        extra.add(_encode_score(was[0]))
-                        if zset.index_for(new, now) is None:
-                            if emptied is None:
-                                emptied = []
-                            emptied.append(key)
-            elif t == _ORD_ZSCORE:
-                if not self.own:
-                    key, _, member = K.decode_zset_score_key(ik)
-                    if check is None:
-                        check = {}
-                    n = len(ik) - len(member) - 8
-                    check.setdefault((key, member), set()).add(ik[n:n + 8])
-            else:
+            elif t == _ORD_HEAD:
                 key = K.decode_head_key(ik)
-                o = self.orders.get(key)
-                if o is not None and (not _is_live(new, now) or head.ctype_of(new) != ZSET
-                                      or head.delete_clock(new, now) != o.clock):
+                o = orders.get(key)
+                if o is None:
+                    continue
+                if not now:
+                    now = self.ks.now()
+                if head.ctype_of(new) != ZSET or head.delete_clock(new, now) != o.clock:
                     self._drop(key)
-                elif o is not None:
+                else:
                     o.head = new
-        if check:
-            self._repair(check, now)
-        if emptied:
-            for key in emptied:
-                self.to_check[key] = None
-            self._schedule_check()
 
     def _follow(self, o: Order, member: bytes, rec: bytes, now: int) -> None:
         """Bring one member of a mirror in step with its record."""
@@ -465,87 +402,6 @@ class Zsets:
                 o.put(member, s, env.ttl_of(rec))
                 return
         o.discard(member)
-
-    def _repair(self, check: dict[tuple[bytes, bytes], set[bytes]], now: int) -> None:
-        """Make the index of each (key, member) agree with its member record."""
-        ks = self.ks
-        out: list[tuple[bytes, bytes]] = []
-        stamp = 0
-        for (key, member), extra in check.items():
-            p = prefixes(key)
-            want = zset.index_for(ks.get(p.member_key(member)), now)
-            want_sb = _encode_score(want[0]) if want is not None else None
-            if want_sb is not None:
-                extra.add(want_sb)
-            for sb in extra:
-                ik = p.by_score + sb + member
-                cur = ks.get(ik)
-                live = _is_live(cur, now)
-                if sb == want_sb:
-                    assert want is not None
-                    if not live or env.ttl_of(cur) != want[1]:  # type: ignore[arg-type]
-                        stamp = stamp or ks.stamp()
-                        out.append((ik, zset.index_live(stamp, ks.node_id, want[1])))
-                elif live:
-                    stamp = stamp or ks.stamp()
-                    out.append((ik, zset.index_tombstone(stamp, ks.node_id)))
-        if out:
-            self.repairs += len(out)
-            self.apply(out)
-
-    def _schedule_check(self) -> None:
-        if self.check_scheduled:
-            return
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            loop = None
-        if loop is None:  # in-process use without an event loop: at once
-            self.check_emptied()
-            return
-        self.check_scheduled = True
-        loop.call_soon(self.check_emptied)
-
-    def check_emptied(self) -> None:
-        """Tombstone the heads of the zsets that merged removals left with no member."""
-        self.check_scheduled = False
-        keys, self.to_check = list(self.to_check), {}
-        ks = self.ks
-        now = ks.now()
-        out: list[tuple[bytes, bytes]] = []
-        for key in keys:
-            try:
-                hk, head_rec = ks.collection(key, ZSET, now)
-            except WrongType:
-                continue
-            if head_rec is None:
-                continue
-            if not self.has_members(prefixes(key), head_rec, now, ()):
-                out.append(ks.head_tombstone(hk, head_rec))
-                self._drop(key)
-        if out:
-            self.heads_closed += len(out)
-            self.apply(out)
-
-    def has_members(self, p: Prefixes, head_rec: bytes, now: int, leaving: Iterable[bytes]) -> bool:
-        """Whether the zset keeps a live member besides ``leaving``: the mirror if held,
-        else a probe of a few member records (a mirror when the probe is inconclusive)."""
-        gone = set(leaving)
-        o = self.orders.get(p.key)
-        if o is None:
-            dc = head.delete_clock(head_rec, now)
-            n = len(p.members)
-            for i, (ik, rec) in enumerate(self.ks.engine.scan(p.members, prefix_end(p.members))):
-                if i >= PROBE:
-                    break
-                if _is_live(rec, now) and orswot.gate_clock(rec) > dc and ik[n:] not in gone:
-                    return True
-            else:
-                return False
-            o = self.order(p, head_rec, now)
-        else:
-            o.expire(now)
-        return len(o) > len(gone & o.scores.keys())
 
 
 def state(ks: Keyspace, feed: Feed | None = None) -> Zsets:
@@ -568,27 +424,28 @@ class Zset(NamedTuple):
 
 
 def lookup(z: Zsets, key: bytes, now: int) -> Zset | None:
-    """The live zset at ``key``, None if absent; WrongType if another type holds it."""
-    hk, h = z.ks.collection(key, ZSET, now)
-    if h is None:
+    """The zset at ``key`` if it exists (``Keyspace.existing``), None if absent;
+    WrongType if another type holds it."""
+    found = z.ks.existing(key, ZSET, now)
+    if found is None:
         return None
-    return Zset(prefixes_of_head(key, hk), h)
+    return Zset(prefixes_of_head(key, found[0]), found[1])
 
 
 def read_lookup(z: Zsets, key: bytes, now: int) -> Zset | None:
     """``lookup`` for a read command, counted as a keyspace hit or miss (a key of
-    another type is a hit: Redis found it). An emptied zset has no live head."""
+    another type is a hit: Redis found it)."""
     ks = z.ks
     try:
-        hk, h = ks.collection(key, ZSET, now)
+        found = ks.existing(key, ZSET, now)
     except WrongType:
         ks.hits += 1
         raise
-    if h is None:
+    if found is None:
         ks.read_miss(key)
         return None
     ks.hits += 1
-    return Zset(prefixes_of_head(key, hk), h)
+    return Zset(prefixes_of_head(key, found[0]), found[1])
 
 
 def lookup_setlike(z: Zsets, key: bytes, now: int) -> tuple[int, Zset] | None:
@@ -607,7 +464,7 @@ def lookup_setlike(z: Zsets, key: bytes, now: int) -> tuple[int, Zset] | None:
         if h is None:
             ks.read_miss(key)
             return None
-        if ks.counts.nonempty(hk, h, now):
+        if ks.present(hk, h, now):
             ks.hits += 1
         else:
             ks.read_miss(key)  # (an emptied set: no key; it reads as an empty set)
@@ -674,56 +531,47 @@ class AddResult(NamedTuple):
 def _member_records(z: Zsets, p: Prefixes, member: bytes, rec: bytes | None, new: float | None,
                     stamp: int, now: int) -> list[tuple[bytes, bytes]]:
     """The records that take ``member`` (whose record is ``rec``) to score ``new`` (None:
-    removed): its member record (as a delta the apply path merges) and its index records,
-    all stamped ``stamp``. The index key of the record's current score goes dead, even
-    when the head gates the record (a re-created key's old member), so that nothing but
-    the new score's key stays live."""
+    removed): its member record (as a delta the apply path merges) and, for a score, the
+    index record of that score, all stamped ``stamp``. An old score's index record is
+    left as it is: readers confirm every index record against the member, and the
+    sweeper removes it once no live dot holds its score."""
     node = z.ks.node_id
     mk = p.members + member
-    old = zset.index_for(rec, now)
-    old_sb = _encode_score(old[0]) if old is not None else None
     if new is None:
-        out = []
         if rec is not None:
             d = zset.remove_delta(rec, stamp, node)
             if d is not None:
-                out.append((mk, d))
-        new_sb = None
-    else:
-        new_sb = _encode_score(new)
-        out = [(mk, zset.add_delta(rec, stamp, node, new)),
-               (p.by_score + new_sb + member, zset.index_live(stamp, node))]
-    if old_sb is not None and old_sb != new_sb:
-        out.append((p.by_score + old_sb + member, zset.index_tombstone(stamp, node)))
-    return out
+                return [(mk, d)]
+        return []
+    return [(mk, zset.add_delta(rec, stamp, node, new)),
+            (p.by_score + _encode_score(new) + member, zset.index_live(stamp, node))]
 
 
 def add(z: Zsets, key: bytes, items: list[tuple[float, bytes]], flags: AddFlags, now: int) -> AddResult:
     """ZADD (and ZINCRBY, GEOADD): Redis's zsetAdd on each pair in order, then one apply
-    of the members whose score changed. NotAScore if an increment makes a NaN."""
+    of the members it named: a new dot for each, also for a member whose score stays
+    (a re-add, as SADD's: a removal on another node that did not see it leaves the
+    member). NotAScore if an increment makes a NaN."""
     ks = z.ks
     hk, head_rec = ks.collection(key, ZSET, now)
-    created = head_rec is None
-    if created and flags.xx:
+    exists = head_rec is not None and ks.present(hk, head_rec, now)
+    if not exists and flags.xx:
         return AddResult(0, 0, 0, None)
+    hk, head_rec, created = ks.head_for_write(key, ZSET, now)
     p = prefixes_of_head(key, hk)
-    if created:
-        head_rec = head.new(ZSET, ks.stamp(), ks.node_id, prior=ks.get(hk), now_ms=now)
-    assert head_rec is not None
     dc = head.delete_clock(head_rec, now)
     if len(items) == 1 and flags == _NO_FLAGS:  # the common case: one pair, no option
         sc, member = items[0]
         rec = ks.get(p.members + member)
         s = _score_of(rec) if rec is not None and _is_live(rec, now) and orswot.gate_clock(rec) > dc else None
-        if s is not None and s == sc:
-            return AddResult(0, 0, 1, sc)
         one = _member_records(z, p, member, rec, sc, ks.stamp(), now)
         if created:
             one.insert(0, (hk, head_rec))
         z.apply(one)
-        return AddResult(int(s is None), int(s is not None), 1, sc)
+        return AddResult(int(s is None), int(s is not None and s != sc), 1, sc)
     first: dict[bytes, tuple[bytes | None, float | None]] = {}  # member -> (record, score) before
     cur: dict[bytes, float | None] = {}
+    named: set[bytes] = set()  # members an element of the command added or updated
     added = updated = processed = 0
     last: float | None = None
     get = ks.get
@@ -746,6 +594,7 @@ def add(z: Zsets, key: bytes, items: list[tuple[float, bytes]], flags: AddFlags,
                 continue
             last = sc
             processed += 1
+            named.add(member)
             if sc != s:
                 cur[member] = sc
                 updated += 1
@@ -754,11 +603,12 @@ def add(z: Zsets, key: bytes, items: list[tuple[float, bytes]], flags: AddFlags,
             last = sc
             processed += 1
             added += 1
+            named.add(member)
     records: list[tuple[bytes, bytes]] = []
     stamp = 0
-    for member, (rec, s0) in first.items():
+    for member, (rec, _) in first.items():
         s1 = cur[member]
-        if s1 is None or (s0 is not None and s0 == s1):
+        if s1 is None or member not in named:
             continue
         stamp = stamp or ks.stamp()
         records += _member_records(z, p, member, rec, s1, stamp, now)
@@ -770,7 +620,7 @@ def add(z: Zsets, key: bytes, items: list[tuple[float, bytes]], flags: AddFlags,
 
 
 def remove(z: Zsets, key: bytes, members: Iterable[bytes], now: int) -> int:
-    """ZREM: the members' records and index keys, and the head if none is left."""
+    """ZREM: a removal of the dots each member had here."""
     zs = lookup(z, key, now)
     if zs is None:
         return 0
@@ -788,15 +638,12 @@ def remove(z: Zsets, key: bytes, members: Iterable[bytes], now: int) -> int:
 
 
 def _remove_members(z: Zsets, zs: Zset, gone: dict[bytes, tuple[bytes, float]], now: int) -> None:
-    """One apply: the removal of ``gone`` (member -> (record, score)) and, if they were
-    the last live members, the head's tombstone."""
-    ks = z.ks
-    stamp = ks.stamp()
+    """One apply: the removal of ``gone`` (member -> (record, score)). The last member
+    leaving writes nothing more: the zset then does not exist (``Keyspace.present``)."""
+    stamp = z.ks.stamp()
     records: list[tuple[bytes, bytes]] = []
     for m, (rec, _) in gone.items():
         records += _member_records(z, zs.p, m, rec, None, stamp, now)
-    if not z.has_members(zs.p, zs.head, now, gone):
-        records.append(ks.head_tombstone(zs.p.head, zs.head))
     z.apply(records)
 
 

@@ -45,7 +45,7 @@ from marekvs.node.pubsub import PubSub
 from marekvs.node.scripting import Scripting
 from marekvs.node.tracking import Tracking
 from marekvs.node.watch import Watches
-from marekvs.storage.engine import Engine
+from marekvs.storage.engine import Engine, StorageWriteError
 from marekvs.storage.sweeper import Sweeper
 
 log = logging.getLogger("marekvs.node")
@@ -194,6 +194,8 @@ class Node:
                 return self.rejected(ctx, cmd, denied)
         if ctx.in_pubsub and ctx.proto == 2 and (cmd.parent is not None or cmd.name not in _PUBSUB_MODE):
             return self.rejected(ctx, cmd, errors.pubsub_context(cmd.fullname))
+        if self.engine.write_error is not None and self._denied_by_disk_error(ctx, cmd, args):
+            return self.rejected(ctx, cmd, errors.misconf(self.engine.write_error))
         if ctx.multi is not None and cmd.queued_in_multi:
             if cmd.no_multi:
                 return self.rejected(ctx, cmd, errors.NOT_IN_MULTI)
@@ -201,6 +203,8 @@ class Node:
             return QUEUED
         ctx.last_cmd = cmd
         self.current = ctx
+        if cmd.write and self.events.new_on:
+            self.events.mark_absent(cmd.keys_named(args))
         t0 = _clock()
         try:
             r = cmd.handler(ctx, args)  # type: ignore[misc]
@@ -228,6 +232,18 @@ class Node:
         if dt > self.slow_ns:
             self._slow(ctx, cmd, args, dt)
         return r
+
+    def _denied_by_disk_error(self, ctx: Context, cmd: Any, args: list[bytes]) -> bool:
+        """While the storage cannot write (``Engine.write_error``), Redis's rule for a
+        disk error: write commands, an EXEC whose transaction writes, a script that may
+        write, and PING are refused with MISCONF (reads are served)."""
+        if cmd.name == "ping" and cmd.parent is None:
+            return True
+        if cmd.name == "exec" and ctx.multi:
+            return any(may_replicate(c) for c, _ in ctx.multi)
+        if cmd.name in _SCRIPT_RUNNERS and cmd.parent is None:
+            return self.scripting.may_write(args)
+        return bool(cmd.write)
 
     def rejected(self, ctx: Context, cmd: Any, text: str) -> Err:
         """A command refused before it ran (unknown, arity, auth, ...): counted for INFO;
@@ -290,14 +306,24 @@ class Node:
             self.loop.call_soon(self.end_tick)
 
     def end_tick(self) -> None:
+        """Commit the tick's writes, then release its replies. When the commit fails
+        (``Engine.write_error``: a full disk, an I/O error) the replies of a tick that
+        wrote are never sent (their connections close: nothing of it is acknowledged),
+        its writes stay pending for the next commit, and until one succeeds writes are
+        refused with MISCONF (``dispatch``); the replies of a tick that wrote nothing go
+        out as usual."""
         if self.tracking.pending:
             self.tracking.flush_bcast()
         self._tick_scheduled = False
         waiting = self._after_commit
         self._after_commit = []
+        engine = self.engine
+        wrote = engine.dirty
         try:
-            self.engine.commit()
+            engine.commit()
             ok = True
+        except StorageWriteError:
+            ok = not wrote
         except Exception:
             log.critical("storage commit failed; nothing of this tick is acknowledged", exc_info=True)
             ok = False
@@ -408,11 +434,18 @@ class Node:
         self._cron_task = loop.create_task(self._cron())
 
     async def _cron(self) -> None:
-        """Every 100 ms: the ops-per-second sample and the memory peak (INFO)."""
+        """Every 100 ms: the ops-per-second sample and the memory peak (INFO); after a
+        failed write, the retry that lifts MISCONF once the disk takes writes again
+        (``Engine.commit`` tries once a second)."""
         while True:
             await asyncio.sleep(0.1)
             self.ops.sample(self.stats.total_commands)
             self.memory_peak = max(self.memory_peak, self.memory_rss())
+            if self.engine.write_error is not None:
+                try:
+                    self.engine.commit()
+                except StorageWriteError:
+                    pass
 
     @staticmethod
     def memory_rss() -> int:

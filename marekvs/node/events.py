@@ -80,13 +80,18 @@ class Events:
         self._subscribed = False
         self.members = False  # member deadlines are watched (h, s or g on)
         self.fired = 0
-        # 'new' keys a local command created, fired just before that command's own event on
-        # the key (Redis fires "new" as the key is added): MSET interleaves new/set per key
+        # 'new' keys: the keys a local write command names that did not exist before it
+        # (``mark_absent``); one that exists once the command fires an event on it (or
+        # ends) was created by it, and fires "new" just before that event (Redis fires
+        # "new" as the key is added): MSET interleaves new/set per key. Whether a key exists
+        # is the keyspace's one rule, so an emptied collection written again is new too.
         self.pending_new: dict[bytes, None] = {}
+        self.new_on = False  # the 'n' class is on
 
     def configure(self, value: str) -> None:
         self.classes, self.keyspace, self.keyevent = parse_flags(value)
         self.on = bool(self.classes) and (self.keyspace or self.keyevent)
+        self.new_on = self.on and "n" in self.classes
         feed = self.node.changes
         if self.on and not self._subscribed:
             feed.subscribe(self._changed)
@@ -108,10 +113,18 @@ class Events:
         self.fire("m", b"keymiss", key)
 
     # -- firing ----------------------------------------------------------------------------
+    def mark_absent(self, keys: list[bytes]) -> None:
+        """Before a write command: its keys that do not exist yet (see ``pending_new``)."""
+        ks = self.node.ks
+        now = ks.now()
+        for key in keys:
+            if not ks.exists(key, now):
+                self.pending_new[key] = None
+
     def fire(self, cls: str, event: bytes, key: bytes) -> None:
         """A command's event (Redis's notifyKeyspaceEvent)."""
-        if self.pending_new and key in self.pending_new:
-            del self.pending_new[key]
+        if self.pending_new and key in self.pending_new and self.node.ks.exists(key, self.node.ks.now()):
+            del self.pending_new[key]  # (an event before the key exists, a keymiss, leaves it pending)
             self.fire("n", b"new", key)
         if cls not in self.classes:
             return
@@ -125,8 +138,11 @@ class Events:
     def flush_new(self) -> None:
         """After a command: 'new' keys that no event of the command claimed."""
         pending, self.pending_new = self.pending_new, {}
+        ks = self.node.ks
+        now = ks.now()
         for key in pending:
-            self.fire("n", b"new", key)
+            if ks.exists(key, now):
+                self.fire("n", b"new", key)
 
     # -- records from peers, deadlines -------------------------------------------------------
     def _changed(self, changes: list[Change]) -> None:
@@ -141,12 +157,9 @@ class Events:
                     and not new[0] & env.FLAG_TOMBSTONE and env.ttl_of(new) > now:
                 heapq.heappush(self.deadlines, (env.ttl_of(new), ikey, K.user_key_of(ikey)))
                 self._arm()
-            if "n" in self.classes and ikey[K.TAG_AT] in _KEY_CODES and env.is_live(new, now) \
+            if replicated and self.new_on and ikey[K.TAG_AT] in _KEY_CODES and env.is_live(new, now) \
                     and (old is None or not env.is_live(old, now)):
-                if replicated:
-                    self.fire("n", b"new", K.user_key_of(ikey))
-                else:
-                    self.pending_new[K.user_key_of(ikey)] = None
+                self.fire("n", b"new", K.user_key_of(ikey))  # (a local command's: ``mark_absent``)
             if replicated:
                 found = record_event(ikey, old, new, self.node.ks.now())
                 if found is not None:

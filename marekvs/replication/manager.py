@@ -229,7 +229,10 @@ class ReplicationManager:
                     log.error("peer %d is %d log entries behind (cap %d): log trimmed past it; it needs a "
                               "resync (bootstrap from this node)", p.node_id, e.log_seq - p.acked_seq, cap)
         if floor >= e.log_first:
-            e.trim_log(floor)
+            try:
+                e.trim_log(floor)
+            except Exception as ex:  # (a full disk: the log stays longer; a later ack trims it)
+                log.warning("trimming the replication log failed: %s", ex)
         lowest = min((p.acked_seq for p in self.peers.values()), default=e.log_seq)
         ct = self.commit_times
         while len(ct) > 1 and ct[1][0] <= lowest:
@@ -289,7 +292,7 @@ class ReplicationManager:
     def info_fields(self) -> list[tuple[str, object]]:
         e = self.engine
         out: list[tuple[str, object]] = [
-            ("role", "active-active"), ("node_id", self.node_id), ("incarnation", self.incarnation),
+            ("node_id", self.node_id), ("incarnation", self.incarnation),
             ("grpc_addr", self.grpc_addr),
             ("connected_peers", sum(p.state == "streaming" for p in self.peers.values())),
             ("known_peers", len(self.peers)), ("log_first_seq", e.log_first), ("log_last_seq", e.log_seq),

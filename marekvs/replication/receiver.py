@@ -28,6 +28,7 @@ from marekvs.replication.gen import replication_v1_pb2 as pb
 from marekvs.replication.gen import replication_v1_pb2_grpc as pbg
 from marekvs.replication.peers import SECRET_HEADER, PeerRefused
 from marekvs.replication.validate import BadRecord
+from marekvs.storage.engine import StorageWriteError
 
 if TYPE_CHECKING:
     from marekvs.replication.manager import ReplicationManager
@@ -104,6 +105,9 @@ class Receiver(pbg.ReplicationServicer):
     async def Ship(self, request_iterator: Any, context: grpc.aio.ServicerContext):
         await self._authorize(context)
         async for batch in request_iterator:
+            if self.engine.write_error is not None:  # nothing applied could be acknowledged
+                await context.abort(grpc.StatusCode.UNAVAILABLE,
+                                    f"this node cannot write its storage: {self.engine.write_error}")
             origin = batch.origin
             if origin == self.m.node_id or origin not in self.m.peers:
                 log.error("refused a batch from unknown origin %d (%s)", origin, context.peer())
@@ -150,7 +154,10 @@ class Receiver(pbg.ReplicationServicer):
         await self._authorize(context)
         await self._admit(request.node, "Snapshot", context)
         e = self.engine
-        e.commit()
+        try:
+            e.commit()
+        except StorageWriteError:
+            pass  # (the snapshot is of the committed records anyway)
         own = f"{self.m.node_id}:{self.m.incarnation}"
         positions = {own: e.log_seq}
         epochs = {own: e.log.epoch_of(e.log_seq) or 0}
@@ -163,7 +170,7 @@ class Receiver(pbg.ReplicationServicer):
         first = True
         while True:
             chunk = []
-            for k, v in e.scan(start, None):
+            for k, v in e.scan_committed(start, None):
                 chunk.append(pb.Record(key=k, value=v))
                 if len(chunk) >= SNAPSHOT_CHUNK:
                     break

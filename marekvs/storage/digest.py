@@ -121,35 +121,45 @@ class KeptDigest:
         self.slots.append((((ikey[0] << 8) | ikey[1]) << _BITS) | (kh >> _SHIFT))
         self.xs.append(_h(_E, kh) ^ _h(old or _E, kh))
 
-    def prepare(self, wb: WriteBatch) -> tuple[array, array] | None:
+    def rebind(self, db: Any, cf: Any, handle: Any) -> None:
+        """The database was opened again (``Engine.recover``): new handles."""
+        self.db, self.cf, self.handle = db, cf, handle
+
+    def prepare(self, wb: WriteBatch) -> tuple[array, array, int] | None:
         """Put the delta entry of the pending batch (and of queued corrections) into ``wb``;
         hand the result to ``applied`` once ``wb`` is written."""
         if not self.slots and not self._fixes:
             return None
         slots = array("I", self.slots)
         xs = array("Q", self.xs)
-        if self._fixes:
+        fixes = len(self._fixes)
+        if fixes:
             slots.extend(s for s, _ in self._fixes)
             xs.extend(x for _, x in self._fixes)
-            self._fixes = []
-        self.seq += 1
-        wb.put(_DELTA + _U64.pack(self.seq), _U32.pack(len(xs)) + _be(slots) + _be(xs), self.handle)
-        return slots, xs
+        wb.put(_DELTA + _U64.pack(self.seq + 1), _U32.pack(len(xs)) + _be(slots) + _be(xs), self.handle)
+        return slots, xs, fixes
 
-    def applied(self, prepared: tuple[array, array] | None) -> None:
-        """The WriteBatch of ``prepared`` is written: fold its deltas into the segments."""
+    def applied(self, prepared: tuple[array, array, int] | None) -> None:
+        """The WriteBatch of ``prepared`` is written: fold its deltas into the segments.
+        (Until then nothing changed: a batch that fails to be written is prepared again,
+        with whatever came since, by the next commit.)"""
         if prepared is None:
             return
+        self.seq += 1
         self.slots.clear()
         self.xs.clear()
-        slots, xs = prepared
+        slots, xs, fixes = prepared
+        del self._fixes[:fixes]
         segs = self.segs
         # segs[slot] ^= x for each pair, in order (a slot may repeat: each read sees the
         # write before it, as the maps are consumed one element at a time)
         deque(map(segs.__setitem__, slots, map(xor, map(segs.__getitem__, slots), xs)), 0)
         self.deltas += len(xs)
         if self.deltas >= CHECKPOINT_DELTAS:
-            self.checkpoint()
+            try:
+                self.checkpoint()
+            except Exception as e:  # (a full disk: the deltas stay, the next commit tries again)
+                log.warning("digest checkpoint failed: %s", e)
 
     def pending_work(self) -> bool:
         return bool(self._fixes)

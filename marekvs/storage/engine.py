@@ -69,6 +69,7 @@ import logging
 import os
 import struct
 import threading
+import time
 from itertools import islice
 from typing import Any, Callable, Iterator
 
@@ -112,12 +113,17 @@ HLC_LEAD_MS = 100
 # this total RocksDB flushes the column families that pin the oldest WAL file.
 MAX_TOTAL_WAL_BYTES = 64 << 20
 DURABILITY_MODES = ("always", "everysec", "no")
+RETRY_SECONDS = 1.0  # after a failed write, how often a commit tries again
 # max_hlc: how many of the newest log entries, and keys at each end of one, it reads
 _HLC_ENTRIES = 64
 _HLC_PROBES = 16
 
 
 StorageError = identity.StorageError
+
+
+class StorageWriteError(StorageError):
+    """A batch could not be written (a full disk, an I/O error): nothing of it committed."""
 
 
 class Engine:
@@ -129,21 +135,8 @@ class Engine:
         self.path = path
         self.node_id = node_id
         os.makedirs(path, exist_ok=True)
-        opts = Options(raw_mode=True)
-        opts.create_if_missing(True)
-        opts.create_missing_column_families(True)
-        opts.increase_parallelism(2)
-        opts.set_max_background_jobs(2)
-        opts.set_max_total_wal_size(max_total_wal_bytes)
-        cf = {name: Options(raw_mode=True) for name in ("data", "replog", "meta", "digest")}
-        cf["data"] = data_options()
-        self.db = Rdict(path, opts, column_families=cf)
-        self.data = self.db.get_column_family("data")
-        self.replog = self.db.get_column_family("replog")
-        self.meta = self.db.get_column_family("meta")
-        self._h_data = self.db.get_column_family_handle("data")
-        self._h_replog = self.db.get_column_family_handle("replog")
-        self._h_meta = self.db.get_column_family_handle("meta")
+        self._max_total_wal_bytes = max_total_wal_bytes
+        self._open_db()
         self._check_identity()
         self.digest = KeptDigest(self.db, self.db.get_column_family("digest"),
                                  self.db.get_column_family_handle("digest"), self.data)
@@ -182,6 +175,29 @@ class Engine:
         self.records_written = 0
         self.last_commit_size = 0
         self.closed = False
+        # why the last commit failed (None: writes work): the node refuses writes with
+        # MISCONF while it is set, and retries (``commit`` reopens the database first)
+        self.write_error: str | None = None
+        self.failed_commits = 0
+        self._retry_at = 0.0
+        self.dirty = False  # records applied since the last commit attempt
+
+    def _open_db(self) -> None:
+        opts = Options(raw_mode=True)
+        opts.create_if_missing(True)
+        opts.create_missing_column_families(True)
+        opts.increase_parallelism(2)
+        opts.set_max_background_jobs(2)
+        opts.set_max_total_wal_size(self._max_total_wal_bytes)
+        cf = {name: Options(raw_mode=True) for name in ("data", "replog", "meta", "digest")}
+        cf["data"] = data_options()
+        self.db = Rdict(self.path, opts, column_families=cf)
+        self.data = self.db.get_column_family("data")
+        self.replog = self.db.get_column_family("replog")
+        self.meta = self.db.get_column_family("meta")
+        self._h_data = self.db.get_column_family_handle("data")
+        self._h_replog = self.db.get_column_family_handle("replog")
+        self._h_meta = self.db.get_column_family_handle("meta")
 
     # -- identity ------------------------------------------------------------------
     def _check_identity(self) -> None:
@@ -222,7 +238,9 @@ class Engine:
 
     def read_log(self, after: int, limit: int,
                  max_bytes: int = 1 << 62) -> list[tuple[int, list[tuple[bytes, bytes]]]]:
-        return self.log.read(after, limit, max_bytes, self.get)
+        """Committed log entries with the committed records they name (never a pending
+        write: a batch that fails to commit must not reach a peer)."""
+        return self.log.read(after, limit, max_bytes, self.get_committed)
 
     def trim_log(self, upto: int) -> None:
         self.log.trim(upto, self._wopts)
@@ -377,6 +395,8 @@ class Engine:
             changed.append((ikey, m))
             if notify is not None and t >= 0:
                 notes.append((ikey, cur, m))  # type: ignore[arg-type]
+        if changed:
+            self.dirty = True
         if changed and log_entry:
             self.next_seq = self.log.last + 1
             plog = self.pending_log
@@ -408,12 +428,27 @@ class Engine:
 
     # -- commit ----------------------------------------------------------------------
     def commit(self) -> int:
-        """Write everything pending as ONE WriteBatch. Returns records written."""
+        """Write everything pending as ONE WriteBatch. Returns records written.
+
+        A batch that cannot be written (a full disk, an I/O error) changes nothing: the
+        pending records, log entry, digest deltas and metadata stay pending, nothing is
+        reported committed (no log position, no commit listener), ``write_error`` says
+        why, and ``StorageWriteError`` is raised. RocksDB refuses every later write once
+        one failed (its background error is sticky), so the next commit first opens the
+        database again (``recover``), then writes what is pending with whatever came
+        since."""
         pending = self.pending
         plog = self.pending_log
         pmeta = self.pending_meta
+        self.dirty = False
         if not pending and not plog and not pmeta and not self.digest.pending_work():
             return 0
+        if self.write_error is not None:
+            now = time.monotonic()
+            if now < self._retry_at:  # one attempt a second (a reopen is not cheap)
+                raise StorageWriteError(self.write_error)
+            self._retry_at = now + RETRY_SECONDS
+            self.recover()
         wb = WriteBatch(raw_mode=True)
         h = self._h_data
         # (Writing a big batch in key order makes RocksDB's memtable inserts ~2x
@@ -424,7 +459,8 @@ class Engine:
                 wb.delete(k, h)
             else:
                 wb.put(k, v, h)
-        seq = self.log.append(wb, list(plog), pending) if plog else 0
+        keys = list(plog) if plog else []
+        seq = self.log.stage(wb, keys) if plog else 0
         digested = self.digest.prepare(wb)  # (digest) the batch's deltas, same WriteBatch
         hlc = self.hlc
         if hlc is not None and (hlc.last >> LOGICAL_BITS) > hlc.wall() + HLC_LEAD_MS:
@@ -436,7 +472,20 @@ class Engine:
                     wb.delete(k, hm)
                 else:
                     wb.put(k, v, hm)
-        self.db.write(wb, self._wopts)
+        try:
+            self.db.write(wb, self._wopts)
+        except Exception as e:
+            self.failed_commits += 1
+            if self.write_error is None:
+                log.error("storage write failed, nothing of it is committed: %s", e)
+                self._retry_at = time.monotonic() + RETRY_SECONDS
+            self.write_error = str(e)
+            raise StorageWriteError(str(e)) from None
+        if self.write_error is not None:
+            log.warning("storage writes work again: %d records written that were pending", len(pending))
+            self.write_error = None
+        if seq:
+            self.log.appended(seq, keys, pending)
         self.digest.applied(digested)  # (digest)
         n = len(pending)
         self.batches += 1
@@ -451,6 +500,49 @@ class Engine:
             for f in self.commit_listeners:
                 f(seq)
         return n
+
+    def recover(self) -> None:
+        """After a failed write: open the database again (RocksDB keeps refusing writes
+        once one failed), keeping everything pending. The caller retries the commit;
+        while the disk stays full that fails again. StorageWriteError if it cannot be
+        opened (the next commit tries again)."""
+        log.info("opening the database again after a failed write")
+        self._drop_handles()
+        try:
+            self.db.close()
+        except Exception:
+            pass
+        del self.db
+        gc.collect()
+        try:
+            self._open_db()
+        except Exception as e:
+            self.write_error = str(e)
+            raise StorageWriteError(f"reopening the database failed: {e}") from None
+        self.log.rebind(self.db, self.replog, self._h_replog, self.meta, self._h_meta)
+        self.digest.rebind(self.db, self.db.get_column_family("digest"), self.db.get_column_family_handle("digest"))
+        self.wal.path = self.path
+
+    def _drop_handles(self) -> None:
+        # column-family handles keep the database (and its LOCK) alive
+        self.data = self.replog = self.meta = None  # type: ignore[assignment]
+        self._h_data = self._h_replog = self._h_meta = None
+        self.log.close()
+        self.digest.close()
+
+    # -- committed reads: what may leave the node --------------------------------------
+    def get_committed(self, ikey: bytes) -> bytes | None:
+        """The record at ``ikey`` as the last commit left it (not a pending write): what
+        replication ships, snapshots and anti-entropy read."""
+        if ikey in self.pending:
+            return self.data.get(ikey)  # RocksDB holds committed writes only
+        return self.get(ikey)
+
+    def scan_committed(self, start: bytes, end: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
+        """``scan`` of the committed records only (no pending write)."""
+        it = self.data.iter(ReadOptions())
+        it.seek(start)
+        return _iterate(it, end)
 
     def _evict(self) -> None:
         drop = len(self.cache) - self.cache_entries + self.cache_entries // 10
@@ -509,19 +601,21 @@ class Engine:
     def close(self) -> None:
         if self.closed:
             return
-        self.commit()
-        self.digest.checkpoint()  # (digest) a restart replays no delta entries
+        try:
+            self.commit()
+            self.digest.checkpoint()  # (digest) a restart replays no delta entries
+        except Exception as e:  # a full disk: what is pending was never acknowledged
+            log.error("closing with writes that could not be committed (%s): they are lost", e)
         self.wal.stop()
         try:
             self.db.flush_wal(True)
+        except Exception as e:
+            log.error("closing: the WAL could not be synced (%s)", e)
         finally:
             self.closed = True
             # column-family handles keep the database (and its LOCK) alive: drop them
             # first so the directory can be reopened, even by this process
-            self.data = self.replog = self.meta = None  # type: ignore[assignment]
-            self._h_data = self._h_replog = self._h_meta = None
-            self.log.close()
-            self.digest.close()
+            self._drop_handles()
             self.cache.clear()
             self.db.close()
             del self.db

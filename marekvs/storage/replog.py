@@ -88,15 +88,24 @@ class ReplicationLog:
         """Drop the column-family handles (they keep the database open)."""
         self.db = self.cf = self.handle = self.meta = self.meta_handle = None
 
+    def rebind(self, db: Any, cf: Any, handle: Any, meta: Any, meta_handle: Any) -> None:
+        """The database was opened again (``Engine.recover``): the same log, new handles."""
+        self.db, self.cf, self.handle, self.meta, self.meta_handle = db, cf, handle, meta, meta_handle
+
     # -- writing -----------------------------------------------------------------------
-    def append(self, wb: WriteBatch, keys: list[bytes], pending: dict[bytes, bytes | None]) -> int:
-        """Add the entry naming ``keys`` to the commit's WriteBatch; return its position."""
-        self.last += 1
-        seq = self.last
+    def stage(self, wb: WriteBatch, keys: list[bytes]) -> int:
+        """Add the entry naming ``keys`` to the commit's WriteBatch; return the position it
+        takes once the batch is written (``appended``). Nothing changes before that: a
+        batch that fails to be written leaves the log as it was."""
+        seq = self.last + 1
         wb.put(_U64.pack(seq), msgpack.packb([self.epoch, keys]), self.handle)
+        return seq
+
+    def appended(self, seq: int, keys: list[bytes], pending: dict[bytes, bytes | None]) -> None:
+        """The batch holding the entry ``stage`` put at ``seq`` is written."""
+        self.last = seq
         if self.keep_recent:
             self._remember(seq, keys, pending)
-        return seq
 
     def _remember(self, seq: int, keys: list[bytes], pending: dict[bytes, bytes | None]) -> None:
         flat = []

@@ -91,7 +91,10 @@ class Sweeper:
 
     def step(self, budget: int = RECORDS_PER_STEP) -> int:
         """Sweep whole partitions from where the last step stopped until ``budget``
-        records were read (or the keyspace wraps); return how many were removed."""
+        records were read (or the keyspace wraps); return how many were removed. Nothing
+        while the storage cannot write (``Engine.write_error``)."""
+        if self.engine.write_error is not None:
+            return 0
         now = time.time_ns() // 1_000_000
         grace_ms = self.config.gc_grace * 1000
         first = pid = self.next_pid

@@ -495,7 +495,7 @@ def test_integer_arguments_are_strict_like_string2ll(mvs, real_redis, data):
 
 def test_select(mvs):
     assert exchange(mvs.port, b"SELECT 0\r\nSELECT 1\r\nSELECT x\r\n") == (
-        b"+OK\r\n-ERR SELECT is not allowed in cluster mode\r\n-ERR value is not an integer or out of range\r\n",
+        b"+OK\r\n-ERR DB index is out of range\r\n-ERR value is not an integer or out of range\r\n",
         False)
 
 

@@ -80,6 +80,15 @@ def test_hll_count(v):
     assert len(regs) == v["registers"] and hll.count(regs) == v["count"]
 
 
+@pytest.mark.parametrize("v", load("hll.jsonl", "register"), ids=lambda v: f'{v["rank"]}@{v["generation"]}')
+def test_hll_register(v):
+    payload = h(v["payload_hex"])
+    assert hll.from_bytes(payload) == (v["rank"], int(v["generation"]))
+    assert hll.to_bytes(v["rank"], int(v["generation"])) == payload
+    rec = hll.new(v["rank"], 1, 1, int(v["generation"]))
+    assert str(hll.gate_clock(rec)) == v["gate_clock"]
+
+
 @pytest.mark.parametrize("v", load("hll.jsonl", "merge"), ids=lambda v: v["name"])
 def test_hll_merge(v):
     a, b = h(v["a_record_hex"]), h(v["b_record_hex"])

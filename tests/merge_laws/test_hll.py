@@ -67,5 +67,6 @@ def test_count_matches_cardinality_within_redis_error():
 
 def test_roundtrip():
     for rank in range(hll.MAX_RANK + 1):
-        assert hll.from_bytes(hll.to_bytes(rank)) == rank
+        assert hll.from_bytes(hll.to_bytes(rank)) == (rank, 0)
+        assert hll.from_bytes(hll.to_bytes(rank, 77)) == (rank, 77)
         assert hll.value(hll.new(rank, 1, 1)) == rank

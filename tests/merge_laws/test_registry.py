@@ -56,7 +56,8 @@ def test_key_and_element_tags():
         if k.is_node:
             assert k.sweep is Sweep.RECORD and k.gate_clock is None and not k.is_key
             continue
-        assert (k.sweep is Sweep.ELEMENT) == (not k.is_key) == (k.gate_clock is not None)
+        assert (k.sweep in (Sweep.ELEMENT, Sweep.INDEX)) == (not k.is_key) == (k.gate_clock is not None)
+        assert (k.sweep is Sweep.INDEX) == (k is registry.ZSET_SCORE)  # derived from the members
         assert (k.ctype is None) == k.is_key
     assert [k.tag for k in registry.element_kinds(CT.ZSET)] == [K.TAG_ZSET, K.TAG_ZSCORE]
     assert {k.ctype for k in KINDS if not k.is_key and not k.is_node} == set(head.TYPE_NAMES)

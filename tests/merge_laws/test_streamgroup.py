@@ -189,11 +189,15 @@ def test_consumer_record_helpers_round_trip():
 # -- counters ------------------------------------------------------------------------------
 
 def test_counters_sum_the_current_gen_and_epoch():
+    # (the caller passes the live records only: a record written before the DEL at 5 is not)
     recs = [stream.Counters(5, stream.NO_EPOCH, 3, (9, 1), (2, 0)),
             stream.Counters(5, stream.NO_EPOCH, 4, (8, 1), (4, 0)),
-            stream.Counters(0, stream.NO_EPOCH, 100, (99, 0), (50, 0)),  # before the DEL at 5
             stream.Counters(9, stream.NO_EPOCH, 7, (1, 0), (0, 0))]  # after a DEL not yet seen
     assert stream.totals(recs, 5) == stream.Totals(stream.NO_EPOCH, 7, (9, 1), (4, 0))
+    # a node that added entries concurrently with the DEL at 5 (its record, of the older
+    # generation, is live): they outlive the DEL, so the last id stays above them
+    survivor = stream.Counters(0, stream.NO_EPOCH, 100, (99, 0), (50, 0))
+    assert stream.totals(recs + [survivor], 5) == stream.Totals(stream.NO_EPOCH, 7, (99, 0), (4, 0))
     xsetid = stream.Counters(5, (30, 2), 20, (5, 0), (1, 0))
     assert stream.totals(recs + [xsetid], 5) == stream.Totals((30, 2), 20, (5, 0), (1, 0))
     mine = stream.bump(recs[0], 5, (30, 2), added=1, last=(6, 0))

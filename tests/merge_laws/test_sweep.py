@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from laws_gen import element_record, represent
 
 from marekvs.core import envelope as env
-from marekvs.core import head, hll, lww, orswot, stream
+from marekvs.core import head, hll, lww, orswot, stream, zset
 from marekvs.core import keys as K
 from marekvs.core.envelope import RecordType
 from marekvs.core.head import CollectionType as CT
@@ -57,10 +57,22 @@ def element_records(draw, rtype: int) -> bytes:
     return element_record(e, hlc, draw(ORIGINS), draw(DEADLINES), rtype)
 
 
+@st.composite
+def zset_members(draw) -> bytes:
+    """A zset member record whose dots hold the scores 0 or 1 (the index keys below)."""
+    adds = draw(st.sets(st.tuples(CLOCKS, ORIGINS), min_size=1, max_size=4))
+    covered = draw(st.sets(st.sampled_from(sorted(adds)), max_size=len(adds)))
+    e = represent(adds, covered)
+    e = orswot.Element(tuple((d, zset.encode_value(float(draw(st.integers(0, 1))))) for d, _ in e.live),
+                       e.covered)
+    hlc = max(max(adds), (draw(CLOCKS), 0))[0]
+    return element_record(e, hlc, draw(ORIGINS), draw(DEADLINES), RecordType.ZSET_MEMBER)
+
+
 ELEMENTS = {
     K.TAG_HASH: element_records(RecordType.HASH_FIELD),
     K.TAG_SET: element_records(RecordType.SET_MEMBER),
-    K.TAG_ZSET: element_records(RecordType.ZSET_MEMBER),
+    K.TAG_ZSET: zset_members(),
     K.TAG_ZSCORE: lww_records(RecordType.ZSET_MEMBER, b""),
     K.TAG_LIST: lww_records(RecordType.LIST),
     K.TAG_HLL: st.builds(hll.new, st.integers(1, hll.MAX_RANK), CLOCKS, ORIGINS),
@@ -70,7 +82,7 @@ ELEMENTS = {
 
 def element_key(tag: bytes, user: bytes, n: int) -> bytes:
     kind = BY_CODE[tag[0]]
-    args = {K.TAG_ZSCORE: (float(n), b"m"), K.TAG_LIST: (K.LIST_CENTER + n,), K.TAG_HLL: (n,),
+    args = {K.TAG_ZSCORE: (float(n % 2), b"e%d" % (n // 2)), K.TAG_LIST: (K.LIST_CENTER + n,), K.TAG_HLL: (n,),
             K.TAG_STREAM: (5, n)}.get(tag, (b"e%d" % n,))
     return kind.encode(user, *args)
 
@@ -84,19 +96,31 @@ def partitions(draw) -> dict[bytes, bytes]:
         if draw(st.integers(0, 3)):
             store[K.encode_head_key(user)] = draw(head_records())
         for tag in draw(st.sets(st.sampled_from(sorted(ELEMENTS)), max_size=4)):
-            for n in range(draw(st.integers(1, 2))):
+            for n in range(draw(st.integers(1, 4 if tag == K.TAG_ZSCORE else 2))):
                 store[element_key(tag, user, n)] = draw(ELEMENTS[tag])
     return store
 
 
+def member_of(ik: bytes) -> bytes:
+    """The member record key a zset index key stands for."""
+    user, _, member = K.decode_zset_score_key(ik)
+    return K.encode_zset_member_key(user, member)
+
+
 def live_reads(store: dict[bytes, bytes], now: int) -> set[bytes]:
-    """The internal keys whose record reads as live at ``now``."""
+    """The internal keys whose record reads as live at ``now`` (an index key: its member
+    is live with its score, as readers confirm it; its own envelope says nothing)."""
     out = set()
     for ik, rec in store.items():
+        h = store.get(K.encode_head_key(K.user_key_of(ik)))
         if BY_CODE[ik[2]].is_key:
             live = env.is_live(rec, now)
+        elif ik[2:3] == K.TAG_ZSCORE:
+            m = store.get(member_of(ik))
+            live = (m is not None and head.element_live(h, m, now)
+                    and K.encode_score(zset.score_of(m)) == ik[len(ik) - len(K.decode_zset_score_key(ik)[2]) - 8:][:8])
         else:
-            live = head.element_live(store.get(K.encode_head_key(K.user_key_of(ik))), rec, now)
+            live = head.element_live(h, rec, now)
         if live:
             out.add(ik)
     return out
@@ -147,14 +171,25 @@ def test_what_the_sweep_keeps_is_what_its_rules_keep(store):
         return (h is not None and clock < hz and env.hlc_of(rec) < hz
                 and BY_CODE[ik[2]].gate_clock(rec) <= clock)
 
+    def index_held(ik: bytes) -> bool:
+        """An index key stays while a live dot of its member (one the sweep keeps) holds its score."""
+        mk = member_of(ik)
+        m = store.get(mk)
+        if m is None or own(m) or gated(mk, m):
+            return False
+        return ik[len(ik) - len(K.decode_zset_score_key(ik)[2]) - 8:][:8] in zset.index_scores(m)
+
+    is_index = {k for k in store if k[2:3] == K.TAG_ZSCORE}
     elements_kept = {K.user_key_of(k) for k, v in store.items()
-                     if not BY_CODE[k[2]].is_key and not own(v) and not gated(k, v)}
+                     if not BY_CODE[k[2]].is_key and (k in is_index or (not own(v) and not gated(k, v)))}
     for ik, rec in store.items():
         kind = BY_CODE[ik[2]]
         if kind.is_key and not kind.head_flag:
             want = own(rec)
         elif kind.head_flag:
             want = own(rec) and K.user_key_of(ik) not in elements_kept
+        elif ik in is_index:
+            want = env.hlc_of(rec) < hz and not index_held(ik)
         else:
             want = own(rec) or gated(ik, rec)
         assert (ik in dead) == want, (ik, rec)

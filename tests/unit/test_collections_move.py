@@ -163,16 +163,18 @@ def test_stream_state_moves_with_the_head(n):
     assert moved.delete_clock > 0  # gates whatever "t" held before
 
 
-def test_hll_destination_with_registers_keeps_the_higher_ranks(n):
-    # The data model's HLL DEL caveat applies to a destination that held registers: a
-    # register the new head gates still wins merges by rank until the sweeper removes it,
-    # so the moved register is not stored where the old one had an equal or higher rank.
+def test_hll_destination_with_registers_takes_the_moved_ones(n):
+    # The moved registers are of the new head's generation: they win over the registers
+    # the destination held, whatever their ranks (keyspace/hll.py, "DEL and generations").
     R.build(n.ks, b"a", CT.HLL, 50)
     R.build(n.ks, b"b", CT.HLL, 50)  # the same elements: every rank equal
     assert n("PFCOUNT", "a") == n("PFCOUNT", "b") == 50
     assert n("RENAME", "a", "b") == b"OK"
-    assert n("PFCOUNT", "b") == 0  # every moved register lost to an equal gated one
+    assert n("PFCOUNT", "b") == 50
     assert n("EXISTS", "b") == 1 and n("TYPE", "b") == b"string"
+    R.build(n.ks, b"c", CT.HLL, 5)
+    assert n("RENAME", "c", "b") == b"OK"
+    assert n("PFCOUNT", "b") == 5  # the old registers, of higher ranks in part, are gone
 
 
 def test_rename_of_a_big_collection_is_one_apply(n):

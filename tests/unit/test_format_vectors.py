@@ -406,7 +406,7 @@ def test_kind_vector(v):
                 "lww": lww.merge, "hll": hll.merge, "counters": stream.merge_counters,
                 "group": streamgroup.merge_group, "consumer": streamgroup.merge_consumer,
                 "pending": streamgroup.merge_pending}
-    gates = {"top-live-dot": orswot.gate_clock, "hlc": env.hlc_of, None: None}
+    gates = {"top-live-dot": orswot.gate_clock, "hlc": env.hlc_of, "generation": hll.gate_clock, None: None}
     assert kind.name == v["name"] and sorted(kind.rtypes) == v["rtypes"]
     assert kind.is_key == (v["role"] == "key") and kind.head_flag == v["head_flag"]
     assert kind.is_node == (v["role"] == "node")

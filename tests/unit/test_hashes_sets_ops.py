@@ -24,6 +24,7 @@ from marekvs.core import keys as K
 from marekvs.core import orswot, registry
 from marekvs.core.envelope import RecordType
 from marekvs.keyspace import members as M
+from marekvs.keyspace import counts
 from marekvs.node import Node
 from marekvs.server import resp
 
@@ -225,7 +226,7 @@ def test_counts_follow_records_replicated_from_a_peer(tmp_path):
 
 
 def test_random_choice_without_a_member_list_is_uniform(n, monkeypatch):
-    monkeypatch.setattr(M, "TRACK_LIMIT", 10)  # too big to keep a list: picked from a scan
+    monkeypatch.setattr(counts, "TRACK_LIMIT", 10)  # too big to keep a list: picked from a scan
     n("SADD", "s", *[b"%02d" % i for i in range(40)])
     picks = Counter(n("SRANDMEMBER", "s", "-8000"))
     assert len(picks) == 40 and min(picks.values()) > 120 and max(picks.values()) < 300

@@ -104,16 +104,18 @@ def test_lookup_answers_as_keyspace_collection(r):
     r("HSET", "h", "f", "v")  # (unknown command until hashes exist: then an absent key)
     r("RPUSH", "gone", "a")
     r("DEL", "gone")
+    r("RPUSH", "emptied", "a")
+    r("RPOP", "emptied")
     now = r.ks.now()
-    for key in (b"l", b"s", b"h", b"gone", b"none"):
+    for key in (b"l", b"s", b"h", b"gone", b"emptied", b"none"):
         try:
-            want = r.ks.collection(key, head.CollectionType.LIST, now)
+            want = r.ks.existing(key, head.CollectionType.LIST, now)
         except WrongType:
             with pytest.raises(WrongType):
                 kl.lookup(r.lx, key, now)
             continue
         keys, hd, stored = kl.lookup(r.lx, key, now)
-        assert (keys.head, hd) == want
+        assert (None if hd is None else (keys.head, hd)) == want
         assert stored == r.ks.get(keys.head)
         assert keys.prefix == K.collection_prefix(K.TAG_LIST, key)
 
@@ -131,15 +133,16 @@ def test_pushes_take_positions_from_the_center_outwards(r):
     assert rec[0] == env.make_flags(env.RecordType.LIST) and rec[env.HEADER:] == b"a"
 
 
-def test_a_pop_writes_a_tombstone_and_the_last_pop_one_head_tombstone(r):
+def test_a_pop_writes_a_tombstone_and_the_last_pop_nothing_more(r):
     r("RPUSH", "l", "a", "b")
     assert r("LPOP", "l") == b"a"
     assert env.is_tombstone(r.ks.get(K.encode_list_key(b"l", C)))
     assert r("EXISTS", "l") == 1
     assert r("RPOP", "l") == b"b"
     assert r("EXISTS", "l") == 0 and r("TYPE", "l") == b"none"
-    assert env.is_tombstone(r.ks.get(K.encode_head_key(b"l")))
-    assert r("LPUSH", "l", "new") == 1  # a new list: the old elements stay dead
+    assert env.is_tombstone(r.ks.get(K.encode_list_key(b"l", C + 1)))
+    assert env.is_live(r.ks.get(K.encode_head_key(b"l")), r.ks.now())  # no head tombstone: no element, no key
+    assert r("LPUSH", "l", "new") == 1  # the popped elements stay dead
     assert r("LRANGE", "l", 0, -1) == [b"new"]
 
 
@@ -288,14 +291,29 @@ def test_replicated_records_update_the_hint(r):
     assert r("LLEN", "l") == 0 and r("EXISTS", "l") == 0 and r.lx.builds == builds
 
 
-def test_an_element_hidden_under_a_dead_head_shows_when_the_list_is_recreated(r):
-    """A peer's push, newer than our pop-to-empty, arrives after it: it stays hidden
-    under the dead head until the next push re-creates the list (module docstring)."""
+def test_a_concurrent_push_survives_the_pop_of_the_last_element(r):
+    """A peer's push, concurrent with our pop-to-empty, arrives after it: the pop removed
+    only the element it saw, so the list exists again with the pushed one (the lost-write
+    reproduction of RPUSH on one node while another LPOPs the last element)."""
     r("RPUSH", "l", "a")
+    stamp = r.node.hlc.now() - 5  # older than the pop: it did not see it
     assert r("RPOP", "l") == b"a"
+    assert r("EXISTS", "l") == 0
+    r.peer_apply([(K.encode_list_key(b"l", C + 1), listelem.new(b"b", stamp, 2))])
+    assert r("EXISTS", "l") == 1 and r("LRANGE", "l", 0, -1) == [b"b"]
+    assert r("RPUSH", "l", "next") == 2
+    assert r("LRANGE", "l", 0, -1) == [b"b", b"next"]
+    assert_hint_exact(r, b"l")
+
+
+def test_a_push_after_a_del_it_did_not_see_keeps_the_list(r):
+    """A peer's push newer than our DEL, made on a node that had not seen it: the DEL
+    gates only what is older, and the list exists (its head dead) with that element."""
+    r("RPUSH", "l", "a")
+    assert r("DEL", "l") == 1
     stamp = r.node.hlc.now() + 1000
     r.peer_apply([(K.encode_list_key(b"l", C + 1), listelem.new(b"late", stamp, 2))])
-    assert r("EXISTS", "l") == 0 and r("LLEN", "l") == 0
+    assert r("EXISTS", "l") == 1 and r("LRANGE", "l", 0, -1) == [b"late"] and r("TTL", "l") == -1
     assert r("RPUSH", "l", "next") == 2
     assert r("LRANGE", "l", 0, -1) == [b"late", b"next"]
     assert_hint_exact(r, b"l")

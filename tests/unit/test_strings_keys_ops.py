@@ -766,6 +766,8 @@ def test_type(r):
     assert r("TYPE", "s") == b"string" and isinstance(r("TYPE", "s"), resp.Simple)
     assert r("TYPE", "n") == b"string"
     assert r("TYPE", "h") == b"hash"
+    assert r("TYPE", "z") == b"none"  # a zset head with no member: no key (an HLL exists empty)
+    r("ZADD", "z", "1", "a")
     assert r("TYPE", "z") == b"zset"
     assert r("TYPE", "hll") == b"string"
     assert r("TYPE", "nokey") == b"none"

@@ -65,7 +65,7 @@ def test_a_dead_head_stays_while_a_newer_element_does_and_gated_registers_go(eng
         (K.encode_set_member_key(b"s", b"new"), newer),
         (K.encode_head_key(b"p"), hll_head),
         (K.encode_hll_key(b"p", 1), hll.new(9, at(t + 5), 1)),  # before the DEL: gated
-        (K.encode_hll_key(b"p", 2), hll.new(3, at(t + 40), 1)),  # after it: live
+        (K.encode_hll_key(b"p", 2), hll.new(3, at(t + 40), 1, generation=at(t + 20))),  # after it: live
         (K.encode_list_key(b"p", K.LIST_CENTER), lww.new(RecordType.LIST, at(t + 5), 1, b"x")),
     ])
     engine.commit()

@@ -59,8 +59,8 @@ def lane(node_id: int) -> tuple[int, int]:
 
 
 def mint(top: StreamId, now_ms: int, node_id: int, n: int) -> StreamId:
-    """The id of the first of ``n`` records this node adds to a stream whose greatest id
-    ever is ``top`` (the others follow with consecutive counters): the next counters of
+    """The id of the first of ``n`` records this node adds to a stream whose last id is
+    ``top`` (``Stream.last_id``; the others follow with consecutive counters): the next counters of
     the node's own run in ``top``'s millisecond when ``top`` is its own lane's and it has
     room, else the lane's start in a millisecond above ``top`` (the clock's, if later).
     The id is above ``top``, so XADD accepts it."""

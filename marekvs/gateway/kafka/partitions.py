@@ -13,8 +13,11 @@ replica). So a consumer never reads a record that a failover to another node wou
 have. Entries this node did not append (replicated from peers) are on two nodes already and
 count at once. With no peers the high watermark is the log end.
 
-Log end and start. The log end offset is one past the greatest offset of the stream (its
-greatest id ever, ``Stream.top``, so it never goes back when entries are deleted). The log
+Log end and start. The log end offset is one past the greatest offset of the stream: of its
+last id (``Stream.last_id``, from the per-origin counters: at least every live entry's id,
+and it stays when entries are trimmed or deleted, so the log end never goes back; it starts
+over only when the stream itself is deleted, with its topic) and of the other entries of
+that millisecond (another origin's may have a greater counter, ``offsets.sort_ms``). The log
 start offset is 0 while nothing was ever deleted from the stream (XINFO's max-deleted-entry-id
 is 0-0), and else the first live entry's offset (the log end when none is left): a consumer
 that fetches from 0 on a fresh topic reads from the first record, and one whose position was
@@ -56,9 +59,9 @@ class Logs:
 
     def log_end(self, key: bytes) -> int:
         st = self._stream(key)
-        if st is None or st.top == streams.MIN_ID:
+        if st is None or st.last_id == streams.MIN_ID:
             return 0
-        top = st.top
+        top = st.last_id
         end = offsets.of_id(top) + 1
         for sid, _ in streams.range_entries(self.node.ks, st, (top[0], 0), (top[0], streams.U64_MAX)):
             end = max(end, offsets.of_id(sid) + 1)
@@ -101,7 +104,7 @@ class Logs:
         """Add ``recs`` (key, value, timestamp, headers) to the stream ``key``; returns the
         first offset and the replication-log position of the last entry."""
         st = self._stream(key)
-        top = st.top if st is not None else streams.MIN_ID
+        top = st.last_id if st is not None else streams.MIN_ID
         ms, seq = offsets.mint(top, physical_ms(self.node.hlc.now()), self.node.config.node_id, len(recs))
         call = self.layout.call
         for i, (k, v, ts, headers) in enumerate(recs):
