@@ -18,6 +18,12 @@ the rate first and doubles as a warm-up) unless ``--requests N`` fixes N.
 Targets (issue 2): pipeline 1: geomean >= 0.6x of Redis and no row < 0.4x;
 pipeline 16: geomean >= 0.4x and no row < 0.25x.
 
+TLS: ``--tls`` gives both servers a TLS port beside their plaintext one (a throwaway CA and
+certificates from ``marekvs certs``'s code; client certificates required, as both default to)
+and benchmarks every row on both ports of both servers, redis-benchmark with ``--tls --cacert
+--cert --key`` on the TLS ports; the TLS table puts each server's TLS rate beside its
+plaintext rate, and marekvs's beside Redis's over TLS. Its rows default to SET and GET.
+
 Profiling: ``--profile`` runs the marekvs node under ``py-spy record`` for the whole run
 (flamegraph at bench/results/profile.svg); ``--profile-during set:16,get:1`` attaches
 ``py-spy record --pid`` to the node during those measured runs only and prints a
@@ -298,6 +304,7 @@ class ServerProc:
         self.proc: subprocess.Popen | None = None
         self.log_path = os.path.join(workdir, f"{name}.log")
         self._log = None
+        self.tls: list[str] = []  # redis-benchmark's TLS flags (a TlsEndpoint's; none in the clear)
 
     @property
     def pid(self) -> int | None:
@@ -361,12 +368,37 @@ class ServerProc:
         self.proc = None
 
 
-def redis_server_proc(port: int, workdir: str) -> ServerProc:
+class TlsEndpoint:
+    """The TLS port of a server we started (``--tls``), benchmarked as a server of its own
+    named ``<server>+tls``: the same process (pid, CPU), redis-benchmark with TLS flags."""
+
+    def __init__(self, srv: ServerProc, port: int, flags: list[str]):
+        self.srv, self.name, self.port, self.tls = srv, srv.name + "+tls", port, flags
+
+    @property
+    def pid(self) -> int | None:
+        return self.srv.pid
+
+
+def tls_files(workdir: str) -> tuple[list[str], list[str]]:
+    """A throwaway CA, a server and a client certificate (``launcher/certs.py``): the
+    servers' TLS flags (the same names for redis-server and marekvs) and redis-benchmark's."""
+    sys.path.insert(0, ROOT)
+    from marekvs.launcher.certs import make_pki
+
+    d = make_pki(__import__("pathlib").Path(workdir) / "tls", ["server"], ["client"])
+    server = ["--tls-cert-file", str(d / "server.pem"), "--tls-key-file", str(d / "server.key"),
+              "--tls-ca-cert-file", str(d / "ca.pem")]
+    client = ["--tls", "--cacert", str(d / "ca.pem"), "--cert", str(d / "client.pem"), "--key", str(d / "client.key")]
+    return server, client
+
+
+def redis_server_proc(port: int, workdir: str, extra: list[str] | None = None) -> ServerProc:
     d = os.path.join(workdir, "redis")
     os.makedirs(d, exist_ok=True)
     argv = [which_or_die("redis-server"), "--port", str(port), "--bind", "127.0.0.1",
             "--dir", d, "--appendonly", "yes", "--appendfsync", "everysec", "--save", "",
-            "--daemonize", "no", "--protected-mode", "no", "--logfile", ""]
+            "--daemonize", "no", "--protected-mode", "no", "--logfile", "", *(extra or [])]
     return ServerProc("redis", argv, port, workdir)
 
 
@@ -494,8 +526,8 @@ def parse_csv(text: str) -> dict[str, dict[str, float]]:
 
 
 def bench_cmd(port: int, test: str, pipeline: int, n: int, clients: int, keyspace: int,
-              size: int) -> list[str]:
-    base = [which_or_die("redis-benchmark"), "-h", "127.0.0.1", "-p", str(port), "-c", str(clients),
+              size: int, tls: list[str] | None = None) -> list[str]:
+    base = [which_or_die("redis-benchmark"), "-h", "127.0.0.1", "-p", str(port), *(tls or []), "-c", str(clients),
             "-n", str(n), "-r", str(keyspace), "-d", str(size), "-P", str(pipeline), "--csv"]
     w = WORKLOADS[test]
     if w.driver is not None:
@@ -512,7 +544,7 @@ def csv_name(test: str) -> str:
 
 def run_one(srv: ServerProc, server_name: str, test: str, pipeline: int, n: int, args: argparse.Namespace,
             timeout: float, profile_out: str | None = None) -> Run:
-    cmd = bench_cmd(srv.port, test, pipeline, n, args.clients, args.keyspace, args.size)
+    cmd = bench_cmd(srv.port, test, pipeline, n, args.clients, args.keyspace, args.size, srv.tls)
     w = WORKLOADS[test]
     shown = ["redis-benchmark"] + cmd[1:] if w.driver is None else [f"bench/{w.driver}"] + cmd[2:]
     run = Run(server_name, test, pipeline, n, command=" ".join(shown))
@@ -755,6 +787,53 @@ def print_report(summary: dict[str, Any], marekvs_only: bool) -> None:
               f"{'PASS' if v['pass'] else 'FAIL'}")
 
 
+def tls_summary(runs: list[Run]) -> list[dict[str, Any]]:
+    """Per row: each server's rate in the clear and over TLS, and their ratios."""
+    by = {(r.server, r.test, r.pipeline): r for r in runs}
+    out = []
+    for server, test, p in list(by):
+        if server != "redis":
+            continue
+        row: dict[str, Any] = {"test": test.upper(), "pipeline": p}
+        for name in ("redis", "redis+tls", "marekvs", "marekvs+tls"):
+            x = by.get((name, test, p))
+            row[name] = {"rps": x.rps, "p50_ms": x.p50_ms, "p99_ms": x.p99_ms, "us_per_op": x.server_us_per_op,
+                         "error": x.error, "command": x.command} if x else None
+        row["redis_tls_vs_plain"] = _ratio(row["redis+tls"], row["redis"])
+        row["marekvs_tls_vs_plain"] = _ratio(row["marekvs+tls"], row["marekvs"])
+        row["marekvs_vs_redis_over_tls"] = _ratio(row["marekvs+tls"], row["redis+tls"])
+        out.append(row)
+    return out
+
+
+def _ratio(a: dict | None, b: dict | None) -> float | None:
+    return a["rps"] / b["rps"] if a and b and b["rps"] > 0 and not a["error"] else None
+
+
+def print_tls_report(rows: list[dict[str, Any]]) -> None:
+    def rps(x: dict | None) -> str:
+        return "-" if not x or not x["rps"] else f"{x['rps']:,.0f}"
+
+    def us(x: dict | None) -> str:
+        return "-" if not x or x["us_per_op"] is None or not x["rps"] else f"{x['us_per_op']:.1f}"
+
+    def rat(v: float | None) -> str:
+        return "-" if v is None else f"{v:.2f}x"
+
+    hdr = ["test", "P", "redis", "redis+tls", "tls/plain", "marekvs", "marekvs+tls", "tls/plain",
+           "marekvs/redis (tls)", "us/op tls r/m"]
+    table = [hdr] + [[r["test"], str(r["pipeline"]), rps(r["redis"]), rps(r["redis+tls"]), rat(r["redis_tls_vs_plain"]),
+                      rps(r["marekvs"]), rps(r["marekvs+tls"]), rat(r["marekvs_tls_vs_plain"]),
+                      rat(r["marekvs_vs_redis_over_tls"]), f"{us(r['redis+tls'])}/{us(r['marekvs+tls'])}"]
+                     for r in rows]
+    widths = [max(len(r[i]) for r in table) for i in range(len(hdr))]
+    print("\nTLS (requests/s; tls/plain: the TLS port's rate over the plaintext port's, same server)")
+    for i, r in enumerate(table):
+        print("  ".join(c.ljust(w) if j < 2 else c.rjust(w) for j, (c, w) in enumerate(zip(r, widths))))
+        if i == 0:
+            print("  ".join("-" * w for w in widths))
+
+
 # -- main ----------------------------------------------------------------------------------
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -775,7 +854,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="attach py-spy to the node during these measured runs, e.g. set:16,get:1; "
                         "writes bench/results/profile-<ts>-<test>-P<p>.txt (raw) and prints a summary")
     p.add_argument("--profile-rate", type=int, default=250, help="py-spy samples per second")
-    p.add_argument("--tests", default=",".join(TESTS), help="comma-separated rows of WORKLOADS")
+    p.add_argument("--tests", default=None, help="comma-separated rows of WORKLOADS (default: all; with --tls: "
+                                                 "set,get)")
+    p.add_argument("--tls", action="store_true",
+                   help="both servers also on a TLS port; every row on both ports (redis-benchmark --tls)")
     p.add_argument("--pipelines", default=",".join(map(str, PIPELINES)), help="comma-separated -P depths")
     p.add_argument("--clients", "-c", type=int, default=50)
     p.add_argument("--keyspace", "-r", type=int, default=100_000)
@@ -791,10 +873,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--marekvs-arg", action="append", default=[], metavar="ARG",
                    help="extra argument for 'marekvs serve' (repeatable, e.g. --marekvs-arg=--shards=1)")
     a = p.parse_args(argv)
+    if a.tests is None:
+        a.tests = "set,get" if a.tls else ",".join(TESTS)
     a.tests = [t.strip().lower() for t in a.tests.split(",") if t.strip()]
     unknown = [t for t in a.tests if t not in WORKLOADS]
     if unknown:
         p.error(f"unknown tests {unknown}; the rows are {', '.join(WORKLOADS)}")
+    if a.tls and any(WORKLOADS[t].driver for t in a.tests):
+        p.error("--tls: rows with a driver of their own do not speak TLS: "
+                + ", ".join(t for t in a.tests if WORKLOADS[t].driver))
     a.test_list = a.tests
     a.pipelines = [int(x) for x in a.pipelines.split(",") if x.strip()]
     if a.seconds is None:
@@ -837,15 +924,29 @@ def main(argv: list[str] | None = None) -> int:
               f"{os.cpu_count()}-core machine skews the numbers (use --repeat 3)", file=sys.stderr)
     try:
         plan = []
+        tls_ports: dict[str, int] = {}
+        server_tls: list[str] = []
+        client_tls: list[str] = []
+        if args.tls:
+            if args.floor:
+                sys.exit("bench: --tls and --floor do not go together")
+            server_tls, client_tls = tls_files(workdir)
+            tls_ports = {"redis": free_port(), "marekvs": free_port()}
         if not args.marekvs_only:
-            plan.append(redis_server_proc(free_port(), workdir))
+            plan.append(redis_server_proc(free_port(), workdir,
+                                          ["--tls-port", str(tls_ports["redis"]), *server_tls] if args.tls else []))
         if not args.redis_only and args.floor:
             print(f"bench: the marekvs column is bench/floor_server.py --model {args.floor}", flush=True)
             plan.append(floor_proc(free_port(), workdir, args.floor))
         elif not args.redis_only:
+            extra = args.marekvs_arg + (["--tls-port", str(tls_ports["marekvs"]), *server_tls] if args.tls else [])
             plan.append(marekvs_proc(free_port_pair(), workdir, profile_out, args.profile_format,
-                                     args.profile_rate, args.marekvs_arg))
+                                     args.profile_rate, extra))
         rows = [(p, t) for p in args.pipelines for t in args.tests]
+
+        def endpoints(srv: ServerProc) -> list[Any]:
+            """Where each row runs on ``srv``: its plaintext port, and with --tls its TLS port."""
+            return [srv] + ([TlsEndpoint(srv, tls_ports[srv.name], client_tls)] if args.tls else [])
         if args.sequential or len(plan) == 1:
             # one server at a time: start, prefill, every row, stop
             for srv in plan:
@@ -853,7 +954,8 @@ def main(argv: list[str] | None = None) -> int:
                 try:
                     infos[srv.name] = setup_server(srv, args)
                     for p, t in rows:
-                        runs.append(bench_row(srv, infos[srv.name], t, p, args, profile_during, stamp))
+                        for ep in endpoints(srv):
+                            runs.append(bench_row(ep, infos[srv.name], t, p, args, profile_during, stamp))
                 except (RuntimeError, OSError, subprocess.SubprocessError) as e:
                     print(f"bench: {srv.name} failed: {e}", file=sys.stderr)
                     failed.append(srv.name)
@@ -882,7 +984,8 @@ def main(argv: list[str] | None = None) -> int:
             for p, t in rows:
                 for srv in list(live):
                     try:
-                        runs.append(bench_row(srv, infos[srv.name], t, p, args, profile_during, stamp))
+                        for ep in endpoints(srv):
+                            runs.append(bench_row(ep, infos[srv.name], t, p, args, profile_during, stamp))
                     except (RuntimeError, OSError, subprocess.SubprocessError) as e:
                         print(f"bench: {srv.name} failed: {e}", file=sys.stderr)
                         failed.append(srv.name)
@@ -913,6 +1016,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nwhole-run profile of marekvs: {os.path.relpath(profile_out, ROOT)}")
     summary = summarize(runs, args.tests, args.pipelines)
     print_report(summary, args.marekvs_only)
+    if args.tls:
+        summary["tls"] = tls_summary(runs)
+        print_tls_report(summary["tls"])
 
     try:
         redis_ver = subprocess.run(["redis-server", "--version"], capture_output=True, text=True,

@@ -20,7 +20,12 @@
    compose network finds and repairs them: node 3 serves them again, digests agree.
 6. ``compose stop`` (each node exits 0 and logs a clean stop), ``compose down``, ``up``: the
    volumes kept everything (same DEBUG DIGEST, every key).
-7. ``compose down -v``: the project's containers, network and volumes are removed (checked),
+7. The TLS variant (``-f docker-compose.tls.yml`` on top, a project of its own after the first
+   is down): the certs service makes the CA and certificates, every node turns healthy (its
+   health check PINGs over TLS), ``redis-cli --tls`` from the host writes on node 1 and reads
+   on node 3 (the peers replicate over mutual TLS), plaintext RESP gets nothing, and
+   ``marekvs cluster status --ports --tls-dir`` shows every link streaming.
+8. ``compose down -v``: the projects' containers, networks and volumes are removed (checked),
    and the run's image tag.
 
 Exit status 0: passed; 1: failed; 77: Docker cannot run here at all (the reason is the last
@@ -51,6 +56,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
 COMPOSE_FILE = DEPLOY / "docker-compose.yml"
+TLS_FILE = DEPLOY / "docker-compose.tls.yml"
 SKIP = 77
 LOCK_DIR = Path("/run/lock") if Path("/run/lock").is_dir() else Path(tempfile.gettempdir())
 ENGINE_LOCK = LOCK_DIR / "marekvs-compose-test.engine.lock"
@@ -372,9 +378,12 @@ def compose_command(choice: str) -> list[str]:
 
 
 class Project:
-    def __init__(self, compose: list[str], name: str, image: str, ports: list[int]):
+    def __init__(self, compose: list[str], name: str, image: str, ports: list[int], tls_dir: Path | None = None):
         self.compose, self.name, self.ports = compose, name, ports
+        self.files = ["-f", str(COMPOSE_FILE)] + (["-f", str(TLS_FILE)] if tls_dir else [])
         self.env = dict(os.environ)
+        if tls_dir:
+            self.env["MAREKVS_TLS_DIR"] = str(tls_dir)
         self.env.update({
             "MAREKVS_CLUSTER_SECRET": secrets.token_hex(16),
             "MAREKVS_IMAGE": image,
@@ -386,8 +395,8 @@ class Project:
         })
 
     def __call__(self, *args: str, timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess:
-        return run([*self.compose, "-p", self.name, "-f", str(COMPOSE_FILE), *args], timeout=timeout,
-                   check=check, env=self.env)
+        return run([*self.compose, "-p", self.name, *self.files, *args], timeout=timeout, check=check,
+                   env=self.env)
 
     def containers(self) -> dict[str, str]:
         """{service: container id} of the project's three nodes."""
@@ -397,6 +406,7 @@ class Project:
         fmt = '{{index .Config.Labels "com.docker.compose.service"}} {{.Id}}'
         r = run(["docker", "inspect", "--format", fmt, *ids])
         out = dict(line.split() for line in r.stdout.splitlines() if line.strip())
+        out.pop("certs", None)  # (the TLS variant's one-off: done before the nodes start)
         if sorted(out) != ["node1", "node2", "node3"]:
             raise Failed(f"want containers node1-3, compose has {out}")
         return out
@@ -481,8 +491,10 @@ def missing(port: int, expected: dict[str, str]) -> dict[str, object]:
     return {k: got[k] for k in keys if got[k] != expected[k].encode()}
 
 
-def redis_cli(port: int, *args: str) -> str:
-    return run(["redis-cli", "-h", "127.0.0.1", "-p", str(port), *args], timeout=30).stdout.strip()
+def redis_cli(port: int, *args: str, tls_dir: Path | None = None) -> str:
+    tls = [] if tls_dir is None else ["--tls", "--cacert", str(tls_dir / "ca.pem"), "--cert",
+                                      str(tls_dir / "client.pem"), "--key", str(tls_dir / "client.key")]
+    return run(["redis-cli", *tls, "-h", "127.0.0.1", "-p", str(port), *args], timeout=30).stdout.strip()
 
 
 def info_section(port: int, section: str) -> dict[str, str]:
@@ -490,16 +502,16 @@ def info_section(port: int, section: str) -> dict[str, str]:
         return {k: str(v) for k, v in c.info(section).items()}
 
 
-def cluster_status(ports: list[int]) -> dict:
+def cluster_status(ports: list[int], tls_dir: Path | None = None) -> dict:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     r = run([sys.executable, "-m", "marekvs", "cluster", "status", "--json", "--ports",
-             ",".join(map(str, ports))], check=False, env=env)
+             ",".join(map(str, ports)), *(["--tls-dir", str(tls_dir)] if tls_dir else [])], check=False, env=env)
     return json.loads(r.stdout) if r.stdout.strip() else {}
 
 
-def all_streaming(ports: list[int]):
-    st = cluster_status(ports)
+def all_streaming(ports: list[int], tls_dir: Path | None = None):
+    st = cluster_status(ports, tls_dir)
     nodes = st.get("nodes", [])
     links = [(s["id"], ln["peer"], ln["state"]) for s in nodes for ln in s["links"]]
     ok = (len(nodes) == 3 and all(s["up"] for s in nodes) and len(links) == 6
@@ -571,6 +583,7 @@ def main() -> int:
     workdir = Path(tempfile.mkdtemp(prefix=f"{project}-"))
     engine = Engine(workdir, args.storage_driver)
     proj: Project | None = None
+    projects: list[Project] = []
     failed = True
     t_all = time.monotonic()
 
@@ -608,6 +621,7 @@ def main() -> int:
         compose = compose_command(args.compose)
         info["compose"] = " ".join(compose) + " " + run([*compose, "version", "--short"], check=False).stdout.strip()
         proj = Project(compose, project, run_tag, ports)
+        projects.append(proj)
 
         with step("2. up until healthy"):
             proj("config", "--quiet")
@@ -766,6 +780,24 @@ def main() -> int:
                 if gone:
                     raise Failed(f"node on {p} lost {len(gone)} acknowledged writes across down/up")
             wait_for(lambda: all_streaming(ports), 60, "every link streaming again after up")
+
+        with step("7. the TLS variant: clients over TLS, peers over mutual TLS"):
+            proj("down", "-v", "--timeout", "30", timeout=180)
+            tls_dir = workdir / "tls"
+            proj = Project(compose, project + "-tls", run_tag, ports, tls_dir=tls_dir)
+            projects.append(proj)
+            proj("config", "--quiet")
+            proj("up", "-d", "--no-build")
+            cids = proj.wait_healthy()
+            if redis_cli(ports[0], "SET", "greeting", "over tls", tls_dir=tls_dir) != "OK":
+                raise Failed("redis-cli --tls SET on node 1 failed")
+            wait_for(lambda: redis_cli(ports[2], "GET", "greeting", tls_dir=tls_dir) == "over tls", 60,
+                     "node 1's write on node 3 over TLS")
+            with socket.create_connection(("127.0.0.1", ports[1]), timeout=30) as s:
+                s.sendall(b"PING\r\n")
+                if s.recv(64):
+                    raise Failed("node 2 answered plaintext RESP on its TLS-only port")
+            wait_for(lambda: all_streaming(ports, tls_dir), 60, "every link streaming (over mutual TLS)")
         failed = False
     except (Failed, AssertionError, subprocess.TimeoutExpired, OSError) as e:
         print(f"FAILED: {e}", file=sys.stderr, flush=True)
@@ -775,10 +807,10 @@ def main() -> int:
     finally:
         if not (failed and args.keep_on_failure):
             try:
-                with step("7. teardown"):
-                    if proj is not None:
-                        proj("down", "-v", "--remove-orphans", "--timeout", "30", timeout=180, check=False)
-                        left = proj.leftovers()
+                with step("8. teardown"):
+                    for p in projects:
+                        p("down", "-v", "--remove-orphans", "--timeout", "30", timeout=180, check=False)
+                        left = p.leftovers()
                         if left:
                             print(f"FAILED: left after down -v: {left}", file=sys.stderr, flush=True)
                             failed = True

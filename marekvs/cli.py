@@ -1,5 +1,6 @@
-"""Command line: ``marekvs serve`` (one node), ``marekvs cluster ...``, ``marekvs repair`` and
-``marekvs digest`` (anti-entropy: ``marekvs/antientropy/cli.py``).
+"""Command line: ``marekvs serve`` (one node), ``marekvs cluster ...``, ``marekvs certs``
+(``launcher/certs.py``), ``marekvs repair`` and ``marekvs digest`` (anti-entropy:
+``marekvs/antientropy/cli.py``).
 
 Options of ``serve`` come, in increasing precedence, from the defaults, a TOML config
 file (``--config``), ``MAREKVS_<OPTION>`` environment variables and the flags.
@@ -43,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     from marekvs.launcher import cli as launcher  # marekvs cluster ...: the local multi-node launcher
 
     launcher.add_parser(sub)
+    launcher.add_certs_parser(sub)  # marekvs certs: a throwaway CA and certificates
     from marekvs.antientropy import cli as antientropy  # marekvs repair / digest
 
     antientropy.add_parsers(sub)

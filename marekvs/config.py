@@ -17,6 +17,19 @@ PROTO_MAX_BULK_LEN = 512 * 1024 * 1024
 CLIENT_QUERY_BUFFER_LIMIT = 1024 * 1024 * 1024
 
 
+# options that take one of a few words (CONFIG SET of the tls-* names checks the same ones)
+CHOICES: dict[str, tuple[str, ...]] = {
+    "protected_mode": ("yes", "no"),
+    "tls_auth_clients": ("no", "yes", "optional"),
+    "tls_auth_clients_user": ("off", "CN"),
+    "tls_prefer_server_ciphers": ("yes", "no"),
+    "tls_session_caching": ("yes", "no"),
+    "tls_replication": ("yes", "no"),
+    "metrics_tls": ("yes", "no"),
+    "kafka_auto_create_topics": ("yes", "no"),
+}
+
+
 class Limits:
     """The request limits of one server, shared by its connections' parsers and changed
     by CONFIG SET: proto-max-bulk-len and client-query-buffer-limit."""
@@ -26,8 +39,6 @@ class Limits:
     def __init__(self, max_bulk: int = PROTO_MAX_BULK_LEN, max_query: int = CLIENT_QUERY_BUFFER_LIMIT):
         self.max_bulk = max_bulk
         self.max_query = max_query
-
-
 
 
 @dataclass
@@ -56,7 +67,28 @@ class Config:
     tls_key: str = ""
     tls_ca: str = ""
     tls_server_name: str = ""
+    # TLS for clients, with Redis's names (tls-port, tls-cert-file ...): server/tls.py builds
+    # the context; with tls_replication "yes" they serve peer links too (peer_tls_files)
+    tls_port: int = 0
+    tls_cert_file: str = ""
+    tls_key_file: str = ""
+    tls_key_file_pass: str = ""
+    tls_ca_cert_file: str = ""
+    tls_ca_cert_dir: str = ""
+    tls_auth_clients: str = "yes"
+    tls_auth_clients_user: str = "off"
+    tls_protocols: str = ""
+    tls_ciphers: str = ""
+    tls_ciphersuites: str = ""
+    tls_prefer_server_ciphers: str = "no"
+    tls_session_caching: str = "yes"
+    tls_session_cache_size: int = 20480
+    tls_session_cache_timeout: int = 300
+    tls_dh_params_file: str = ""
+    tls_replication: str = "no"
+    tls_handshake_timeout: float = 10.0
     metrics_port: int = 0
+    metrics_tls: str = "no"
     clock_offset_ms: int = 0
     # anti-entropy (marekvs/antientropy/)
     antientropy_interval: float = 5.0  # seconds between background exchanges (one peer each); 0 = off
@@ -97,11 +129,36 @@ class Config:
         "advertise_host": "host name/address new peers use to reach this node (default: bind)",
         "cluster_secret": "shared secret peers authenticate with",
         "replog_max_entries": "replication log cap; peers further behind are marked for resync",
-        "tls_cert": "PEM certificate for peer gRPC links (enables TLS)",
-        "tls_key": "PEM private key of tls_cert",
-        "tls_ca": "PEM CA bundle to verify peers; with tls_cert it enables mutual TLS",
+        "tls_cert": "PEM certificate for peer gRPC links (enables TLS); default with tls_replication yes: "
+                    "tls_cert_file",
+        "tls_key": "PEM private key of tls_cert (with tls_replication yes: tls_key_file)",
+        "tls_ca": "PEM CA bundle to verify peers; with tls_cert it enables mutual TLS (with tls_replication "
+                  "yes: tls_ca_cert_file, or the certificates in tls_ca_cert_dir)",
         "tls_server_name": "expected TLS name of peers (override when connecting by IP)",
+        "tls_port": "RESP port for TLS clients (0 = none); port 0 serves TLS only (Redis's tls-port)",
+        "tls_cert_file": "PEM certificate (chain) the TLS port presents",
+        "tls_key_file": "PEM private key of tls_cert_file",
+        "tls_key_file_pass": "passphrase of an encrypted tls_key_file",
+        "tls_ca_cert_file": "PEM CA bundle client certificates are verified against",
+        "tls_ca_cert_dir": "directory of CA certificates (OpenSSL c_rehash layout), instead of or besides "
+                           "tls_ca_cert_file",
+        "tls_auth_clients": "yes | no | optional: must TLS clients present a certificate signed by the CA?",
+        "tls_auth_clients_user": "off | CN: a client certificate's CN names the ACL user the client "
+                                 "is authenticated as (Redis 8.6)",
+        "tls_protocols": "TLS versions served, e.g. \"TLSv1.2 TLSv1.3\" (empty = TLSv1.2 and TLSv1.3)",
+        "tls_ciphers": "OpenSSL cipher list for TLSv1.2 and below (empty = Python's secure default)",
+        "tls_ciphersuites": "OpenSSL TLSv1.3 ciphersuites (empty = OpenSSL's default)",
+        "tls_prefer_server_ciphers": "yes | no: the server's cipher order wins over the client's",
+        "tls_session_caching": "yes | no: cache TLS sessions for resumption",
+        "tls_session_cache_size": "TLS sessions cached at most",
+        "tls_session_cache_timeout": "seconds a cached TLS session may be resumed",
+        "tls_dh_params_file": "PEM DH parameters for the DHE ciphers (empty = OpenSSL's built-in)",
+        "tls_replication": "yes | no: peer links use tls_cert_file/tls_key_file/tls_ca_cert_file where "
+                           "tls_cert/tls_key/tls_ca are not set (Redis's tls-replication)",
+        "tls_handshake_timeout": "seconds a TLS client may take to finish its handshake before it is "
+                                 "closed",
         "metrics_port": "Prometheus text exporter port on the bind address (0 = off)",
+        "metrics_tls": "yes | no: serve the metrics exporter over HTTPS with the TLS port's settings",
         "clock_offset_ms": "testing only: shift this node's HLC wall clock by this many ms",
         "antientropy_interval": "seconds between background anti-entropy exchanges, each with one peer (0 = off)",
         "antientropy_partitions": "mismatched partitions one background exchange repairs at most (throttle)",
@@ -121,9 +178,35 @@ class Config:
                                                   "its first rebalance (group.initial.rebalance.delay.ms)",
     }
 
+    @property
+    def client_port(self) -> int:
+        """The RESP port clients are told about: the plaintext port, else the TLS port
+        (Redis's INFO tcp_port)."""
+        return self.port or self.tls_port
+
+    def peer_tls_files(self) -> tuple[str, str, str]:
+        """(certificate, key, CA bundle) of the peer links: tls_cert/tls_key/tls_ca, each
+        falling back on its Redis-named counterpart when tls_replication is yes (the CA
+        on tls_ca_cert_file; tls_ca_cert_dir is read by ``peer_ca_bundle``)."""
+        if self.tls_replication != "yes":
+            return self.tls_cert, self.tls_key, self.tls_ca
+        return (self.tls_cert or self.tls_cert_file, self.tls_key or self.tls_key_file,
+                self.tls_ca or self.tls_ca_cert_file)
+
     def validate(self) -> None:
-        if not 0 < self.port < 65536:
-            raise ValueError(f"port {self.port} out of range")
+        for name in ("port", "tls_port"):
+            if not 0 <= getattr(self, name) < 65536:
+                raise ValueError(f"{name} {getattr(self, name)} out of range")
+        if not self.port and not self.tls_port:
+            raise ValueError("port and tls_port are both 0: no port to serve clients on")
+        for name, choices in CHOICES.items():  # (any case; kept as spelled in CHOICES)
+            canon = {c.lower(): c for c in choices}.get(str(getattr(self, name)).lower())
+            if canon is None:
+                raise ValueError(f"{name} must be one of {', '.join(choices)}")
+            setattr(self, name, canon)
+        if self.tls_session_cache_size < 0 or self.tls_session_cache_timeout < 0 or self.tls_handshake_timeout <= 0:
+            raise ValueError("tls_session_cache_size and tls_session_cache_timeout must be >= 0, "
+                             "tls_handshake_timeout > 0")
         if not 0 <= self.node_id < 65536:
             raise ValueError("node_id must fit in a u16")
         if self.durability not in ("always", "everysec", "no"):
@@ -132,12 +215,8 @@ class Config:
             raise ValueError("shards must be between 1 and 4096")
         if self.gc_grace < 0 or self.max_clock_drift < 0:
             raise ValueError("gc_grace and max_clock_drift must be >= 0")
-        if self.protected_mode not in ("yes", "no"):
-            raise ValueError("protected_mode must be yes or no")
-        if not 0 <= self.kafka_port < 65536 or (self.kafka_port and self.kafka_port == self.port):
-            raise ValueError("kafka_port must be 0 (off) or a port other than the RESP port")
-        if self.kafka_auto_create_topics not in ("yes", "no"):
-            raise ValueError("kafka_auto_create_topics must be yes or no")
+        if not 0 <= self.kafka_port < 65536 or (self.kafka_port and self.kafka_port in (self.port, self.tls_port)):
+            raise ValueError("kafka_port must be 0 (off) or a port other than the RESP ports")
         if self.kafka_num_partitions < 1 or self.kafka_max_request_bytes < 1024 or not self.kafka_prefix:
             raise ValueError("kafka_num_partitions must be >= 1, kafka_max_request_bytes >= 1024, "
                              "kafka_prefix not empty")

@@ -22,6 +22,7 @@ from marekvs.node import Node
 from marekvs.node.acl import StartupError
 from marekvs.replication.manager import ReplicationManager
 from marekvs.server.listener import RespServer
+from marekvs.server.tls import TlsConfigError
 
 log = logging.getLogger("marekvs.server")
 
@@ -50,12 +51,14 @@ class Process:
         if config.metrics_port:
             from marekvs.server.metrics import start_metrics
 
-            self.metrics_server = await start_metrics(node)
+            self.metrics_server = await start_metrics(node, self.resp.tls if config.metrics_tls == "yes" else None)
         await self.resp.start()
         if self.kafka is not None:
             await self.kafka.start()
-        log.info("marekvs %s node %d listening on %s:%d (data %s, durability %s)", __version__,
-                 config.node_id, config.bind, config.port, os.path.abspath(config.data_dir), config.durability)
+        ports = [f"{config.bind}:{p} ({kind})" for p, kind in (
+            (config.port, "RESP"), (config.tls_port, "RESP over TLS"), (config.kafka_port, "Kafka")) if p]
+        log.info("marekvs %s node %d listening on %s (data %s, durability %s)", __version__,
+                 config.node_id, ", ".join(ports), os.path.abspath(config.data_dir), config.durability)
         for sig in (signal.SIGTERM, signal.SIGINT):
             try:
                 loop.add_signal_handler(sig, node.request_shutdown)
@@ -81,6 +84,10 @@ def serve(config: Config, config_file: str | None = None) -> None:
         process = Process(config, config_file)
     except StartupError as e:  # a bad aclfile: as Redis, the node does not start
         log.critical("%s", e)
+        raise SystemExit(1) from None
+    except TlsConfigError as e:  # a certificate that does not load: as Redis, neither
+        log.critical("%s", e)
+        log.critical("Failed to configure TLS. Check logs for more info.")
         raise SystemExit(1) from None
     try:
         import uvloop

@@ -51,7 +51,7 @@ class AntiEntropy:
         self.node = node
         self.config = node.config
         self.replication = replication
-        resp = f"{replication.advertise_host}:{self.config.port}"
+        resp = f"{replication.advertise_host}:{self.config.client_port}"
         self.local = LocalReplica(node.engine, node.hlc, self.config, resp, address=replication.grpc_addr)
         self.service = AntiEntropyService(self.local, self.config)
         replication.services.append(lambda server: pbg.add_AntiEntropyServicer_to_server(self.service, server))

@@ -10,6 +10,7 @@ every key; writes made after the flush (higher HLC) survive it everywhere.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import fnmatch
 import logging
 import os
@@ -24,6 +25,7 @@ from marekvs.commands.args import int_arg
 from marekvs.commands.errors import CommandError
 from marekvs.commands.stepwise import in_steps
 from marekvs.commands.table import command, container, help_subcommand
+from marekvs.config import CHOICES
 from marekvs.core.partition import PARTITIONS
 from marekvs.storage.engine import shard_range
 
@@ -42,7 +44,39 @@ def _live_params(node) -> dict[str, str]:
         "gc-grace": str(cfg.gc_grace),
         "max-clock-drift": str(cfg.max_clock_drift), "node-id": str(cfg.node_id),
         "shards": str(cfg.shards), "maxclients": str(node.maxclients),
+        **{name: str(getattr(cfg, _field(name))) for name in (*_TLS_PARAMS, *_TLS_FIXED)},
     }
+
+
+def _field(name: str) -> str:
+    """The Config field of a Redis parameter name (tls-cert-file -> tls_cert_file)."""
+    return name.replace("-", "_")
+
+
+def _choice(name: str):
+    """A parser for one of ``config.CHOICES[name]`` (any case; printed as spelled there)."""
+    choices = CHOICES[name]
+
+    def parse(value: str) -> str:
+        for c in choices:
+            if c.lower() == value.lower():
+                return c
+        raise tunables.TunableError(errors.cfg_one_of(choices))
+    return parse
+
+
+# TLS (server/tls.py): CONFIG SET checks each value, then the RESP server builds a context
+# from all of them (node.tls_prepare) before anything is set; the new one serves the
+# connections accepted after the reply. tls-port and tls-replication are fixed at start.
+_TLS_PARAMS = {
+    "tls-cert-file": str, "tls-key-file": str, "tls-key-file-pass": str, "tls-ca-cert-file": str,
+    "tls-ca-cert-dir": str, "tls-auth-clients": _choice("tls_auth_clients"),
+    "tls-auth-clients-user": _choice("tls_auth_clients_user"), "tls-protocols": str, "tls-ciphers": str,
+    "tls-ciphersuites": str, "tls-prefer-server-ciphers": tunables.yes_no, "tls-session-caching": tunables.yes_no,
+    "tls-session-cache-size": tunables.int_between(0, tunables.INT_MAX),
+    "tls-session-cache-timeout": tunables.int_between(0, tunables.INT_MAX), "tls-dh-params-file": str,
+}
+_TLS_FIXED = ("tls-port", "tls-replication")
 
 
 # CONFIG SET parameters of marekvs itself, with their parsers (the tunables: ``tunables``)
@@ -88,11 +122,13 @@ def config_set(ctx, args):
     names: list[str] = []
     for i, (name, _) in enumerate(pairs):
         low = name.lower()
-        canon = low if low in _OWN_PARAMS else tunables.canonical_name(low)
+        canon = low if low in _OWN_PARAMS or low in _TLS_PARAMS or low in _TLS_FIXED else tunables.canonical_name(low)
         if canon is None:
             raise CommandError(errors.config_set_unknown(name))
         try:
-            if canon not in _OWN_PARAMS:
+            if canon in _TLS_FIXED:
+                raise tunables.TunableError(errors.cfg_immutable("immutable"))
+            if canon not in _OWN_PARAMS and canon not in _TLS_PARAMS:
                 tunables.check_settable(canon)
             if any(low == earlier.lower() for earlier, _ in pairs[:i]):
                 raise tunables.TunableError(errors.CFG_DUPLICATE)  # (two names of one: fine)
@@ -104,12 +140,28 @@ def config_set(ctx, args):
         try:
             if canon in _OWN_PARAMS:
                 value = _OWN_PARAMS[canon](given)
+            elif canon in _TLS_PARAMS:
+                value = _TLS_PARAMS[canon](given)
             else:
                 value = tunables.check(canon, given, node.tunable(canon))
         except tunables.TunableError as e:
             raise _set_failed(name, e) from None
         changes.append((canon, value, given))
-    # maxclients first: the one change that can fail, before any other is made
+    # the changes that can fail come first, before any other is made: a TLS context for the
+    # new tls-* values is built (nothing is swapped yet), then maxclients
+    tls = {_field(canon): value for canon, value, _ in changes if canon in _TLS_PARAMS}
+    swap_tls = None
+    if tls:
+        cfg = node.config
+        tls = {f: type(getattr(cfg, f))(v) for f, v in tls.items()}
+        if node.tls_prepare is not None:
+            try:
+                swap_tls = node.tls_prepare(dataclasses.replace(cfg, **tls))
+            except ValueError:  # (the reason is logged: server/tls.py)
+                first = next(name for canon, (name, _) in zip(names, pairs) if canon in _TLS_PARAMS)
+                log.warning("Failed applying new configuration. Possibly related to new %s setting. "
+                            "Restoring previous settings.", first.lower())
+                raise CommandError(errors.config_set_failed(first, errors.CFG_TLS)) from None
     for name, value, given in sorted(changes, key=lambda change: change[0] != "maxclients"):
         if name == "maxclients":
             try:
@@ -126,8 +178,12 @@ def config_set(ctx, args):
         elif name == "max-clock-drift":
             node.config.max_clock_drift = int(value)
             node.hlc.max_drift_ms = int(value)
+        elif name in _TLS_PARAMS:
+            setattr(node.config, _field(name), tls[_field(name)])
         else:
             node.set_tunable(name, value, given)
+    if swap_tls is not None:
+        swap_tls()
     return reply.OK
 
 
@@ -242,7 +298,7 @@ def _section_server(s) -> list[tuple[str, object]]:
         ("os", f"{platform.system()} {platform.release()} {platform.machine()}"),
         ("arch_bits", 64 if sys.maxsize > 2**32 else 32), ("multiplexing_api", "epoll"),
         ("python_version", platform.python_version()), ("process_id", os.getpid()),
-        ("run_id", s.run_id), ("tcp_port", s.config.port), ("server_time_usec", time.time_ns() // 1000),
+        ("run_id", s.run_id), ("tcp_port", s.config.client_port), ("server_time_usec", time.time_ns() // 1000),
         ("uptime_in_seconds", up), ("uptime_in_days", up // 86400), ("hz", 10),
         ("executable", sys.argv[0]), ("config_file", s.config_file or ""),
     ]

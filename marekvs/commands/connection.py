@@ -110,6 +110,8 @@ def quit_(ctx, args):
          summary="Resets the connection.", since="6.2.0")
 def reset(ctx, args):
     ctx.multi = None
+    if ctx.monitor:
+        ctx.node.drop_monitor(ctx)
     if ctx.watched is not None:
         ctx.node.watches.unwatch_all(ctx)
     if ctx.tracking is not None:
@@ -136,7 +138,7 @@ def _check_name(name: bytes) -> bytes:
 def client_flags(cl) -> str:
     """CLIENT LIST's flags, in Redis's order (``catClientInfoString``)."""
     t = cl.tracking
-    f = [c for c, on in (("P", cl.in_pubsub), ("x", cl.multi is not None), ("b", cl.blocked),
+    f = [c for c, on in (("O", cl.monitor), ("P", cl.in_pubsub), ("x", cl.multi is not None), ("b", cl.blocked),
                          ("t", t is not None), ("B", t is not None and t.bcast), ("d", cl.watch_dirty),
                          ("c", cl.closing), ("e", cl.no_evict)) if on]
     return "".join(f) or "N"

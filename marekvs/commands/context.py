@@ -28,7 +28,7 @@ class Context:
                  "deny_blocking", "closing", "on_kill", "on_auth", "query_buffer", "reply_mode",
                  "channels", "patterns", "shard_channels", "in_pubsub", "on_push", "soft_limit_since",
                  "tracking", "deferred", "multi", "multi_error", "watched", "watch_dirty", "user", "acl_context",
-                 "script_caller")
+                 "script_caller", "monitor")
 
     def __init__(self, node: Any, client_id: int, *, authed: bool = True, addr: str = "?", laddr: str = "?",
                  fd: int = -1):
@@ -79,6 +79,7 @@ class Context:
         # a script engine's own context: the client whose script runs (ACL LOG's
         # client-info shows it, as Redis shows server.script_caller)
         self.script_caller: Context | None = None
+        self.monitor = False  # MONITOR: shown every command the node runs (node/monitor.py)
 
     def close_after_reply(self) -> None:
         """QUIT, SHUTDOWN, CLIENT KILL of oneself: close once the reply is sent."""

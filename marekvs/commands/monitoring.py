@@ -1,10 +1,12 @@
-"""SLOWLOG and LATENCY: what the node's monitors kept (``node/monitor.py``).
+"""SLOWLOG, LATENCY and MONITOR: what the node's monitors kept or show (``node/monitor.py``).
 
 SLOWLOG GET [count] / LEN / RESET / HELP and LATENCY LATEST / HISTORY event / RESET
 [event ...] / HELP, as Redis 7.0. LATENCY's events here are ``command`` and
 ``fast-command`` (a command that ran for at least ``latency-monitor-threshold`` ms); the
 other events Redis measures (fork, AOF fsync, expire cycles, ...) have no counterpart in
 this engine. LATENCY DOCTOR, GRAPH and HISTOGRAM are not implemented (unknown subcommand).
+MONITOR makes the client a monitor, as Redis 7.0's ``monitorCommand``: OK, or no reply at
+all if it is one already; refused inside MULTI (a DENY BLOCKING client).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 from marekvs.commands import errors
 from marekvs.commands.args import parse_ll
 from marekvs.commands.errors import CommandError
-from marekvs.commands.reply import OK
+from marekvs.commands.reply import NO_REPLY, OK
 from marekvs.commands.table import command, container, help_subcommand
 
 CONTAINERS = (
@@ -21,6 +23,17 @@ CONTAINERS = (
     container("latency", -2, group="server", summary="A container for latency diagnostics commands",
               since="2.8.13", acl="slow"),
 )
+
+
+@command("monitor", 1, "admin noscript loading stale", group="server", acl="admin slow dangerous",
+         summary="Listen for all requests received by the server in real time", since="1.0.0")
+def monitor(ctx, args):
+    if ctx.deny_blocking:
+        raise CommandError(errors.MONITOR_DENY_BLOCKING)
+    if ctx.monitor:
+        return NO_REPLY
+    ctx.node.add_monitor(ctx)
+    return OK
 
 
 @command("get", -2, "admin loading stale", parent="slowlog", group="server", acl="admin slow dangerous",

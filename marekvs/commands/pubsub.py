@@ -112,7 +112,7 @@ def _unsub(ctx, names, drop, kind: bytes, count):
     return out
 
 
-@command("publish", 3, "pubsub loading stale fast", group="pubsub", acl="pubsub fast",
+@command("publish", 3, "pubsub loading stale fast may_replicate", group="pubsub", acl="pubsub fast",
          summary="Post a message to a channel", since="2.0.0",
          complexity="O(N+M) where N is the number of clients subscribed to the receiving channel and M is the "
                     "total number of subscribed patterns (by any client).", syntax="channel message")
@@ -120,7 +120,7 @@ def publish(ctx, args):
     return ctx.node.pubsub.publish(args[1], args[2])
 
 
-@command("spublish", 3, "pubsub loading stale fast", specs=("NOT_KEY index 1 range 0",), group="pubsub",
+@command("spublish", 3, "pubsub loading stale fast may_replicate", specs=("NOT_KEY index 1 range 0",), group="pubsub",
          acl="pubsub fast", summary="Post a message to a shard channel", since="7.0.0",
          complexity="O(N) where N is the number of clients subscribed to the receiving shard channel.",
          syntax="shardchannel message")

@@ -392,6 +392,11 @@ class Command:
     fast: bool = field(init=False, default=False)
     readonly: bool = field(init=False, default=False)
     no_multi: bool = field(init=False, default=False)  # refused inside MULTI
+    # MONITOR (node/monitor.py): admin commands are never shown; skip_monitor ones (scripts)
+    # are shown before they run, the others after; a monitor may not run keyspace ones
+    admin: bool = field(init=False, default=False)
+    skip_monitor: bool = field(init=False, default=False)
+    keyspace: bool = field(init=False, default=False)
     queued_in_multi: bool = field(init=False, default=True)  # False: runs at once inside MULTI
     # INFO commandstats (CONFIG RESETSTAT clears them): runs, their time in ns, and the
     # calls refused before running (arity, auth, ...) or that ended in an error reply
@@ -406,6 +411,9 @@ class Command:
         self.readonly = "readonly" in self.flags
         self.no_auth = "no_auth" in self.flags
         self.no_multi = "no_multi" in self.flags
+        self.admin = "admin" in self.flags
+        self.skip_monitor = "skip_monitor" in self.flags
+        self.keyspace = self.write or self.readonly or "may_replicate" in self.flags
         self.queued_in_multi = self.parent is not None or self.name not in _RUN_IN_MULTI
         if self.key_specs:
             if self.first_key:

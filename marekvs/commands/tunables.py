@@ -29,11 +29,14 @@ class TunableError(ValueError):
 
 # -- value types --------------------------------------------------------------------------
 
-def _bool(value: str) -> str:
+def yes_no(value: str) -> str:
     v = value.lower()
     if v not in ("yes", "no"):
         raise TunableError(errors.CFG_BOOL)
     return v
+
+
+_bool = yes_no
 
 
 def one_of(*choices: str) -> Callable[[str], str]:

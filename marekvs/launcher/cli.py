@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from marekvs.launcher import certs
 from marekvs.launcher.procs import (
     NodeSpec,
     port_free,
-    start_node,
     stop_nodes,
     wait_ready,
 )
@@ -26,7 +26,9 @@ from marekvs.launcher.state import (
     refresh_pids,
     save_state,
     start_cluster,
+    start_recorded,
     state_path,
+    tls_dir,
 )
 from marekvs.launcher.status import (
     _table,
@@ -69,7 +71,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             print(f"marekvs cluster: ports in use: {busy}", file=sys.stderr)
             return 1
         for n in nodes:
-            start_node(n, nodes, st["durability"], st["name"], st.get("secret", ""), st.get("extra"))
+            start_recorded(st, n)
         save_state(d, st)
         problems = wait_ready(nodes, args.timeout)
         print_nodes(nodes, problems)
@@ -79,7 +81,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     if args.nodes < 1:
         print("marekvs cluster: --nodes must be >= 1", file=sys.stderr)
         return 1
-    specs = plan_nodes(d, args.nodes, args.base_port, args.grpc_base_port, metrics_base)
+    specs = plan_nodes(d, args.nodes, args.base_port, args.grpc_base_port, metrics_base, args.tls)
     busy = [p for s in specs for p in node_ports(s) if not port_free(p)]
     if busy:
         print(
@@ -98,9 +100,14 @@ def cmd_up(args: argparse.Namespace) -> int:
         args.name,
         args.timeout,
         metrics_base_port=metrics_base,
+        tls=args.tls,
     )
     print(f"cluster {args.name!r}: {args.nodes} node(s), state in {state_path(d)}")
     print_nodes(st["nodes"], problems)
+    if args.tls:
+        t = tls_dir(d)
+        print(f"TLS only (certificates in {t}): redis-cli --tls --cacert {t / 'ca.pem'} --cert "
+              f"{t / 'client.pem'} --key {t / 'client.key'} -p {args.base_port}")
     return 1 if problems else 0
 
 
@@ -127,10 +134,10 @@ def cmd_add(args: argparse.Namespace) -> int:
     return 1 if problems else 0
 
 
-def _port_nodes(ports: str) -> list[NodeSpec]:
+def _port_nodes(ports: str, tls: str = "") -> list[NodeSpec]:
     out = []
     for i, p in enumerate(x for x in ports.split(",") if x.strip()):
-        out.append(NodeSpec(id=i + 1, port=int(p), grpc_port=0, data_dir="", log=""))
+        out.append(NodeSpec(id=i + 1, port=int(p), grpc_port=0, data_dir="", log="", tls_dir=tls))
     return out
 
 
@@ -138,7 +145,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.ports:
         # nodes we did not start (e.g. containers): what they report about themselves
         try:
-            nodes = _port_nodes(args.ports)
+            nodes = _port_nodes(args.ports, args.tls_dir)
         except ValueError:
             print(f"marekvs cluster: --ports wants comma-separated port numbers, not {args.ports!r}",
                   file=sys.stderr)
@@ -248,7 +255,7 @@ def _start(d: Path, st: dict[str, Any], nodes: list[NodeSpec], found: dict[int, 
             print(f"marekvs cluster: node {i}: ports in use: {ports}", file=sys.stderr)
         return False
     for n in todo:
-        start_node(n, st["nodes"], st["durability"], st["name"], st.get("secret", ""), st.get("extra"))
+        start_recorded(st, n)
     save_state(d, st)
     problems = wait_ready(todo, timeout)
     if todo:
@@ -292,6 +299,39 @@ def cmd_restart(args: argparse.Namespace) -> int:
     if not _stop(d, st, nodes, args.stop_timeout):
         return 1
     return 0 if _start(d, st, nodes, {}, args.timeout) else 1
+
+
+def cmd_certs(args: argparse.Namespace) -> int:
+    out = Path(args.out)
+    names = [n for n in args.nodes.split(",") if n]
+    clients = [c for c in args.clients.split(",") if c]
+    try:
+        certs.make_pki(out, names, clients, hosts=[h for h in args.hosts.split(",") if h], readable=args.readable)
+    except (certs.CertError, OSError) as e:
+        print(f"marekvs certs: {e}", file=sys.stderr)
+        return 1
+    print(f"CA {out / 'ca.pem'}; nodes: {', '.join(names) or '-'}; clients: {', '.join(clients) or '-'} "
+          f"(NAME.pem and NAME.key in {out})")
+    return 0
+
+
+def add_certs_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "certs", help="make a throwaway CA and node and client certificates (TLS for a test cluster)",
+        description="Make, with the openssl command, a CA (DIR/ca.pem, kept with its key: run again to add "
+        "names) and for each node name a certificate for TLS servers and clients (its name and --hosts as "
+        "alternative names: the node serves its TLS port and dials its peers with it), and for each client "
+        "name a client certificate (CN = the name). For development and tests, not for production.",
+        formatter_class=_Fmt,
+    )
+    p.add_argument("--out", required=True, metavar="DIR", help="directory for the files (created if missing)")
+    p.add_argument("--nodes", default="", metavar="N1,N2,..", help="node names (host names peers dial)")
+    p.add_argument("--clients", default="client", metavar="C1,..", help="client certificate names")
+    p.add_argument("--hosts", default=",".join(certs.LOCAL_HOSTS), metavar="H1,..",
+                   help="more alternative names of every node certificate")
+    p.add_argument("--readable", action="store_true",
+                   help="keys readable by every user (a directory shared with containers of another uid)")
+    p.set_defaults(func=cmd_certs)
 
 
 class _Fmt(argparse.ArgumentDefaultsHelpFormatter):
@@ -339,6 +379,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     up.add_argument(
         "--metrics-base-port", type=int, default=None, help="metrics port of node 1 (implies --metrics)"
     )
+    up.add_argument(
+        "--tls",
+        action="store_true",
+        help="make a throwaway CA and certificates in DIR/tls: every node serves RESP over TLS only "
+        "(client certificate required: DIR/tls/client.pem) and its peer links over mutual TLS",
+    )
     common(up)
     up.add_argument("--durability", default="everysec", choices=["always", "everysec", "no"])
     up.add_argument("--secret", default="", help="cluster secret (passed to nodes through the environment)")
@@ -361,6 +407,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "(e.g. the ports a docker compose cluster publishes); PID is what each node reports",
     )
     st.add_argument("--host", default=HOST, help="host of --ports")
+    st.add_argument("--tls-dir", default="", metavar="DIR",
+                    help="reach --ports over TLS with DIR/ca.pem and the client certificate DIR/client.pem "
+                         "(the files of `marekvs certs`, e.g. the docker compose TLS variant's)")
     st.set_defaults(func=cmd_status)
 
     ad = csub.add_parser("add", help="start one more node that joins the live cluster", formatter_class=fmt)

@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from marekvs.launcher import certs
 from marekvs.launcher.resp import (
     HOST,
     Resp,
@@ -33,6 +34,7 @@ class NodeSpec:
     log: str
     pid: int = 0
     metrics_port: int = 0  # 0: no metrics exporter
+    tls_dir: str = ""  # a TLS node (cluster up --tls): RESP over TLS only, on port; certificates here
 
 
 def port_free(port: int, host: str = HOST) -> bool:
@@ -111,10 +113,10 @@ def lock_holders(path: str) -> set[int]:
     return out
 
 
-def reported_pid(port: int, host: str = HOST, timeout: float = 1.0) -> int:
+def reported_pid(port: int, host: str = HOST, timeout: float = 1.0, tls_dir: str = "") -> int:
     """The ``process_id`` of INFO server of whatever answers on ``port`` (0 when nothing does)."""
     try:
-        with Resp(port, host=host, timeout=timeout) as c:
+        with Resp(port, host=host, timeout=timeout, tls_dir=tls_dir) as c:
             info = parse_info(c.call("INFO", "server"))
         return int(info.get("process_id", 0))
     except (OSError, RespError, ValueError):
@@ -128,7 +130,7 @@ def find_pid(node: NodeSpec) -> int:
     for pid in sorted(lock_holders(os.path.join(node.data_dir, "LOCK"))):
         if pid_alive(pid):
             return pid
-    pid = reported_pid(node.port)
+    pid = reported_pid(node.port, tls_dir=node.tls_dir)
     if pid and pid_alive(pid) and is_node_process(pid, node):
         return pid
     if pid_alive(node.pid) and is_node_process(node.pid, node):
@@ -148,8 +150,7 @@ def node_argv(
         str(node.id),
         "--bind",
         HOST,
-        "--port",
-        str(node.port),
+        *(["--port", "0", "--tls-port", str(node.port)] if node.tls_dir else ["--port", str(node.port)]),
         "--grpc-port",
         str(node.grpc_port),
         "--data-dir",
@@ -164,6 +165,8 @@ def node_argv(
         argv += ["--peers", spec]
     if node.metrics_port:
         argv += ["--metrics-port", str(node.metrics_port)]
+    if node.tls_dir:
+        argv += certs.node_args(Path(node.tls_dir), f"node{node.id}")
     return argv + list(extra or [])
 
 
@@ -224,7 +227,7 @@ def wait_ready(nodes: list[NodeSpec], timeout: float = 60.0) -> dict[int, str]:
             if not pid_alive(n.pid):
                 problems[nid] = "process exited"
                 del pending[nid]
-            elif ping(n.port, timeout=0.5):
+            elif ping(n.port, timeout=0.5, tls_dir=n.tls_dir):
                 del pending[nid]
         if pending:
             time.sleep(0.1)

@@ -1,9 +1,12 @@
 """A tiny raw RESP2 client for the launcher (PING, INFO, DBSIZE, DEBUG DIGEST): the
-launcher needs nothing beyond the standard library."""
+launcher needs nothing beyond the standard library. A node of a TLS cluster (``cluster up
+--tls``) is reached over TLS with the cluster's client certificate (``client_context``)."""
 
 from __future__ import annotations
 
+import os
 import socket
+import ssl
 from typing import Any
 
 
@@ -17,9 +20,16 @@ class RespError(Exception):
 class Resp:
     """Blocking RESP2 client: ``Resp(port).call("PING")`` -> "PONG"."""
 
-    def __init__(self, port: int, host: str = HOST, timeout: float = 2.0):
-        self.sock = socket.create_connection((host, port), timeout=timeout)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    def __init__(self, port: int, host: str = HOST, timeout: float = 2.0, tls_dir: str = ""):
+        sock = socket.create_connection((host, port), timeout=timeout)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if tls_dir:
+            try:
+                sock = client_context(tls_dir).wrap_socket(sock, server_hostname=host)
+            except (OSError, ValueError):
+                sock.close()
+                raise
+        self.sock = sock
         self.rf = self.sock.makefile("rb")
 
     @staticmethod
@@ -80,9 +90,17 @@ class Resp:
         self.close()
 
 
-def ping(port: int, timeout: float = 1.0) -> bool:
+def client_context(tls_dir: str, name: str = "client") -> ssl.SSLContext:
+    """A TLS client context trusting ``tls_dir/ca.pem`` and presenting ``tls_dir/NAME.pem``
+    (the files ``marekvs certs`` and ``cluster up --tls`` make)."""
+    ctx = ssl.create_default_context(cafile=os.path.join(tls_dir, "ca.pem"))
+    ctx.load_cert_chain(os.path.join(tls_dir, f"{name}.pem"), os.path.join(tls_dir, f"{name}.key"))
+    return ctx
+
+
+def ping(port: int, timeout: float = 1.0, tls_dir: str = "") -> bool:
     try:
-        with Resp(port, timeout=timeout) as c:
+        with Resp(port, timeout=timeout, tls_dir=tls_dir) as c:
             return c.call("PING") == "PONG"
     except (OSError, RespError, ValueError):
         return False

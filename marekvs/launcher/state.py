@@ -9,6 +9,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from marekvs.launcher import certs
 from marekvs.launcher.procs import (
     NodeSpec,
     find_pid,
@@ -48,7 +49,7 @@ def save_state(d: str | Path, st: dict[str, Any]) -> None:
 
 
 def plan_nodes(
-    d: str | Path, n: int, base_port: int, grpc_base_port: int, metrics_base_port: int = 0
+    d: str | Path, n: int, base_port: int, grpc_base_port: int, metrics_base_port: int = 0, tls: bool = False
 ) -> list[NodeSpec]:
     d = Path(d).resolve()
     return [
@@ -59,9 +60,21 @@ def plan_nodes(
             data_dir=str(d / f"node{i}"),
             log=str(d / f"node{i}.log"),
             metrics_port=metrics_base_port + i - 1 if metrics_base_port else 0,
+            tls_dir=str(tls_dir(d)) if tls else "",
         )
         for i in range(1, n + 1)
     ]
+
+
+def tls_dir(d: str | Path) -> Path:
+    """Where ``cluster up --tls`` keeps the cluster's CA, node and client certificates."""
+    return Path(d).resolve() / "tls"
+
+
+def start_recorded(st: dict[str, Any], node: NodeSpec) -> int:
+    """Start one node of the cluster recorded in ``st`` (its peers, durability, name, secret
+    and extra flags)."""
+    return start_node(node, st["nodes"], st["durability"], st["name"], st.get("secret", ""), st.get("extra"))
 
 
 def node_ports(n: NodeSpec) -> list[int]:
@@ -79,12 +92,17 @@ def start_cluster(
     timeout: float = 60.0,
     extra: list[str] | None = None,
     metrics_base_port: int = 0,
+    tls: bool = False,
 ) -> tuple[dict[str, Any], dict[int, str]]:
     """Start a fresh full-mesh cluster in ``d``; returns (state, {node id: problem}).
-    ``metrics_base_port`` > 0 gives node i the Prometheus port ``metrics_base_port``+i-1."""
+    ``metrics_base_port`` > 0 gives node i the Prometheus port ``metrics_base_port``+i-1.
+    ``tls``: a throwaway CA and certificates in ``DIR/tls`` (``certs.make_pki``); each node
+    serves RESP over TLS only, on its port, and its peer links over mutual TLS."""
     d = Path(d).resolve()
     d.mkdir(parents=True, exist_ok=True)
-    specs = plan_nodes(d, nodes, base_port, grpc_base_port, metrics_base_port)
+    specs = plan_nodes(d, nodes, base_port, grpc_base_port, metrics_base_port, tls)
+    if tls:
+        certs.make_pki(tls_dir(d), [f"node{s.id}" for s in specs])
     st = {
         "name": name,
         "secret": secret,
@@ -98,7 +116,7 @@ def start_cluster(
         "nodes": specs,
     }
     for s in specs:
-        start_node(s, specs, durability, name, secret, extra)
+        start_recorded(st, s)
     save_state(d, st)
     return st, wait_ready(specs, timeout)
 
@@ -128,9 +146,12 @@ def add_node(d: str | Path, timeout: float = 60.0) -> tuple[dict[str, Any], Node
         data_dir=str(d / f"node{nid}"),
         log=str(d / f"node{nid}.log"),
         metrics_port=mport,
+        tls_dir=nodes[0].tls_dir,
     )
-    start_node(spec, nodes, st["durability"], st["name"], st.get("secret", ""), st.get("extra"))
+    if spec.tls_dir:
+        certs.make_pki(Path(spec.tls_dir), [f"node{nid}"], clients=())
     st["nodes"] = nodes + [spec]
+    start_recorded(st, spec)
     save_state(d, st)
     return st, spec, wait_ready([spec], timeout)
 

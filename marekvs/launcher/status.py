@@ -33,7 +33,7 @@ def node_status(n: NodeSpec, timeout: float = 2.0, host: str = HOST) -> dict[str
         "links": [],
     }
     try:
-        with Resp(n.port, host=host, timeout=timeout) as c:
+        with Resp(n.port, host=host, timeout=timeout, tls_dir=n.tls_dir) as c:
             r["up"] = c.call("PING") == "PONG"
             r["dbsize"] = c.call("DBSIZE")
             dig = c.call("DEBUG", "DIGEST")

@@ -40,8 +40,8 @@ from marekvs.node.acl import Acl
 from marekvs.node.blocking import BlockingRegistry
 from marekvs.node.changes import ChangeFeed
 from marekvs.node.events import Events
-from marekvs.node.monitor import LatencyMonitor, OpsMeter, SlowLog
-from marekvs.node.pubsub import PubSub
+from marekvs.node.monitor import LatencyMonitor, MonitorLine, OpsMeter, SlowLog
+from marekvs.node.pubsub import PubSub, push_limited
 from marekvs.node.scripting import Scripting
 from marekvs.node.tracking import Tracking
 from marekvs.node.watch import Watches
@@ -63,14 +63,14 @@ class Stats:
     """INFO stats counters (CONFIG RESETSTAT clears them)."""
 
     __slots__ = ("total_commands", "total_connections", "rejected_connections", "unexpected_errors",
-                 "error_replies", "query_buffer_closes")
+                 "error_replies", "query_buffer_closes", "tls_handshake_failures")
 
     def __init__(self) -> None:
         self.reset(0)
 
     def reset(self, connections: int) -> None:
         self.total_commands = self.error_replies = self.rejected_connections = 0
-        self.unexpected_errors = self.query_buffer_closes = 0
+        self.unexpected_errors = self.query_buffer_closes = self.tls_handshake_failures = 0
         self.total_connections = connections
 
 
@@ -105,7 +105,10 @@ class Node:
         # reports apart from the change feed
         self.acl = Acl(self)
         self.changes.on_node_records(self.acl.records_changed)
-        self.pubsub.limits = pubsub_limits(self.tunable("client-output-buffer-limit"))
+        self.pubsub.limits = class_limits(self.tunable("client-output-buffer-limit"), "pubsub")
+        # MONITOR (node/monitor.py): the monitors, and their limits (the "normal" class's)
+        self.monitors: list[Context] = []
+        self.monitor_limits = class_limits(self.tunable("client-output-buffer-limit"), "normal")
         self.limits = Limits()  # request limits the RESP parsers read
         self.scripting = Scripting(self)  # EVAL and function libraries (node/scripting/)
         self.stats = Stats()
@@ -127,6 +130,9 @@ class Node:
         self._client_seq = 0
         self.last_save = int(time.time())
         self.replication: Any = None  # attached by the process (replication/manager.py)
+        # CONFIG SET of the tls-* names: the RESP server's (server/tls.py) check of the
+        # proposed configuration; it returns what puts it in use, or raises ValueError
+        self.tls_prepare: Callable[[Config], Callable[[], None]] | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.stopping: asyncio.Event | None = None
         self._after_commit: list[Callable[[bool], None]] = []
@@ -154,7 +160,28 @@ class Node:
             self.tracking.disable(ctx)
         if ctx.watched is not None:
             self.watches.unwatch_all(ctx)
+        if ctx.monitor:
+            self.drop_monitor(ctx)
         ctx.closing = True
+
+    def add_monitor(self, ctx: Context) -> None:
+        ctx.monitor = True
+        self.monitors.append(ctx)
+
+    def drop_monitor(self, ctx: Context) -> None:
+        ctx.monitor = False
+        self.monitors.remove(ctx)
+
+    def feed_monitors(self, ctx: Context, args: list[bytes]) -> None:
+        """MONITOR: ``ctx`` ran ``args`` (node/monitor.py)."""
+        line = MonitorLine(ctx, args)
+        for m in list(self.monitors):
+            if m is ctx:  # a monitor's own command: its line comes after its reply
+                if ctx.deferred is None:
+                    ctx.deferred = []
+                ctx.deferred.append(line.status)
+            else:
+                push_limited(m, line, self.monitor_limits)
 
     def _set_current(self, ctx: Context | None) -> None:
         self.current = ctx
@@ -192,6 +219,8 @@ class Node:
             denied = self.acl.check(ctx, cmd, args)
             if denied is not None:
                 return self.rejected(ctx, cmd, denied)
+        if self.monitors and ctx.monitor and cmd.keyspace:
+            return self.rejected(ctx, cmd, errors.REPLICA_KEYSPACE)
         if ctx.in_pubsub and ctx.proto == 2 and (cmd.parent is not None or cmd.name not in _PUBSUB_MODE):
             return self.rejected(ctx, cmd, errors.pubsub_context(cmd.fullname))
         if self.engine.write_error is not None and self._denied_by_disk_error(ctx, cmd, args):
@@ -205,6 +234,8 @@ class Node:
         self.current = ctx
         if cmd.write and self.events.new_on:
             self.events.mark_absent(cmd.keys_named(args))
+        if self.monitors and cmd.skip_monitor:
+            self.feed_monitors(ctx, args)  # (a script: shown before the commands it calls)
         t0 = _clock()
         try:
             r = cmd.handler(ctx, args)  # type: ignore[misc]
@@ -231,6 +262,8 @@ class Node:
             self.tracking.after_read(ctx, cmd, args)
         if dt > self.slow_ns:
             self._slow(ctx, cmd, args, dt)
+        if self.monitors and not cmd.admin and not cmd.skip_monitor:
+            self.feed_monitors(ctx, args)
         return r
 
     def _denied_by_disk_error(self, ctx: Context, cmd: Any, args: list[bytes]) -> bool:
@@ -413,7 +446,8 @@ class Node:
         if name in ("slowlog-log-slower-than", "slowlog-max-len", "latency-monitor-threshold"):
             self.monitor_thresholds()
         elif name == "client-output-buffer-limit":
-            self.pubsub.limits = pubsub_limits(value)
+            self.pubsub.limits = class_limits(value, "pubsub")
+            self.monitor_limits = class_limits(value, "normal")
         elif name == "notify-keyspace-events":
             # (the flags as given: Redis prints "AKEm" for "KEAnm" but keeps 'n' on)
             self.events.configure(value if given is None else given)
@@ -477,11 +511,11 @@ def may_replicate(cmd: Any) -> bool:
     return cmd.write or "may_replicate" in cmd.flags
 
 
-def pubsub_limits(value: str) -> tuple[int, int, int]:
-    """(hard, soft, seconds) of the pubsub class of a client-output-buffer-limit value."""
+def class_limits(value: str, cls: str) -> tuple[int, int, int]:
+    """(hard, soft, seconds) of one class of a client-output-buffer-limit value."""
     parts = value.split()
     for i in range(0, len(parts) - 3, 4):
-        if parts[i] == "pubsub":
+        if parts[i] == cls:
             return int(parts[i + 1]), int(parts[i + 2]), int(parts[i + 3])
     return 0, 0, 0
 

@@ -51,8 +51,9 @@ log = logging.getLogger("marekvs.acl")
 LOG_GROUPING_MS = 60000  # ACL_LOG_GROUPING_MAX_TIME_DELTA
 _FILE_LOADED = b"acl:aclfile-loaded"  # meta key: the aclfile was loaded into this data directory
 
+DENIED_TLS_CERT = 5  # Redis 8.6's ACL_DENIED_TLS_CERT: a certificate naming no usable user
 _REASON = {aclrules.DENIED_CMD: b"command", aclrules.DENIED_KEY: b"key",
-           aclrules.DENIED_CHANNEL: b"channel", aclrules.DENIED_AUTH: b"auth"}
+           aclrules.DENIED_CHANNEL: b"channel", aclrules.DENIED_AUTH: b"auth", DENIED_TLS_CERT: b"tls-cert"}
 _TOPLEVEL_TEXT = {aclrules.DENIED_KEY: errors.NOPERM_KEY, aclrules.DENIED_CHANNEL: errors.NOPERM_CHANNEL}
 _EXEC_TEXT = {aclrules.DENIED_CMD: errors.NOPERM_EXEC_CMD, aclrules.DENIED_KEY: errors.NOPERM_EXEC_KEY,
               aclrules.DENIED_CHANNEL: errors.NOPERM_EXEC_CHANNEL}
@@ -240,6 +241,19 @@ class Acl:
             return True
         context = MULTI if ctx.multi is not None or ctx.acl_context == MULTI else TOPLEVEL
         self.add_log(ctx, aclrules.DENIED_AUTH, context, argv0, username)
+        return False
+
+    def authenticate_certificate(self, ctx: Any, name: bytes) -> bool:
+        """``tls-auth-clients-user CN`` (Redis 8.6): a TLS client whose verified certificate's
+        CN names an enabled user runs as that user without AUTH (its password is not asked
+        for). A CN naming no user, or a disabled one, leaves the client as it was (the
+        default user) and is logged, reason ``tls-cert``."""
+        u = self.users.get(name)
+        if u is not None and u.enabled:
+            ctx.user = u
+            ctx.set_authed(True)
+            return True
+        self.add_log(ctx, DENIED_TLS_CERT, TOPLEVEL, b"", name)
         return False
 
     def reset_client(self, ctx: Any) -> None:

@@ -1,4 +1,5 @@
-"""What an operator reads about the commands a node runs: SLOWLOG, LATENCY, ops per second.
+"""What an operator reads about the commands a node runs: SLOWLOG, LATENCY, ops per second,
+MONITOR.
 
 - The slow log (Redis's ``slowlog.c``): a command that ran for more than
   ``slowlog-log-slower-than`` microseconds (0: every command, -1: none) is kept, newest
@@ -12,6 +13,16 @@
   that second) and the all-time max. LATENCY LATEST / HISTORY / RESET read them.
 - ``instantaneous_ops_per_sec`` (INFO stats): the mean rate over the last 16 samples of the
   command count, taken every 100 ms, as Redis's ``trackInstantaneousMetric``.
+- MONITOR (``replicationFeedMonitors``): every command a client or a script runs is pushed to
+  each monitor as a status line, ``+<unix time with microseconds> [0 <client address, or
+  lua>] "arg" ...``, each argument quoted as Redis's ``sdscatrepr`` quotes it and the same
+  secrets redacted as in the slow log. As in Redis 7.0: admin commands (CONFIG, CLIENT LIST,
+  DEBUG, ...) are not shown, nor commands refused before they ran (unknown, wrong arity,
+  NOAUTH, NOPERM); a script command (EVAL, FCALL, ...) is shown before the commands it calls,
+  every other one after it ran (EXEC after its queued commands); a monitor may run commands
+  that touch no keyspace (PING, ECHO, SUBSCRIBE, ...), the others get ``Replica can't
+  interact with the keyspace``; RESET ends monitoring. Monitors are "normal" clients for
+  ``client-output-buffer-limit``, as in Redis.
 
 The dispatcher measures every command (``Node.dispatch``); this module only keeps what
 crosses a threshold, so a command under the thresholds costs a comparison.
@@ -22,6 +33,9 @@ from __future__ import annotations
 import time
 from collections import deque
 from typing import Any
+
+from marekvs.commands.context import LUA
+from marekvs.commands.reply import Simple
 
 SLOWLOG_MAX_ARGC = 32
 SLOWLOG_MAX_STRING = 128
@@ -67,6 +81,32 @@ def _redact(args: list[bytes]) -> list[bytes]:
                 out[i + 1] = out[i + 2] = b"(redacted)"
         return out
     return list(args)
+
+
+class MonitorLine:
+    """One MONITOR line for ``ctx`` running ``args`` (a push: the same bytes in RESP2 and RESP3,
+    a status reply, as Redis sends it)."""
+
+    __slots__ = ("wire", "status")
+
+    def __init__(self, ctx: Any, args: list[bytes]):
+        us = time.time_ns() // 1000
+        who = b"lua" if ctx.acl_context == LUA else ctx.addr.encode()
+        self.status = Simple(b"%d.%06d [0 %s] %s" % (us // 1_000_000, us % 1_000_000, who,
+                                                    b" ".join(_quote(a) for a in _redact(args))))
+        line = b"+%s\r\n" % self.status
+        self.wire = {2: line, 3: line}
+
+
+# sdscatrepr: \\ and \" escaped, \n \r \t \a \b by name, other bytes outside 0x20-0x7e as \xHH
+_QUOTE = [b"\\x%02x" % i if not 32 <= i < 127 else bytes([i]) for i in range(256)]
+_QUOTE[ord("\\")], _QUOTE[ord('"')] = b"\\\\", b'\\"'
+for _ch, _esc in ((10, b"\\n"), (13, b"\\r"), (9, b"\\t"), (7, b"\\a"), (8, b"\\b")):
+    _QUOTE[_ch] = _esc
+
+
+def _quote(a: bytes) -> bytes:
+    return b'"' + b"".join([_QUOTE[c] for c in a]) + b'"'
 
 
 class LatencyMonitor:

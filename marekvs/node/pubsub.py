@@ -104,26 +104,33 @@ class PubSub:
         return n
 
     def _push(self, ctx: Context, value: Any) -> int:
-        push = ctx.on_push
-        if push is None or ctx.closing:
-            return 0
-        held = push(value)  # the bytes the client's transport still holds, after this one
-        hard, soft, seconds = self.limits
-        if hard and held > hard:
-            ctx.kill()
-        elif soft and held > soft:
-            now = time.monotonic()
-            if not ctx.soft_limit_since:
-                ctx.soft_limit_since = now
-            elif now - ctx.soft_limit_since >= seconds:
-                ctx.kill()
-        else:
-            ctx.soft_limit_since = 0.0
-        return 1
+        return push_limited(ctx, value, self.limits)
 
     # -- PUBSUB ------------------------------------------------------------------------------
     def numpat(self) -> int:
         return len(self.patterns)
+
+
+def push_limited(ctx: Context, value: Any, limits: tuple[int, int, int]) -> int:
+    """Push ``value`` to ``ctx`` under its class's client-output-buffer-limit ``limits``
+    (hard, soft, seconds): past the hard limit, or past the soft one for that long, the
+    client is closed, as Redis's ``checkClientOutputBufferLimits``. 1 if pushed."""
+    push = ctx.on_push
+    if push is None or ctx.closing:
+        return 0
+    held = push(value)  # the bytes the client's transport still holds, after this one
+    hard, soft, seconds = limits
+    if hard and held > hard:
+        ctx.kill()
+    elif soft and held > soft:
+        now = time.monotonic()
+        if not ctx.soft_limit_since:
+            ctx.soft_limit_since = now
+        elif now - ctx.soft_limit_since >= seconds:
+            ctx.kill()
+    else:
+        ctx.soft_limit_since = 0.0
+    return 1
 
 
 def _drop(index: dict[bytes, dict[int, Context]], ctx: Context, name: bytes, own: dict[bytes, None]) -> bool:

@@ -82,7 +82,7 @@ class ReplicationManager:
         self.config = node.config
         self.node_id = self.config.node_id
         self.incarnation = self.engine.incarnation
-        self.grpc_port = self.config.grpc_port or default_grpc_port(self.config.port)
+        self.grpc_port = self.config.grpc_port or default_grpc_port(self.config.client_port)
         self.advertise_host = self.config.advertise_host or self.config.bind
         self.grpc_addr = f"{self.advertise_host}:{self.grpc_port}"  # what peers are told
         self.peers: dict[int, PeerState] = {}
@@ -121,7 +121,7 @@ class ReplicationManager:
     def info(self) -> pb.NodeInfo:
         return pb.NodeInfo(node_id=self.node_id, cluster_name=self.config.cluster_name,
                            format_version=FORMAT_VERSION, partitions=PARTITIONS,
-                           resp_addr=f"{self.advertise_host}:{self.config.port}", grpc_addr=self.grpc_addr,
+                           resp_addr=f"{self.advertise_host}:{self.config.client_port}", grpc_addr=self.grpc_addr,
                            incarnation=self.incarnation)
 
     def check_peer_info(self, node: pb.NodeInfo, expect_id: int | None = None) -> None:

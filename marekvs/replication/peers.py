@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import re
 from dataclasses import dataclass, field
 
 import grpc
@@ -69,25 +71,56 @@ def _read(path: str) -> bytes | None:
         return fh.read()
 
 
+def _read_key(path: str) -> bytes | None:
+    """A private key for gRPC, which takes no passphrase: an encrypted one is refused with
+    a reason (tls-key-file-pass serves the RESP port only)."""
+    key = _read(path)
+    if key is not None and b"ENCRYPTED" in key:
+        raise ValueError(f"peer links need an unencrypted private key; {path} is encrypted "
+                         "(set tls_key to an unencrypted copy)")
+    return key
+
+
 def server(config: Config) -> grpc.aio.Server:
     return grpc.aio.server(options=_OPTIONS)
 
 
+def peer_ca_bundle(config: Config) -> bytes | None:
+    """The CA certificates peers are verified against: ``tls_ca`` (with tls_replication yes,
+    ``tls_ca_cert_file``), else with tls_replication yes every PEM certificate in the files
+    of ``tls_ca_cert_dir`` (gRPC takes one bundle, not a directory)."""
+    ca = config.peer_tls_files()[2]
+    if ca or config.tls_replication != "yes" or not config.tls_ca_cert_dir:
+        return _read(ca)
+    found = []
+    for name in sorted(os.listdir(config.tls_ca_cert_dir)):
+        path = os.path.join(config.tls_ca_cert_dir, name)
+        if os.path.isfile(path):
+            with open(path, "rb") as fh:
+                found += _PEM_CERT.findall(fh.read())
+    return b"\n".join(found) or None
+
+
+_PEM_CERT = re.compile(rb"-----BEGIN CERTIFICATE-----.+?-----END CERTIFICATE-----\s*", re.S)
+
+
 def server_credentials(config: Config) -> grpc.ServerCredentials | None:
-    if not config.tls_cert:
+    cert, key, _ = config.peer_tls_files()
+    if not cert:
         return None
-    ca = _read(config.tls_ca)
-    return grpc.ssl_server_credentials([(_read(config.tls_key), _read(config.tls_cert))],
+    ca = peer_ca_bundle(config)
+    return grpc.ssl_server_credentials([(_read_key(key), _read(cert))],
                                        root_certificates=ca, require_client_auth=ca is not None)
 
 
 def channel(config: Config, addr: str) -> grpc.aio.Channel:
     opts = list(_OPTIONS)
-    if not config.tls_cert and not config.tls_ca:
+    cert, key, _ = config.peer_tls_files()
+    ca_bundle = peer_ca_bundle(config)
+    if not cert and ca_bundle is None:
         return grpc.aio.insecure_channel(addr, options=opts)
-    creds = grpc.ssl_channel_credentials(root_certificates=_read(config.tls_ca),
-                                         private_key=_read(config.tls_key),
-                                         certificate_chain=_read(config.tls_cert))
+    creds = grpc.ssl_channel_credentials(root_certificates=ca_bundle, private_key=_read_key(key),
+                                         certificate_chain=_read(cert))
     if config.tls_server_name:
         opts.append(("grpc.ssl_target_name_override", config.tls_server_name))
     return grpc.aio.secure_channel(addr, creds, options=opts)

@@ -12,8 +12,12 @@ job itself, without the loop, for as long as the script runs:
   them at once: BUSY, or the command itself for those Redis allows while a script is busy
   (SCRIPT KILL, FUNCTION KILL, FUNCTION STATS, AUTH, HELLO, MULTI, WATCH, ...; the
   scripting engine's ``busy_dispatch``);
-- it accepts new connections on the listening sockets (``redis-cli SCRIPT KILL`` from a
-  new terminal works) and serves them the same way; once the script ends, each is handed
+- TLS clients are not served while the script runs: their bytes are records of a TLS
+  session that only the event loop's TLS transport can read. They wait, and the TLS port
+  accepts no one meanwhile, until the script ends (SCRIPT KILL goes through the plaintext
+  port; docs/divergences.md);
+- it accepts new connections on the plaintext listening socket (``redis-cli SCRIPT KILL``
+  from a new terminal works) and serves them the same way; once the script ends, each is handed
   to the event loop as an ordinary connection (``loop.connect_accepted_socket``), with
   its client state and any partial request it sent;
 - SHUTDOWN NOSAVE ends the process at once, without committing the tick the script is in
@@ -99,7 +103,7 @@ class BusyServer:
         caller = run.caller
         self.serving = [c for c in self.server.connections
                         if c.ctx is not None and c.ctx is not caller and not c.scheduled and not c.paused
-                        and not c.held and not c.ctx.blocked and not c.ctx.closing]
+                        and not c.held and not c.ctx.blocked and not c.ctx.closing and not c.tls]
         self.node.loop.call_soon(self._end)  # runs once the script's command returns
 
     def _end(self) -> None:

@@ -13,6 +13,24 @@ Back-pressure: when a client's transport buffer passes its high-water mark the l
 reading from that client until it drains. A protocol error replies to the commands before
 it, then sends the error and closes the connection, as Redis does. A connection that
 holds more than client-query-buffer-limit of requests not yet complete is closed.
+
+TLS (``tls-port``): the server accepts on the TLS port itself (``accept_tls``: its own
+listening sockets, on the loop's reader) and hands each socket to
+``loop.connect_accepted_socket`` with the context in use (``server/tls.py``; CONFIG SET
+replaces it for the connections that come after), which does the handshake, then serves
+the same ``Connection`` as a plaintext client's on uvloop's TLS transport. (Accepting
+through a protocol of its own and calling ``loop.start_tls`` lost the ClientHello when it
+arrived before start_tls took the transport over: both loops read a new connection
+whatever its protocol did in connection_made.) A handshake that fails (plaintext on the
+TLS port, an untrusted, expired or missing client certificate, a garbage record) or takes
+longer than ``tls_handshake_timeout`` closes the connection with a log line (``Error
+accepting a client connection``, as Redis's), at most ``_LOG_BURST`` a second, the rest
+counted in the next line; once a storm of them stops, the memory they took goes back to
+the OS (``_after_storm``). Connections still in their handshake count against maxclients.
+A TLS ClientHello on the plaintext port is a protocol error (``resp.TLS_ON_PLAINTEXT``):
+logged, and the connection closed (Redis would keep waiting for a newline). With
+``tls-auth-clients-user CN`` the client certificate's CN names the ACL user the connection
+starts as (``Acl.authenticate_certificate``).
 """
 
 from __future__ import annotations
@@ -30,12 +48,16 @@ from marekvs.commands.reply import NO_REPLY, OK, Blocking, Err
 from marekvs.node import Node
 from marekvs.server import resp
 from marekvs.server.busy import BusyServer
+from marekvs.server.tls import ServerTls, peer_common_name, release_freed_memory
 
 log = logging.getLogger("marekvs.server")
 
 _enc = resp._enc
 _R_OK = resp.R_OK
 _MAXCLIENTS_REACHED = b"-ERR max number of clients reached\r\n"
+_BACKLOG = 511  # (the listen backlog, as Redis's tcp-backlog; and connections accepted per wake-up)
+_LOG_BURST = 10  # TLS handshake failures logged one by one per second; the rest are counted
+_STORM = 256  # failed handshakes after which, once they stop, freed memory goes back to the OS
 _DENIED = b"-%s\r\n" % errors.DENIED_PROTECTED.encode()
 
 
@@ -43,7 +65,7 @@ class Connection(asyncio.Protocol):
     """One client connection: its transport, parser and output; its state is ``ctx``."""
 
     __slots__ = ("node", "server", "ctx", "transport", "parser", "out", "scheduled", "paused", "backlog",
-                 "backlog_err", "dispatch", "flush_cb", "held", "pushed", "adopt")
+                 "backlog_err", "dispatch", "flush_cb", "held", "pushed", "adopt", "tls")
 
     def __init__(self, server: RespServer, adopt: Any = None):
         self.server = server
@@ -62,6 +84,7 @@ class Connection(asyncio.Protocol):
         self.flush_cb = self._flush  # (one bound method for every tick)
         self.held = False  # commands wait for a CLIENT PAUSE to end
         self.pushed = 0  # bytes of pushes queued since the last flush
+        self.tls = False  # on the TLS port (server/busy.py cannot read such a socket itself)
 
     # -- asyncio.Protocol ----------------------------------------------------------
     def connection_made(self, transport: Any) -> None:
@@ -90,6 +113,10 @@ class Connection(asyncio.Protocol):
             laddr=f"{sock[0]}:{sock[1]}" if isinstance(sock, tuple) else str(sock),
             fd=s.fileno() if s is not None else -1)
         self._hooks(ctx)
+        if self.tls and node.config.tls_auth_clients_user == "CN":
+            name = peer_common_name(transport.get_extra_info("ssl_object"))
+            if name is not None:
+                node.acl.authenticate_certificate(ctx, name.encode("utf-8", "surrogateescape"))
         self.parser.gated = node.acl.auth_required()  # (AUTH/RESET may change the limits)
         self.parser.auth_required = not ctx.authed and self.parser.gated
         self.server.connections.add(self)
@@ -199,7 +226,7 @@ class Connection(asyncio.Protocol):
                     break
                 elif r is not NO_REPLY:
                     _enc(r, ctx.proto, out)  # (HELLO's own reply is in the protocol it chose)
-                if ctx.deferred is not None:  # invalidations of this client's own writes
+                if ctx.deferred is not None:  # invalidations of its own writes, a monitor's own line
                     for m in ctx.deferred:
                         _enc(m, ctx.proto, out)
                     ctx.deferred = None
@@ -213,7 +240,10 @@ class Connection(asyncio.Protocol):
         if err is not None:
             self.out.append(b"-ERR %s\r\n" % err.encode())
             ctx.closing = True
-            log.debug("protocol error from %s: %s", ctx.addr, err)
+            if err == resp.TLS_ON_PLAINTEXT:
+                log.warning("closing client %s: a TLS handshake on the plaintext port %s", ctx.addr, ctx.laddr)
+            else:
+                log.debug("protocol error from %s: %s", ctx.addr, err)
         if self.out and not self.scheduled:
             self.scheduled = True
             self.node.after_commit(self.flush_cb)
@@ -302,6 +332,32 @@ class Connection(asyncio.Protocol):
         self.parser.auth_required = not authed and self.node.acl.auth_required()
 
 
+def listening_sockets(host: str, port: int) -> list[socket.socket]:
+    """Non-blocking sockets listening on ``port`` of every address ``host`` resolves to (as
+    ``loop.create_server`` binds them: SO_REUSEADDR, IPv6 sockets IPv6 only)."""
+    out: list[socket.socket] = []
+    seen = set()
+    try:
+        for family, kind, proto, _, addr in socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM,
+                                                               flags=socket.AI_PASSIVE):
+            if (family, addr) in seen:
+                continue
+            seen.add((family, addr))
+            s = socket.socket(family, kind, proto)
+            out.append(s)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            s.bind(addr)
+            s.listen(_BACKLOG)
+            s.setblocking(False)
+    except OSError:
+        for s in out:
+            s.close()
+        raise
+    return out
+
+
 def keep_alive(s: socket.socket, interval: int) -> None:
     """tcp-keepalive, as Redis's anetKeepAlive: probes after ``interval`` idle seconds,
     then every third of it, three times, so a dead peer is dropped (and stops counting
@@ -313,14 +369,44 @@ def keep_alive(s: socket.socket, interval: int) -> None:
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 3)
 
 
+class _Throttled:
+    """At most ``_LOG_BURST`` warnings a second; the next one says how many were left out."""
+
+    __slots__ = ("second", "logged", "skipped")
+
+    def __init__(self) -> None:
+        self.second = 0
+        self.logged = self.skipped = 0
+
+    def warning(self, msg: str, *args: object) -> None:
+        now = int(time.monotonic())
+        if now != self.second:
+            self.second, self.logged = now, 0
+        if self.logged >= _LOG_BURST:
+            self.skipped += 1
+            return
+        self.logged += 1
+        if self.skipped:
+            msg += " (%d more like it not logged)"
+            args += (self.skipped,)
+            self.skipped = 0
+        log.warning(msg, *args)
+
+
 class RespServer:
-    """The RESP TCP listener of a node, and the idle-client timer."""
+    """The RESP TCP listeners of a node (plaintext and TLS), and the idle-client timer."""
 
     def __init__(self, node: Node):
         self.node = node
         self.tcp_server: asyncio.AbstractServer | None = None
+        self.tls_sockets: list[socket.socket] = []  # the TLS port's listening sockets (accept_tls)
         self.idle_task: asyncio.Task | None = None
         self.connections: set[Connection] = set()
+        self.handshakes: set[asyncio.Task] = set()  # TLS connections not past their handshake yet
+        self.tls = ServerTls(node.config)  # (a bad certificate stops the start here: TlsConfigError)
+        node.tls_prepare = self.tls.prepare
+        self._refused = _Throttled()
+        self._trimmed_at = 0  # tls_handshake_failures when freed memory was last given back
         # clients are served by server/busy.py while a script is busy (SCRIPT KILL, BUSY)
         self.busy = BusyServer(self)
         node.scripting.busy_poll = self.busy.poll
@@ -328,16 +414,75 @@ class RespServer:
 
     async def start(self) -> None:
         node = self.node
+        cfg = node.config
         loop = asyncio.get_running_loop()
-        self.tcp_server = await loop.create_server(
-            lambda: Connection(self), node.config.bind, node.config.port, reuse_address=True, backlog=511)
+        if cfg.port:
+            self.tcp_server = await loop.create_server(
+                lambda: Connection(self), cfg.bind, cfg.port, reuse_address=True, backlog=_BACKLOG)
+        if cfg.tls_port:
+            self.tls_sockets = listening_sockets(cfg.bind, cfg.tls_port)
+            for ls in self.tls_sockets:
+                loop.add_reader(ls.fileno(), self.accept_tls, ls)
         self.idle_task = loop.create_task(self._close_idle_clients())
+
+    def accept_tls(self, listener: socket.socket) -> None:
+        """New connections on the TLS port (the loop found the listening socket readable):
+        each gets its handshake (``handshake``), as many as are waiting, up to the backlog."""
+        node = self.node
+        for _ in range(_BACKLOG):
+            try:
+                sock, _addr = listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as e:  # out of descriptors or memory: as asyncio, wait a second
+                log.warning("accepting on the TLS port failed: %s; retrying in a second", e)
+                node.loop.remove_reader(listener.fileno())  # type: ignore[union-attr]
+                node.loop.call_later(1.0, self._resume_accepting, listener)  # type: ignore[union-attr]
+                return
+            if len(node.clients) + len(self.handshakes) >= node.maxclients:
+                node.stats.rejected_connections += 1
+                sock.close()
+                continue
+            sock.setblocking(False)
+            task = node.loop.create_task(self.handshake(sock))  # type: ignore[union-attr]
+            self.handshakes.add(task)
+            task.add_done_callback(self.handshakes.discard)
+
+    def _resume_accepting(self, listener: socket.socket) -> None:
+        if listener.fileno() >= 0:
+            self.node.loop.add_reader(listener.fileno(), self.accept_tls, listener)  # type: ignore[union-attr]
+
+    async def handshake(self, sock: socket.socket) -> None:
+        """The TLS handshake of a client accepted on the TLS port; the loop's TLS transport
+        then serves its ``Connection`` (connection_made comes once the handshake is done)."""
+        node = self.node
+        conn = Connection(self)
+        conn.tls = True
+        try:
+            peer = sock.getpeername()
+        except OSError:
+            peer = "?"
+        try:
+            await node.loop.connect_accepted_socket(  # type: ignore[union-attr]
+                lambda: conn, sock, ssl=self.tls.context,
+                ssl_handshake_timeout=node.config.tls_handshake_timeout)
+        except asyncio.CancelledError:
+            sock.close()
+            raise
+        except Exception as e:  # an SSL error, a timeout, a reset: the client goes, the node stays
+            sock.close()
+            node.stats.tls_handshake_failures += 1
+            why = getattr(e, "reason", None) or str(e) or type(e).__name__
+            self._refused.warning("Error accepting a client connection: %s (addr=%s)", why,
+                                  f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else peer)
 
     async def _close_idle_clients(self) -> None:
         """CONFIG SET timeout N: as Redis, a client idle for more than N seconds is closed
-        without a reply, unless it waits in a blocking command (checked every second)."""
+        without a reply, unless it waits in a blocking command (checked every second; so is
+        the end of a storm of failed TLS handshakes, ``_after_storm``)."""
         while True:
             await asyncio.sleep(1.0)
+            self._after_storm()
             limit = int(self.node.tunable("timeout"))
             if not limit:
                 continue
@@ -347,8 +492,26 @@ class RespServer:
                     log.debug("closing idle client %s", ctx.addr)
                     ctx.kill()
 
+    def _after_storm(self) -> None:
+        """After a storm of failed TLS handshakes (thousands of half-open connections, say),
+        once few are left in flight: the memory their buffers took goes back to the OS
+        (``tls.release_freed_memory``); without this the process keeps the high-water mark."""
+        failed = self.node.stats.tls_handshake_failures
+        self._trimmed_at = min(self._trimmed_at, failed)  # (CONFIG RESETSTAT)
+        storm = failed - self._trimmed_at
+        if storm >= _STORM and len(self.handshakes) < 16:
+            self._trimmed_at = failed
+            if release_freed_memory():
+                log.info("gave the memory of %d failed TLS handshakes back to the OS", storm)
+
     def stop(self) -> None:
         if self.idle_task is not None:
             self.idle_task.cancel()
         if self.tcp_server is not None:
             self.tcp_server.close()
+        for ls in self.tls_sockets:
+            self.node.loop.remove_reader(ls.fileno())  # type: ignore[union-attr]
+            ls.close()
+        self.tls_sockets = []
+        for task in list(self.handshakes):
+            task.cancel()

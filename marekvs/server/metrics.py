@@ -5,7 +5,10 @@ counters (commands, clients, errors, keyspace hits, the clock) and replication's
 figures (lag in entries and ms, bytes and entries shipped, resync flags), plus the standard
 process metrics (CPU seconds, resident memory, open file descriptors, start time). The
 scrape runs on the node's event loop, so it reads a consistent state without locks; the
-HTTP server is a few lines of asyncio (one request per connection).
+HTTP server is a few lines of asyncio (one request per connection). With ``metrics_tls yes``
+it is HTTPS with the context the TLS port started with (``server/tls.py``: the same
+certificate, CA and ``tls-auth-clients``); a CONFIG SET of the tls-* names reaches the
+exporter at the next start.
 """
 
 from __future__ import annotations
@@ -48,6 +51,8 @@ HELP = {
     "marekvs_antientropy_calls_refused": "Anti-entropy calls refused (secret, cluster, bad arguments or records).",
     "marekvs_digest_verified_partitions": "Partitions whose kept digest was recomputed from the data.",
     "marekvs_digest_corrected_partitions": "Partitions whose kept digest differed from the data and was corrected.",
+    "marekvs_tls_handshake_failures": "TLS handshakes on the TLS port that failed or timed out (the connection "
+                                      "was closed).",
 }
 
 
@@ -67,6 +72,7 @@ class NodeCollector:
             ("marekvs_keyspace_hits_total", {}, n.ks.hits),
             ("marekvs_keyspace_misses_total", {}, n.ks.misses),
             ("marekvs_hlc_clamped_total", {}, n.hlc.clamped),
+            ("marekvs_tls_handshake_failures_total", {}, n.stats.tls_handshake_failures),
         ]
         if n.replication is not None:
             rows += n.replication.metrics()
@@ -91,7 +97,8 @@ def registry_for(node: Any) -> CollectorRegistry:
     return reg
 
 
-async def start_metrics(node: Any) -> asyncio.AbstractServer:
+async def start_metrics(node: Any, tls: Any = None) -> asyncio.AbstractServer:
+    """The exporter on ``metrics_port``; over HTTPS when ``tls`` (a ``ServerTls``) is given."""
     registry = registry_for(node)
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -107,9 +114,11 @@ async def start_metrics(node: Any) -> asyncio.AbstractServer:
                 head = b"HTTP/1.0 404 Not Found\r\nContent-Type: text/plain\r\n"
             writer.write(head + b"Content-Length: %d\r\n\r\n" % len(body) + body)
             await writer.drain()
-        except (asyncio.TimeoutError, ConnectionError, IndexError):
+        except (asyncio.TimeoutError, OSError, IndexError):
             pass
         finally:
             writer.close()
 
-    return await asyncio.start_server(handle, node.config.bind, node.config.metrics_port)
+    context = tls.context if tls is not None else None
+    return await asyncio.start_server(handle, node.config.bind, node.config.metrics_port, ssl=context,
+                                      ssl_handshake_timeout=node.config.tls_handshake_timeout if context else None)

@@ -79,6 +79,9 @@ INT_MAX = 2**31 - 1
 PROTO_INLINE_MAX_SIZE = 64 * 1024
 UNAUTH_MAX_MULTIBULK = 10
 UNAUTH_MAX_BULK = 16384
+# A request that starts as a TLS record (a ClientHello: handshake type 0x16, version 3.x) is
+# a TLS client on the plaintext port: closed at once, where Redis would wait for a newline
+TLS_ON_PLAINTEXT = "Protocol error: TLS handshake on a plaintext port"
 
 
 class ProtocolError(Exception):
@@ -251,6 +254,11 @@ class StrictParser:
         while pos < n:
             if args is None:
                 if buf[pos] != 42:  # inline
+                    if buf[pos] == 22 and not self._scanned:
+                        if pos + 1 == n:
+                            break  # (the next byte says whether it is a TLS record)
+                        if buf[pos + 1] == 3:
+                            raise ProtocolError(TLS_ON_PLAINTEXT)
                     # (the line end is searched once per byte: a line arriving in many
                     # reads is not re-scanned from its start every time)
                     nl = -1 if self._stuck else _line_end(buf, b"\n", pos + self._scanned, n)

@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -142,9 +144,58 @@ def test_cluster_up_status_add_down(tmp_path):
             stop_nodes(load_state(d)["nodes"], timeout=5)
 
 
-def test_cluster_up_refuses_busy_ports(tmp_path):
-    import socket
+@pytest.mark.skipif(shutil.which("openssl") is None or shutil.which("redis-cli") is None,
+                    reason="needs the openssl and redis-cli commands")
+def test_cluster_up_tls_serves_clients_over_tls_and_peers_over_mutual_tls(tmp_path):
+    """``cluster up --tls``: three nodes, RESP over TLS only (a client certificate required),
+    peer links over mutual TLS; real redis-cli --tls writes on node 1 and reads on node 3;
+    status and add work through TLS; a peer call in the clear or without a certificate is
+    refused."""
+    import grpc
 
+    d = tmp_path / "cluster"
+    base, gbase = free_base(4), free_base(4)
+    while abs(gbase - base) < 4:
+        gbase = free_base(4)
+    t = d / "tls"
+
+    def rcli(port, *args, cert=True):
+        flags = ["--tls", "--cacert", str(t / "ca.pem")]
+        if cert:
+            flags += ["--cert", str(t / "client.pem"), "--key", str(t / "client.key")]
+        return subprocess.run(["redis-cli", *flags, "-p", str(port), *args], capture_output=True, text=True,
+                              timeout=60).stdout.strip()
+
+    try:
+        r = cli("up", "--tls", "--nodes", "3", "--dir", str(d), "--base-port", str(base),
+                "--grpc-base-port", str(gbase))
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert f"redis-cli --tls --cacert {t / 'ca.pem'}" in r.stdout
+        assert rcli(base, "SET", "over", "tls") == "OK"
+        wait_until(lambda: rcli(base + 2, "GET", "over") == "tls", timeout=60, what="the write on node 3")
+        assert rcli(base + 1, "PING", cert=False) == ""  # no client certificate: refused at the handshake
+        with socket.create_connection(("127.0.0.1", base)) as s:  # no plaintext RESP at all
+            s.sendall(b"PING\r\n")
+            s.settimeout(30)
+            assert s.recv(100) == b""
+        js = json.loads(cli("status", "--dir", str(d), "--json").stdout)
+        assert [n["up"] for n in js["nodes"]] == [True, True, True]
+        r = cli("add", "--dir", str(d))
+        assert r.returncode == 0, r.stdout + r.stderr
+        wait_until(lambda: rcli(base + 3, "GET", "over") == "tls", timeout=60, what="node 4 bootstrapped over mTLS")
+        # the peer port speaks TLS and wants a certificate signed by the cluster's CA
+        for creds in (None, grpc.ssl_channel_credentials(root_certificates=(t / "ca.pem").read_bytes())):
+            ch = grpc.insecure_channel(f"127.0.0.1:{gbase}") if creds is None else \
+                grpc.secure_channel(f"127.0.0.1:{gbase}", creds)
+            with ch:
+                with pytest.raises(grpc.FutureTimeoutError):
+                    grpc.channel_ready_future(ch).result(timeout=5)
+    finally:
+        if (d / "cluster.json").exists():
+            stop_nodes(load_state(d)["nodes"], timeout=5)
+
+
+def test_cluster_up_refuses_busy_ports(tmp_path):
     base = free_base(2)
     with socket.socket() as s:
         s.bind(("127.0.0.1", base))

@@ -1,18 +1,18 @@
-"""Peer links over mutual TLS: a CA and node certificates made with the openssl CLI; a
-2-node cluster with --tls-cert/--tls-key/--tls-ca/--tls-server-name converges, and a
-caller without a client certificate (or with one from another CA, or in plaintext) is
-refused before it reaches the service."""
+"""Peer links over mutual TLS: a CA and node certificates made with the openssl CLI
+(``launcher/certs.py``); a 2-node cluster with --tls-cert/--tls-key/--tls-ca/--tls-server-name
+converges, and a caller without a client certificate (or with one from another CA, or in
+plaintext) is refused before it reaches the service."""
 
 from __future__ import annotations
 
 import shutil
-import subprocess
 from pathlib import Path
 
 import grpc
 import pytest
 
 from marekvs.core.partition import PARTITIONS
+from marekvs.launcher.certs import make_ca, make_cert
 from marekvs.replication.gen import replication_v1_pb2 as pb
 from marekvs.replication.gen import replication_v1_pb2_grpc as pbg
 from marekvs.storage.engine import FORMAT_VERSION
@@ -24,32 +24,14 @@ pytestmark = [pytest.mark.timeout(120),
 NAME = "marekvs.test"
 
 
-def _openssl(*args: str, cwd: Path) -> None:
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
-
-
-def make_ca(d: Path, name: str) -> None:
-    _openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-             "-keyout", f"{name}.key", "-out", f"{name}.pem", "-days", "2", "-subj", f"/CN={name}", cwd=d)
-
-
-def make_cert(d: Path, ca: str, name: str) -> None:
-    _openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-             "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={NAME}", cwd=d)
-    (d / f"{name}.ext").write_text(f"subjectAltName=DNS:{NAME},IP:127.0.0.1\n"
-                                   "extendedKeyUsage=serverAuth,clientAuth\n")
-    _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.pem", "-CAkey", f"{ca}.key",
-             "-CAcreateserial", "-out", f"{name}.pem", "-days", "2", "-extfile", f"{name}.ext", cwd=d)
-
-
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory) -> Path:
     d = tmp_path_factory.mktemp("pki")
     make_ca(d, "ca")
     make_ca(d, "rogue-ca")
     for n in ("node1", "node2", "client"):
-        make_cert(d, "ca", n)
-    make_cert(d, "rogue-ca", "rogue")
+        make_cert(d, n, cn=NAME, hosts=[NAME, "127.0.0.1"])
+    make_cert(d, "rogue", ca="rogue-ca", cn=NAME, hosts=[NAME, "127.0.0.1"])
     return d
 
 
