@@ -3,10 +3,11 @@ kcat. Round trips (keys, headers, timestamps, null values), the Redis view of th
 topic (XRANGE of what was produced; an entry XADDed in Korvet's layout read by Kafka
 consumers), offsets unique and increasing, ListOffsets, long-poll fetch, a consumer group
 whose members join and leave while records flow (every record once), commit and resume,
-and bad input (the node keeps serving)."""
+bad input (the node keeps serving), and a full disk (produce gets KAFKA_STORAGE_ERROR)."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import struct
@@ -282,3 +283,41 @@ def test_bad_input_closes_the_connection_and_the_node_keeps_serving(node):
     create(node, "still", 1)
     assert produce(node, "still", [{"value": b"ok"}])
     assert node.client().ping()
+
+
+def test_a_full_disk_answers_produce_with_kafka_storage_error_and_recovers(tmp_path):
+    from tests.integration.test_full_disk import _fill, _mount_tmpfs
+
+    mnt = tmp_path / "data"
+    if not _mount_tmpfs(mnt, "48m"):
+        pytest.skip("needs root and mount(8) for a small tmpfs")
+    kport = free_port()
+    n = Node(mnt, durability="always", extra=["--kafka-port", str(kport)])
+    n.kport = kport
+    try:
+        n.start()
+        create(n, "disk", 1)
+        before = produce(n, "disk", [{"value": b"before"}])
+        _fill(mnt)
+
+        def misconf() -> bool:  # a RESP write makes the node find its disk full
+            try:
+                with n.client(socket_timeout=10) as r:
+                    r.set("probe", "x")
+            except Exception as e:  # the first write's connection closes unanswered, later ones get MISCONF
+                return str(e).startswith("MISCONF")
+            return False
+        wait_for(misconf, 60, "writes refused with MISCONF")
+        p = Producer({"bootstrap.servers": boot(n), "retries": 0, "acks": 1, "message.timeout.ms": 30000})
+        errs = []
+        p.produce("disk", value=b"refused", on_delivery=lambda err, m: errs.append(err))
+        p.flush(60)
+        assert [e.code() for e in errs] == [ck.KafkaError.KAFKA_STORAGE_ERROR], errs
+        os.unlink(mnt / "filler")
+        wait_for(lambda: not misconf(), 60, "the node takes writes again")
+        after = produce(n, "disk", [{"value": b"after"}])
+        got = consume(n, "disk", [0], 2)
+        assert [(m.offset(), m.value()) for m in got] == [(before[0][1], b"before"), (after[0][1], b"after")]
+    finally:
+        n.stop()
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)

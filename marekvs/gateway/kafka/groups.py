@@ -144,11 +144,11 @@ class Coordinator:
         return g
 
     def _store_generation(self, g: Group) -> None:
-        lay = self.gw.layout
-        lay.call(self.gw.sys, b"HSET", lay.group_key(g.name.encode()), b"generation", b"%d" % g.generation,
-                 b"protocolType", g.protocol_type.encode())
-        lay.call(self.gw.sys, b"SADD", lay.groups_key, g.name.encode())
-        self.gw.node.request_tick()
+        gw = self.gw
+        gw.record("a group's generation", b"HSET", gw.layout.group_key(g.name.encode()), b"generation",
+                  b"%d" % g.generation, b"protocolType", g.protocol_type.encode())
+        gw.record("a group's name", b"SADD", gw.layout.groups_key, g.name.encode())
+        gw.node.request_tick()
 
     # -- the join round ---------------------------------------------------------------------------------
     async def join(self, conn: Any, b: Any, version: int) -> dict[str, Any]:

@@ -236,8 +236,20 @@ def _endpoints(brokers: dict) -> list[dict[str, Any]]:
     return [{"node_id": n, "host": h, "port": port, "rack": None} for n, (h, port) in sorted(brokers.items())]
 
 
+def _refused(req: Request, code: int, message: str) -> list[dict[str, Any]]:
+    """Every partition of a produce request answered with ``code``."""
+    return [{"name": td.name, "partition_responses": [
+        {"index": pd.index, "error_code": code, "base_offset": -1, "log_append_time_ms": -1, "log_start_offset": -1,
+         "record_errors": [], "error_message": message} for pd in td.partition_data]} for td in req.body.topic_data]
+
+
 def produce(conn: Any, req: Request) -> Any:
     gw, ctx, b, v = conn.gw, conn.ctx, req.body, req.version
+    failing = gw.storage_error()
+    if failing is not None:  # a full disk: nothing is appended (RESP clients get MISCONF)
+        if b.acks == 0:
+            return None
+        return encode(req, {"responses": _refused(req, Error.KAFKA_STORAGE_ERROR, failing), "throttle_time_ms": 0})
     brokers = gw.brokers()
     topics_out = []
     last_seq = 0
@@ -571,7 +583,7 @@ def offset_commit(conn: Any, req: Request) -> bytes:
                         pc = Error.GROUP_AUTHORIZATION_FAILED if e.denied else Error.KAFKA_STORAGE_ERROR
             parts.append({"partition_index": pp.partition_index, "error_code": pc})
     if wrote:
-        gw.layout.call(gw.sys, b"SADD", gw.layout.groups_key, group)
+        gw.record("a group's name", b"SADD", gw.layout.groups_key, group)
     return encode(req, {"throttle_time_ms": 0, "topics": out})
 
 

@@ -25,7 +25,7 @@ from marekvs.commands.context import Context
 from marekvs.gateway.kafka import handlers, protocol
 from marekvs.gateway.kafka.groups import Coordinator
 from marekvs.gateway.kafka.partitions import Logs
-from marekvs.gateway.kafka.topics import Layout, rendezvous
+from marekvs.gateway.kafka.topics import Layout, StoreError, rendezvous
 from marekvs.node.changes import user_keys
 
 log = logging.getLogger("marekvs.kafka")
@@ -62,7 +62,7 @@ class KafkaGateway:
     async def start(self) -> None:
         cfg = self.node.config
         self.server = await asyncio.start_server(self._accept, cfg.bind, self.port, limit=1 << 20)
-        self.layout.set_broker(self.sys, self.node_id, self.host, self.port)
+        self.set_broker()
         self.node.request_tick()
         self._ack_task = asyncio.get_running_loop().create_task(self._acks())
         self.groups.start()
@@ -86,7 +86,26 @@ class KafkaGateway:
         finally:
             self.connections.discard(conn)
 
+    def storage_error(self) -> str | None:
+        """Why this node's storage refuses writes now (a full disk: RESP clients get MISCONF,
+        produce gets KAFKA_STORAGE_ERROR), None while it takes them."""
+        return self.node.engine.write_error
+
+    def record(self, what: str, *argv: bytes) -> bool:
+        """One of the gateway's own writes (a broker address, a partition claimed, a group's
+        generation): False, logged, when the node refuses it (a full disk); what it records
+        is written again the next time it is needed."""
+        try:
+            self.layout.call(self.sys, *argv)
+            return True
+        except StoreError as e:
+            log.warning("Kafka gateway: recording %s failed: %s", what, e.text)
+            return False
+
     # -- cluster view ---------------------------------------------------------------------------
+    def set_broker(self) -> None:
+        self.record("this broker's address", *self.layout.set_broker(self.node_id, self.host, self.port))
+
     def live_nodes(self) -> list[int]:
         repl = self.node.replication
         peers = [] if repl is None else [p.node_id for p in repl.peers.values() if p.state == "streaming"]
@@ -96,7 +115,7 @@ class KafkaGateway:
         """The live nodes that serve Kafka, with their listener addresses."""
         known = self.layout.brokers(self.sys)
         if known.get(self.node_id) != (self.host, self.port):  # deleted or rewritten by a client
-            self.layout.set_broker(self.sys, self.node_id, self.host, self.port)
+            self.set_broker()
             known[self.node_id] = (self.host, self.port)
         live = set(self.live_nodes())
         return {n: a for n, a in known.items() if n in live}
@@ -116,8 +135,8 @@ class KafkaGateway:
                 continue
             epoch = rec[0] + 1 if rec is not None else 0
             succ = rendezvous(topic, p, candidates)
-            if succ == self.node_id:
-                self.layout.set_leader(self.sys, topic, p, epoch, self.node_id)
+            if succ == self.node_id and self.record("a partition's leader", *self.layout.set_leader(
+                    topic, p, epoch, self.node_id)):
                 log.info("leading %s-%d from epoch %d (recorded leader %s not live)", topic.decode(errors="replace"),
                          p, epoch, rec[1] if rec else "none")
             out[p] = (succ, epoch)

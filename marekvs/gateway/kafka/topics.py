@@ -155,8 +155,9 @@ class Layout:
                 continue
         return out
 
-    def set_leader(self, ctx: Any, topic: bytes, partition: int, epoch: int, node_id: int) -> None:
-        self.call(ctx, b"HSET", self.leaders_key(topic), b"%d" % partition, b"%d:%d" % (epoch, node_id))
+    def set_leader(self, topic: bytes, partition: int, epoch: int, node_id: int) -> tuple[bytes, ...]:
+        """The command that records ``node_id`` as the leader of ``partition`` from ``epoch``."""
+        return b"HSET", self.leaders_key(topic), b"%d" % partition, b"%d:%d" % (epoch, node_id)
 
     def brokers(self, ctx: Any) -> dict[int, tuple[str, int]]:
         flat = self.call(ctx, b"HGETALL", self.brokers_key)
@@ -166,8 +167,9 @@ class Layout:
             out[int(k)] = (host, int(port))
         return out
 
-    def set_broker(self, ctx: Any, node_id: int, host: str, port: int) -> None:
-        self.call(ctx, b"HSET", self.brokers_key, b"%d" % node_id, f"{host}:{port}".encode())
+    def set_broker(self, node_id: int, host: str, port: int) -> tuple[bytes, ...]:
+        """The command that records node ``node_id``'s Kafka listener address."""
+        return b"HSET", self.brokers_key, b"%d" % node_id, f"{host}:{port}".encode()
 
 
 def rendezvous(topic: bytes, partition: int, nodes: list[int]) -> int:
