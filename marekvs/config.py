@@ -104,6 +104,7 @@ class Config:
     kafka_num_partitions: int = 1
     kafka_max_request_bytes: int = 104857600
     kafka_group_initial_rebalance_delay_ms: int = 3000
+    kafka_replica_lag_time_max_ms: int = 30000
 
     HELP = {
         "port": "RESP TCP port",
@@ -176,6 +177,9 @@ class Config:
                                    "(socket.request.max.bytes)",
         "kafka_group_initial_rebalance_delay_ms": "how long a new consumer group waits for more members before "
                                                   "its first rebalance (group.initial.rebalance.delay.ms)",
+        "kafka_replica_lag_time_max_ms": "a peer that has not acknowledged this node's whole log for this long "
+                                         "stops counting for acks=all and the high watermark "
+                                         "(replica.lag.time.max.ms)",
     }
 
     @property
@@ -217,9 +221,10 @@ class Config:
             raise ValueError("gc_grace and max_clock_drift must be >= 0")
         if not 0 <= self.kafka_port < 65536 or (self.kafka_port and self.kafka_port in (self.port, self.tls_port)):
             raise ValueError("kafka_port must be 0 (off) or a port other than the RESP ports")
-        if self.kafka_num_partitions < 1 or self.kafka_max_request_bytes < 1024 or not self.kafka_prefix:
+        if (self.kafka_num_partitions < 1 or self.kafka_max_request_bytes < 1024 or not self.kafka_prefix
+                or self.kafka_replica_lag_time_max_ms < 1):
             raise ValueError("kafka_num_partitions must be >= 1, kafka_max_request_bytes >= 1024, "
-                             "kafka_prefix not empty")
+                             "kafka_replica_lag_time_max_ms >= 1, kafka_prefix not empty")
         if (self.antientropy_interval < 0 or self.antientropy_partitions < 1 or self.antientropy_settle < 0
                 or self.digest_verify_interval < 0):
             raise ValueError("antientropy_interval, antientropy_settle and digest_verify_interval must be >= 0, "

@@ -18,67 +18,21 @@ import time
 import pytest
 
 from tests.cluster import wait_for
-from tests.helpers import Node, free_port
 
 ck = pytest.importorskip("confluent_kafka")
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
-from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
+from tests.kafka_helpers import boot, consume, create, kafka_node, produce  # noqa: E402
 
 pytestmark = pytest.mark.timeout(300)
 
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory):
-    kport = free_port()
-    n = Node(tmp_path_factory.mktemp("kafka") / "data",
-             extra=["--kafka-port", str(kport), "--kafka-group-initial-rebalance-delay-ms", "0"])
-    n.kport = kport
+    n = kafka_node(tmp_path_factory.mktemp("kafka") / "data")
     n.start()
     yield n
     n.stop()
-
-
-def boot(n) -> str:
-    return f"127.0.0.1:{n.kport}"
-
-
-def create(n, topic: str, partitions: int, **configs) -> None:
-    admin = AdminClient({"bootstrap.servers": boot(n)})
-    fs = admin.create_topics([NewTopic(topic, partitions, 1, config={k: str(v) for k, v in configs.items()})],
-                             operation_timeout=30)
-    fs[topic].result(60)
-
-
-def produce(n, topic: str, msgs: list[dict], **conf) -> list[tuple[int, int]]:
-    """Produce ``msgs`` (produce() keyword arguments); returns (partition, offset) of each."""
-    p = Producer({"bootstrap.servers": boot(n), "linger.ms": 5, **conf})
-    got: list = [None] * len(msgs)
-
-    def report(i):
-        def cb(err, m):
-            got[i] = err or (m.partition(), m.offset())
-        return cb
-
-    for i, m in enumerate(msgs):
-        p.produce(topic, on_delivery=report(i), **m)
-    assert p.flush(60) == 0
-    assert all(isinstance(x, tuple) for x in got), got
-    return got
-
-
-def consume(n, topic: str, partitions: list[int], count: int, offset: int = ck.OFFSET_BEGINNING) -> list:
-    c = Consumer({"bootstrap.servers": boot(n), "group.id": "reader", "enable.auto.commit": False})
-    c.assign([TopicPartition(topic, p, offset) for p in partitions])
-    out = []
-    deadline = time.monotonic() + 60
-    while len(out) < count and time.monotonic() < deadline:
-        m = c.poll(0.5)
-        if m is None:
-            continue
-        assert m.error() is None, m.error()
-        out.append(m)
-    c.close()
-    return out
 
 
 def test_round_trip_with_keys_headers_timestamps_and_null_values(node):
@@ -291,9 +245,7 @@ def test_a_full_disk_answers_produce_with_kafka_storage_error_and_recovers(tmp_p
     mnt = tmp_path / "data"
     if not _mount_tmpfs(mnt, "48m"):
         pytest.skip("needs root and mount(8) for a small tmpfs")
-    kport = free_port()
-    n = Node(mnt, durability="always", extra=["--kafka-port", str(kport)])
-    n.kport = kport
+    n = kafka_node(mnt, durability="always")
     try:
         n.start()
         create(n, "disk", 1)

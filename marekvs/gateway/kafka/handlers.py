@@ -85,7 +85,8 @@ def metadata(conn: Any, req: Request) -> bytes:
             continue
         topics.append({"error_code": Error.NONE, "name": t.name.decode(errors="replace"), "topic_id": t.id,
                        "is_internal": False, "partitions": [
-                           {"error_code": Error.NONE, "partition_index": p, "leader_id": n, "leader_epoch": e,
+                           {"error_code": Error.NONE if n >= 0 else Error.LEADER_NOT_AVAILABLE,
+                            "partition_index": p, "leader_id": n, "leader_epoch": e,
                             "replica_nodes": live, "isr_nodes": live, "offline_replicas": []}
                            for p, (n, e) in sorted(leaders.items())]})
     return encode(req, {"throttle_time_ms": 0,
@@ -323,8 +324,9 @@ def produce(conn: Any, req: Request) -> Any:
 
 
 async def _produce_all(conn: Any, req: Request, fields: dict, appended: list, seq: int, timeout_ms: int) -> bytes:
-    """acks=all: answer once every live peer has the appends (as WAIT), or with
-    REQUEST_TIMED_OUT for them after ``timeout_ms``."""
+    """acks=all: answer once every in-sync peer has the appends (as WAIT), or with
+    REQUEST_TIMED_OUT for them after ``timeout_ms`` (NOT_LEADER_OR_FOLLOWER at once if
+    this node may no longer lead: ``KafkaGateway.can_lead``)."""
     gw = conn.gw
     if not await conn._committed():
         for res in appended:
@@ -332,12 +334,16 @@ async def _produce_all(conn: Any, req: Request, fields: dict, appended: list, se
         return encode(req, fields)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(timeout_ms, 0) / 1000
-    while not gw.logs.acked_all(seq):
+    while True:
+        lost = not gw.can_lead()  # (no majority any more: the records may be on this node only)
+        if not lost and gw.logs.acked_all(seq):
+            break
         left = deadline - loop.time()
-        if left <= 0:
+        if left <= 0 or lost:
             for res in appended:
-                res.update(error_code=Error.REQUEST_TIMED_OUT, base_offset=-1,
-                           error_message="not acknowledged by every live peer in time")
+                res.update(error_code=Error.NOT_LEADER_OR_FOLLOWER if lost else Error.REQUEST_TIMED_OUT,
+                           base_offset=-1, error_message="not acknowledged by every in-sync peer in time"
+                           if not lost else "this node lost the majority it needs to lead")
             break
         try:  # an ack, or a peer going down (checked every 100 ms), ends the wait
             await asyncio.wait_for(conn.node.ack_waiter().wait(), min(left, 0.1))

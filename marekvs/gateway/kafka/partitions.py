@@ -3,15 +3,17 @@
 Append. The leader mints the ids of a produced record set itself (``offsets.mint``) and
 adds one entry per record with ``XADD key <ms>-<seq> ...`` through ``node.dispatch``, all in
 the same event-loop tick, so they are one commit. The response waits for that commit
-(acks=1) or, for acks=all, until every live peer acknowledged the replication-log position
-of the last entry, as WAIT does (``acked_all``).
+(acks=1) or, for acks=all, until every in-sync peer acknowledged the replication-log
+position of the last entry, as WAIT does, and the in-sync peers with the leader are a
+majority of the nodes it knows (``acked_all``; in-sync: ``KafkaGateway.in_sync``).
 
-High watermark. What a consumer may read is what every live peer has: the leader keeps, per
-partition, its own appends that some live peer has not acknowledged yet, and the high
+High watermark. What a consumer may read is what acks=all would acknowledge: the leader
+keeps, per partition, its own appends that ``acked_all`` does not cover yet, and the high
 watermark stops at the first of them (Kafka's: the offset replicated to every in-sync
 replica). So a consumer never reads a record that a failover to another node would not
-have. Entries this node did not append (replicated from peers) are on two nodes already and
-count at once. With no peers the high watermark is the log end.
+have. Entries this node did not append (replicated from the partition's former leader, which
+counted them the same way before it acknowledged them) count at once. With no peers the high
+watermark is the log end.
 
 Log end and start. The log end offset is one past the greatest offset of the stream: of its
 last id (``Stream.last_id``, from the per-origin counters: at least every live entry's id,
@@ -31,6 +33,7 @@ puts each millisecond's entries in offset order (``offsets.sort_ms``), and retur
 from __future__ import annotations
 
 import collections
+import time
 from typing import Any
 
 from marekvs.core.hlc import physical_ms, wall_ms
@@ -46,11 +49,12 @@ def _sid(b: bytes) -> tuple[int, int]:
 
 
 class Logs:
-    def __init__(self, node: Any, layout: Any):
-        self.node = node
-        self.layout = layout
-        # stream key -> deque of (offset, replication-log seq) of this node's appends that
-        # some live peer has not acknowledged yet
+    def __init__(self, gw: Any):
+        self.gw = gw
+        self.node = gw.node
+        self.layout = gw.layout
+        # stream key -> deque of (first offset, replication-log seq of the last entry) of
+        # this node's appends that ``acked_all`` does not cover yet
         self.unacked: dict[bytes, collections.deque[tuple[int, int]]] = {}
 
     # -- offsets -----------------------------------------------------------------------------------
@@ -90,11 +94,17 @@ class Logs:
         return offsets.of_id(first[0]) if first is not None else self.log_end(key)
 
     def acked_all(self, seq: int) -> bool:
-        """Has every live peer acknowledged this node's replication log up to ``seq``?"""
+        """Has every in-sync peer (``KafkaGateway.in_sync``) acknowledged this node's
+        replication log up to ``seq``, and are they, with this node, a majority of the nodes
+        it knows? (Kafka's min.insync.replicas, here a majority: what acks=all acknowledged
+        and a consumer read is on a majority, so any majority that takes over has it.)"""
         repl = self.node.replication
-        if repl is None or not seq:
+        if repl is None or not seq or not repl.peers:
             return True
-        return all(p.acked_seq >= seq for p in repl.peers.values() if p.state == "streaming")
+        now = time.monotonic()
+        peers = repl.peers.values()
+        synced = [p for p in peers if self.gw.in_sync(p, now)]
+        return 2 * (1 + len(synced)) > 1 + len(peers) and all(p.acked_seq >= seq for p in synced)
 
     def pending(self) -> bool:
         return bool(self.unacked)
@@ -112,7 +122,7 @@ class Logs:
         first = offsets.of_id((ms, seq))
         log_seq = ctx.last_write_seq
         if self.node.replication is not None and self.node.replication.peers:
-            self.unacked.setdefault(key, collections.deque()).append((first + len(recs) - 1, log_seq))
+            self.unacked.setdefault(key, collections.deque()).append((first, log_seq))
         return first, log_seq
 
     # -- read ----------------------------------------------------------------------------------------

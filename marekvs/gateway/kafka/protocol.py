@@ -152,11 +152,15 @@ def decode(frame: bytes | memoryview) -> Request:
 def encode(req: Request, fields: dict[str, Any], version: int | None = None) -> bytes:
     """The response frame (length prefix, header, body) to ``req`` with ``fields``
     (nested structs as dicts and lists of dicts; absent fields take their defaults)."""
-    cls = req.api.response
-    v = req.version if version is None else version
-    resp = cls(**_convert(cls._struct, fields, top=True), version=v)
+    resp = message(req.api.response, fields, req.version if version is None else version)
     resp.with_header(correlation_id=req.correlation_id)
     return bytes(resp.encode(header=True, framed=True))
+
+
+def message(cls: Any, fields: dict[str, Any], version: int) -> Any:
+    """The kafka-python message ``cls`` (a request or response struct) of ``version`` with
+    ``fields`` (nested structs as dicts and lists of dicts)."""
+    return cls(**_convert(cls._struct, fields, top=True), version=version)
 
 
 def _convert(field: Any, d: dict[str, Any], top: bool = False) -> Any:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
+import time
 from typing import Any
 
 from marekvs.commands.aclrules import User
@@ -40,7 +41,7 @@ class KafkaGateway:
         cfg = node.config
         self.node_id = cfg.node_id
         self.layout = Layout(node, cfg.kafka_prefix)
-        self.logs = Logs(node, self.layout)
+        self.logs = Logs(self)
         self.host = cfg.kafka_advertise_host or cfg.advertise_host or cfg.bind
         self.port = cfg.kafka_port
         self.max_request = cfg.kafka_max_request_bytes
@@ -57,6 +58,9 @@ class KafkaGateway:
         self.waiters: dict[bytes, set[asyncio.Event]] = {}
         self._ack_task: asyncio.Task | None = None
         self.groups = Coordinator(self)
+        self.lag_time = cfg.kafka_replica_lag_time_max_ms / 1000
+        self.started = time.monotonic()
+        self._caught_up: dict[int, int] = {}  # peer -> its log end at a Hello this node has applied
 
     # -- life cycle ---------------------------------------------------------------------------
     async def start(self) -> None:
@@ -106,10 +110,40 @@ class KafkaGateway:
     def set_broker(self) -> None:
         self.record("this broker's address", *self.layout.set_broker(self.node_id, self.host, self.port))
 
-    def live_nodes(self) -> list[int]:
+    def _peers(self) -> list[Any]:
         repl = self.node.replication
-        peers = [] if repl is None else [p.node_id for p in repl.peers.values() if p.state == "streaming"]
-        return sorted([self.node_id, *peers])
+        return [] if repl is None else list(repl.peers.values())
+
+    def live_nodes(self) -> list[int]:
+        """This node and the peers its replication links stream to."""
+        return sorted([self.node_id, *(p.node_id for p in self._peers() if p.state == "streaming")])
+
+    def in_sync(self, p: Any, now: float) -> bool:
+        """Does peer ``p`` count for acks=all and the high watermark? Streaming, and it has
+        acknowledged this node's whole log or did so within ``kafka_replica_lag_time_max_ms``
+        (Kafka's replica.lag.time.max.ms: a peer that hangs leaves the in-sync set)."""
+        return p.state == "streaming" and (p.acked_seq >= self.node.engine.log_seq
+                                           or now - max(p.last_ack, self.started) < self.lag_time)
+
+    def can_lead(self) -> bool:
+        """May this node lead partitions now? While it sees a majority of the nodes it knows
+        (itself included) and has applied what each live peer had when their link last came
+        up (so it knows the partitions' latest leaders: a node that restarts or comes back from
+        a partition does not act on what it recorded before)."""
+        peers = self._peers()
+        live = [p for p in peers if p.state == "streaming"]
+        if 2 * (1 + len(live)) <= 1 + len(peers):
+            return False
+        repl = self.node.replication
+        for p in live:
+            hello = p.log_last_at_hello
+            if hello < 0:
+                return False  # its log has not started to arrive yet
+            if self._caught_up.get(p.node_id) != hello:
+                if repl.hwm(p.node_id, p.incarnation) < hello:
+                    return False
+                self._caught_up[p.node_id] = hello
+        return True
 
     def brokers(self) -> dict[int, tuple[str, int]]:
         """The live nodes that serve Kafka, with their listener addresses."""
@@ -124,21 +158,26 @@ class KafkaGateway:
                 only: int | None = None) -> dict[int, tuple[int, int]]:
         """partition -> (leader node, leader epoch) for every partition of ``topic``; a
         partition whose recorded leader is not live goes to its successor, which this node
-        claims at once when it is the successor (topics.py)."""
+        claims at once when it is the successor (topics.py). While this node may not lead
+        (``can_lead``) the partitions it would lead have no leader (-1)."""
         recorded = self.layout.leaders(self.sys, topic)
         candidates = sorted(brokers)
+        able = self.can_lead()
         out = {}
         for p in (range(partitions) if only is None else (only,)):
             rec = recorded.get(p)
             if rec is not None and rec[1] in brokers:
-                out[p] = (rec[1], rec[0])
+                out[p] = (rec[1] if able or rec[1] != self.node_id else -1, rec[0])
                 continue
             epoch = rec[0] + 1 if rec is not None else 0
             succ = rendezvous(topic, p, candidates)
-            if succ == self.node_id and self.record("a partition's leader", *self.layout.set_leader(
-                    topic, p, epoch, self.node_id)):
-                log.info("leading %s-%d from epoch %d (recorded leader %s not live)", topic.decode(errors="replace"),
-                         p, epoch, rec[1] if rec else "none")
+            if succ == self.node_id:
+                if not able:
+                    out[p] = (-1, epoch)
+                    continue
+                if self.record("a partition's leader", *self.layout.set_leader(topic, p, epoch, self.node_id)):
+                    log.info("leading %s-%d from epoch %d (recorded leader %s not live)",
+                             topic.decode(errors="replace"), p, epoch, rec[1] if rec else "none")
             out[p] = (succ, epoch)
         return out
 

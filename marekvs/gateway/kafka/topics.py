@@ -23,9 +23,13 @@ node is live; the record is written when the topic is created (rendezvous hashin
 that comes back does not take its partitions back. When the recorded leader is not live,
 the successor is the rendezvous choice among the live brokers; the successor claims the
 partition by writing ``epoch+1:itself`` (every other node reports it as the leader at
-once, so clients move there). Nodes whose views of who is live differ can both claim; the
-record's last writer wins and the other stops leading when the record reaches it. Offsets
-stay unique meanwhile (``offsets.py``: each node mints in a lane of its own).
+once, so clients move there). A node leads and claims only while it sees a majority of the
+nodes it knows and has applied what its live peers had when their links came up
+(``KafkaGateway.can_lead``): a node that restarts or returns from a network partition
+learns the latest claims before it acts on its own old record. Nodes whose views of who is
+live differ can still both claim; the record's last writer wins and the other stops leading
+when the record reaches it. Offsets stay unique meanwhile (``offsets.py``: each node mints
+in a lane of its own).
 """
 
 from __future__ import annotations

@@ -1,0 +1,123 @@
+"""Kafka test helpers: real clients (confluent-kafka) against nodes started with
+``--kafka-port``, and raw requests for what a client library does not let a test send
+(a produce to a node that does not lead, a batch with a chosen producer sequence).
+
+A node here is a ``tests.helpers.Node`` with a ``kport`` attribute (its Kafka port).
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+from typing import Any
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING
+from confluent_kafka.admin import AdminClient, NewTopic
+from kafka.record.default_records import DefaultRecordBatchBuilder
+
+from marekvs.gateway.kafka.protocol import message
+from tests.helpers import CLIENT_TIMEOUT, Node, free_port
+
+
+def kafka_node(data_dir, *extra: str, **kw) -> Node:
+    """A node (not started) with a Kafka listener and no initial rebalance delay."""
+    kport = free_port()
+    n = Node(data_dir, extra=["--kafka-port", str(kport), "--kafka-group-initial-rebalance-delay-ms", "0", *extra],
+             **kw)
+    n.kport = kport
+    return n
+
+
+def boot(*nodes) -> str:
+    return ",".join(f"127.0.0.1:{n.kport}" for n in nodes)
+
+
+def create(n, topic: str, partitions: int, replicas: list[list[int]] | None = None, **configs) -> None:
+    """Create ``topic`` through ``n`` (``replicas``: a replica assignment per partition,
+    its first node the partition's leader)."""
+    admin = AdminClient({"bootstrap.servers": boot(n)})
+    cfg = {k.replace("_", "."): str(v) for k, v in configs.items()}
+    nt = (NewTopic(topic, len(replicas), replica_assignment=replicas, config=cfg) if replicas
+          else NewTopic(topic, partitions, 1, config=cfg))
+    admin.create_topics([nt], operation_timeout=30)[topic].result(60)
+
+
+def produce(n, topic: str, msgs: list[dict], **conf) -> list[tuple[int, int]]:
+    """Produce ``msgs`` (produce() keyword arguments); returns (partition, offset) of each."""
+    p = Producer({"bootstrap.servers": boot(n), "linger.ms": 5, **conf})
+    got: list = [None] * len(msgs)
+
+    def report(i):
+        def cb(err, m):
+            got[i] = err or (m.partition(), m.offset())
+        return cb
+
+    for i, m in enumerate(msgs):
+        p.produce(topic, on_delivery=report(i), **m)
+    assert p.flush(60) == 0
+    assert all(isinstance(x, tuple) for x in got), got
+    return got
+
+
+def consume(n, topic: str, partitions: list[int], count: int, offset: int = OFFSET_BEGINNING, **conf) -> list:
+    """``count`` records of ``partitions`` read from ``offset`` (fewer if they do not come
+    within a minute)."""
+    c = Consumer({"bootstrap.servers": boot(n), "group.id": "reader", "enable.auto.commit": False, **conf})
+    c.assign([TopicPartition(topic, p, offset) for p in partitions])
+    out = []
+    deadline = time.monotonic() + 60
+    while len(out) < count and time.monotonic() < deadline:
+        m = c.poll(0.5)
+        if m is None:
+            continue
+        assert m.error() is None, m.error()
+        out.append(m)
+    c.close()
+    return out
+
+
+# -- raw requests ---------------------------------------------------------------------------
+
+def request(port: int, req_cls: Any, version: int, fields: dict[str, Any], resp_cls: Any = None,
+            sock: socket.socket | None = None) -> Any:
+    """Send one request (kafka-python's struct ``req_cls`` with ``fields``) and decode the
+    response (``resp_cls``: by default the request class's ``...Response`` sibling)."""
+    if resp_cls is None:
+        import importlib
+
+        mod = importlib.import_module(req_cls.__module__)
+        resp_cls = getattr(mod, req_cls.__name__[:-len("Request")] + "Response")
+    r = message(req_cls, fields, version)
+    r.with_header(correlation_id=1, client_id="raw")
+    data = bytes(r.encode(header=True, framed=True))
+    own = sock is None
+    s = sock or socket.create_connection(("127.0.0.1", port), timeout=CLIENT_TIMEOUT)
+    try:
+        s.sendall(data)
+        size = struct.unpack(">i", _read(s, 4))[0]
+        return resp_cls.decode(_read(s, size), version=version, header=True)
+    finally:
+        if own:
+            s.close()
+
+
+def _read(s: socket.socket, n: int) -> bytes:
+    out = b""
+    while len(out) < n:
+        d = s.recv(n - len(out))
+        if not d:
+            raise ConnectionError("closed by the server")
+        out += d
+    return out
+
+
+def batch(values: list[bytes], producer_id: int = -1, epoch: int = -1, base_sequence: int = -1, codec: int = 0,
+          transactional: bool = False) -> bytes:
+    """One record batch (message format 2) of ``values``."""
+    b = DefaultRecordBatchBuilder(2, codec, transactional, producer_id, epoch, base_sequence, 1 << 30)
+    now = int(time.time() * 1000)
+    for i, v in enumerate(values):
+        b.append(i, now, None, v, [])
+    return bytes(b.build())
