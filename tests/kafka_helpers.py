@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import socket
 import struct
+import threading
 import time
 from typing import Any
 
@@ -121,3 +122,76 @@ def batch(values: list[bytes], producer_id: int = -1, epoch: int = -1, base_sequ
     for i, v in enumerate(values):
         b.append(i, now, None, v, [])
     return bytes(b.build())
+
+
+class ResponseDropper:
+    """A TCP proxy in front of a Kafka listener (the node advertises the proxy's port with
+    ``--kafka-advertise-port``, so every client connection goes through it). It forwards
+    both ways; after ``drop(n)``, the next ``n`` Produce responses are not forwarded: the
+    client's connection is closed instead, so the batch is stored and the producer never
+    hears of it, and retries it."""
+
+    def __init__(self, target_port: int):
+        self.target = target_port
+        self.port = free_port()
+        self.to_drop = 0
+        self.dropped = 0
+        self._lock = threading.Lock()
+        self._sock = socket.create_server(("127.0.0.1", self.port))
+        self._sock.settimeout(0.2)
+        self._closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def drop(self, n: int) -> None:
+        with self._lock:
+            self.to_drop = n
+
+    def close(self) -> None:
+        self._closed = True
+        self._sock.close()
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                client, _ = self._sock.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.target), timeout=CLIENT_TIMEOUT)
+            except OSError:
+                client.close()
+                continue
+            produces: set[int] = set()  # correlation ids of the Produce requests sent
+            for args in ((client, upstream, produces, True), (upstream, client, produces, False)):
+                threading.Thread(target=self._pump, args=args, daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket, produces: set[int], requests: bool) -> None:
+        try:
+            while True:
+                size = _read(src, 4)
+                frame = _read(src, struct.unpack(">i", size)[0])
+                if requests:
+                    key, _, corr = struct.unpack_from(">hhi", frame)
+                    if key == 0:
+                        produces.add(corr)
+                else:
+                    corr = struct.unpack_from(">i", frame)[0]
+                    with self._lock:
+                        drop = corr in produces and self.to_drop > 0
+                        if drop:
+                            self.to_drop -= 1
+                            self.dropped += 1
+                    if drop:
+                        break
+                dst.sendall(size + frame)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                s.close()

@@ -22,7 +22,9 @@ from tests.cluster import wait_for
 ck = pytest.importorskip("confluent_kafka")
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 
-from tests.kafka_helpers import boot, consume, create, kafka_node, produce  # noqa: E402
+from kafka.protocol.producer import ProduceRequest  # noqa: E402
+
+from tests.kafka_helpers import batch, boot, consume, create, kafka_node, produce, request  # noqa: E402
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -234,6 +236,19 @@ def test_bad_input_closes_the_connection_and_the_node_keeps_serving(node):
         while len(body) < size:
             body += s.recv(size - len(body))
     assert struct.unpack(">ih", body[:6]) == (1, 35)
+    assert _closed(node.kport, struct.pack(">i", -1))  # a negative size
+    with socket.create_connection(("127.0.0.1", node.kport), timeout=30) as s:  # a frame cut short, then gone
+        s.sendall(_frame(3, 12)[:9])
+    # a record batch whose CRC does not match: CORRUPT_MESSAGE, nothing stored; a partition
+    # the topic does not have: UNKNOWN_TOPIC_OR_PARTITION
+    create(node, "crc", 1)
+    good = bytearray(batch([b"payload"]))
+    good[-1] ^= 0xFF
+    r = request(node.kport, ProduceRequest, 9, {"acks": -1, "timeout_ms": 30000, "topic_data": [
+        {"name": "crc", "partition_data": [{"index": 0, "records": bytes(good)},
+                                           {"index": 7, "records": batch([b"x"])}]}]})
+    assert [p.error_code for p in r.responses[0].partition_responses] == [2, 3]
+    assert node.client().exists("korvet:stream:crc:0") == 0
     create(node, "still", 1)
     assert produce(node, "still", [{"value": b"ok"}])
     assert node.client().ping()

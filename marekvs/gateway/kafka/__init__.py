@@ -10,9 +10,13 @@ Modules, each with its part of the design:
 - ``offsets.py``: Kafka offsets as stream ids with the origin dropped, minted in per-node
   lanes so they are exact, unique and ordered on an active-active cluster.
 - ``topics.py``: Korvet's storage layout and partition leadership.
-- ``partitions.py``: append, read, high watermark (what every live peer has), log start.
+- ``partitions.py``: append, read, high watermark (what acks=all would acknowledge), log
+  start, retention.
+- ``producers.py``: idempotent producers (producer ids, the sequence state that stores a
+  retried batch once).
 - ``handlers.py``: the APIs.
-- ``server.py``: the listener and its connections, each a client of ``node.dispatch``.
+- ``server.py``: the listener and its connections, each a client of ``node.dispatch`` (SASL
+  PLAIN as marekvs ACL users), who may lead, the retention pass.
 
 docs/kafka.md is the operator's page (how to run it, APIs and versions, semantics on a
 cluster, differences from Kafka).

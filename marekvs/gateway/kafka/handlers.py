@@ -13,11 +13,14 @@ import asyncio
 import uuid
 from typing import Any
 
-from marekvs.gateway.kafka import records
+from marekvs.core.hlc import wall_ms
+from marekvs.gateway.kafka import producers, records
 from marekvs.gateway.kafka.protocol import Error, Request, api_versions, encode
-from marekvs.gateway.kafka.topics import COMPRESSIONS, LEGAL_NAME, StoreError, Topic, rendezvous
+from marekvs.gateway.kafka.topics import (COMPRESSIONS, DEFAULT_MESSAGE_BYTES, LEGAL_NAME, StoreError, Topic,
+                                          rendezvous)
 
 ZERO_UUID = uuid.UUID(int=0)
+_NO_TXN = "transactions are not supported by this gateway"
 # topic configs CreateTopics accepts (and DescribeConfigs reports), with the values allowed
 TOPIC_CONFIGS = ("retention.ms", "retention.bytes", "compression.type", "max.message.bytes", "cleanup.policy",
                  "message.timestamp.type")
@@ -286,20 +289,11 @@ def produce(conn: Any, req: Request) -> Any:
                 res["current_leader"] = {"leader_id": leader, "leader_epoch": epoch}
                 moved = True
                 continue
-            if pd.records is None:
-                res["error_code"] = Error.INVALID_RECORD
+            if b.transactional_id is not None:
+                res.update(error_code=Error.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, error_message=_NO_TXN)
                 continue
             try:
-                batches = records.decode(pd.records, Error.CORRUPT_MESSAGE, Error.INVALID_RECORD)
-                for bt in batches:
-                    if bt.size > t.message_bytes:
-                        raise records.BadBatch(Error.MESSAGE_TOO_LARGE, f"batch of {bt.size} bytes is larger than "
-                                                                        f"max.message.bytes {t.message_bytes}")
-                    if bt.transactional:
-                        raise records.BadBatch(Error.INVALID_RECORD, "transactions are not supported")
-                recs = [r for bt in batches for r in bt.records]
-                key = gw.layout.stream_key(t.name, pd.index)
-                first, seq = gw.logs.append(ctx, key, recs)
+                seq = _append(conn, t, pd, res)
             except records.BadBatch as e:
                 res.update(error_code=e.code, error_message=str(e))
                 continue
@@ -309,9 +303,9 @@ def produce(conn: Any, req: Request) -> Any:
             except StoreError as e:
                 res.update(error_code=_denied(e), error_message=e.text)
                 continue
-            last_seq = max(last_seq, seq)
-            res.update(base_offset=first, log_start_offset=gw.logs.log_start(key))
-            appended.append(res)
+            if seq:
+                last_seq = max(last_seq, seq)
+                appended.append(res)
     if b.acks == 0:
         conn.node.request_tick()
         return None
@@ -321,6 +315,43 @@ def produce(conn: Any, req: Request) -> Any:
     if b.acks != -1 or not appended or gw.logs.acked_all(last_seq):
         return encode(req, fields)
     return _produce_all(conn, req, fields, appended, last_seq, b.timeout_ms)
+
+
+def _append(conn: Any, t: Topic, pd: Any, res: dict[str, Any]) -> int:
+    """Store one partition's record set (``res``: its response); the replication-log
+    position acks=all waits for (0: nothing to wait for, ``res`` says why)."""
+    gw, ctx = conn.gw, conn.ctx
+    if pd.records is None:
+        raise records.BadBatch(Error.INVALID_RECORD, "no records")
+    batches = records.decode(pd.records, Error.CORRUPT_MESSAGE, Error.INVALID_RECORD)
+    for bt in batches:
+        if bt.size > t.message_bytes:
+            raise records.BadBatch(Error.MESSAGE_TOO_LARGE, f"batch of {bt.size} bytes is larger than "
+                                                            f"max.message.bytes {t.message_bytes}")
+        if bt.transactional:
+            raise records.BadBatch(Error.INVALID_RECORD, _NO_TXN)
+    key = gw.layout.stream_key(t.name, pd.index)
+    idem = batches[0].producer_id >= 0
+    if idem:  # an idempotent producer (producers.py)
+        if len(batches) != 1:
+            raise records.BadBatch(Error.INVALID_RECORD, "an idempotent producer sends one batch per partition")
+        bt = batches[0]
+        pkey, pid = gw.layout.producers_key(t.name, pd.index), b"%d" % bt.producer_id
+        state = producers.decode(gw.layout.call(gw.sys, b"HGET", pkey, pid))
+        last = (bt.base_sequence + len(bt.records) - 1) % producers.SEQ_MOD
+        verdict = producers.check(state, bt.producer_epoch, bt.base_sequence, last)
+        if verdict.error:
+            res["error_code"] = verdict.error
+            return 0
+        if verdict.duplicate_of >= 0:  # a retry: stored once, answered with where it went
+            res.update(base_offset=verdict.duplicate_of, log_start_offset=gw.logs.log_start(key))
+            return gw.log_position()  # (acks=all: what this node has, the original included)
+    first, seq = gw.logs.append(ctx, key, [r for bt in batches for r in bt.records])
+    if idem:
+        gw.record("a producer's sequence", b"HSET", pkey, pid, producers.appended(
+            state, bt.producer_epoch, bt.base_sequence, last, first, wall_ms()).encode())
+    res.update(base_offset=first, log_start_offset=gw.logs.log_start(key))
+    return seq
 
 
 async def _produce_all(conn: Any, req: Request, fields: dict, appended: list, seq: int, timeout_ms: int) -> bytes:
@@ -514,8 +545,7 @@ def find_coordinator(conn: Any, req: Request) -> bytes:
     def one(key: str, key_type: int) -> dict[str, Any]:
         if key_type == TRANSACTION:  # no transaction coordinator: transactions are not served
             return {"key": key, "error_code": Error.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                    "error_message": "transactions are not supported by this gateway", "node_id": -1, "host": "",
-                    "port": -1}
+                    "error_message": _NO_TXN, "node_id": -1, "host": "", "port": -1}
         if key_type != GROUP:
             return {"key": key, "error_code": Error.INVALID_REQUEST, "error_message": None, "node_id": -1,
                     "host": "", "port": -1}
@@ -653,3 +683,105 @@ def list_groups(conn: Any, req: Request) -> bytes:
 
 HANDLERS.update({8: offset_commit, 9: offset_fetch, 10: find_coordinator, 11: join_group, 12: heartbeat,
                  13: leave_group, 14: sync_group, 15: describe_groups, 16: list_groups})
+
+
+# -- InitProducerId, SASL, DescribeConfigs -------------------------------------------------------------
+
+def init_producer_id(conn: Any, req: Request) -> bytes:
+    gw, b = conn.gw, req.body
+    out: dict[str, Any] = {"throttle_time_ms": 0, "error_code": Error.NONE, "producer_id": -1, "producer_epoch": -1}
+    if b.transactional_id is not None:
+        return encode(req, dict(out, error_code=Error.TRANSACTIONAL_ID_AUTHORIZATION_FAILED))
+    pid, epoch = (b.producer_id, b.producer_epoch + 1) if req.version >= 3 else (-1, 0)
+    if pid < 0 or not 0 <= epoch < 1 << 15:  # a new producer (or one whose epochs ran out)
+        try:
+            n = gw.layout.call(gw.sys, b"INCR", gw.layout.producer_ids_key(gw.node_id))
+        except StoreError:  # (a full disk) retriable for the client
+            return encode(req, dict(out, error_code=Error.COORDINATOR_NOT_AVAILABLE))
+        pid, epoch = producers.producer_id(n, gw.node_id), 0
+    return encode(req, dict(out, producer_id=pid, producer_epoch=epoch))
+
+
+PLAIN = "PLAIN"
+
+
+def sasl_handshake(conn: Any, req: Request) -> bytes:
+    """SaslHandshake: PLAIN, the one mechanism served. After v0 the client sends the
+    token as a bare frame (``Connection``); after v1 in SaslAuthenticate."""
+    ok = req.body.mechanism == PLAIN and not conn.sasl_done
+    if ok:
+        conn.sasl_mechanism = PLAIN
+        conn.raw_sasl = req.version == 0
+    code = Error.NONE if ok else (Error.ILLEGAL_SASL_STATE if conn.sasl_done
+                                  else Error.UNSUPPORTED_SASL_MECHANISM)
+    return encode(req, {"error_code": code, "mechanisms": [PLAIN]})
+
+
+def sasl_authenticate(conn: Any, req: Request) -> bytes:
+    if conn.sasl_mechanism is None or conn.raw_sasl:
+        conn.close_after_response = True
+        return encode(req, {"error_code": Error.ILLEGAL_SASL_STATE, "auth_bytes": b"", "session_lifetime_ms": 0,
+                            "error_message": "SaslAuthenticate without a SaslHandshake v1 first"})
+    failed = conn.authenticate(bytes(req.body.auth_bytes))
+    if failed:
+        conn.close_after_response = True
+    return encode(req, {"error_code": Error.SASL_AUTHENTICATION_FAILED if failed else Error.NONE,
+                        "error_message": failed, "auth_bytes": b"", "session_lifetime_ms": 0})
+
+
+TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
+# DescribeConfigs config sources and types (org.apache.kafka.common.requests.DescribeConfigsResponse)
+DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
+CONFIG_TYPES = {"BOOLEAN": 1, "STRING": 2, "INT": 3, "LONG": 5, "LIST": 7}
+_TOPIC_DEFAULTS = dict(topic_configs(topic_of(b"-", 1, {})))
+_TOPIC_TYPES = {"retention.ms": "LONG", "retention.bytes": "LONG", "max.message.bytes": "INT"}
+
+
+def broker_configs(gw: Any) -> list[tuple[str, str, str]]:
+    """(name, value, type) of the broker settings DescribeConfigs reports for this node."""
+    cfg = gw.node.config
+    return [("broker.id", str(gw.node_id), "INT"),
+            ("auto.create.topics.enable", "true" if gw.auto_create else "false", "BOOLEAN"),
+            ("num.partitions", str(gw.default_partitions), "INT"),
+            ("socket.request.max.bytes", str(gw.max_request), "INT"),
+            ("message.max.bytes", str(DEFAULT_MESSAGE_BYTES), "INT"),
+            ("group.initial.rebalance.delay.ms", str(cfg.kafka_group_initial_rebalance_delay_ms), "INT"),
+            ("replica.lag.time.max.ms", str(cfg.kafka_replica_lag_time_max_ms), "LONG"),
+            ("log.retention.check.interval.ms", str(cfg.kafka_retention_check_interval_ms), "LONG"),
+            ("producer.id.expiration.ms", str(producers.EXPIRATION_MS), "INT"),
+            ("sasl.enabled.mechanisms", PLAIN, "LIST")]
+
+
+def describe_configs(conn: Any, req: Request) -> bytes:
+    gw, b = conn.gw, req.body
+    out = []
+    for r in b.resources:
+        res: dict[str, Any] = {"error_code": Error.NONE, "error_message": None, "resource_type": r.resource_type,
+                               "resource_name": r.resource_name, "configs": []}
+        out.append(res)
+        if r.resource_type == TOPIC_RESOURCE:
+            t, code = _topic(conn, r.resource_name)
+            if t is None:
+                res["error_code"] = code
+                continue
+            rows = [(k, val, DEFAULT_CONFIG if _TOPIC_DEFAULTS.get(k) == val else DYNAMIC_TOPIC_CONFIG,
+                     _TOPIC_TYPES.get(k, "STRING")) for k, val in topic_configs(t)]
+        elif r.resource_type == BROKER_RESOURCE:
+            if r.resource_name not in ("", str(gw.node_id)):
+                res.update(error_code=Error.INVALID_REQUEST, error_message=f"this is broker {gw.node_id}")
+                continue
+            rows = [(k, val, STATIC_BROKER_CONFIG, ty) for k, val, ty in broker_configs(gw)]
+        else:
+            res.update(error_code=Error.INVALID_REQUEST, error_message=f"resource type {r.resource_type} "
+                                                                      "has no configs here")
+            continue
+        wanted = set(r.configuration_keys) if r.configuration_keys is not None else None
+        res["configs"] = [{"name": k, "value": val, "read_only": r.resource_type == BROKER_RESOURCE,
+                           "config_source": src, "is_sensitive": False,
+                           "synonyms": [{"name": k, "value": val, "source": src}] if b.include_synonyms else [],
+                           "config_type": CONFIG_TYPES[ty], "documentation": None}
+                          for k, val, src, ty in rows if wanted is None or k in wanted]
+    return encode(req, {"throttle_time_ms": 0, "results": out})
+
+
+HANDLERS.update({22: init_producer_id, 17: sasl_handshake, 36: sasl_authenticate, 32: describe_configs})

@@ -20,8 +20,9 @@ last id (``Stream.last_id``, from the per-origin counters: at least every live e
 and it stays when entries are trimmed or deleted, so the log end never goes back; it starts
 over only when the stream itself is deleted, with its topic) and of the other entries of
 that millisecond (another origin's may have a greater counter, ``offsets.sort_ms``). The log
-start offset is 0 while nothing was ever deleted from the stream (XINFO's max-deleted-entry-id
-is 0-0), and else the first live entry's offset (the log end when none is left): a consumer
+start offset is 0 while nothing was ever removed from the stream (no XDEL: XINFO's
+max-deleted-entry-id is 0-0; no trimming: entries-added is the length), and else the first
+live entry's offset (the log end when none is left): a consumer
 that fetches from 0 on a fresh topic reads from the first record, and one whose position was
 trimmed away by retention gets OFFSET_OUT_OF_RANGE and applies its reset policy, as on Kafka.
 
@@ -88,7 +89,10 @@ class Logs:
 
     def log_start(self, key: bytes) -> int:
         st = self._stream(key)
-        if st is None or st.totals().max_deleted == streams.MIN_ID:
+        if st is None:
+            return 0
+        tot = st.totals()
+        if tot.max_deleted == streams.MIN_ID and tot.added <= st.length:  # nothing ever removed
             return 0
         first = streams.first_entry(self.node.ks, st)
         return offsets.of_id(first[0]) if first is not None else self.log_end(key)
@@ -148,3 +152,32 @@ class Logs:
                 break
             lo = b"(%d-%d" % last
         return [e for e in offsets.sort_ms(raw) if start <= e[0] < end]
+
+    # -- retention -------------------------------------------------------------------------------------
+    def trim(self, ctx: Any, key: bytes, retention_ms: int, retention_bytes: int, now_ms: int) -> int:
+        """Trim the partition ``key`` to its retention (-1: none): entries appended more than
+        ``retention_ms`` ago (the id's milliseconds: the append time), and the oldest entries
+        beyond the newest ``retention_bytes`` (field and value bytes; the newest entry always
+        stays). One XTRIM MINID, replicated like any write; returns how many went."""
+        cut = (max(now_ms - retention_ms, 0), 0) if retention_ms >= 0 else streams.MIN_ID
+        call = self.layout.call
+        if retention_bytes >= 0:
+            kept = 0
+            hi = b"+"
+            oldest: bytes | None = None
+            while True:
+                got = call(ctx, b"XREVRANGE", key, hi, b"-", b"COUNT", b"%d" % CHUNK)
+                for sid, flat in got:
+                    kept += sum(len(x) for x in flat)
+                    if kept > retention_bytes and oldest is not None:
+                        cut = max(cut, _sid(oldest))
+                        break
+                    oldest = sid
+                else:
+                    if len(got) == CHUNK:
+                        hi = b"(" + got[-1][0]
+                        continue
+                break
+        if cut == streams.MIN_ID:
+            return 0
+        return call(ctx, b"XTRIM", key, b"MINID", b"%d-%d" % cut)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import struct
 from typing import Any, NamedTuple
 
-from kafka.protocol import admin, consumer, metadata, producer
+from kafka.protocol import admin, consumer, metadata, producer, sasl
 from kafka.protocol.api_header import RequestHeader
 
 _HEAD = struct.Struct(">hhi")  # api key, api version, correlation id
@@ -66,7 +66,12 @@ APIS: dict[int, Api] = {a.key: a for a in (
     _api(consumer.SyncGroupRequest, consumer.SyncGroupResponse, 0, 5),
     _api(admin.DescribeGroupsRequest, admin.DescribeGroupsResponse, 0, 5),
     _api(admin.ListGroupsRequest, admin.ListGroupsResponse, 0, 4),
+    _api(producer.InitProducerIdRequest, producer.InitProducerIdResponse, 0, 4),
+    _api(sasl.SaslHandshakeRequest, sasl.SaslHandshakeResponse, 0, 1),
+    _api(sasl.SaslAuthenticateRequest, sasl.SaslAuthenticateResponse, 0, 2),
+    _api(admin.DescribeConfigsRequest, admin.DescribeConfigsResponse, 1, 4),
 )}
+SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
 API_VERSIONS = 18
 
 

@@ -23,7 +23,8 @@ from typing import Any
 
 from marekvs.commands.aclrules import User
 from marekvs.commands.context import Context
-from marekvs.gateway.kafka import handlers, protocol
+from marekvs.core.hlc import wall_ms
+from marekvs.gateway.kafka import handlers, producers, protocol
 from marekvs.gateway.kafka.groups import Coordinator
 from marekvs.gateway.kafka.partitions import Logs
 from marekvs.gateway.kafka.topics import Layout, StoreError, rendezvous
@@ -32,7 +33,7 @@ from marekvs.node.changes import user_keys
 log = logging.getLogger("marekvs.kafka")
 _SIZE = struct.Struct(">i")
 # what a SASL listener serves before authentication
-_PRE_AUTH = frozenset((protocol.API_VERSIONS, 17, 36))
+_PRE_AUTH = frozenset((protocol.API_VERSIONS, protocol.SASL_HANDSHAKE, protocol.SASL_AUTHENTICATE))
 
 
 class KafkaGateway:
@@ -43,7 +44,7 @@ class KafkaGateway:
         self.layout = Layout(node, cfg.kafka_prefix)
         self.logs = Logs(self)
         self.host = cfg.kafka_advertise_host or cfg.advertise_host or cfg.bind
-        self.port = cfg.kafka_port
+        self.port = cfg.kafka_advertise_port or cfg.kafka_port  # (the listener's own: cfg.kafka_port)
         self.max_request = cfg.kafka_max_request_bytes
         self.auto_create = cfg.kafka_auto_create_topics == "yes"
         self.default_partitions = cfg.kafka_num_partitions
@@ -57,6 +58,8 @@ class KafkaGateway:
         # long-poll fetches: stream key -> events to set when it changes
         self.waiters: dict[bytes, set[asyncio.Event]] = {}
         self._ack_task: asyncio.Task | None = None
+        self._retention_task: asyncio.Task | None = None
+        self.retention_interval = cfg.kafka_retention_check_interval_ms / 1000
         self.groups = Coordinator(self)
         self.lag_time = cfg.kafka_replica_lag_time_max_ms / 1000
         self.started = time.monotonic()
@@ -65,19 +68,22 @@ class KafkaGateway:
     # -- life cycle ---------------------------------------------------------------------------
     async def start(self) -> None:
         cfg = self.node.config
-        self.server = await asyncio.start_server(self._accept, cfg.bind, self.port, limit=1 << 20)
+        self.server = await asyncio.start_server(self._accept, cfg.bind, cfg.kafka_port, limit=1 << 20)
         self.set_broker()
         self.node.request_tick()
-        self._ack_task = asyncio.get_running_loop().create_task(self._acks())
+        loop = asyncio.get_running_loop()
+        self._ack_task = loop.create_task(self._acks())
+        self._retention_task = loop.create_task(self._retention())
         self.groups.start()
-        log.info("Kafka gateway listening on %s:%d (advertised as %s:%d, prefix %s)", cfg.bind, self.port,
+        log.info("Kafka gateway listening on %s:%d (advertised as %s:%d, prefix %s)", cfg.bind, cfg.kafka_port,
                  self.host, self.port, cfg.kafka_prefix)
 
     def stop(self) -> None:
         if self.server is not None:
             self.server.close()
-        if self._ack_task is not None:
-            self._ack_task.cancel()
+        for task in (self._ack_task, self._retention_task):
+            if task is not None:
+                task.cancel()
         self.groups.stop()
         for c in list(self.connections):
             c.close()
@@ -89,6 +95,10 @@ class KafkaGateway:
             await conn.run()
         finally:
             self.connections.discard(conn)
+
+    def log_position(self) -> int:
+        """This node's replication-log position (what acks=all waits for peers to have)."""
+        return self.node.engine.log_seq
 
     def storage_error(self) -> str | None:
         """Why this node's storage refuses writes now (a full disk: RESP clients get MISCONF,
@@ -181,6 +191,45 @@ class KafkaGateway:
             out[p] = (succ, epoch)
         return out
 
+    # -- retention --------------------------------------------------------------------------------
+    async def _retention(self) -> None:
+        """Every ``kafka_retention_check_interval_ms``: the partitions this node leads are
+        trimmed to their topic's retention (``Logs.trim``) and their idempotent producers'
+        state unused for ``producers.EXPIRATION_MS`` is removed."""
+        while True:
+            await asyncio.sleep(self.retention_interval)
+            if self.storage_error() is not None:
+                continue
+            try:
+                self.enforce_retention(wall_ms())
+            except StoreError as e:
+                log.warning("Kafka retention pass stopped: %s", e.text)
+            except Exception:
+                self.node.stats.unexpected_errors += 1
+                log.exception("Kafka retention pass failed")
+            self.node.request_tick()
+
+    def enforce_retention(self, now_ms: int) -> None:
+        lay, sys = self.layout, self.sys
+        brokers = self.brokers()
+        for name in lay.topic_names(sys):
+            t = lay.topic(sys, name)
+            if t is None:
+                continue
+            for p, (leader, _) in self.leaders(t.name, t.partitions, brokers).items():
+                if leader != self.node_id:
+                    continue
+                if t.retention_ms >= 0 or t.retention_bytes >= 0:
+                    n = self.logs.trim(sys, lay.stream_key(t.name, p), t.retention_ms, t.retention_bytes, now_ms)
+                    if n:
+                        log.info("retention trimmed %d records from %s-%d", n, name.decode(errors="replace"), p)
+                pkey = lay.producers_key(t.name, p)
+                flat = lay.call(sys, b"HGETALL", pkey)
+                stale = [pid for pid, v in zip(flat[::2], flat[1::2])
+                         if (st := producers.decode(v)) is None or now_ms - st.ms > producers.EXPIRATION_MS]
+                if stale:
+                    lay.call(sys, b"HDEL", pkey, *stale)
+
     # -- waiting for data ------------------------------------------------------------------------
     def watch(self, keys: list[bytes], ev: asyncio.Event) -> None:
         if not self.waiters:
@@ -226,10 +275,29 @@ class Connection:
         self.ctx.lib_name = b"kafka"
         self.ctx.on_kill = self.close
         self.sasl_mechanism: str | None = None  # after a SaslHandshake
+        self.raw_sasl = False  # after a SaslHandshake v0: the next frame is the bare token
+        self.sasl_done = False
+        self.close_after_response = False  # a failed authentication: answered, then closed
         self.client_id = "kafka"  # the last request header's client id
 
     def close(self) -> None:
         self.writer.close()
+
+    def authenticate(self, token: bytes) -> str | None:
+        """SASL PLAIN (RFC 4616: ``authzid NUL authcid NUL passwd``) as the marekvs ACL user
+        ``authcid`` (AUTH through the node: ACL LOG counts a failure); None when it
+        succeeded, else the error message."""
+        parts = token.split(b"\0")
+        if len(parts) != 3 or not parts[1] or parts[0] not in (b"", parts[1]):
+            return "Authentication failed: malformed PLAIN token"
+        try:
+            self.gw.layout.call(self.ctx, b"AUTH", parts[1], parts[2])
+        except StoreError:
+            log.warning("Kafka client %s: SASL PLAIN authentication of %r failed", self.ctx.addr,
+                        parts[1].decode(errors="replace"))
+            return "Authentication failed: Invalid username or password"
+        self.sasl_done = True
+        return None
 
     async def run(self) -> None:
         node = self.node
@@ -242,6 +310,12 @@ class Connection:
                                 self.gw.max_request)
                     return
                 frame = await self.reader.readexactly(size)
+                if self.raw_sasl:  # SaslHandshake v0: a bare token, a bare (empty) answer
+                    self.raw_sasl = False
+                    if self.authenticate(frame) is not None:
+                        return
+                    self.writer.write(_SIZE.pack(0))
+                    continue
                 try:
                     req = protocol.decode(frame)
                 except protocol.ProtocolError as e:
@@ -262,6 +336,9 @@ class Connection:
                 if not await self._committed():
                     return  # nothing of this tick may be acknowledged
                 self.writer.write(out)
+                if self.close_after_response:
+                    await self.writer.drain()
+                    return
                 if self.writer.transport.get_write_buffer_size() > 1 << 20:
                     await self.writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError):

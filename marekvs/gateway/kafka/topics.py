@@ -12,8 +12,10 @@ Keys (``{p}`` is the prefix, ``korvet`` unless ``kafka_prefix`` says otherwise):
 - ``{p}:commit:{streamKey}:{group}``: a group's committed offset (a string, last writer wins);
 
 and, beyond Korvet's, ``{p}:leaders:{topic}`` (hash partition -> ``epoch:node``, the
-partition's leader) and ``{p}:brokers`` (hash node id -> ``host:port`` of its Kafka
-listener). All are ordinary replicated keys: a topic created on one node exists on every
+partition's leader), ``{p}:brokers`` (hash node id -> ``host:port`` of its Kafka
+listener), ``{p}:producers:{topic}:{partition}`` (hash producer id -> its sequence state,
+``producers.py``) and ``{p}:producer-ids:{node}`` (the counter of the producer ids a node
+gave). All are ordinary replicated keys: a topic created on one node exists on every
 node, and Redis clients see the same data.
 
 Leadership. A partition has one leader at a time among the live nodes (this node and the
@@ -93,6 +95,12 @@ class Layout:
     def leaders_key(self, topic: bytes) -> bytes:
         return self.p + b":leaders:" + topic
 
+    def producers_key(self, topic: bytes, partition: int) -> bytes:
+        return b"%s:producers:%s:%d" % (self.p, topic, partition)
+
+    def producer_ids_key(self, node_id: int) -> bytes:
+        return b"%s:producer-ids:%d" % (self.p, node_id)
+
     def group_key(self, group: bytes) -> bytes:
         return self.p + b":group:" + group
 
@@ -143,7 +151,8 @@ class Layout:
 
     def delete_topic(self, ctx: Any, t: Topic) -> None:
         self.call(ctx, b"DEL", self.topic_key(t.name), self.leaders_key(t.name),
-                  *[self.stream_key(t.name, p) for p in range(t.partitions)])
+                  *[self.stream_key(t.name, p) for p in range(t.partitions)],
+                  *[self.producers_key(t.name, p) for p in range(t.partitions)])
         self.call(ctx, b"HDEL", self.topic_ids_key, str(t.id).encode())
         self.call(ctx, b"SREM", self.topics_key, t.name)
 
