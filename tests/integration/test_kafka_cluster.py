@@ -85,8 +85,9 @@ def test_leaders_redirects_groups_and_a_leader_killed_under_acks_all_load(tmp_pa
                 with lock:
                     acked.append((m.partition(), m.offset(), m.value()))
 
-        # a producer bootstrapped on node 1 (acks=all) and a group on nodes 2 and 3
-        prod = Producer({"bootstrap.servers": boot(c[1]), "acks": "all", "linger.ms": 2,
+        # an idempotent producer bootstrapped on node 1 (acks=all, as the Java client's
+        # default) and a group on nodes 2 and 3
+        prod = Producer({"bootstrap.servers": boot(c[1]), "enable.idempotence": True, "linger.ms": 2,
                          "message.timeout.ms": 120000})
         seen: dict[int, list[tuple[int, int, bytes]]] = {2: [], 3: []}
         backwards: list[str] = []
