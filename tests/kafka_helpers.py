@@ -13,6 +13,7 @@ import threading
 import time
 from typing import Any
 
+import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka import OFFSET_BEGINNING
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -29,6 +30,19 @@ def kafka_node(data_dir, *extra: str, **kw) -> Node:
              **kw)
     n.kport = kport
     return n
+
+
+def module_node(*extra: str):
+    """A module-scoped fixture: one started ``kafka_node`` (``extra``: more flags)."""
+
+    @pytest.fixture(scope="module")
+    def node(tmp_path_factory):
+        n = kafka_node(tmp_path_factory.mktemp("kafka") / "data", *extra)
+        n.start()
+        yield n
+        n.stop()
+
+    return node
 
 
 def boot(*nodes) -> str:

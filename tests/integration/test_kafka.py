@@ -24,17 +24,12 @@ from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 
 from kafka.protocol.producer import ProduceRequest  # noqa: E402
 
-from tests.kafka_helpers import batch, boot, consume, create, kafka_node, produce, request  # noqa: E402
+from tests.kafka_helpers import batch, boot, consume, create, kafka_node, module_node, produce, request  # noqa: E402
 
 pytestmark = pytest.mark.timeout(300)
 
 
-@pytest.fixture(scope="module")
-def node(tmp_path_factory):
-    n = kafka_node(tmp_path_factory.mktemp("kafka") / "data")
-    n.start()
-    yield n
-    n.stop()
+node = module_node()
 
 
 def test_round_trip_with_keys_headers_timestamps_and_null_values(node):

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from tests.cluster import wait_for
-from tests.kafka_helpers import boot, create, kafka_node, produce
+from tests.kafka_helpers import boot, create, module_node, produce
 
 kafka = pytest.importorskip("kafka")
 aiokafka = pytest.importorskip("aiokafka")
@@ -19,12 +19,7 @@ aiokafka = pytest.importorskip("aiokafka")
 pytestmark = pytest.mark.timeout(300)
 
 
-@pytest.fixture(scope="module")
-def node(tmp_path_factory):
-    n = kafka_node(tmp_path_factory.mktemp("kafka") / "data")
-    n.start()
-    yield n
-    n.stop()
+node = module_node()
 
 
 MSGS = [(b"k%d" % i, b"v%d" % i if i % 5 else None, [("h", b"%d" % i)]) for i in range(20)]

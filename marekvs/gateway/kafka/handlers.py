@@ -236,6 +236,21 @@ def _partition_leader(conn: Any, t: Topic, p: int, brokers: dict) -> tuple[int, 
     return conn.gw.leaders(t.name, t.partitions, brokers).get(p, (-1, -1))
 
 
+def _led_here(conn: Any, t: Topic | None, index: int, brokers: dict, res: dict[str, Any], code: int) -> int | None:
+    """The leader epoch of partition ``index`` of ``t`` when this node leads it; else None,
+    with the error in ``res`` (``code`` when there is no such partition; NOT_LEADER_OR_FOLLOWER
+    with the current leader when another node leads it)."""
+    if t is None or not 0 <= index < t.partitions:
+        res["error_code"] = code
+        return None
+    leader, epoch = _partition_leader(conn, t, index, brokers)
+    if leader != conn.gw.node_id:
+        res["error_code"] = Error.NOT_LEADER_OR_FOLLOWER
+        res["current_leader"] = {"leader_id": leader, "leader_epoch": epoch}
+        return None
+    return epoch
+
+
 def _endpoints(brokers: dict) -> list[dict[str, Any]]:
     return [{"node_id": n, "host": h, "port": port, "rack": None} for n, (h, port) in sorted(brokers.items())]
 
@@ -280,14 +295,8 @@ def produce(conn: Any, req: Request) -> Any:
             if v < APIS_PRODUCE_SERVED:
                 res["error_code"] = Error.UNSUPPORTED_VERSION
                 continue
-            if t is None or not 0 <= pd.index < t.partitions:
-                res["error_code"] = code
-                continue
-            leader, epoch = _partition_leader(conn, t, pd.index, brokers)
-            if leader != gw.node_id:
-                res["error_code"] = Error.NOT_LEADER_OR_FOLLOWER
-                res["current_leader"] = {"leader_id": leader, "leader_epoch": epoch}
-                moved = True
+            if _led_here(conn, t, pd.index, brokers, res, code) is None:
+                moved = moved or "current_leader" in res
                 continue
             if b.transactional_id is not None:
                 res.update(error_code=Error.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, error_message=_NO_TXN)
@@ -401,14 +410,8 @@ def _fetch_once(conn: Any, req: Request, brokers: dict) -> tuple[list, int, list
                                    "last_stable_offset": -1, "log_start_offset": -1, "aborted_transactions": None,
                                    "preferred_read_replica": -1, "records": b""}
             parts.append(res)
-            if t is None or not 0 <= fp.partition < t.partitions:
-                res["error_code"] = code
-                errors = True
-                continue
-            leader, epoch = _partition_leader(conn, t, fp.partition, brokers)
-            if leader != gw.node_id:
-                res["error_code"] = Error.NOT_LEADER_OR_FOLLOWER
-                res["current_leader"] = {"leader_id": leader, "leader_epoch": epoch}
+            epoch = _led_here(conn, t, fp.partition, brokers, res, code)
+            if epoch is None:
                 errors = True
                 continue
             cle = getattr(fp, "current_leader_epoch", -1)
