@@ -69,7 +69,7 @@ class KafkaGateway:
     async def start(self) -> None:
         cfg = self.node.config
         self.server = await asyncio.start_server(self._accept, cfg.bind, cfg.kafka_port, limit=1 << 20)
-        self.set_broker()
+        self.brokers()  # (records this node's address if the record lacks or differs from it)
         self.node.request_tick()
         loop = asyncio.get_running_loop()
         self._ack_task = loop.create_task(self._acks())
