@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
                 time.sleep(0.2)
             for size, n in sizes.items():
                 topic = f"bench-{size}"
-                admin.create_topics([NewTopic(topic, count, 1)])[topic].result(60)
+                admin.create_topics([NewTopic(topic, count, 1)], operation_timeout=60)[topic].result(90)
                 row = {"nodes": count, "size": size, "produce": produce(nodes, topic, n, size),
                        "consume": consume(nodes, topic, n, size), "floor_xadd": floor(nodes, n, size, topic)}
                 result["rows"].append(row)

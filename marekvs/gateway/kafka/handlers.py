@@ -153,6 +153,7 @@ def create_topics(conn: Any, req: Request) -> bytes:
     gw, ctx, b = conn.gw, conn.ctx, req.body
     live = gw.brokers()
     out = []
+    created: list[dict[str, Any]] = []
     for ct in b.topics:
         name = ct.name.encode()
         res: dict[str, Any] = {"name": ct.name, "topic_id": ZERO_UUID, "error_code": Error.NONE, "error_message": None}
@@ -194,9 +195,21 @@ def create_topics(conn: Any, req: Request) -> bytes:
         except StoreError as e:
             res.update(error_code=_denied(e), error_message=e.text)
             continue
+        if not b.validate_only:
+            created.append(res)
         res.update(topic_id=t.id, num_partitions=n, replication_factor=len(live),
                    configs=[{"name": k, "value": val, "read_only": False, "config_source": 5, "is_sensitive": False}
                             for k, val in topic_configs(t)])
+    if created and b.timeout_ms > 0:  # answered once the topics are on the in-sync peers (timeout 0: at
+        return _created(conn, req, out, created, b.timeout_ms)  # once, as Kafka), so any node then knows them
+    return encode(req, {"throttle_time_ms": 0, "topics": out})
+
+
+async def _created(conn: Any, req: Request, out: list, created: list, timeout_ms: int) -> bytes:
+    code, message = await replicated(conn, conn.ctx.last_write_seq, timeout_ms, leading=False)
+    if code != Error.NONE:
+        for res in created:
+            res.update(error_code=code, error_message=message)
     return encode(req, {"throttle_time_ms": 0, "topics": out})
 
 
@@ -363,32 +376,37 @@ def _append(conn: Any, t: Topic, pd: Any, res: dict[str, Any]) -> int:
     return seq
 
 
-async def _produce_all(conn: Any, req: Request, fields: dict, appended: list, seq: int, timeout_ms: int) -> bytes:
-    """acks=all: answer once every in-sync peer has the appends (as WAIT), or with
-    REQUEST_TIMED_OUT for them after ``timeout_ms`` (NOT_LEADER_OR_FOLLOWER at once if
-    this node may no longer lead: ``KafkaGateway.can_lead``)."""
+async def replicated(conn: Any, seq: int, timeout_ms: int, leading: bool) -> tuple[int, str | None]:
+    """Wait, as WAIT does, until every in-sync peer has this node's log up to ``seq`` and
+    they make a majority with it (``Logs.acked_all``): (NONE, None), or the error and its
+    message: KAFKA_STORAGE_ERROR when the commit failed, REQUEST_TIMED_OUT after
+    ``timeout_ms``, and, for a partition's leader (``leading``), NOT_LEADER_OR_FOLLOWER at
+    once if this node may no longer lead (``KafkaGateway.can_lead``)."""
     gw = conn.gw
     if not await conn._committed():
-        for res in appended:
-            res.update(error_code=Error.KAFKA_STORAGE_ERROR, base_offset=-1)
-        return encode(req, fields)
+        return Error.KAFKA_STORAGE_ERROR, gw.storage_error()
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(timeout_ms, 0) / 1000
     while True:
-        lost = not gw.can_lead()  # (no majority any more: the records may be on this node only)
-        if not lost and gw.logs.acked_all(seq):
-            break
+        if leading and not gw.can_lead():  # (no majority any more: the records may be on this node only)
+            return Error.NOT_LEADER_OR_FOLLOWER, "this node lost the majority it needs to lead"
+        if gw.logs.acked_all(seq):
+            return Error.NONE, None
         left = deadline - loop.time()
-        if left <= 0 or lost:
-            for res in appended:
-                res.update(error_code=Error.NOT_LEADER_OR_FOLLOWER if lost else Error.REQUEST_TIMED_OUT,
-                           base_offset=-1, error_message="not acknowledged by every in-sync peer in time"
-                           if not lost else "this node lost the majority it needs to lead")
-            break
+        if left <= 0:
+            return Error.REQUEST_TIMED_OUT, "not acknowledged by every in-sync peer in time"
         try:  # an ack, or a peer going down (checked every 100 ms), ends the wait
             await asyncio.wait_for(conn.node.ack_waiter().wait(), min(left, 0.1))
         except asyncio.TimeoutError:
             pass
+
+
+async def _produce_all(conn: Any, req: Request, fields: dict, appended: list, seq: int, timeout_ms: int) -> bytes:
+    """acks=all: answer once the appends are replicated (``replicated``)."""
+    code, message = await replicated(conn, seq, timeout_ms, leading=True)
+    if code != Error.NONE:
+        for res in appended:
+            res.update(error_code=code, base_offset=-1, error_message=message)
     return encode(req, fields)
 
 
