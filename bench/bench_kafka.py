@@ -140,7 +140,7 @@ def floor(nodes: list[mc.NodeSpec], n: int, size: int, tag: str) -> dict[str, An
     total = per * len(nodes)
     return {"records": total, "seconds": round(dt, 3), "records_s": round(total / dt),
             "mb_s": round(total * size / dt / 1e6, 2), "server_cpu_us_per_record": round(cpu / total * 1e6, 1),
-            "command": " ".join(cmds[0][:14]) + " value <%d B> timestamp <ms>" % size}
+            "command": " ".join(cmds[0][:15]) + " value <%d B> timestamp <ms>" % size}
 
 
 def main(argv: list[str] | None = None) -> int:
