@@ -41,7 +41,7 @@ _RESTORE_COMPLEXITY = ("O(1) to create the new key and additional O(N*M) to reco
 
 def values(ctx) -> kv.Values:
     """Whole values of the node's keyspace (with the list and zset states)."""
-    return kv.Values(ctx.ks, lists(ctx), Z.state(ctx.ks, ctx.node.changes), khll.cache_for(ctx.ks, ctx.node.changes))
+    return kv.Values(ctx.ks, lists(ctx), Z.state(ctx.ks), khll.cache_for(ctx.ks))
 
 
 def limits(ctx) -> rdb.Limits:

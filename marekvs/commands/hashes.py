@@ -25,7 +25,7 @@ from fractions import Fraction
 from marekvs.commands import args as A
 from marekvs.commands import errors, reply
 from marekvs.commands.errors import CommandError
-from marekvs.commands.members import counts, fire, fire_removal
+from marekvs.commands.members import fire, fire_removal
 from marekvs.commands.table import command
 from marekvs.keyspace import hashes as khash
 
@@ -221,7 +221,6 @@ def hstrlen(ctx, args: list[bytes]):
 @command("hlen", 2, "readonly fast", specs=_RO, group="hash", acl=_ACL_R_FAST,
          summary="Get the number of fields in a hash", since="2.0.0", complexity="O(1)", syntax="key")
 def hlen(ctx, args: list[bytes]):
-    counts(ctx)
     return khash.length(ctx.ks, args[1], ctx.ks.now())
 
 
@@ -292,7 +291,7 @@ def hrandfield(ctx, args: list[bytes]):
     ks, now = ctx.ks, ctx.ks.now()
     if len(args) == 2:
         khash.read_lookup(ks, args[1], now)
-        found = khash.random_items(counts(ctx), args[1], 1, False, now)
+        found = khash.random_items(ctx.ks, args[1], 1, False, now)
         return found[0][0] if found else None
     n = A.int_range_arg(args[2], -LONG_MAX, LONG_MAX)
     if len(args) > 4 or (len(args) == 4 and args[3].lower() != b"withvalues"):
@@ -306,7 +305,7 @@ def hrandfield(ctx, args: list[bytes]):
     distinct = n > 1
     if not distinct and -n > MAX_REPLY:
         raise CommandError(errors.TOO_MANY_REPLIES)
-    found = khash.random_items(counts(ctx), args[1], abs(n), distinct, now)
+    found = khash.random_items(ctx.ks, args[1], abs(n), distinct, now)
     return pairs_reply(ctx, found or [], withvalues)
 
 

@@ -31,7 +31,7 @@ _GROUP = "hyperloglog"
 
 
 def _cache(ctx) -> khll.RegisterCache:
-    return khll.cache_for(ctx.ks, ctx.node.changes)
+    return khll.cache_for(ctx.ks)
 
 
 @command("pfadd", -2, "write denyoom fast", specs="RW INSERT index 1 range 0", group=_GROUP,

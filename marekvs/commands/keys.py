@@ -497,10 +497,7 @@ def _object_lookup(ctx, key: bytes, now: int):
     """The key OBJECT inspects, as Redis's objectCommandLookup reads it: a keyspace hit or
     miss, but no keymiss event."""
     found = ctx.ks.live_record(key, now)
-    if found is None:
-        ctx.ks.misses += 1
-    else:
-        ctx.ks.hits += 1
+    ctx.ks.counted(key, found is not None, event=False)
     return found
 
 

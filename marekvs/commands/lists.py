@@ -57,9 +57,9 @@ _FOREVER_MS = 1 << 42
 # =========================================================================================
 
 def lists(ctx) -> kl.Lists:
-    """The node's lists (their hints follow the node's change feed)."""
+    """The keyspace's lists (their hints follow the keyspace's change feed)."""
     lx = ctx.ks.extensions.get("lists")
-    return lx if lx is not None else kl.lists_of(ctx.ks, getattr(ctx.node, "changes", None))
+    return lx if lx is not None else kl.lists_of(ctx.ks)
 
 
 def parse_timeout(b: bytes) -> float:

@@ -18,10 +18,8 @@ KeyDB's expiry would at once. On any other type KeyDB answers "object type is
 unsupported".
 
 This module also owns what the collection families (hashes, sets, lists, sorted sets, geo)
-share in the commands layer: ``counts(ctx)``, the member counts (HLEN, SCARD ...) kept from
-the node's change feed, which only the commands layer can reach (through ``ctx.node``), and
-the keyspace notifications of a collection command (``fire``, ``fire_removal``; see
-"Keyspace notifications" below).
+share in the commands layer: the keyspace notifications of a collection command (``fire``,
+``fire_removal``; see "Keyspace notifications" below).
 
 EXPIREMEMBER fires no event, as in KeyDB (``expireMemberCore``); a deadline at or before now
 removes the member at once, and fires what that member's expiry fires
@@ -66,16 +64,6 @@ def fire_removal(ctx, cls: str, event: bytes, key: bytes) -> None:
         ev.fire(cls, event, key)
         if not ctx.ks.exists(key, ctx.ks.now()):
             ev.fire("g", b"del", key)
-
-
-def counts(ctx) -> Keyspace:
-    """The keyspace, its member counts subscribed to the node's change feed (once)."""
-    ks = ctx.ks
-    c = ks.counts
-    if not c.subscribed:
-        ctx.node.changes.subscribe(c.on_change)
-        c.subscribed = True
-    return ks
 
 
 def member_ttl(ks: Keyspace, key: bytes, member: bytes, now: int) -> int | None:

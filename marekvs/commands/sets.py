@@ -17,7 +17,7 @@ from marekvs.commands import args as A
 from marekvs.commands import errors, reply
 from marekvs.commands.errors import CommandError
 from marekvs.commands.hashes import MAX_REPLY, scan_options
-from marekvs.commands.members import counts, fire, fire_removal
+from marekvs.commands.members import fire, fire_removal
 from marekvs.commands.table import command
 from marekvs.keyspace import sets as kset
 
@@ -83,7 +83,7 @@ def smembers(ctx, args: list[bytes]):
 @command("scard", 2, "readonly fast", specs=_RO, group="set", acl=_ACL_R_FAST,
          summary="Get the number of members in a set", since="1.0.0", complexity="O(1)", syntax="key")
 def scard(ctx, args: list[bytes]):
-    return kset.cardinality(counts(ctx), args[1], ctx.ks.now())
+    return kset.cardinality(ctx.ks, args[1], ctx.ks.now())
 
 
 @command("spop", -2, "write fast", specs="RW ACCESS DELETE index 1 range 0", group="set", acl=_ACL_W_FAST,
@@ -93,7 +93,7 @@ def scard(ctx, args: list[bytes]):
 def spop(ctx, args: list[bytes]):
     if len(args) > 3:
         raise CommandError(errors.SYNTAX)
-    ks, now = counts(ctx), ctx.ks.now()
+    ks, now = ctx.ks, ctx.ks.now()
     if len(args) == 2:
         popped = kset.pop(ks, args[1], 1, now)
         if popped:
@@ -108,7 +108,7 @@ def spop(ctx, args: list[bytes]):
     popped = kset.pop(ks, args[1], n, now)
     if popped:
         if not ks.exists(args[1], now):
-            ks.hits += 1  # (Redis replies a count >= SCARD with SUNION's code, a read lookup)
+            ks.counted(args[1], True)  # (Redis replies a count >= SCARD with SUNION's code, a read lookup)
         fire_removal(ctx, "s", b"spop", args[1])
     return reply.SetReply(popped or [])
 
@@ -120,7 +120,7 @@ def spop(ctx, args: list[bytes]):
 def srandmember(ctx, args: list[bytes]):
     if len(args) > 3:
         raise CommandError(errors.SYNTAX)
-    ks, now = counts(ctx), ctx.ks.now()
+    ks, now = ctx.ks, ctx.ks.now()
     if len(args) == 2:
         kset.read_lookup(ks, args[1], now)
         found = kset.random_members(ks, args[1], 1, False, now)
@@ -166,7 +166,7 @@ def _store(ctx, dst: bytes, event: bytes, members: list[bytes]) -> int:
          summary="Intersect multiple sets", since="1.0.0", complexity=_INTER_COMPLEXITY,
          syntax="key [key ...]")
 def sinter(ctx, args: list[bytes]):
-    return reply.SetReply(kset.intersection(counts(ctx), args[1:], ctx.ks.now()))
+    return reply.SetReply(kset.intersection(ctx.ks, args[1:], ctx.ks.now()))
 
 
 @command("sintercard", -3, "readonly", specs="RO ACCESS index 1 keynum 0 1 1", getkeys="sintercard",
@@ -190,14 +190,14 @@ def sintercard(ctx, args: list[bytes]):
         else:
             raise CommandError(errors.SYNTAX)
         i += 1
-    return len(kset.intersection(counts(ctx), args[2:2 + n], ctx.ks.now(), limit))
+    return len(kset.intersection(ctx.ks, args[2:2 + n], ctx.ks.now(), limit))
 
 
 @command("sinterstore", -3, "write denyoom", specs=("RW UPDATE index 1 range 0", "RO ACCESS index 2 range -1"),
          group="set", acl=_ACL_W_SLOW, summary="Intersect multiple sets and store the resulting set in a key",
          since="1.0.0", complexity=_INTER_COMPLEXITY, syntax="destination key [key ...]")
 def sinterstore(ctx, args: list[bytes]):
-    ks, now = counts(ctx), ctx.ks.now()
+    ks, now = ctx.ks, ctx.ks.now()
     return _store(ctx, args[1], b"sinterstore", kset.intersection(ks, args[2:], now))
 
 

@@ -105,7 +105,7 @@ def _elements(ctx, key: bytes, ctype: int, dontsort: bool, desc: bool, start: in
         if desc:
             return kl.op_range(lx, key, n - 1 - end, n - 1 - start, now)[::-1]
         return kl.op_range(lx, key, start, end, now)
-    z = Z.state(ks, ctx.node.changes)
+    z = Z.state(ks)
     zs = Z.lookup(z, key, now)
     if zs is None:
         return []
@@ -217,7 +217,7 @@ def _length(ctx, key: bytes, ctype: int, now: int) -> int:
         return kl.op_len(lists(ctx), key, now)
     if ctype == CollectionType.SET:
         return ksets.cardinality(ctx.ks, key, now)
-    return Z.card(Z.state(ctx.ks, ctx.node.changes), key, now)
+    return Z.card(Z.state(ctx.ks), key, now)
 
 
 def _sorted(ctx, vector: list[bytes], sortby: bytes | None, alpha: bool, desc: bool, store: bool,

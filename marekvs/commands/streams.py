@@ -236,16 +236,7 @@ def entries_reply(entries: list[xs.Entry]) -> list[Any]:
     return [[b"%d-%d" % sid, fields] for sid, fields in entries]
 
 
-def _subscribe(ctx: Any) -> None:
-    """The stream cache follows the change feed from the first stream command on."""
-    cache = xs.cache_of(ctx.ks)
-    if not cache.subscribed:
-        ctx.node.changes.subscribe(cache.on_change)
-        cache.subscribed = True
-
-
 def _lookup(ctx: Any, key: bytes) -> xs.Stream | None:
-    _subscribe(ctx)
     return xs.lookup(ctx.ks, key, ctx.ks.now())
 
 
@@ -256,14 +247,9 @@ def _read(ctx: Any, key: bytes) -> xs.Stream | None:
     try:
         st = _lookup(ctx, key)
     except WrongType:
-        ks.hits += 1
+        ks.counted(key, True)
         raise
-    if st is None:
-        ks.misses += 1
-        if ks.on_miss is not None:
-            ks.on_miss(key)
-    else:
-        ks.hits += 1
+    ks.counted(key, st is not None)
     return st
 
 
@@ -305,7 +291,6 @@ def xadd(ctx, args: list[bytes]):
         raise CommandError(errors.XADD_ID_ZERO)
     fields = list(zip(args[field_pos::2], args[field_pos + 1::2]))
     now = ctx.ks.now()
-    _subscribe(ctx)
     ms, seq = (None, None) if given is None else given
     try:
         sid, trimmed = xs.add(ctx.ks, args[1], fields, ms, seq, nomkstream, trim, now)
@@ -595,7 +580,7 @@ def _group_read(ctx, key: bytes, group: bytes, consumer: bytes, after: StreamId 
     command resolved it a moment ago (the same lookup, counted again as Redis counts its
     second ``lookupKeyRead``)."""
     if g is not None:
-        ctx.ks.hits += 1
+        ctx.ks.counted(key, True)
     else:
         st = (_lookup if retry else _read)(ctx, key)
         g = None if st is None else xs.group(ctx.ks, st, group)

@@ -211,7 +211,7 @@ def with_scores(ctx, entries: list[Z.Entry], withscores: bool) -> list:
 
 
 def _z(ctx) -> Z.Zsets:
-    return Z.state(ctx.ks, ctx.node.changes)
+    return Z.state(ctx.ks)
 
 
 def _numkeys(b: bytes, msg: str | None = None) -> int:

@@ -21,11 +21,11 @@ nothing" with ``is``.
 
 The zset score index ``'Z'`` is derived: the member record (``'z'``) is the source of
 truth for the score, the index key carries an envelope and no payload. It merges as an
-LWW register so a replica's index converges like any record, but the storage layer
-maintains it in the same batch as the member record (writing the new score's index
-key and an LWW tombstone at the old score's) and readers confirm a hit against the
-member record. A tag without a row (the retired b'l', an unknown byte: never accepted
-from a peer) merges as an LWW register.
+LWW register so a replica's records converge like any, but its envelope decides nothing:
+the keyspace writes the new score's index key in the same batch as the member record, and
+readers confirm every index key against the member record (``core/zset.py``). A tag
+without a row (the retired b'l', an unknown byte: never accepted from a peer) merges as an
+LWW register.
 
 Hot path: two plain string records (the bulk of all writes) merge with ``lww.merge``
 inlined; tests/merge_laws/test_registry.py pins that to the string row's merge.

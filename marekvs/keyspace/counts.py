@@ -17,8 +17,8 @@ For collections a random command touched (SPOP, SRANDMEMBER, HRANDFIELD) an entr
 keeps the list of live elements (up to ``TRACK_LIMIT``), kept the same way, which makes
 uniform random choice O(1).
 
-The counts are only kept while subscribed to the change feed (``Counts.subscribed``: the
-node subscribes them when it is built); before that every question is a scan.
+The counts follow the keyspace's change feed (``Keyspace.changes``) while they hold an
+entry: the first entry subscribes them, and a node that never counts pays nothing per write.
 """
 
 from __future__ import annotations
@@ -148,8 +148,11 @@ class Counts:
     def __init__(self, ks: Keyspace):
         self.ks = ks
         self.entries: OrderedDict[bytes, _Entry] = OrderedDict()
-        self.subscribed = False  # ``on_change`` is subscribed to the node's change feed
+        self.subscribed = False  # ``on_change`` follows the keyspace's change feed
         self.fills = 0  # scans that (re)built an entry (tests and benchmarks read it)
+        # content prefix -> (head record, the internal key of one live element): what
+        # ``nonempty`` found last, checked again by one point read
+        self.witness: dict[bytes, tuple[bytes, bytes]] = {}
 
     # -- the change feed ------------------------------------------------------------------
     def on_change(self, changes: list[Change]) -> None:
@@ -175,8 +178,8 @@ class Counts:
             e.change(ik[end:], old, new, now)
 
     # -- questions ----------------------------------------------------------------------
-    def _entry(self, prefix: bytes, h: bytes, now: int, track: bool = False) -> _Entry | None:
-        e = self.entries.get(prefix)
+    def _entry(self, prefix: bytes, h: bytes, now: int, track: bool = False) -> _Entry:
+        e: _Entry | None = self.entries.get(prefix)
         if e is not None:
             if e.head != h or e.dc != head.delete_clock(h, now):
                 # a head change the feed did not report (never expected), or the head's
@@ -188,13 +191,14 @@ class Counts:
             else:
                 self.entries.move_to_end(prefix)
         if e is None:
-            if not self.subscribed:
-                return None
             e = self._fill(prefix, h, now, track)
         e.advance(now)
         return e
 
     def _fill(self, prefix: bytes, h: bytes, now: int, track: bool) -> _Entry:
+        if not self.subscribed:
+            self.ks.changes.subscribe(self.on_change)
+            self.subscribed = True
         self.fills += 1
         gate = _GATE[prefix[_TAG_AT]]
         assert gate is not None
@@ -213,16 +217,15 @@ class Counts:
 
     def count(self, prefix: bytes, h: bytes, now: int) -> int:
         """The number of live elements under ``prefix`` of the head ``h``."""
-        e = self._entry(prefix, h, now)
-        if e is not None:
-            return e.n
-        return sum(1 for _ in scan(self.ks, prefix, head.delete_clock(h, now), now))
+        return self._entry(prefix, h, now).n
 
     def nonempty(self, hk: bytes, h: bytes, now: int) -> bool:
-        """The collection of the head ``h`` (live or dead) has a live element. Without a
-        counted entry the first ``PROBE`` records are read (cheap, it fills nothing);
-        past them (a queue whose popped elements wait for the sweeper, a deleted
-        collection) the collection is counted once, and the entry answers from then on."""
+        """The collection of the head ``h`` (live or dead) has a live element. A counted
+        entry answers; else the element found last (the *witness*) is read again, one
+        point read; else the first ``PROBE`` records are read, and a live one found
+        becomes the witness; past them (a queue whose popped elements wait for the
+        sweeper, a deleted collection) the collection is counted once, and the entry
+        answers from then on."""
         prefix = content_prefix(hk, h)
         e = self.entries.get(prefix)
         dc = head.delete_clock(h, now)
@@ -231,8 +234,19 @@ class Counts:
             return e.n > 0
         gate = _GATE[prefix[_TAG_AT]]
         assert gate is not None
-        for i, (_, ev) in enumerate(self.ks.engine.scan(prefix, prefix_end(prefix))):
+        witness = self.witness
+        w = witness.get(prefix)
+        if w is not None:
+            if w[0] is h or w[0] == h:
+                rec = self.ks.get(w[1])
+                if rec is not None and _is_live(rec, now) and gate(rec) > dc:
+                    return True
+            del witness[prefix]
+        for i, (ek, ev) in enumerate(self.ks.engine.scan(prefix, prefix_end(prefix))):
             if _is_live(ev, now) and gate(ev) > dc:
+                if len(witness) >= MAX_ENTRIES:
+                    witness.clear()
+                witness[prefix] = (h, ek)
                 return True
             if i >= PROBE:
                 return self.count(prefix, h, now) > 0
@@ -240,6 +254,5 @@ class Counts:
 
     def members(self, prefix: bytes, h: bytes, now: int) -> list[bytes] | None:
         """The live elements under ``prefix`` as a list kept up to date (do not change
-        it), or None if the collection is too big to keep one (or not subscribed)."""
-        e = self._entry(prefix, h, now, track=True)
-        return None if e is None else e.members
+        it), or None if the collection is too big to keep one."""
+        return self._entry(prefix, h, now, track=True).members

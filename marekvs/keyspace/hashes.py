@@ -29,7 +29,6 @@ from marekvs.core.envelope import RecordType
 from marekvs.core.head import CollectionType
 from marekvs.keyspace import members as M
 from marekvs.keyspace.keyspace import Keyspace
-from marekvs.keyspace.status import WrongType
 
 HASH = CollectionType.HASH
 FIELD = RecordType.HASH_FIELD
@@ -59,49 +58,30 @@ def prefix_of(hk: bytes) -> bytes:
 # counted ``read_lookup``.
 
 def get(ks: Keyspace, key: bytes, field: bytes, now: int) -> bytes | None:
-    try:
-        r = ks.resolve(key, HASH, now)
-    except WrongType:
-        ks.hits += 1
-        raise
+    r = ks.read(key, HASH, now)
     if r is None:
-        ks.read_miss(key)
         return None
     rec = ks.get(r.prefix + field)
     v = None if rec is None else _value(rec, now, r.dc)
-    if v is not None:
-        ks.hits += 1
-    else:
-        M.count_found(ks, key, r, False, now)
+    ks.found(key, r, v is not None, now)
     return v
 
 
 def get_many(ks: Keyspace, key: bytes, fields: Sequence[bytes], now: int) -> list[bytes | None]:
-    try:
-        r = ks.resolve(key, HASH, now)
-    except WrongType:
-        ks.hits += 1
-        raise
+    r = ks.read(key, HASH, now)
     if r is None:
-        ks.read_miss(key)
         return [None] * len(fields)
     prefix, dc, g = r.prefix, r.dc, ks.get
     out = [M.value(g(prefix + f), dc, now) for f in fields]
-    M.count_found(ks, key, r, any(v is not None for v in out), now)
+    ks.found(key, r, any(v is not None for v in out), now)
     return out
 
 
 def length(ks: Keyspace, key: bytes, now: int) -> int:
-    try:
-        r = ks.resolve(key, HASH, now)
-    except WrongType:
-        ks.hits += 1
-        raise
+    r = ks.read(key, HASH, now)
     n = 0 if r is None else ks.counts.count(r.prefix, r.head, now)
-    if n:
-        ks.hits += 1
-    else:
-        ks.read_miss(key)
+    if r is not None:
+        ks.counted(key, n > 0)
     return n
 
 
@@ -141,7 +121,7 @@ def set_fields(ks: Keyspace, key: bytes, pairs: Sequence[bytes], now: int, nx: b
     """HSET / HMSET (``pairs`` = field, value, ...) and HSETNX (``nx``: only fields that
     do not exist): the number of fields added. A field named twice takes its last
     value."""
-    r = ks.resolve(key, HASH, now)
+    r = ks.lookup(key, HASH, now)
     if r is not None and r.stable:
         hk, h, created, prefix, dc = r.hk, r.head, False, r.prefix, r.dc  # the hot path
     else:

@@ -17,7 +17,7 @@ Reads and the register cache
     up to 16384 records (~30 ms in Python), so ``RegisterCache`` keeps the ranks of
     recently counted HLLs in memory: a ``bytearray(16384)`` per HLL (LRU, ``CAPACITY``
     HLLs, 16 KB each) with the head record it was built under and the last estimate. It
-    is kept current from the node's change feed (``node.changes``: every record the apply
+    is kept current from the keyspace's change feed (``Keyspace.changes``: every record the apply
     path changed, local or replicated): a register record updates its bucket and drops the
     cached estimate, any change of the head drops the entry. A cached entry is used only
     while the live head still is the record it was built under (a DEL, an EXPIRE, a head
@@ -91,7 +91,7 @@ Change = tuple[bytes, bytes | None, bytes]
 
 
 class ChangeFeed(Protocol):
-    """What the cache needs of the node's change feed (``node/changes.py``)."""
+    """What the cache needs of the keyspace's change feed (``keyspace/changes.py``)."""
 
     def subscribe(self, fn: Callable[[list[Change]], None]) -> None: ...
 
@@ -258,17 +258,17 @@ class RegisterCache:
                     self.drop(key)
 
 
-def cache_for(ks: Keyspace, feed: ChangeFeed | None = None) -> RegisterCache:
+def cache_for(ks: Keyspace) -> RegisterCache:
     """The register cache of keyspace ``ks`` (one per keyspace: ``Keyspace.extension``),
-    following ``feed``."""
-    cache = ks.extension("hll", _new_cache)
-    if feed is not None and cache.feed is not feed:
-        cache.attach(feed)
+    following the keyspace's change feed while it holds an entry."""
+    cache: RegisterCache = ks.extension("hll", _new_cache)
     return cache
 
 
 def _new_cache(ks: Keyspace) -> RegisterCache:
-    return RegisterCache()
+    cache = RegisterCache()
+    cache.attach(ks.changes)
+    return cache
 
 
 # -- lookups ------------------------------------------------------------------------------
@@ -306,14 +306,9 @@ def read_lookup(ks: Keyspace, key: bytes, now: int, cache: RegisterCache) -> tup
     try:
         found = lookup(ks, key, now, cache)
     except KeyspaceError:
-        ks.hits += 1
+        ks.counted(key, True)
         raise
-    if found[1] is None:
-        ks.misses += 1
-        if ks.on_miss is not None:
-            ks.on_miss(key)
-    else:
-        ks.hits += 1
+    ks.counted(key, found[1] is not None)
     return found
 
 

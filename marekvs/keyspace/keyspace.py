@@ -31,6 +31,8 @@ from marekvs.core import lww
 from marekvs.core.envelope import RecordType
 from marekvs.core.hlc import HLC
 from marekvs.keyspace import counts, members
+from marekvs.keyspace.changes import ChangeFeed
+from marekvs.keyspace.counts import content_prefix
 from marekvs.keyspace.status import WrongType
 from marekvs.storage.engine import Engine, prefix_end
 
@@ -47,6 +49,22 @@ T = TypeVar("T")
 
 
 is_live = env.is_live
+HOMES_KEPT = 4096  # typed homes ``Keyspace.lookup`` remembers
+
+
+class Home:
+    """What a command needs of a collection key (``Keyspace.lookup``): its string key (a
+    live string there makes the key a string), head key, head record (live, or dead: the
+    typed home of elements written after its death; ``Keyspace.collection``), content
+    prefix (``counts.content_prefix``) and delete clock."""
+
+    __slots__ = ("ik", "hk", "head", "prefix", "dc", "stable")
+
+    def __init__(self, ik: bytes, hk: bytes, h: bytes, prefix: bytes, dc: int, stable: bool):
+        self.ik, self.hk, self.head, self.prefix, self.dc = ik, hk, h, prefix, dc
+        # a live head without a deadline: what ``Keyspace.head_for_write`` would return
+        # as it is (so a write may use it), and what ``lookup`` remembers
+        self.stable = stable
 
 
 class Keyspace:
@@ -64,13 +82,19 @@ class Keyspace:
         self.apply = engine.apply
         self.get = engine.get
         self.head_pids = engine.head_pids
+        # which records changed, whoever wrote them (keyspace/changes.py): the state each
+        # type keeps beside its records follows it, and so do the node's followers
+        self.changes = ChangeFeed(engine)
         # live elements per collection, kept from the change feed (keyspace/counts.py):
         # sizes, and whether a collection exists; the cursors of HSCAN/SSCAN in progress
         self.counts = counts.Counts(self)
         self.cursors = members.Cursors()
-        self.resolve = members.Resolver(self)
+        # (user key, ctype) -> its typed home, while its head record stays (``lookup``)
+        self.homes: dict[tuple[bytes, int], Home] = {}
         # in-memory state a type module keeps beside the records, by its name (the list
-        # hints of keyspace/lists.py, the zset mirrors of keyspace/zsets.py): ``extension``
+        # hints of keyspace/lists.py, the zset mirrors of keyspace/zsets.py, the stream
+        # summaries, the HLL register caches): ``extension``. Each follows ``changes``
+        # itself, while it holds something.
         self.extensions: dict[str, object] = {}
 
     def stamp(self) -> int:
@@ -79,7 +103,9 @@ class Keyspace:
     # -- per-type state ------------------------------------------------------------------
     def extension(self, name: str, factory: Callable[["Keyspace"], T]) -> T:
         """State a type module keeps with this keyspace (caches, an index it maintains),
-        made by ``factory(self)`` on first use: one per node, gone with it."""
+        made by ``factory(self)`` on first use: one per node, gone with it. The factory's
+        state follows ``self.changes`` on its own (the one feed of every record the apply
+        path changed, local or replicated): no caller wires it."""
         x = self.extensions.get(name)
         if x is None:
             x = self.extensions[name] = factory(self)
@@ -115,21 +141,23 @@ class Keyspace:
     def read_record(self, key: bytes, now: int) -> tuple[bytes, bytes] | None:
         """``live_record`` for a read command: counted as a keyspace hit or miss (INFO)."""
         found = self.live_record(key, now)
-        if found is None:
-            self.misses += 1
-            if self.on_miss is not None:
-                self.on_miss(key)
-        else:
-            self.hits += 1
+        self.counted(key, found is not None)
         return found
 
-    def read_miss(self, key: bytes) -> None:
-        """A read command's lookup found no ``key`` (the collection families count their
-        own lookups: ``members.read_collection``, ``lists.read_lookup``,
-        ``zsets.read_lookup``): a keyspace miss, and the 'keymiss' notification."""
-        self.misses += 1
-        if self.on_miss is not None:
-            self.on_miss(key)
+    # -- reads as Redis counts them (INFO stats keyspace_hits / keyspace_misses) ----------
+    # Redis counts one hit or miss per key a read command looks up (``lookupKeyRead``): a
+    # key that exists is a hit, whatever its type (a WRONGTYPE error is a hit too), an
+    # absent key a miss, which also fires the 'keymiss' notification. ``counted`` is the
+    # one place that counts; ``read`` and ``found`` apply it to the typed lookup.
+    def counted(self, key: bytes, exists: bool, event: bool = True) -> None:
+        """A read command looked ``key`` up and found it (``exists``) or not; ``event``
+        False: a miss fires no 'keymiss' (OBJECT's lookup, as Redis's)."""
+        if exists:
+            self.hits += 1
+        else:
+            self.misses += 1
+            if event and self.on_miss is not None:
+                self.on_miss(key)
 
     def type_name(self, key: bytes, now: int) -> str:
         found = self.read_record(key, now)
@@ -171,6 +199,62 @@ class Keyspace:
         if h is None or not self.present(hk, h, now):
             return None
         return hk, h
+
+    def lookup(self, key: bytes, ctype: int, now: int) -> Home | None:
+        """The typed home of the collection ``key`` of type ``ctype`` (``collection``),
+        with what the commands need of it: its content prefix and delete clock. None when
+        the key holds no head of this type; WrongType as ``collection``. Remembered per
+        (key, type) while the head record stays the same object in the engine's cache
+        (any change of the head, local or replicated, stores a new one), it has no
+        deadline and no live string appeared at the key: a hit costs two dict reads and
+        one point read of the string key instead of the partition hash, two key builds
+        and the delete clock. The one lookup every collection family reads through."""
+        homes = self.homes
+        r = homes.get((key, ctype))
+        if r is not None:
+            g = self.get
+            s = g(r.ik)
+            if g(r.hk) is r.head and (s is None or not is_live(s, now)):
+                return r
+            del homes[(key, ctype)]
+        hk, h = self.collection(key, ctype, now)  # (WrongType from here)
+        if h is None:
+            return None
+        stable = h[_TTL] == _NO_TTL and is_live(h, now)
+        r = Home(K.string_key_in(K.pid_of_ikey(hk), key), hk, h, content_prefix(hk, h), head.delete_clock(h, now),
+                 stable)
+        if stable:
+            if len(homes) >= HOMES_KEPT:
+                homes.clear()
+            homes[(key, ctype)] = r
+        return r
+
+    def read(self, key: bytes, ctype: int, now: int) -> Home | None:
+        """``lookup`` for a read command. A key of another type is counted as a hit
+        (WrongType raised), no home as a miss; a home is counted by the caller once it
+        has read (``found``): whether the collection exists may take its element."""
+        try:
+            r = self.lookup(key, ctype, now)
+        except WrongType:
+            self.counted(key, True)
+            raise
+        if r is None:
+            self.counted(key, False)
+        return r
+
+    def found(self, key: bytes, r: Home, hit: bool, now: int) -> None:
+        """Count the read of ``key`` (home ``r``) that found an element (``hit``: the key
+        exists) or not: then a hit only if the collection exists (``present``)."""
+        self.counted(key, hit or self.present(r.hk, r.head, now))
+
+    def read_existing(self, key: bytes, ctype: int, now: int) -> tuple[bytes, bytes] | None:
+        """``existing`` for a read command, counted (a key of another type: a hit)."""
+        r = self.read(key, ctype, now)
+        if r is None:
+            return None
+        exists = self.present(r.hk, r.head, now)
+        self.counted(key, exists)
+        return (r.hk, r.head) if exists else None
 
     def head_for_write(self, key: bytes, ctype: int, now: int) -> tuple[bytes, bytes, bool]:
         """(head key, head record, created) for a write to the collection ``key``: its

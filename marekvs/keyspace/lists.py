@@ -86,7 +86,7 @@ Element = tuple[int, bytes]  # (position, record)
 
 
 class Feed(Protocol):
-    """The node's change feed (``node/changes.py``), as this module uses it."""
+    """The keyspace's change feed (``keyspace/changes.py``), as this module uses it."""
 
     def subscribe(self, fn: Callable[[list[Change]], None]) -> None: ...
 
@@ -306,10 +306,10 @@ class Lists:
             h.exact_last = dense
 
 
-def lists_of(ks: Keyspace, feed: Feed | None) -> Lists:
-    """The ``Lists`` of ``ks`` (a keyspace extension), made on first use with the node's
-    change ``feed``."""
-    return ks.extension("lists", lambda k: Lists(k, feed))
+def lists_of(ks: Keyspace) -> Lists:
+    """The ``Lists`` of ``ks`` (a keyspace extension), made on first use, following the
+    keyspace's change feed while it holds a hint."""
+    return ks.extension("lists", lambda k: Lists(k, k.changes))
 
 
 # -- reading ------------------------------------------------------------------------------
@@ -356,12 +356,9 @@ def read_lookup(lx: Lists, key: bytes, now: int) -> tuple[Keys, bytes | None, by
     try:
         found = lookup(lx, key, now)
     except WrongType:
-        ks.hits += 1
+        ks.counted(key, True)
         raise
-    if found[1] is None:
-        ks.read_miss(key)
-    else:
-        ks.hits += 1
+    ks.counted(key, found[1] is not None)
     return found
 
 

@@ -47,7 +47,6 @@ from marekvs.core import envelope as env
 from marekvs.core import head
 from marekvs.core import keys as K
 from marekvs.core import orswot, registry
-from marekvs.keyspace.status import WrongType
 from marekvs.storage.engine import prefix_end
 
 if TYPE_CHECKING:
@@ -57,8 +56,6 @@ Change = tuple[bytes, "bytes | None", bytes]  # (ikey, old record or None, new r
 
 _TAG_AT = K.TAG_AT
 _ORD_HEAD = K.ORD_HEAD
-_NO_TTL = env.NO_TTL
-_TTL = env.TTL
 _is_live = env.is_live
 _gate_clock = orswot.gate_clock
 
@@ -122,90 +119,14 @@ def scan(ks: Keyspace, prefix: bytes, dc: int, now: int, start: bytes = b"") -> 
             yield ek[n:], ev
 
 
-# =========================================================================================
-# The hot path: a collection's head, prefix and delete clock, remembered per key
-# =========================================================================================
-
-class Resolved:
-    """What the member commands need of a collection key: its string key (a live string
-    there makes the key a string), head key, head record (live, or a dead hash/set head:
-    ``Keyspace.collection``), members prefix and delete clock."""
-
-    __slots__ = ("ik", "hk", "head", "prefix", "dc", "stable")
-
-    def __init__(self, ik: bytes, hk: bytes, h: bytes, prefix: bytes, dc: int, stable: bool):
-        self.ik, self.hk, self.head, self.prefix, self.dc = ik, hk, h, prefix, dc
-        # a live head without a deadline: what ``Keyspace.head_for_write`` would return
-        # as it is (so a write may use it), and what the memo keeps
-        self.stable = stable
-
-
-MEMO_ENTRIES = 4096
-
-
-class Resolver:
-    """``Keyspace.collection`` plus the members prefix and delete clock, remembered per
-    user key while the head record stays the same object in the engine's cache (any
-    change of the head, local or replicated, stores a new one), it has no deadline and no
-    live string appeared at the key. A hit costs two dict reads instead of the partition
-    hash, two key builds and the delete clock (a third of a SISMEMBER's keyspace work)."""
-
-    def __init__(self, ks: Keyspace):
-        self.ks = ks
-        self.memo: dict[tuple[bytes, int], Resolved] = {}
-
-    def __call__(self, key: bytes, ctype: int, now: int) -> Resolved | None:
-        ks = self.ks
-        memo = self.memo
-        r = memo.get((key, ctype))
-        if r is not None:
-            g = ks.get
-            s = g(r.ik)
-            if g(r.hk) is r.head and (s is None or not _is_live(s, now)):
-                return r
-            del memo[(key, ctype)]
-        hk, h = ks.collection(key, ctype, now)  # (WrongType from here)
-        if h is None:
-            return None
-        stable = h[_TTL] == _NO_TTL and _is_live(h, now)
-        r = Resolved(K.string_key_in(K.pid_of_ikey(hk), key), hk, h, element_prefix(hk, MEMBER_KINDS[ctype].tag),
-                     gate(h, now), stable)
-        if stable:
-            if len(memo) >= MEMO_ENTRIES:
-                memo.clear()
-            memo[(key, ctype)] = r
-        return r
-
-
-# =========================================================================================
-# Reads as Redis counts them (INFO stats keyspace_hits / keyspace_misses)
-# =========================================================================================
-# Redis counts one hit or miss per key a read command looks up (``lookupKeyRead``): a key
-# of the wrong type is a hit (it was found), an absent key a miss. A hash or set exists
-# while it has a live member (``Keyspace.present``), so a found head with none is a
-# miss. The hot reads (HGET, SISMEMBER, ...) count inline from what they read anyway.
-
 def read_collection(ks: Keyspace, key: bytes, ctype: int, now: int) -> tuple[bytes, bytes | None]:
-    """``Keyspace.collection`` for a read command, counted as a keyspace hit or miss."""
-    try:
-        hk, h = ks.collection(key, ctype, now)
-    except WrongType:
-        ks.hits += 1
-        raise
-    if h is not None and ks.present(hk, h, now):
-        ks.hits += 1
-    else:
-        ks.read_miss(key)
-    return hk, h
-
-
-def count_found(ks: Keyspace, key: bytes, r: Resolved, found: bool, now: int) -> None:
-    """Count the read of ``key`` (resolved to ``r``) that found a member (``found``) or
-    not: a hit, or a hit only if the collection has another member."""
-    if found or ks.present(r.hk, r.head, now):
-        ks.hits += 1
-    else:
-        ks.read_miss(key)
+    """``Keyspace.collection`` for a read command, counted as Redis counts it
+    (``Keyspace.read``: a hit when the collection exists, whatever its type)."""
+    r = ks.read(key, ctype, now)
+    if r is None:
+        return K.encode_head_key(key), None
+    ks.found(key, r, False, now)
+    return r.hk, r.head
 
 
 # =========================================================================================

@@ -57,48 +57,31 @@ def prefix_of(hk: bytes) -> bytes:
 # except ``random_members`` and ``scan``, which follow a command's own ``read_lookup``.
 
 def is_member(ks: Keyspace, key: bytes, member: bytes, now: int) -> bool:
-    try:
-        r = ks.resolve(key, SET, now)
-    except WrongType:
-        ks.hits += 1
-        raise
+    r = ks.read(key, SET, now)
     if r is None:
-        ks.read_miss(key)
         return False
     rec = ks.get(r.prefix + member)
-    if rec is not None and _is_live(rec, now) and _gate_clock(rec) > r.dc:
-        ks.hits += 1
-        return True
-    M.count_found(ks, key, r, False, now)
-    return False
+    hit = rec is not None and _is_live(rec, now) and _gate_clock(rec) > r.dc
+    ks.found(key, r, hit, now)
+    return hit
 
 
 def are_members(ks: Keyspace, key: bytes, members: Sequence[bytes], now: int) -> list[bool]:
-    try:
-        r = ks.resolve(key, SET, now)
-    except WrongType:
-        ks.hits += 1
-        raise
+    r = ks.read(key, SET, now)
     if r is None:
-        ks.read_miss(key)
         return [False] * len(members)
     prefix, dc, g = r.prefix, r.dc, ks.get
     out = [M.live(g(prefix + m), dc, now) for m in members]
-    M.count_found(ks, key, r, any(out), now)
+    ks.found(key, r, any(out), now)
     return out
 
 
 def cardinality(ks: Keyspace, key: bytes, now: int) -> int:
-    try:
-        r = ks.resolve(key, SET, now)
-    except WrongType:
-        ks.hits += 1
-        raise
-    n = 0 if r is None else ks.counts.count(r.prefix, r.head, now)
-    if n:
-        ks.hits += 1
-    else:
-        ks.read_miss(key)
+    r = ks.read(key, SET, now)
+    if r is None:
+        return 0
+    n = ks.counts.count(r.prefix, r.head, now)
+    ks.counted(key, n > 0)
     return n
 
 
@@ -132,7 +115,7 @@ def scan(ks: Keyspace, key: bytes, cursor: int, count: int, now: int) -> tuple[i
 def add(ks: Keyspace, key: bytes, members: Sequence[bytes], now: int) -> int:
     """SADD: the number of members that were not in the set. Every named member gets a
     new dot (see the module docstring); one already there keeps its deadline."""
-    r = ks.resolve(key, SET, now)
+    r = ks.lookup(key, SET, now)
     if r is not None and r.stable:
         hk, h, created, prefix, dc = r.hk, r.head, False, r.prefix, r.dc  # the hot path
     else:

@@ -16,15 +16,15 @@ data model's liveness: an element is live if its record is and it is newer than 
 delete clock; a group's consumers and pending entries must also be newer than the group's
 destroy clock. Operations return values or raise typed statuses (below), never replies.
 
-Costs. Entries are a prefix scan in id order (``Engine.scan`` commits pending writes
-first); a reverse range scans forward over windows of whole milliseconds that double
-back from the upper bound, so the last entries cost one or a few short scans.
+Costs. Entries are a prefix scan in id order; a reverse range scans forward over windows
+of whole milliseconds that double back from the upper bound, so the last entries cost one
+or a few short scans.
 XLEN, the counters and XINFO's length are O(1) from ``StreamCache``: per stream key, the
 live entry count and the live counter records, loaded by one scan the first time a stream
-is used and then kept current from the node's change feed (every record the apply path
-changed, local or replicated). The commands layer subscribes the cache to the feed; while
-it is not subscribed every read scans. A group's pending entries are one prefix scan per
-group (XPENDING, XINFO, XAUTOCLAIM, a consumer's history); one pending entry is a point read.
+is used and then kept current from the keyspace's change feed (every record the apply path
+changed, local or replicated; followed from the first fill). A group's pending entries are
+one prefix scan per group (XPENDING, XINFO, XAUTOCLAIM, a consumer's history); one pending
+entry is a point read.
 """
 
 from __future__ import annotations
@@ -190,7 +190,13 @@ class StreamCache:
         self.metas: dict[bytes, Meta] = {}
         self.pels: dict[tuple[bytes, bytes], Pel] = {}
         self.limit = limit
+        self.feed = None if ks is None else ks.changes  # the keyspace's, followed from the first fill
         self.subscribed = False
+
+    def _follow(self) -> None:
+        if not self.subscribed and self.feed is not None:
+            self.feed.subscribe(self.on_change)
+            self.subscribed = True
 
     def on_change(self, changes: list[tuple[bytes, bytes | None, bytes]]) -> None:
         metas = self.metas
@@ -243,6 +249,7 @@ class StreamCache:
         p = self.pels.get(ident) if self.subscribed else None
         if p is not None and p.dc == g.st.dc and p.gdc == g.destroy_clock:
             return p
+        self._follow()
         p = Pel(g.st.dc, g.destroy_clock)
         prefix = g.pp
         n = len(prefix)
@@ -259,6 +266,7 @@ class StreamCache:
         m = self.metas.get(key) if self.subscribed else None
         if m is not None and m.dc == dc:
             return m
+        self._follow()
         n = 0
         prefix = K.collection_prefix(K.TAG_STREAM, key)
         for _, rec in ks.engine.scan(prefix, prefix_end(prefix)):

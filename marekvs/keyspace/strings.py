@@ -77,14 +77,12 @@ def read(ks: Keyspace, key: bytes, now: int = 0) -> bytes | None:
     if rec is not None and not rec[0] & _TOMB:
         d = rec[_TTL]
         if d == _NO_TTL or int.from_bytes(d, "big") > (now or ks.now()):
-            ks.hits += 1
+            ks.hits += 1  # (``Keyspace.counted``, inline: GET's hot path)
             return rec[_HEADER:] if rec[0] == _STRING_FLAGS else string_value(rec)
     if ks.head_pids[pid] and ks.live_head(pid, ik, now or ks.now()) is not None:
-        ks.hits += 1
+        ks.counted(key, True)
         raise WrongType()
-    ks.misses += 1
-    if ks.on_miss is not None:
-        ks.on_miss(key)
+    ks.counted(key, False)
     return None
 
 

@@ -45,7 +45,7 @@ import heapq
 import math
 import random
 from collections import OrderedDict
-from typing import Callable, Iterable, Iterator, NamedTuple, Protocol
+from typing import Iterable, Iterator, NamedTuple
 
 from sortedcontainers import SortedList  # type: ignore[import-untyped]
 
@@ -81,10 +81,6 @@ INF = math.inf
 
 class NotAScore(KeyspaceError):
     """An INCR made the score NaN (Redis: "resulting score is not a number (NaN)")."""
-
-
-class Feed(Protocol):
-    def subscribe(self, fn: Callable[[list[tuple[bytes, bytes | None, bytes]]], None]) -> None: ...
 
 
 Entry = tuple[float, bytes]  # (score, member): the order of a zset
@@ -282,20 +278,14 @@ class LexRange(NamedTuple):
 
 class Zsets:
     """The sorted-set state of one node's keyspace: the mirrors of the zsets in use, kept
-    from the change feed (see the module docstring)."""
+    from the keyspace's change feed (followed while a mirror is held)."""
 
     def __init__(self, ks: Keyspace):
         self.ks = ks
         self.orders: OrderedDict[bytes, Order] = OrderedDict()
         self.cached = 0  # members (plus overhead) held by all mirrors
         self.budget = MAX_CACHED_MEMBERS
-        self.feed: Feed | None = None
-
-    def attach(self, feed: Feed) -> None:
-        """Follow the change feed from now on (the first sorted-set command does this)."""
-        if self.feed is None:
-            self.feed = feed
-            feed.subscribe(self.on_changes)
+        self.following = False
 
     def apply(self, records: list[tuple[bytes, bytes]]) -> None:
         if records:
@@ -314,10 +304,12 @@ class Zsets:
                 return o
             self._drop(p.key)
         o = self._build(p, head_rec, now)
-        if self.feed is not None:  # without the feed a mirror would go stale: not kept
-            self.orders[p.key] = o
-            self.cached += len(o) + MIRROR_OVERHEAD
-            self._evict(p.key)
+        if not self.following:
+            self.ks.changes.subscribe(self.on_changes)
+            self.following = True
+        self.orders[p.key] = o
+        self.cached += len(o) + MIRROR_OVERHEAD
+        self._evict(p.key)
         return o
 
     def _drop(self, key: bytes) -> None:
@@ -404,11 +396,9 @@ class Zsets:
         o.discard(member)
 
 
-def state(ks: Keyspace, feed: Feed | None = None) -> Zsets:
-    """The node's sorted-set state (one per keyspace), following ``feed`` once given."""
+def state(ks: Keyspace) -> Zsets:
+    """The node's sorted-set state (one per keyspace)."""
     z: Zsets = ks.extension("zsets", Zsets)
-    if feed is not None and z.feed is None:
-        z.attach(feed)
     return z
 
 
@@ -435,16 +425,9 @@ def lookup(z: Zsets, key: bytes, now: int) -> Zset | None:
 def read_lookup(z: Zsets, key: bytes, now: int) -> Zset | None:
     """``lookup`` for a read command, counted as a keyspace hit or miss (a key of
     another type is a hit: Redis found it)."""
-    ks = z.ks
-    try:
-        found = ks.existing(key, ZSET, now)
-    except WrongType:
-        ks.hits += 1
-        raise
+    found = z.ks.read_existing(key, ZSET, now)
     if found is None:
-        ks.read_miss(key)
         return None
-    ks.hits += 1
     return Zset(prefixes_of_head(key, found[0]), found[1])
 
 
@@ -456,24 +439,13 @@ def lookup_setlike(z: Zsets, key: bytes, now: int) -> tuple[int, Zset] | None:
     try:
         found = lookup(z, key, now)
     except WrongType:
-        try:
-            hk, h = ks.collection(key, SET, now)
-        except WrongType:
-            ks.hits += 1
-            raise
-        if h is None:
-            ks.read_miss(key)
+        r = ks.read(key, SET, now)
+        if r is None:
             return None
-        if ks.present(hk, h, now):
-            ks.hits += 1
-        else:
-            ks.read_miss(key)  # (an emptied set: no key; it reads as an empty set)
-        return SET, Zset(prefixes_of_head(key, hk), h)
-    if found is None:
-        ks.read_miss(key)
-        return None
-    ks.hits += 1
-    return ZSET, found
+        ks.found(key, r, False, now)  # (an emptied set: no key; it reads as an empty set)
+        return SET, Zset(prefixes_of_head(key, r.hk), r.head)
+    ks.counted(key, found is not None)
+    return None if found is None else (ZSET, found)
 
 
 def order_of(z: Zsets, zs: Zset, now: int) -> Order:
@@ -553,9 +525,7 @@ def add(z: Zsets, key: bytes, items: list[tuple[float, bytes]], flags: AddFlags,
     (a re-add, as SADD's: a removal on another node that did not see it leaves the
     member). NotAScore if an increment makes a NaN."""
     ks = z.ks
-    hk, head_rec = ks.collection(key, ZSET, now)
-    exists = head_rec is not None and ks.present(hk, head_rec, now)
-    if not exists and flags.xx:
+    if flags.xx and ks.existing(key, ZSET, now) is None:
         return AddResult(0, 0, 0, None)
     hk, head_rec, created = ks.head_for_write(key, ZSET, now)
     p = prefixes_of_head(key, hk)

@@ -38,7 +38,6 @@ from marekvs.keyspace import Keyspace
 from marekvs.keyspace.status import KeyspaceError
 from marekvs.node.acl import Acl
 from marekvs.node.blocking import BlockingRegistry
-from marekvs.node.changes import ChangeFeed
 from marekvs.node.events import Events
 from marekvs.node.monitor import LatencyMonitor, MonitorLine, OpsMeter, SlowLog
 from marekvs.node.pubsub import PubSub, push_limited
@@ -89,7 +88,7 @@ class Node:
                              hlc=self.hlc)
         self.hlc.observe(self.engine.max_hlc())
         self.ks = Keyspace(self.engine, self.hlc, config.node_id)
-        self.changes = ChangeFeed(self.engine)  # which records changed, whoever wrote them
+        self.changes = self.ks.changes  # which records changed, whoever wrote them (keyspace/changes.py)
         self.blocking = BlockingRegistry(self.changes, self.engine)
         self.pubsub = PubSub()
         self.blocking.current_setter = self._set_current

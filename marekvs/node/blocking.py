@@ -31,7 +31,7 @@ from typing import Any, Callable
 from marekvs.commands import errors
 from marekvs.commands.context import Context
 from marekvs.commands.reply import Blocking, Err
-from marekvs.node.changes import Change, ChangeFeed, user_keys
+from marekvs.keyspace.changes import Change, ChangeFeed, user_keys
 
 Attempt = Callable[[], Any]  # the reply value once the command can be served, else None
 

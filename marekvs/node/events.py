@@ -41,7 +41,7 @@ from marekvs.core import envelope as env
 from marekvs.core import keys as K
 from marekvs.core import registry
 from marekvs.keyspace import members as M
-from marekvs.node.changes import Change
+from marekvs.keyspace.changes import Change
 
 CLASSES = "g$lshzxetdmn"
 _KEY_CODES = frozenset(registry.KEY_TAGS)

@@ -24,7 +24,7 @@ from typing import Any
 
 from marekvs.commands.context import Context, TrackingState  # noqa: F401 - the state kept on a context
 from marekvs.commands.reply import Push
-from marekvs.node.changes import Change, user_keys
+from marekvs.keyspace.changes import Change, user_keys
 
 INVALIDATE_CHANNEL = b"__redis__:invalidate"
 

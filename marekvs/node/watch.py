@@ -19,7 +19,7 @@ from typing import Any
 from marekvs.commands.context import Context
 from marekvs.core import keys as K
 from marekvs.core import registry
-from marekvs.node.changes import Change, user_keys
+from marekvs.keyspace.changes import Change, user_keys
 
 
 class Watches:

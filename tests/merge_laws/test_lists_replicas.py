@@ -53,7 +53,7 @@ def replicas(tmp_path_factory):
 
 
 def lists_of(node: Node) -> kl.Lists:
-    return kl.lists_of(node.ks, node.changes)
+    return kl.lists_of(node.ks)
 
 
 class ListReplicas(RuleBasedStateMachine):

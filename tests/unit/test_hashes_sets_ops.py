@@ -281,11 +281,11 @@ def test_expiremember_on_types_without_members_is_unsupported(n):
     assert n("TTL", "l", "m") == -1
 
 
-# -- the remembered resolution of a key (members.Resolver) ----------------------------------------
+# -- the remembered typed home of a key (Keyspace.lookup) --------------------------------------------
 
 def test_the_remembered_collection_follows_every_change_of_the_key(n, clock):
     n("SADD", "s", "m")
-    assert n("SISMEMBER", "s", "m") == 1 and (b"s", H.CollectionType.SET) in n.ks.resolve.memo
+    assert n("SISMEMBER", "s", "m") == 1 and (b"s", H.CollectionType.SET) in n.ks.homes
     # a string record from a peer, written concurrently (no head tombstone with it)
     n.engine.apply([(K.encode_string_key(b"s"), env.pack(env.make_flags(RecordType.STRING), n.ks.stamp(), 2, 0,
                                                          b"v"))], log_entry=False)

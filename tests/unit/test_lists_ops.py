@@ -43,7 +43,7 @@ class Client:
 
     @property
     def lx(self) -> kl.Lists:
-        return kl.lists_of(self.ks, self.node.changes)
+        return kl.lists_of(self.ks)
 
     def positions(self, key: bytes) -> list[int]:
         """Positions of the live elements, read from the records themselves."""

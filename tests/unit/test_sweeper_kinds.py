@@ -80,3 +80,25 @@ def test_a_dead_head_stays_while_a_newer_element_does_and_gated_registers_go(eng
     assert engine.get(K.encode_hll_key(b"p", 2)) is not None
     assert sum(sw.live_keys) == 1  # the HyperLogLog's live head
     assert sweep(engine)[0] == 0  # nothing more to take
+
+
+def test_a_partition_bigger_than_a_step_stretches_the_pause_to_the_budget_rate(engine):
+    """One big collection is one partition, read whole by a step: the next step waits in
+    proportion, so the sweeper reads at its budget's rate whatever the partitions' sizes
+    (it re-read a 100k-field hash ten times a second, two thirds of a node's CPU)."""
+    t = time.time_ns() // 1_000_000
+    h = head.new(CT.HASH, at(t), 1)
+    recs = [(K.encode_head_key(b"big"), h)]
+    recs += [(K.encode_hash_field_key(b"big", b"f%d" % i),
+              orswot.add(None, RecordType.HASH_FIELD, at(t) + i + 1, 1, b"v")) for i in range(5000)]
+    engine.apply(recs)
+    engine.commit()
+    sw = Sweeper(engine, SimpleNamespace(gc_grace=3600, sweep_interval=0.1))
+    sw.sweep_all()  # the first cycle
+    budget = sw.budget()
+    sw.step(budget)
+    assert sw.read_last_step == 5001  # the whole partition, whatever the budget
+    assert budget < 1000 and sw.pause(budget) == pytest.approx(0.1 * 5001 / budget)
+    small = Sweeper(engine, SimpleNamespace(gc_grace=3600, sweep_interval=0.1))
+    small.cycles, small.read_last_step = 1, 10
+    assert small.pause(400) == 0.1  # a step within its budget: the plain interval

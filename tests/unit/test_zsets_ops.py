@@ -50,7 +50,7 @@ class N:
 
     @property
     def z(self) -> Z.Zsets:
-        return Z.state(self.ks, self.node.changes)
+        return Z.state(self.ks)
 
     def ship_to(self, other: N) -> int:
         """Apply this node's committed log entries not yet shipped to ``other``, as a

@@ -28,7 +28,7 @@ from marekvs.gateway.kafka import handlers, producers, protocol
 from marekvs.gateway.kafka.groups import Coordinator
 from marekvs.gateway.kafka.partitions import Logs
 from marekvs.gateway.kafka.topics import Layout, StoreError, rendezvous
-from marekvs.node.changes import user_keys
+from marekvs.keyspace.changes import user_keys
 
 log = logging.getLogger("marekvs.kafka")
 _SIZE = struct.Struct(">i")

@@ -1,10 +1,14 @@
 """The change feed: which records changed, whoever changed them.
 
 The engine's apply path reports every record it changed, from a local command or from a
-peer (``Engine.on_change``). The feed hands those changes to its subscribers (the
-blocking registry today; WATCH, keyspace notifications and client-side caching use the
-same feed). It is installed on the engine only while someone subscribes, so a node with no
-subscriber pays nothing per write.
+peer (``Engine.on_change``). The feed hands those changes to its subscribers. The keyspace
+owns it (``Keyspace.changes``): the derived state each type keeps beside its records (the
+live-element counts, list hints, zset mirrors, stream summaries, HLL register caches)
+subscribes to it from the type module itself, and the node's own followers (blocking
+commands, WATCH, keyspace notifications, client-side caching) use the same feed. It is
+installed on the engine only while someone subscribes, and each subscriber subscribes
+only while it holds something to keep current, so a node with nothing to follow pays
+nothing per write.
 """
 
 from __future__ import annotations
