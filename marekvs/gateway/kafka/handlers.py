@@ -276,7 +276,7 @@ def _refused(req: Request, code: int, message: str) -> list[dict[str, Any]]:
 
 
 def produce(conn: Any, req: Request) -> Any:
-    gw, ctx, b, v = conn.gw, conn.ctx, req.body, req.version
+    gw, b, v = conn.gw, req.body, req.version
     failing = gw.storage_error()
     if failing is not None:  # a full disk: nothing is appended (RESP clients get MISCONF)
         if b.acks == 0:
@@ -291,15 +291,12 @@ def produce(conn: Any, req: Request) -> Any:
         parts: list[dict[str, Any]] = []
         topics_out.append({"name": td.name, "partition_responses": parts})
         name = td.name.encode()
-        try:
-            t = gw.layout.topic(ctx, name)
-            if t is None and gw.auto_create and LEGAL_NAME.match(name):
+        t, code = _topic(conn, td.name)
+        if t is None and code == Error.UNKNOWN_TOPIC_OR_PARTITION and gw.auto_create and LEGAL_NAME.match(name):
+            try:
                 t = create(conn, name, gw.default_partitions, {})
-        except StoreError as e:
-            t = None
-            code = _denied(e)
-        else:
-            code = Error.UNKNOWN_TOPIC_OR_PARTITION
+            except StoreError as e:
+                code = _denied(e)
         for pd in td.partition_data:
             res: dict[str, Any] = {"index": pd.index, "error_code": Error.NONE, "base_offset": -1,
                                    "log_append_time_ms": -1, "log_start_offset": -1, "record_errors": [],
@@ -617,15 +614,7 @@ def offset_commit(conn: Any, req: Request) -> bytes:
     for tt in b.topics:
         parts: list[dict[str, Any]] = []
         out.append({"name": tt.name, "partitions": parts})
-        t = None
-        if code == Error.NONE:
-            try:
-                t = gw.layout.topic(ctx, tt.name.encode())
-            except StoreError as e:
-                t = None
-                tcode = _denied(e)
-            else:
-                tcode = Error.UNKNOWN_TOPIC_OR_PARTITION
+        t, tcode = _topic(conn, tt.name) if code == Error.NONE else (None, code)
         for pp in tt.partitions:
             pc = code
             if pc == Error.NONE:
