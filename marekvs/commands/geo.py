@@ -23,7 +23,7 @@ from marekvs.commands import errors
 from marekvs.commands.errors import CommandError
 from marekvs.commands.reply import NULL_ARRAY, DoubleText
 from marekvs.commands.table import command
-from marekvs.commands.zsets import _z, add_items, double_arg, store_entries
+from marekvs.commands.zsets import _z, add_items, double_arg, ordered, store_entries
 from marekvs.core import geohash as G
 from marekvs.keyspace import geo as KG
 from marekvs.keyspace import zsets as Z
@@ -312,6 +312,7 @@ def georadius(ctx, args: list[bytes]):
 @command("georadius_ro", -6, "readonly", specs="RO ACCESS index 1 range 0", group="geo", acl=_ACL_R,
          since="3.2.10", summary="A read-only variant for GEORADIUS", complexity=_RADIUS_COMPLEXITY,
          syntax="key longitude latitude radius M | KM | FT | MI " + _SHAPE_OPTS)
+@ordered
 def georadius_ro(ctx, args: list[bytes]):
     return georadius_generic(ctx, args, 1, COORDS | NOSTORE)
 
@@ -329,6 +330,7 @@ def georadiusbymember(ctx, args: list[bytes]):
 @command("georadiusbymember_ro", -5, "readonly", specs="RO ACCESS index 1 range 0", group="geo", acl=_ACL_R,
          since="3.2.10", summary="A read-only variant for GEORADIUSBYMEMBER", complexity=_RADIUS_COMPLEXITY,
          syntax="key member radius M | KM | FT | MI " + _SHAPE_OPTS)
+@ordered
 def georadiusbymember_ro(ctx, args: list[bytes]):
     return georadius_generic(ctx, args, 1, MEMBER | NOSTORE)
 
@@ -342,6 +344,7 @@ _SEARCH_SHAPE = ("FROMMEMBER member | FROMLONLAT longitude latitude BYRADIUS rad
                  "circle.",
          complexity=_SEARCH_COMPLEXITY,
          syntax="key " + _SEARCH_SHAPE + " [WITHCOORD] [WITHDIST] [WITHHASH]")
+@ordered
 def geosearch(ctx, args: list[bytes]):
     return georadius_generic(ctx, args, 1, SEARCH | NOSTORE)
 

@@ -24,14 +24,17 @@ order, and ``del`` when it emptied its key (``commands/members.py``: ``fire``,
 
 from __future__ import annotations
 
+import functools
 import math
 import re
+from typing import Any, Callable, Generator
 
 from marekvs.commands import args as A
 from marekvs.commands import errors
 from marekvs.commands.errors import CommandError
 from marekvs.commands.members import fire, fire_removal
 from marekvs.commands.reply import NULL_ARRAY, BulkArray, Double
+from marekvs.commands.stepwise import in_steps
 from marekvs.commands.table import command
 from marekvs.keyspace import zsets as Z
 from marekvs.keyspace.status import WrongType
@@ -210,6 +213,24 @@ def with_scores(ctx, entries: list[Z.Entry], withscores: bool) -> list:
     return out
 
 
+def ordered(handler: Callable[[Any, list[bytes]], Any]) -> Callable[[Any, list[bytes]], Any]:
+    """A read of the order of the zset at ``args[1]``: a mirror not held yet is built
+    first, in steps (``Zsets.warming``), the client waiting for it as for DBSIZE
+    (``commands/stepwise.py``; in MULTI/EXEC or a script, at once), so the first read of
+    a big zset does not stop every other client for the whole scan."""
+    @functools.wraps(handler)
+    def run(ctx: Any, args: list[bytes]) -> Any:
+        work = _z(ctx).warming(args[1], ctx.ks.now()) if len(args) > 1 else None
+        if work is None:
+            return handler(ctx, args)
+
+        def then() -> Generator[None, None, Any]:
+            yield from work
+            return handler(ctx, args)
+        return in_steps(ctx, then())
+    return run
+
+
 def _z(ctx) -> Z.Zsets:
     return Z.state(ctx.ks)
 
@@ -326,6 +347,7 @@ def zmscore(ctx, args: list[bytes]):
 
 @command("zcard", 2, "readonly fast", specs="RO index 1 range 0", group="sorted-set", acl=_ACL_R_FAST,
          since="1.2.0", summary="Get the number of members in a sorted set", complexity="O(1)", syntax="key")
+@ordered
 def zcard(ctx, args: list[bytes]):
     return Z.card(_z(ctx), args[1], ctx.ks.now())
 
@@ -333,6 +355,7 @@ def zcard(ctx, args: list[bytes]):
 @command("zcount", 4, "readonly fast", specs="RO ACCESS index 1 range 0", group="sorted-set", acl=_ACL_R_FAST,
          since="2.0.0", summary="Count the members in a sorted set with scores within the given values",
          complexity="O(log(N)) with N being the number of elements in the sorted set.", syntax="key min max")
+@ordered
 def zcount(ctx, args: list[bytes]):
     r = score_range(args[2], args[3])
     z, now = _z(ctx), ctx.ks.now()
@@ -344,6 +367,7 @@ def zcount(ctx, args: list[bytes]):
          acl=_ACL_R_FAST, since="2.8.9",
          summary="Count the number of members in a sorted set between a given lexicographical range",
          complexity="O(log(N)) with N being the number of elements in the sorted set.", syntax="key min max")
+@ordered
 def zlexcount(ctx, args: list[bytes]):
     r = lex_range(args[2], args[3])
     z, now = _z(ctx), ctx.ks.now()
@@ -442,6 +466,7 @@ def _long(b: bytes) -> int:
          complexity="O(log(N)+M) with N being the number of elements in the sorted set and M the number of "
                     "elements returned.",
          syntax="key start stop [BYSCORE | BYLEX] [REV] [LIMIT offset count] [WITHSCORES]")
+@ordered
 def zrange(ctx, args: list[bytes]):
     if len(args) == 4:  # the common case, ZRANGE key start stop, without the option loop
         start, end = A.parse_ll(args[2]), A.parse_ll(args[3])
@@ -474,6 +499,7 @@ def zrangestore(ctx, args: list[bytes]):
          complexity="O(log(N)+M) with N being the number of elements in the sorted set and M the number of "
                     "elements returned.",
          syntax="key start stop [WITHSCORES]")
+@ordered
 def zrevrange(ctx, args: list[bytes]):
     return zrange_generic(ctx, args, 1, None, RANK, True)
 
@@ -481,6 +507,7 @@ def zrevrange(ctx, args: list[bytes]):
 @command("zrangebyscore", -4, "readonly", specs="RO ACCESS index 1 range 0", group="sorted-set", acl=_ACL_R_SLOW,
          since="1.0.5", summary="Return a range of members in a sorted set, by score", complexity=_RANGE_COMPLEXITY,
          syntax="key min max [WITHSCORES] [LIMIT offset count]")
+@ordered
 def zrangebyscore(ctx, args: list[bytes]):
     return zrange_generic(ctx, args, 1, None, SCORE, False)
 
@@ -489,6 +516,7 @@ def zrangebyscore(ctx, args: list[bytes]):
          acl=_ACL_R_SLOW, since="2.2.0",
          summary="Return a range of members in a sorted set, by score, with scores ordered from high to low",
          complexity=_RANGE_COMPLEXITY, syntax="key max min [WITHSCORES] [LIMIT offset count]")
+@ordered
 def zrevrangebyscore(ctx, args: list[bytes]):
     return zrange_generic(ctx, args, 1, None, SCORE, True)
 
@@ -496,6 +524,7 @@ def zrevrangebyscore(ctx, args: list[bytes]):
 @command("zrangebylex", -4, "readonly", specs="RO ACCESS index 1 range 0", group="sorted-set", acl=_ACL_R_SLOW,
          since="2.8.9", summary="Return a range of members in a sorted set, by lexicographical range",
          complexity=_RANGE_COMPLEXITY, syntax="key min max [LIMIT offset count]")
+@ordered
 def zrangebylex(ctx, args: list[bytes]):
     return zrange_generic(ctx, args, 1, None, LEX, False)
 
@@ -505,6 +534,7 @@ def zrangebylex(ctx, args: list[bytes]):
          summary="Return a range of members in a sorted set, by lexicographical range, ordered from higher to "
                  "lower strings.",
          complexity=_RANGE_COMPLEXITY, syntax="key max min [LIMIT offset count]")
+@ordered
 def zrevrangebylex(ctx, args: list[bytes]):
     return zrange_generic(ctx, args, 1, None, LEX, True)
 
@@ -542,6 +572,7 @@ def _zrank(ctx, args: list[bytes], reverse: bool):
 @command("zrank", -3, "readonly fast", specs="RO ACCESS index 1 range 0", group="sorted-set", acl=_ACL_R_FAST,
          since="2.0.0", summary="Determine the index of a member in a sorted set", complexity="O(log(N))",
          syntax="key member [WITHSCORE]")
+@ordered
 def zrank(ctx, args: list[bytes]):
     return _zrank(ctx, args, False)
 
@@ -549,6 +580,7 @@ def zrank(ctx, args: list[bytes]):
 @command("zrevrank", -3, "readonly fast", specs="RO ACCESS index 1 range 0", group="sorted-set", acl=_ACL_R_FAST,
          since="2.0.0", summary="Determine the index of a member in a sorted set, with scores ordered from high to low",
          complexity="O(log(N))", syntax="key member [WITHSCORE]")
+@ordered
 def zrevrank(ctx, args: list[bytes]):
     return _zrank(ctx, args, True)
 
@@ -955,6 +987,7 @@ def zintercard(ctx, args: list[bytes]):
 @command("zrandmember", -2, "readonly", specs="RO ACCESS index 1 range 0", group="sorted-set", acl=_ACL_R_SLOW,
          since="6.2.0", summary="Get one or multiple random elements from a sorted set",
          complexity="O(N) where N is the number of elements returned", syntax="key [count [WITHSCORES]]")
+@ordered
 def zrandmember(ctx, args: list[bytes]):
     z, now = _z(ctx), ctx.ks.now()
     if len(args) >= 3:
@@ -985,6 +1018,7 @@ def zrandmember(ctx, args: list[bytes]):
          complexity="O(1) for every call. O(N) for a complete iteration, including enough command calls for the "
                     "cursor to return back to 0. N is the number of elements inside the collection..",
          syntax="key cursor [MATCH pattern] [COUNT count]")
+@ordered
 def zscan(ctx, args: list[bytes]):
     cursor = A.parse_cursor(args[2])
     z, now = _z(ctx), ctx.ks.now()

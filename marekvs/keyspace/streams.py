@@ -138,11 +138,24 @@ class Meta:
         return t
 
     def set_counters(self, origin: int, c: Counters | None) -> None:
+        """The counter record of ``origin`` is now ``c`` (None: dead). The totals follow
+        at once when the record only counted on in the generation and epoch they count
+        (every XADD's own bump), else they are recomputed on next use."""
+        counters = self.counters
+        old = counters.get(origin)
+        t = self._totals
         if c is None:
-            self.counters.pop(origin, None)
+            counters.pop(origin, None)
+            self._totals = None
+            return
+        counters[origin] = c
+        if (t is not None and old is not None and c.gen == old.gen == self.dc and c.epoch == old.epoch == t.epoch
+                and c.added >= old.added and c.last >= old.last and c.max_deleted >= old.max_deleted):
+            # ``stream.totals``: ``old`` was one of the records counted, ``c`` replaces it
+            self._totals = Totals(t.epoch, t.added + c.added - old.added, max(t.last, c.last),
+                                  max(t.max_deleted, c.max_deleted))
         else:
-            self.counters[origin] = c
-        self._totals = None
+            self._totals = None
 
 
 class Pel:
@@ -339,9 +352,14 @@ def lookup(ks: Keyspace, key: bytes, now: int) -> Stream | None:
 def _for_write(ks: Keyspace, key: bytes, now: int) -> tuple[Stream, bool]:
     """(the stream at ``key`` for a write, whether its head is new: to be written in the
     same apply)."""
-    hk, h, created = ks.head_for_write(key, STREAM, now)
-    dc = head.delete_clock(h, now)
-    return Stream(key, hk, h, dc, cache_of(ks).meta(ks, key, dc), K.collection_prefix(K.TAG_STREAM, key)), created
+    r = ks.lookup(key, STREAM, now)
+    if r is not None and r.stable:  # (a live head without a deadline: written as it is)
+        hk, h, created, dc, xp = r.hk, r.head, False, r.dc, r.prefix
+    else:
+        hk, h, created = ks.head_for_write(key, STREAM, now)
+        dc = head.delete_clock(h, now)
+        xp = K.collection_prefix(K.TAG_STREAM, key)
+    return Stream(key, hk, h, dc, cache_of(ks).meta(ks, key, dc), xp), created
 
 
 def create_empty(ks: Keyspace, key: bytes, now: int) -> Stream:

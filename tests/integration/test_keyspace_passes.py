@@ -80,3 +80,40 @@ def test_commands_pipelined_behind_a_pass_keep_their_order(big):
         assert d1 == d2 and d1 != b"0" * 40
     finally:
         a.close()
+
+
+ZSET_MEMBERS = 100_000
+
+
+def test_the_first_read_of_a_big_zset_after_a_restart_leaves_the_node_serving(tmp_path):
+    """Its order mirror is built in steps (keyspace/zsets.py ``Zsets.warming``): ZCARD
+    waits for it, other clients are answered meanwhile, and their writes to the zset are
+    in the order it ends with."""
+    from tests.helpers import Node
+
+    n = Node(tmp_path / "data").start()
+    try:
+        r = n.client()
+        pipe = r.pipeline(transaction=False)
+        for start in range(0, ZSET_MEMBERS, 5000):
+            pipe.zadd(b"big", {b"m%07d" % i: i for i in range(start, start + 5000)})
+        pipe.execute()
+        n.stop()
+        n.start()  # no mirror held
+        a = socket.create_connection(("127.0.0.1", n.port))
+        b = n.client()
+        try:
+            a.sendall(mb(b"ZCARD", b"big") + mb(b"ZRANGE", b"big", b"-2", b"-1"))
+            assert b.ping()  # (the ZCARD is read before this client's command)
+            for _ in range(5):
+                assert b.ping()
+            assert b.zadd(b"big", {b"new": ZSET_MEMBERS + 1}) == 1
+            assert b.zrem(b"big", b"m0000000") == 1
+            assert select.select([a], [], [], 0)[0] == [], "the build blocked the other client"
+            card, top = read_replies(a, 2)
+            assert card == ZSET_MEMBERS and top == [b"m%07d" % (ZSET_MEMBERS - 1), b"new"]
+            assert r.zcard(b"big") == ZSET_MEMBERS and r.zrange(b"big", 0, 0) == [b"m0000001"]
+        finally:
+            a.close()
+    finally:
+        n.stop()
