@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import tomllib
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, Mapping
 
 PROTO_MAX_BULK_LEN = 512 * 1024 * 1024
 CLIENT_QUERY_BUFFER_LIMIT = 1024 * 1024 * 1024
@@ -264,9 +264,9 @@ def load(file: str | None = None, env: dict[str, str] | None = None,
             if k not in Config.HELP:
                 raise ValueError(f"unknown option {k!r} in {file}")
             values[k] = _coerce(k, v)
-    env = os.environ if env is None else env
+    variables: Mapping[str, str] = os.environ if env is None else env
     for name in Config.HELP:
-        v = env.get("MAREKVS_" + name.upper())
+        v = variables.get("MAREKVS_" + name.upper())
         if v is not None:
             values[name] = _coerce(name, v)
     for k, v in (overrides or {}).items():

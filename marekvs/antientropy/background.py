@@ -32,7 +32,7 @@ from marekvs.antientropy import exchange as X
 from marekvs.antientropy.remote import GrpcReplica, ReplicaError
 from marekvs.antientropy.replica import LocalReplica
 from marekvs.antientropy.report import Report
-from marekvs.antientropy.service import AntiEntropyService
+from marekvs.antientropy.service import SERVICE, AntiEntropyService
 from marekvs.core.partition import PARTITIONS
 from marekvs.replication.gen import antientropy_v1_pb2_grpc as pbg
 
@@ -169,6 +169,11 @@ class AntiEntropy:
             await asyncio.sleep(FIRST_PASS_STEP if first else STEP)
 
     # -- figures ------------------------------------------------------------------------------
+    def refused_calls(self) -> int:
+        """Calls to the service refused: by the cluster secret check before they reached
+        it, and by the service itself (cluster name, bad arguments or records)."""
+        return self.replication.secret_check.refused[SERVICE] + self.service.refused
+
     def info_fields(self) -> list[tuple[str, object]]:
         t, last, loc = self.total, self.last, self.local
         age = int((time.monotonic() - self.last_at) * 1000) if self.last_at else -1
@@ -188,7 +193,7 @@ class AntiEntropy:
             ("records_removed_past_gc_grace", loc.removed_past_gc_grace),
             ("pushes_received", loc.pushes), ("pushed_records_applied", loc.pushed_applied),
             ("pushed_records_past_gc_grace", loc.pushed_past_gc_grace),
-            ("calls_served", self.service.calls), ("calls_refused", self.service.refused),
+            ("calls_served", self.service.calls), ("calls_refused", self.refused_calls()),
             ("digest_verify_cycles", self.verify_cycles), ("digest_verified_partitions", loc.verified),
             ("digest_corrected_partitions", loc.corrected),
             ("digest_rebuilt_at_open", int(self.node.engine.digest.rebuilt_at_open)),
@@ -209,7 +214,7 @@ class AntiEntropy:
             ("marekvs_antientropy_keys_in_flight_total", {}, t.keys_in_flight),
             ("marekvs_antientropy_pushed_records_applied_total", {}, loc.pushed_applied),
             ("marekvs_antientropy_records_removed_past_gc_grace_total", {}, loc.removed_past_gc_grace),
-            ("marekvs_antientropy_calls_refused_total", {}, self.service.refused),
+            ("marekvs_antientropy_calls_refused_total", {}, self.refused_calls()),
             ("marekvs_digest_verified_partitions_total", {}, loc.verified),
             ("marekvs_digest_corrected_partitions_total", {}, loc.corrected),
         ]

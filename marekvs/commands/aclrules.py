@@ -38,7 +38,9 @@ from typing import Any, Callable, Iterable, Sequence
 
 from marekvs.commands import docs
 from marekvs.commands.args import stringmatch
+from marekvs.commands.errors import echo
 from marekvs.commands.table import KeyFlag
+from marekvs.core.sds import c_str, splitargs
 
 # ACLCommandCategories, in Redis's order (ACL CAT, and the order describe tries them in)
 CATEGORIES = ("keyspace", "read", "write", "set", "sortedset", "list", "hash", "string", "bitmap",
@@ -101,12 +103,6 @@ class UnmatchedParenthesis(ValueError):
     def __init__(self, index: int):
         super().__init__(index)
         self.index = index
-
-
-def c_str(b: bytes) -> bytes:
-    """A C string: the bytes up to the first NUL."""
-    z = b.find(b"\x00")
-    return b if z < 0 else b[:z]
 
 
 def _word(op: bytes) -> bytes:
@@ -707,7 +703,7 @@ class User:
             self.passwords.remove(h)
         elif op[:1] == b"(" and op[-1:] == b")":
             sel = Selector(allchannels=pubsub_all)
-            for rule in split_args(op[1:-1]) or ():  # unbalanced quotes: an empty selector, as Redis
+            for rule in splitargs(op[1:-1]) or ():  # unbalanced quotes: an empty selector, as Redis
                 sel.set(rule, view)
             self.selectors.append(sel)
         elif w == b"clearselectors":
@@ -820,70 +816,6 @@ def merge_selector_args(args: Sequence[bytes]) -> list[bytes]:
     return out
 
 
-def split_args(line: bytes) -> list[bytes] | None:
-    """sdssplitargs: words separated by spaces, "double quoted" (with \\xHH and \\n
-    escapes) or 'single quoted'; None on unbalanced quotes. Read as a C string."""
-    line = c_str(line)
-    args: list[bytes] = []
-    i, n = 0, len(line)
-    ws = b" \n\r\t\x0b\x0c"
-    while True:
-        while i < n and line[i] in ws:
-            i += 1
-        if i >= n:
-            return args
-        cur = bytearray()
-        inq = insq = False
-        while True:
-            if inq:
-                if i >= n:
-                    return None
-                c = line[i]
-                if c == 0x5C and i + 3 < n and line[i + 1] == 0x78 and _ishex(line[i + 2]) and _ishex(line[i + 3]):
-                    cur.append(int(line[i + 2:i + 4], 16))
-                    i += 3
-                elif c == 0x5C and i + 1 < n:
-                    i += 1
-                    cur.append({0x6E: 10, 0x72: 13, 0x74: 9, 0x62: 8, 0x61: 7}.get(line[i], line[i]))
-                elif c == 0x22:
-                    if i + 1 < n and line[i + 1] not in ws:
-                        return None
-                    i += 1
-                    break
-                else:
-                    cur.append(c)
-            elif insq:
-                if i >= n:
-                    return None
-                c = line[i]
-                if c == 0x5C and i + 1 < n and line[i + 1] == 0x27:
-                    i += 1
-                    cur.append(0x27)
-                elif c == 0x27:
-                    if i + 1 < n and line[i + 1] not in ws:
-                        return None
-                    i += 1
-                    break
-                else:
-                    cur.append(c)
-            else:
-                if i >= n or line[i] in b" \n\r\t":
-                    break
-                c = line[i]
-                if c == 0x22:
-                    inq = True
-                elif c == 0x27:
-                    insq = True
-                else:
-                    cur.append(c)
-            i += 1
-        args.append(bytes(cur))
-
-
-def _ishex(c: int) -> bool:
-    return c in b"0123456789abcdefABCDEF"
-
-
 # -- records and files ------------------------------------------------------------------------------
 
 def user_from_rules(name: bytes, rules: bytes, view: CommandView) -> tuple[User, list[bytes]]:
@@ -962,10 +894,10 @@ def load_file(text: bytes, filename: str, view: CommandView, pubsub_all: bool) -
             continue
         name = argv[1]
         if has_spaces(name):
-            errors += f"'{filename}:{linenum}: username '{_txt(name)}' contains invalid characters. "
+            errors += f"'{filename}:{linenum}: username '{echo(name)}' contains invalid characters. "
             continue
         if name in users:
-            errors += f"WARNING: Duplicate user '{_txt(name)}' found on line {linenum}. "
+            errors += f"WARNING: Duplicate user '{echo(name)}' found on line {linenum}. "
             continue
         u = users[name] = User(name, pubsub_all)
         try:
@@ -980,7 +912,7 @@ def load_file(text: bytes, filename: str, view: CommandView, pubsub_all: bool) -
                 u.set(op, view, pubsub_all)
             except RuleError as e:
                 if e.kind == "ENOENT":
-                    errors += f"{filename}:{linenum}: Error in applying operation '{_txt(op)}': {e}. "
+                    errors += f"{filename}:{linenum}: Error in applying operation '{echo(op)}': {e}. "
                 elif not syntax_error:
                     errors += f"{filename}:{linenum}: {e}. "
                     syntax_error = True
@@ -989,10 +921,6 @@ def load_file(text: bytes, filename: str, view: CommandView, pubsub_all: bool) -
     if b"default" not in users:
         users[b"default"] = default_user(view)
     return users, ""
-
-
-def _txt(b: bytes) -> str:
-    return c_str(b).decode("utf-8", "surrogateescape")
 
 
 def file_text(users: Iterable[User], view: CommandView) -> bytes:

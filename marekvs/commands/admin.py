@@ -21,7 +21,7 @@ import time
 
 from marekvs import __version__
 from marekvs.commands import errors, reply, tunables
-from marekvs.commands.args import int_arg
+from marekvs.commands.args import Options, int_arg
 from marekvs.commands.errors import CommandError
 from marekvs.commands.stepwise import in_steps
 from marekvs.commands.table import command, container, help_subcommand
@@ -278,10 +278,19 @@ def save(ctx, args):
          summary="Synchronously saves the database(s) to disk and shuts down the Redis server.",
          syntax="[NOSAVE | SAVE] [NOW] [FORCE] [ABORT]")
 def shutdown(ctx, args):
-    for a in args[1:]:
-        if a.upper() not in (b"NOSAVE", b"SAVE", b"NOW", b"FORCE", b"ABORT"):
-            raise CommandError(errors.SYNTAX)
-    if any(a.upper() == b"ABORT" for a in args[1:]):
+    given: set[bytes] = set()
+    p = Options(args, 1)
+    while p.more():
+        w = p.word()
+        if w in (b"nosave", b"save", b"now", b"force", b"abort"):
+            given.add(w)
+            p.value()
+        else:
+            p.fail(errors.SYNTAX)
+    if (b"abort" in given and len(given) > 1) or {b"nosave", b"save"} <= given:
+        p.fail(errors.SYNTAX)  # an illegal combination
+    p.check()
+    if b"abort" in given:
         raise CommandError(errors.NO_SHUTDOWN)
     ctx.node.request_shutdown()
     ctx.close_after_reply()
@@ -401,7 +410,7 @@ def _section_marekvs(s):
 # (marekvs/antientropy/background.py; the process attaches it as ``node.antientropy``)
 
 def _section_antientropy(s):
-    ae = getattr(s, "antientropy", None)
+    ae = s.antientropy
     return ae.info_fields() if ae is not None else []
 
 

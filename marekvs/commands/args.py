@@ -19,6 +19,14 @@ Long doubles (``parse_ld`` / ``ld_add`` / ``format_ld``)
     ``ld2string(LD_STR_HUMAN)``: ``%.17Lf`` with trailing zeros (and a bare '.')
     removed, ``-0`` printed as ``0``.
 
+Options (``Options``)
+    The one option loop every command with options uses: Dragonfly's ``CmdArgParser``
+    style, for Redis's ``for (j = ...; j < c->argc; j++) if (!strcasecmp(...) && moreargs)``
+    loops. Keywords compare as ``strcasecmp`` does (a C string, any case: ``NX\0junk`` is
+    NX, as in Redis); a value's conversion failing, or a handler's ``fail``, latches the
+    first error, ends the loop, and ``check()`` raises it once at the end. Flags that
+    only lead the arguments (ZADD, GEOADD: no value, no error) are ``leading_flags``.
+
 Expire times (``parse_set_options``, ``expire_deadline``, ``parse_expire_flags``)
     SET / GETEX options as ``parseExtendedStringArgumentsOrReply``; the deadline rule
     of ``getExpireMillisecondsOrReply``; EXPIRE's NX/XX/GT/LT as
@@ -39,6 +47,7 @@ from fractions import Fraction
 
 from marekvs.commands import errors
 from marekvs.commands.errors import CommandError
+from marekvs.core.sds import c_str
 
 LLONG_MAX = (1 << 63) - 1
 LLONG_MIN = -(1 << 63)
@@ -83,7 +92,7 @@ def int_range_arg(b: bytes, lo: int = INT_MIN, hi: int = INT_MAX) -> int:
 def parse_cursor(b: bytes) -> int:
     """``parseScanCursorOrReply``: C ``strtoul`` (optional sign, '-' wraps, an empty
     string is 0) but no leading space, nothing after the digits, no overflow."""
-    s = b.split(b"\0", 1)[0]
+    s = c_str(b)
     if s[:1].isspace():
         raise CommandError(errors.INVALID_CURSOR)
     body = s[1:] if s[:1] in (b"+", b"-") else s
@@ -95,6 +104,114 @@ def parse_cursor(b: bytes) -> int:
     if v > ULONG_MAX:
         raise CommandError(errors.INVALID_CURSOR)
     return (-v) & ULONG_MAX if s[:1] == b"-" else v
+
+
+# -- options ------------------------------------------------------------------------------
+
+class Options:
+    """A latched parser of a command's options, from ``args[pos]`` on::
+
+        p = Options(args, 3)
+        while p.more():
+            if p.accept(b"nx"):
+                nx = True
+            elif p.accept(b"count", 1):  # COUNT and one more argument
+                count = p.integer()
+                if count < 1:
+                    p.fail(errors.SYNTAX)
+            else:
+                p.fail(errors.SYNTAX)
+        p.check()  # raises the first error, if any
+
+    ``accept`` consumes a keyword when it matches and ``tail`` arguments follow it (else a
+    later branch, or the loop's ``fail``, sees it). Reading a value (``value``, ``integer``)
+    consumes it. The first ``fail`` or failed conversion is kept and later ones are
+    ignored; ``more()`` is then false, so the loop ends where Redis's returns. A value
+    helper that raises ``CommandError`` itself is fine: it is the first error too. A loop
+    that ends at the first argument that is not an option ``break``s; ``pos`` is then where
+    the rest begins."""
+
+    __slots__ = ("args", "pos", "end", "error", "_at", "_word")
+
+    def __init__(self, args: list[bytes], pos: int, end: int | None = None):
+        self.args = args
+        self.pos = pos
+        self.end = len(args) if end is None else end
+        self.error: str | None = None
+        self._at = -1  # the position ``_word`` was read at
+        self._word = b""
+
+    def more(self) -> bool:
+        """Arguments left, and no error latched."""
+        return self.error is None and self.pos < self.end
+
+    def left(self) -> int:
+        """The arguments left, the current one included."""
+        return self.end - self.pos
+
+    def word(self) -> bytes:
+        """The current argument as ``strcasecmp`` compares it: a C string, lower case
+        (not consumed)."""
+        if self._at != self.pos:
+            self._at = self.pos
+            self._word = c_str(self.args[self.pos]).lower() if self.pos < self.end else b""
+        return self._word
+
+    def accept(self, keyword: bytes, tail: int = 0) -> bool:
+        """Is the current argument ``keyword`` (lower case), with at least ``tail``
+        arguments after it? Then it is consumed."""
+        pos = self.pos
+        if self.end - pos > tail:
+            if self._at != pos:  # (word(), inline: handlers call this in chains)
+                self._at = pos
+                self._word = c_str(self.args[pos]).lower()
+            if self._word == keyword:
+                self.pos = pos + 1
+                return True
+        return False
+
+    def value(self) -> bytes:
+        """The current argument, consumed (past the end: a syntax error, and b"")."""
+        if self.pos >= self.end:
+            self.fail(errors.SYNTAX)
+            return b""
+        self.pos += 1
+        return self.args[self.pos - 1]
+
+    def integer(self, msg: str = errors.NOT_INTEGER) -> int:
+        """The current argument as ``string2ll`` reads it, consumed; ``msg`` latched (and
+        0 returned) when it is not an integer."""
+        v = parse_ll(self.value())
+        if v is None:
+            self.fail(msg)
+            return 0
+        return v
+
+    def fail(self, msg: str) -> None:
+        """Latch ``msg``, unless an error is latched already."""
+        if self.error is None:
+            self.error = msg
+
+    def check(self) -> None:
+        """Raise the latched error, if any."""
+        if self.error is not None:
+            raise CommandError(self.error)
+
+
+def leading_flags(args: list[bytes], start: int, names: dict[bytes, int]) -> tuple[int, int]:
+    """The flags (``names``: keyword in lower case -> bit) at ``args[start:]``, up to the
+    first argument that is not one: (their bits OR-ed, where the rest begins). The grammar
+    of ZADD and GEOADD (``zaddGenericCommand``'s loop): keywords as strcasecmp reads them,
+    and no error to latch, so no ``Options`` either (it is a write's hot path)."""
+    flags = 0
+    i, n = start, len(args)
+    while i < n:
+        bit = names.get(c_str(args[i]).lower())
+        if bit is None:
+            break
+        flags |= bit
+        i += 1
+    return flags, i
 
 
 # -- long doubles (x87 80-bit extended) ---------------------------------------------------
@@ -234,7 +351,15 @@ PX = 1 << 6
 EXAT = 1 << 7
 PXAT = 1 << 8
 _EXPIRES = EX | PX | EXAT | PXAT
-_EXPIRE_OPTS = {b"EX": EX, b"PX": PX, b"EXAT": EXAT, b"PXAT": PXAT}
+_SET_ONLY, _GETEX_ONLY = 1, 2
+# parseExtendedStringArgumentsOrReply's options: keyword -> (flag, the flags it may not
+# join, the command it belongs to); an expire option also needs a value after it
+_SET_OPTS = {
+    b"nx": (NX, XX, _SET_ONLY), b"xx": (XX, NX, _SET_ONLY), b"get": (GET, 0, _SET_ONLY),
+    b"keepttl": (KEEPTTL, PERSIST | _EXPIRES, _SET_ONLY), b"persist": (PERSIST, _EXPIRES | KEEPTTL, _GETEX_ONLY),
+    **{w: (f, KEEPTTL | PERSIST | (_EXPIRES & ~f), _SET_ONLY | _GETEX_ONLY)
+       for w, f in ((b"ex", EX), (b"px", PX), (b"exat", EXAT), (b"pxat", PXAT))},
+}
 
 
 def parse_set_options(args: list[bytes], start: int, for_set: bool) -> tuple[int, bytes | None]:
@@ -245,29 +370,18 @@ def parse_set_options(args: list[bytes], start: int, for_set: bool) -> tuple[int
     conflicting ones are a syntax error."""
     flags = 0
     expire = None
-    n = len(args)
-    j = start
-    while j < n:
-        opt = args[j].upper()
-        has_next = j + 1 < n
-        if opt == b"NX" and for_set and not flags & XX:
-            flags |= NX
-        elif opt == b"XX" and for_set and not flags & NX:
-            flags |= XX
-        elif opt == b"GET" and for_set:
-            flags |= GET
-        elif opt == b"KEEPTTL" and for_set and not flags & (PERSIST | _EXPIRES):
-            flags |= KEEPTTL
-        elif opt == b"PERSIST" and not for_set and not flags & (_EXPIRES | KEEPTTL):
-            flags |= PERSIST
-        elif opt in _EXPIRE_OPTS and has_next and not flags & (
-                KEEPTTL | PERSIST | (_EXPIRES & ~_EXPIRE_OPTS[opt])):
-            flags |= _EXPIRE_OPTS[opt]
-            expire = args[j + 1]
-            j += 1
-        else:
-            raise CommandError(errors.SYNTAX)
-        j += 1
+    command = _SET_ONLY if for_set else _GETEX_ONLY
+    p = Options(args, start)
+    while p.more():
+        opt = _SET_OPTS.get(p.word())
+        if opt is None or not opt[2] & command or flags & opt[1] or (opt[0] & _EXPIRES and p.left() < 2):
+            p.fail(errors.SYNTAX)
+            break
+        p.value()
+        flags |= opt[0]
+        if opt[0] & _EXPIRES:
+            expire = p.value()
+    p.check()
     return flags, expire
 
 
@@ -291,21 +405,25 @@ E_NX = 1 << 0
 E_XX = 1 << 1
 E_GT = 1 << 2
 E_LT = 1 << 3
-_E_OPTS = {b"NX": E_NX, b"XX": E_XX, b"GT": E_GT, b"LT": E_LT}
+_E_OPTS = {b"nx": E_NX, b"xx": E_XX, b"gt": E_GT, b"lt": E_LT}
 
 
 def parse_expire_flags(args: list[bytes], start: int) -> int:
     """``parseExtendedExpireArgumentsOrReply`` (EXPIRE family NX | XX | GT | LT)."""
     flags = 0
-    for a in args[start:]:
-        f = _E_OPTS.get(a.upper())
+    p = Options(args, start)
+    while p.more():
+        f = _E_OPTS.get(p.word())
+        opt = p.value()
         if f is None:
-            raise CommandError(errors.unsupported_option(a))
-        flags |= f
+            p.fail(errors.unsupported_option(opt))
+        else:
+            flags |= f
     if flags & E_NX and flags & (E_XX | E_GT | E_LT):
-        raise CommandError(errors.NX_XX_GT_LT)
+        p.fail(errors.NX_XX_GT_LT)
     if flags & E_GT and flags & E_LT:
-        raise CommandError(errors.GT_LT)
+        p.fail(errors.GT_LT)
+    p.check()
     return flags
 
 
@@ -320,6 +438,33 @@ def expire_when(fullname: str, arg: bytes, seconds: bool, basetime: int) -> int:
     if when > LLONG_MAX - basetime:
         raise CommandError(errors.invalid_expire(fullname))
     return when + basetime
+
+
+# -- SCAN, HSCAN, SSCAN, ZSCAN ------------------------------------------------------------------
+
+def scan_options(args: list[bytes], start: int, novalues_ok: bool = False,
+                 type_ok: bool = False) -> tuple[int, bytes | None, bool, bytes | None]:
+    """``scanGenericCommand``'s options: (COUNT, MATCH pattern or None for ``*``, NOVALUES
+    (HSCAN, as Redis 7.4), TYPE (SCAN) or None)."""
+    count, pattern, novalues, typename = 10, None, False, None
+    p = Options(args, start)
+    while p.more():
+        if p.accept(b"count", 1):
+            count = p.integer()
+            if count < 1:
+                p.fail(errors.SYNTAX)
+        elif p.accept(b"match", 1):
+            pattern = p.value()
+            if pattern == b"*":
+                pattern = None
+        elif type_ok and p.accept(b"type", 1):
+            typename = p.value()
+        elif novalues_ok and p.accept(b"novalues"):
+            novalues = True
+        else:
+            p.fail(errors.SYNTAX)
+    p.check()
+    return count, pattern, novalues, typename
 
 
 # -- limits that depend on the server's configuration ---------------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from marekvs.commands import errors
-from marekvs.commands.args import parse_ll
+from marekvs.commands.args import Options, parse_ll
 from marekvs.commands.context import TrackingState
 from marekvs.commands.errors import CommandError
 from marekvs.commands.table import command, container, help_subcommand
@@ -62,17 +62,15 @@ def hello(ctx, args):
         i = 2
     name = None
     credentials = None
-    while i < len(args):  # (the options first, then AUTH, then SETNAME: Redis's order)
-        opt = args[i].upper()
-        more = len(args) - i - 1
-        if opt == b"AUTH" and more >= 2:
-            credentials = (args[i + 1], args[i + 2])
-            i += 3
-        elif opt == b"SETNAME" and more >= 1:
-            name = args[i + 1]
-            i += 2
+    p = Options(args, i)
+    while p.more():  # (the options first, then AUTH, then SETNAME: Redis's order)
+        if p.accept(b"auth", 2):
+            credentials = (p.value(), p.value())
+        elif p.accept(b"setname", 1):
+            name = p.value()
         else:
-            raise CommandError(errors.hello_option(args[i]))
+            p.fail(errors.hello_option(p.value()))
+    p.check()
     if credentials is not None and not ctx.node.acl.authenticate(ctx, *credentials, args[0]):
         raise CommandError(errors.WRONGPASS)
     if not ctx.authed:
@@ -332,7 +330,7 @@ def client_pause(ctx, args):
         if mode not in (b"write", b"all"):
             raise CommandError(errors.PAUSE_MODE)
         writes_only = mode == b"write"
-    ctx.node.pause(ms / 1000, writes_only)
+    ctx.node.client_pause.pause(ms / 1000, writes_only)
     return reply.OK
 
 
@@ -341,7 +339,7 @@ def client_pause(ctx, args):
          summary="Resumes processing of clients that were paused.", since="6.2.0",
          complexity="O(N) Where N is the number of paused clients")
 def client_unpause(ctx, args):
-    ctx.node.unpause()
+    ctx.node.client_pause.unpause()
     return reply.OK
 
 
@@ -373,34 +371,29 @@ def client_tracking(ctx, args):
         raise CommandError(errors.SYNTAX)
     redirect, bcast, optin, optout, noloop = 0, False, False, False, False
     prefixes: list[bytes] = []
-    i = 3
-    while i < len(args):
-        opt = args[i].lower()
-        more = i + 1 < len(args)
-        if opt == b"redirect" and more:
+    p = Options(args, 3)
+    while p.more():
+        if p.accept(b"redirect", 1):
             if redirect:
-                raise CommandError(errors.TRACKING_ONE_REDIRECT)
-            cid = parse_ll(args[i + 1])
-            if cid is None:
-                raise CommandError(errors.NOT_INTEGER)
+                p.fail(errors.TRACKING_ONE_REDIRECT)
+                continue
+            cid = p.integer()
             if cid not in ctx.node.clients:
-                raise CommandError(errors.TRACKING_NO_REDIRECT)
+                p.fail(errors.TRACKING_NO_REDIRECT)
             redirect = cid
-            i += 1
-        elif opt == b"bcast":
+        elif p.accept(b"bcast"):
             bcast = True
-        elif opt == b"optin":
+        elif p.accept(b"optin"):
             optin = True
-        elif opt == b"optout":
+        elif p.accept(b"optout"):
             optout = True
-        elif opt == b"noloop":
+        elif p.accept(b"noloop"):
             noloop = True
-        elif opt == b"prefix" and more:
-            prefixes.append(args[i + 1])
-            i += 1
+        elif p.accept(b"prefix", 1):
+            prefixes.append(p.value())
         else:
-            raise CommandError(errors.SYNTAX)
-        i += 1
+            p.fail(errors.SYNTAX)
+    p.check()
     tracking = ctx.node.tracking
     if onoff == b"off":
         tracking.disable(ctx)

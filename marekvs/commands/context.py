@@ -18,8 +18,78 @@ engine's context carries the caller's ``user`` and, in ``script_caller``, the ca
 
 from __future__ import annotations
 
+import asyncio
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from marekvs.commands.table import CommandTable
+    from marekvs.config import Config, Limits
+    from marekvs.core.hlc import HLC
+    from marekvs.keyspace import Keyspace
+    from marekvs.keyspace.changes import ChangeFeed
+    from marekvs.storage.engine import Engine
+    from marekvs.storage.sweeper import Sweeper
+
+
+@runtime_checkable
+class NodeApi(Protocol):
+    """What the commands use of the node: the composition root (``marekvs/node/``)
+    satisfies it, and nothing in commands/ reaches the node another way
+    (tests/unit/test_architecture.py checks both). The services defined in node/ itself
+    (ACL, scripting, Pub/Sub, blocking, notifications, tracking, WATCH, the monitors,
+    CLIENT PAUSE) are typed ``Any`` here: the layers forbid commands/ to import them;
+    their modules name what they offer."""
+
+    # configuration and identity
+    config: Config
+    config_file: str | None
+    run_id: str
+    started_mono: float
+    maxclients: int
+    limits: Limits
+    tunables: dict[str, str]
+    tls_prepare: Callable[[Config], Callable[[], None]] | None
+    # the data and its clock
+    ks: Keyspace
+    engine: Engine
+    hlc: HLC
+    changes: ChangeFeed
+    sweeper: Sweeper
+    table: CommandTable
+    # the services of node/ (see the docstring)
+    acl: Any
+    scripting: Any
+    pubsub: Any
+    blocking: Any
+    events: Any
+    tracking: Any
+    watches: Any
+    slowlog: Any
+    latency: Any
+    ops: Any
+    client_pause: Any
+    replication: Any  # attached by the process (replication/manager.py); None in tests
+    antientropy: Any  # attached by the process (antientropy/background.py); None in tests
+    # clients and statistics
+    clients: dict[int, Context]
+    stats: Any
+    error_codes: dict[str, int]
+    memory_peak: int
+    last_save: int
+
+    def dispatch(self, ctx: Context, args: list[bytes]) -> Any: ...
+    def tunable(self, name: str) -> str: ...
+    def set_tunable(self, name: str, value: str, given: str | None = None) -> None: ...
+    def set_durability(self, mode: str) -> None: ...
+    def set_maxclients(self, n: int) -> None: ...
+    def reset_stats(self) -> None: ...
+    def save(self) -> None: ...
+    def request_shutdown(self) -> None: ...
+    def add_monitor(self, ctx: Context) -> None: ...
+    def drop_monitor(self, ctx: Context) -> None: ...
+    def ack_waiter(self) -> asyncio.Event: ...
+    def memory_rss(self) -> int: ...
 
 
 class Context:
@@ -30,7 +100,7 @@ class Context:
                  "tracking", "deferred", "multi", "multi_error", "watched", "watch_dirty", "user", "acl_context",
                  "script_caller", "monitor")
 
-    def __init__(self, node: Any, client_id: int, *, authed: bool = True, addr: str = "?", laddr: str = "?",
+    def __init__(self, node: NodeApi, client_id: int, *, authed: bool = True, addr: str = "?", laddr: str = "?",
                  fd: int = -1):
         self.node = node
         self.ks = node.ks

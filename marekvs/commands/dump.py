@@ -75,27 +75,23 @@ def _wrap64(v: int) -> int:
 def _restore(ctx, args: list[bytes]):
     replace = absttl = False
     idle = freq = -1
-    j = 4
-    while j < len(args):
-        opt = args[j].lower()
-        more = j + 1 < len(args)
-        if opt == b"replace":
+    p = A.Options(args, 4)
+    while p.more():
+        if p.accept(b"replace"):
             replace = True
-        elif opt == b"absttl":
+        elif p.accept(b"absttl"):
             absttl = True
-        elif opt == b"idletime" and more and freq == -1:
-            idle = A.int_arg(args[j + 1])
+        elif freq == -1 and p.accept(b"idletime", 1):
+            idle = p.integer()
             if idle < 0:
-                raise CommandError(errors.INVALID_IDLETIME)
-            j += 1
-        elif opt == b"freq" and more and idle == -1:
-            freq = A.int_arg(args[j + 1])
+                p.fail(errors.INVALID_IDLETIME)
+        elif idle == -1 and p.accept(b"freq", 1):
+            freq = p.integer()
             if not 0 <= freq <= 255:
-                raise CommandError(errors.INVALID_FREQ)
-            j += 1
+                p.fail(errors.INVALID_FREQ)
         else:
-            raise CommandError(errors.SYNTAX)
-        j += 1
+            p.fail(errors.SYNTAX)
+    p.check()
     ks, key = ctx.ks, args[1]
     now = ks.now()
     existed = ks.exists(key, now)

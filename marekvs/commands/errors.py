@@ -7,6 +7,7 @@ in a text go through ``echo`` (Redis prints them with ``%s``: cut at a NUL).
 
 from __future__ import annotations
 
+from marekvs.core.sds import c_str
 from marekvs.keyspace import status as st
 from marekvs.keyspace.hll import InvalidHll
 
@@ -53,12 +54,6 @@ NO_KEY_ARGUMENTS = "ERR The command has no key arguments"
 
 def wrong_arity(fullname: str) -> str:
     return f"ERR wrong number of arguments for '{fullname}' command"
-
-
-def c_str(b: bytes) -> bytes:
-    """User bytes as Redis echoes them with ``%s``: a C string, cut at the first NUL."""
-    z = b.find(b"\x00")
-    return b if z < 0 else b[:z]
 
 
 def echo(b: bytes) -> str:
@@ -333,7 +328,6 @@ ENTRIES_ADDED_NEGATIVE = "ERR entries_added must be positive"
 XSETID_BELOW_MAXDEL = "ERR The ID specified in XSETID is smaller than the provided max_deleted_entry_id"
 XSETID_TOO_SMALL = "ERR The ID specified in XSETID is smaller than the target stream top item"
 XSETID_ADDED_TOO_SMALL = "ERR The entries_added specified in XSETID is smaller than the target stream length"
-TIMEOUT_OUT_OF_RANGE = "ERR timeout is out of range"
 XREAD_UNBALANCED = ("ERR Unbalanced XREAD list of streams: for each stream key an ID or '$' must be "
                     "specified.")
 XREAD_GROUP_OPTION = "ERR The GROUP option is only supported by XREADGROUP. You called XREAD instead."
@@ -499,7 +493,6 @@ BITFIELD_RO_GET = "ERR BITFIELD_RO only supports the GET subcommand"
 _STATUS_TEXT[InvalidHll] = INVALID_HLL
 # -- scripting: EVAL, SCRIPT, FUNCTION, FCALL (scripting.py, node/scripting/) ---------------
 NOSCRIPT = "NOSCRIPT No matching script. Please use EVAL."
-NUMKEYS_TOO_MANY = "ERR Number of keys can't be greater than number of args"
 NUMKEYS_NEGATIVE = "ERR Number of keys can't be negative"
 BAD_NUMKEYS = "ERR Bad number of keys provided"
 SCRIPT_RO_WRITE_FLAG = "ERR Can not execute a script with write flag using *_ro command."
@@ -511,12 +504,125 @@ BUSY_EVAL = "BUSY Redis is busy running a script. You can only call SCRIPT KILL 
 BUSY_FUNCTION = "BUSY Redis is busy running a script. You can only call FUNCTION KILL or SHUTDOWN NOSAVE."
 FUNCTION_NOT_FOUND = "ERR Function not found"
 LIBRARY_NOT_FOUND = "ERR Library not found"
-DUMP_PAYLOAD = "ERR DUMP payload version or checksum are wrong"
 SCRIPT_FLUSH_MODE = "ERR SCRIPT FLUSH only support SYNC|ASYNC option"
 FUNCTION_FLUSH_MODE = "ERR FUNCTION FLUSH only supports SYNC|ASYNC option"
 RESTORE_POLICY = "ERR Wrong restore policy given, value should be either FLUSH, APPEND or REPLACE."
 FUNCTION_CODE_MISSING = "ERR Function code is missing"
 LIBRARY_NAME_MISSING = "ERR library name argument was not given"
+
+
+# the scripting engine (node/scripting/engine.py): raised in a script by the redis.* API
+# (the engine hands them to Lua as bytes), refused calls, failed runs
+SCRIPT_KILLED = "ERR Script killed by user with SCRIPT KILL..."
+FUNCTION_LOAD_TIMEOUT = "ERR FUNCTION LOAD timeout"
+LUA_CALL_OUTSIDE_SCRIPT = "ERR redis.call/pcall can only be called inside a script invocation"
+LUA_NO_ARGUMENTS = "ERR Please specify at least one argument for this redis lib call"
+LUA_ARGUMENT_TYPE = "ERR Lua redis lib command arguments must be strings or integers"
+LUA_UNKNOWN_COMMAND = "ERR Unknown Redis command called from script"
+LUA_COMMAND_ARITY = "ERR Wrong number of args calling Redis command from script"
+LUA_NOSCRIPT_COMMAND = "ERR This Redis command is not allowed from script"
+LUA_WRITE_IN_READ_ONLY = "ERR Write commands are not allowed from read-only scripts."
+LUA_LOG_ARGUMENTS = "ERR redis.log() requires two arguments or more."
+LUA_LOG_LEVEL_NOT_NUMBER = "ERR First argument must be a number (log level)."
+LUA_LOG_LEVEL = "ERR Invalid debug level."
+LUA_SETRESP_ARGUMENTS = "ERR redis.setresp() requires one argument."
+LUA_SETRESP_VERSION = "ERR RESP version must be 2 or 3."
+LUA_SHA1HEX_ARGUMENTS = "ERR wrong number of arguments"
+LUA_SET_REPL_ARGUMENTS = "ERR redis.set_repl() requires two arguments."
+LUA_SET_REPL_FLAGS = "ERR Invalid replication flags. Use REPL_AOF, REPL_REPLICA, REPL_ALL or REPL_NONE."
+LUA_ACL_CHECK_COMMAND = "ERR Invalid command passed to redis.acl_check_cmd()"
+# (an error table without 'err': Redis 7.0 crashes on it; marekvs says so instead)
+SCRIPT_ERROR_WITHOUT_MESSAGE = "ERR the script raised an error without a message"
+
+
+def script_out_of_memory(name: bytes) -> str:
+    return "ERR Error running script %s, not enough memory " % name.decode("latin-1")
+
+
+def script_failed(name: bytes, text: str) -> str:
+    """A script that failed with a Lua error that is not an error table."""
+    return "ERR Error running script %s, %.100s " % (name.decode("latin-1"), text)
+
+
+def script_error_place(name: bytes, source: str, line: str) -> str:
+    """What follows an error table's text: where the script raised it."""
+    return " script: %s, on %s:%s." % (name.decode("latin-1"), source, line)
+
+
+def script_compile_failed(msg: str) -> str:
+    return "ERR Error compiling script (new function): " + msg
+
+
+def err(text: str) -> str:
+    """An ERR reply of a text without a code: the library texts below, a shebang's or a
+    FUNCTION RESTORE payload's (node/scripting/functions.py), a Lua error's."""
+    return "ERR " + text
+
+
+# why a library cannot be loaded (FUNCTION LOAD and RESTORE answer ERR and the text; a
+# library record from a peer that cannot be loaded logs it)
+LIBRARY_NAME_CHARS = ("Library names can only contain letters, numbers, or underscores(_) and must be at least "
+                      "one character long")
+LIBRARY_OUT_OF_MEMORY = "Error registering functions: ERR not enough memory"
+NO_FUNCTIONS_REGISTERED = "No functions registered"
+
+
+def library_engine_not_found(engine: bytes) -> str:
+    return "Engine '%s' not found" % engine.decode("utf-8", "surrogateescape")
+
+
+def library_register_failed(text: str) -> str:
+    """``text`` is the Lua error with its code (ERR unless the error table had one)."""
+    return "Error registering functions: %s" % text
+
+
+LIBRARY_UNKNOWN_ERROR = "ERR unknown error"  # (the code and text library_register_failed takes)
+
+
+def function_compile_failed(text: str) -> str:
+    return "Error compiling function: %s" % text
+
+
+def library_exists(name: bytes) -> str:
+    return "ERR Library '%s' already exists" % name.decode("utf-8", "surrogateescape")
+
+
+def library_exists_unquoted(name: bytes) -> str:
+    """FUNCTION RESTORE APPEND's wording (functionsLibCtxFunctionsMerge: no quotes)."""
+    return "ERR Library %s already exists" % name.decode("utf-8", "surrogateescape")
+
+
+def function_exists(name: bytes) -> str:
+    return "ERR Function %s already exists" % name.decode("utf-8", "surrogateescape")
+
+
+# a library's or an EVAL script's shebang line, a FUNCTION RESTORE payload
+# (node/scripting/functions.py; the engine answers them with ``err``)
+LIBRARY_METADATA_MISSING = "Missing library metadata"
+LIBRARY_METADATA_INVALID = "Invalid library metadata"
+LIBRARY_NAME_TWICE = "Invalid metadata value, name argument was given multiple times"
+LIBRARY_NAME_NOT_GIVEN = "Library name was not given"
+SHEBANG_INVALID = "Invalid script shebang"
+SHEBANG_ENGINE_INVALID = "Invalid engine in script shebang"
+PAYLOAD_NOT_FUNCTION = "given type is not a function"
+PAYLOAD_UNREADABLE = "failed loading the given functions payload"
+LUA_STACK_LIMIT = "ERR reached lua stack limit"
+
+
+def library_metadata_value(part: bytes) -> str:
+    return "Invalid metadata value given: %s" % echo(part)
+
+
+def shebang_engine(engine: bytes) -> str:
+    return "Unexpected engine in script shebang: %s" % echo(engine)
+
+
+def shebang_flag(flag: bytes) -> str:
+    return "Unexpected flag in script shebang: %s" % echo(flag)
+
+
+def shebang_option(option: bytes) -> str:
+    return "Unknown lua shebang option: %s" % echo(option)
 
 
 def function_load_option(opt: bytes) -> str:

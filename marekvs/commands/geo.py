@@ -91,25 +91,17 @@ def distance_text(d: float) -> bytes:
 # Commands
 # =========================================================================================
 
+_GEOADD_FLAGS = {b"nx": 1, b"xx": 2, b"ch": 4}
+
+
 @command("geoadd", -5, "write denyoom", specs="RW UPDATE index 1 range 0", group="geo", acl=_ACL_W,
          since="3.2.0",
          summary="Add one or more geospatial items in the geospatial index represented using a sorted set",
          complexity="O(log(N)) for each item added, where N is the number of elements in the sorted set.",
          syntax="key [NX | XX] [CH] longitude latitude member [longitude latitude member ...]")
 def geoadd(ctx, args: list[bytes]):
-    nx = xx = ch = False
-    i = 2
-    while i < len(args):
-        o = args[i].lower()
-        if o == b"nx":
-            nx = True
-        elif o == b"xx":
-            xx = True
-        elif o == b"ch":
-            ch = True
-        else:
-            break
-        i += 1
+    flags, i = A.leading_flags(args, 2, _GEOADD_FLAGS)
+    nx, xx, ch = bool(flags & 1), bool(flags & 2), bool(flags & 4)
     if (len(args) - i) % 3 or (xx and nx):
         raise CommandError(errors.SYNTAX)
     items = []
@@ -200,64 +192,58 @@ def georadius_generic(ctx, args: list[bytes], src: int, flags: int):
     sort = 0  # 0 none, 1 asc, -1 desc
     any_ = False
     count = 0
-    remaining = len(args) - base
-    i = 0
-    while i < remaining:
-        a = args[base + i].lower()
-        if a == b"withdist":
+    p = A.Options(args, base)
+    while p.more():
+        if p.accept(b"withdist"):
             withdist = True
-        elif a == b"withhash":
+        elif p.accept(b"withhash"):
             withhash = True
-        elif a == b"withcoord":
+        elif p.accept(b"withcoord"):
             withcoords = True
-        elif a == b"any":
+        elif p.accept(b"any"):
             any_ = True
-        elif a == b"asc":
+        elif p.accept(b"asc"):
             sort = 1
-        elif a == b"desc":
+        elif p.accept(b"desc"):
             sort = -1
-        elif a == b"count" and i + 1 < remaining:
-            count = A.int_arg(args[base + i + 1])
+        elif p.accept(b"count", 1):
+            count = p.integer()
             if count <= 0:
-                raise CommandError(errors.GEO_COUNT_POSITIVE)
-            i += 1
-        elif a in (b"store", b"storedist") and i + 1 < remaining and not flags & NOSTORE and not flags & SEARCH:
-            storekey = args[base + i + 1]
-            storedist = a == b"storedist"
-            i += 1
-        elif a == b"storedist" and flags & SEARCH and flags & SEARCHSTORE:
+                p.fail(errors.GEO_COUNT_POSITIVE)
+        elif not flags & (NOSTORE | SEARCH) and p.accept(b"store", 1):
+            storekey, storedist = p.value(), False
+        elif not flags & (NOSTORE | SEARCH) and p.accept(b"storedist", 1):
+            storekey, storedist = p.value(), True
+        elif flags & SEARCH and flags & SEARCHSTORE and p.accept(b"storedist"):
             storedist = True
-        elif a == b"frommember" and i + 1 < remaining and flags & SEARCH and not fromloc:
-            if zs is not None:
-                xy = KG.position(z, zs, args[base + i + 1], now)
+        elif flags & SEARCH and not fromloc and p.accept(b"frommember", 1):
+            member = p.value()
+            if zs is not None:  # (no key: the options are parsed on, the reply is empty)
+                xy = KG.position(z, zs, member, now)
                 if xy is None:
-                    raise CommandError(errors.GEO_MEMBER_MISSING)
+                    p.fail(errors.GEO_MEMBER_MISSING)
             frommember = True
-            i += 1
-        elif a == b"fromlonlat" and i + 2 < remaining and flags & SEARCH and not frommember:
-            xy = long_lat(args[base + i + 1], args[base + i + 2])
+        elif flags & SEARCH and not frommember and p.accept(b"fromlonlat", 2):
+            xy = long_lat(p.value(), p.value())
             fromloc = True
-            i += 2
-        elif a == b"byradius" and i + 2 < remaining and flags & SEARCH and not bybox:
-            radius, conversion = distance_arg(args[base + i + 1], args[base + i + 2])
+        elif flags & SEARCH and not bybox and p.accept(b"byradius", 2):
+            radius, conversion = distance_arg(p.value(), p.value())
             byradius = True
-            i += 2
-        elif a == b"bybox" and i + 3 < remaining and flags & SEARCH and not byradius:
-            width, height, conversion = box_arg(args[base + i + 1], args[base + i + 2], args[base + i + 3])
+        elif flags & SEARCH and not byradius and p.accept(b"bybox", 3):
+            width, height, conversion = box_arg(p.value(), p.value(), p.value())
             radius = None
             bybox = True
-            i += 3
         else:
-            raise CommandError(errors.SYNTAX)
-        i += 1
+            p.fail(errors.SYNTAX)
     if storekey is not None and (withdist or withhash or withcoords):
-        raise CommandError(errors.geo_store_with_options(bool(flags & SEARCHSTORE)))
+        p.fail(errors.geo_store_with_options(bool(flags & SEARCHSTORE)))
     if flags & SEARCH and not (frommember or fromloc):
-        raise CommandError(errors.geo_from_required(args[0]))
+        p.fail(errors.geo_from_required(args[0]))
     if flags & SEARCH and not (byradius or bybox):
-        raise CommandError(errors.geo_by_required(args[0]))
+        p.fail(errors.geo_by_required(args[0]))
     if any_ and not count:
-        raise CommandError(errors.GEO_ANY_WITHOUT_COUNT)
+        p.fail(errors.GEO_ANY_WITHOUT_COUNT)
+    p.check()
     event = b"geosearchstore" if flags & SEARCH else b"georadiusstore"
     if zs is None:
         if storekey is not None:

@@ -69,30 +69,6 @@ def pairs_reply(ctx, items: list[tuple[bytes, bytes]], withvalues: bool) -> list
     return [x for f, v in items for x in (f, v)]
 
 
-def scan_options(args: list[bytes], start: int, novalues_ok: bool) -> tuple[int, bytes | None, bool]:
-    """``scanGenericCommand``'s options: (COUNT, MATCH pattern or None for ``*``,
-    NOVALUES)."""
-    count, pattern, novalues = 10, None, False
-    i = start
-    while i < len(args):
-        opt = args[i].lower()
-        more = len(args) - i >= 2
-        if opt == b"count" and more:
-            count = A.int_arg(args[i + 1])
-            if count < 1:
-                raise CommandError(errors.SYNTAX)
-            i += 2
-        elif opt == b"match" and more:
-            pattern = None if args[i + 1] == b"*" else args[i + 1]
-            i += 2
-        elif opt == b"novalues" and novalues_ok:
-            novalues = True
-            i += 1
-        else:
-            raise CommandError(errors.SYNTAX)
-    return count, pattern, novalues
-
-
 # -- field TTLs: Redis 7.4's argument grammar -------------------------------------------------
 
 _CONDITIONS = {b"nx": khash.NX, b"xx": khash.XX, b"gt": khash.GT, b"lt": khash.LT}
@@ -318,7 +294,7 @@ def hscan(ctx, args: list[bytes]):
     hk, h = khash.read_lookup(ks, args[1], now)
     if h is None or not ks.present(hk, h, now):  # (no key: no option is parsed)
         return [b"0", []]
-    count, pattern, novalues = scan_options(args, 3, novalues_ok=True)
+    count, pattern, novalues, _ = A.scan_options(args, 3, novalues_ok=True)
     nxt, page = khash.scan(ks, args[1], cursor, count, now)
     if pattern is not None:
         page = [(f, v) for f, v in page if A.stringmatch(pattern, f)]

@@ -353,22 +353,8 @@ def _matching_keys(ks: Keyspace, pattern: bytes, now: int):
          syntax="cursor [MATCH pattern] [COUNT count] [TYPE type]")
 def scan(ctx, args: list[bytes]):
     cursor = A.parse_cursor(args[1])
-    count, pattern, typename = 10, None, None
-    i = 2
-    while i < len(args):
-        opt = args[i].lower()
-        more = i + 1 < len(args)
-        if opt == b"count" and more:
-            count = A.int_arg(args[i + 1])
-            if count < 1:
-                raise CommandError(errors.SYNTAX)
-        elif opt == b"match" and more:
-            pattern = None if args[i + 1] == b"*" else args[i + 1]
-        elif opt == b"type" and more:
-            typename = args[i + 1].decode("latin-1").lower()
-        else:
-            raise CommandError(errors.SYNTAX)
-        i += 2
+    count, pattern, _, type_arg = A.scan_options(args, 2, type_ok=True)
+    typename = None if type_arg is None else type_arg.decode("latin-1").lower()
     if cursor >= PARTITIONS:  # a cursor marekvs never returned: nothing is left
         return [b"0", []]
     now = ctx.ks.now()
@@ -435,18 +421,16 @@ def renamenx(ctx, args: list[bytes]):
 def copy(ctx, args: list[bytes]):
     ks, src, dst = ctx.ks, args[1], args[2]
     replace = False
-    j = 3
-    while j < len(args):
-        opt = args[j].lower()
-        if opt == b"replace":
+    p = A.Options(args, 3)
+    while p.more():
+        if p.accept(b"replace"):
             replace = True
-        elif opt == b"db" and j + 1 < len(args):
-            if A.int_range_arg(args[j + 1]) != 0:
-                raise CommandError(errors.DB_OUT_OF_RANGE)
-            j += 1
+        elif p.accept(b"db", 1):
+            if A.int_range_arg(p.value()) != 0:  # (one keyspace: database 0)
+                p.fail(errors.DB_OUT_OF_RANGE)
         else:
-            raise CommandError(errors.SYNTAX)
-        j += 1
+            p.fail(errors.SYNTAX)
+    p.check()
     if src == dst:
         raise CommandError(errors.SAME_OBJECT)
     now = ctx.ks.now()

@@ -80,8 +80,8 @@ def parse_timeout(b: bytes) -> float:
 
 
 def _where(b: bytes) -> bool:
-    """LEFT (True) or RIGHT (False), any case."""
-    w = b.lower()
+    """LEFT (True) or RIGHT (False), any case (a C string, as strcasecmp reads it)."""
+    w = errors.c_str(b).lower()
     if w == b"left":
         return True
     if w == b"right":
@@ -114,14 +114,13 @@ def _mpop_args(args: list[bytes], numkeys_at: int) -> tuple[list[bytes], bool, i
         raise CommandError(errors.SYNTAX)
     left = _where(args[where_at])
     count = -1
-    j = where_at + 1
-    while j < len(args):
-        if count == -1 and args[j].lower() == b"count" and j + 1 < len(args):
-            j += 1
-            count = _positive(args[j], errors.COUNT_POSITIVE)
+    p = A.Options(args, where_at + 1)
+    while p.more():
+        if count == -1 and p.accept(b"count", 1):
+            count = _positive(p.value(), errors.COUNT_POSITIVE)
         else:
-            raise CommandError(errors.SYNTAX)
-        j += 1
+            p.fail(errors.SYNTAX)
+    p.check()
     return args[numkeys_at + 1:where_at], left, 1 if count == -1 else count
 
 
@@ -301,24 +300,19 @@ def ltrim(ctx, args: list[bytes]):
          syntax="key element [RANK rank] [COUNT num-matches] [MAXLEN len]")
 def lpos(ctx, args: list[bytes]):
     rank, count, maxlen = 1, -1, 0
-    j = 3
-    while j < len(args):
-        opt = args[j].lower()
-        more = j + 1 < len(args)
-        if opt == b"rank" and more:
-            j += 1
-            rank = A.int_arg(args[j])
+    p = A.Options(args, 3)
+    while p.more():
+        if p.accept(b"rank", 1):
+            rank = p.integer()
             if rank == 0:
-                raise CommandError(errors.LPOS_RANK_ZERO)
-        elif opt == b"count" and more:
-            j += 1
-            count = _non_negative(args[j], errors.LPOS_COUNT_NEGATIVE)
-        elif opt == b"maxlen" and more:
-            j += 1
-            maxlen = _non_negative(args[j], errors.LPOS_MAXLEN_NEGATIVE)
+                p.fail(errors.LPOS_RANK_ZERO)
+        elif p.accept(b"count", 1):
+            count = _non_negative(p.value(), errors.LPOS_COUNT_NEGATIVE)
+        elif p.accept(b"maxlen", 1):
+            maxlen = _non_negative(p.value(), errors.LPOS_MAXLEN_NEGATIVE)
         else:
-            raise CommandError(errors.SYNTAX)
-        j += 1
+            p.fail(errors.SYNTAX)
+    p.check()
     found = kl.op_pos(lists(ctx), args[1], args[2], rank, count, maxlen, ctx.ks.now())
     if count != -1:
         return found or []

@@ -28,7 +28,6 @@ import gc
 from marekvs.commands import args as A
 from marekvs.commands import errors, reply
 from marekvs.commands.dump import values
-from marekvs.commands.errors import CommandError
 from marekvs.commands.table import command, container, help_subcommand
 
 CONTAINERS = (
@@ -57,15 +56,15 @@ def _stored(cf) -> int:
          complexity="O(N) where N is the number of samples.", syntax="key [SAMPLES count]")
 def memory_usage(ctx, args: list[bytes]):
     samples = _DEFAULT_SAMPLES
-    j = 3
-    while j < len(args):
-        if args[j].lower() == b"samples" and j + 1 < len(args):
-            samples = A.int_arg(args[j + 1])
+    p = A.Options(args, 3)
+    while p.more():
+        if p.accept(b"samples", 1):
+            samples = p.integer()
             if samples < 0:
-                raise CommandError(errors.SYNTAX)
-            j += 2
+                p.fail(errors.SYNTAX)
         else:
-            raise CommandError(errors.SYNTAX)
+            p.fail(errors.SYNTAX)
+    p.check()
     return values(ctx).size(args[2], samples, ctx.ks.now())
 
 

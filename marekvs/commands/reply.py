@@ -37,6 +37,20 @@ class BulkArray(list):
     instead of one call per element."""
 
 
+def format_double(x: float) -> bytes:
+    """The text of a double reply (RESP2's bulk string, a script's RESP2 view of it): Redis's
+    ``%.17g`` with inf, -inf and nan spelled out, an integral value below 1e17 as an integer."""
+    if x != x:
+        return b"nan"
+    if x == float("inf"):
+        return b"inf"
+    if x == float("-inf"):
+        return b"-inf"
+    if x == int(x) and abs(x) < 1e17:
+        return b"%d" % int(x) if x != 0 or str(x)[0] != "-" else b"-0"
+    return ("%.17g" % x).encode()
+
+
 class DoubleText(bytes):
     """A double the command formatted itself (Redis's addReplyHumanLongDouble, GEOPOS):
     RESP3 ',' with this text, RESP2 a bulk string."""

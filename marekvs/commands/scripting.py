@@ -26,7 +26,7 @@ _EVAL_SPEC = f"RW ACCESS UPDATE index 2 keynum 0 1 1 ({_WORST}, RW and UPDATE)"
 _EVAL_RO_SPEC = f"RO ACCESS index 2 keynum 0 1 1 ({_WORST}, RO and ACCESS)"
 _EVAL_FLAGS = "noscript stale skip_monitor no_mandatory_keys"
 # EVAL, EVALSHA, FCALL may write (hidden from COMMAND INFO, as Redis hides it): CLIENT
-# PAUSE WRITE holds them unless their script is flagged no-writes (Node.paused_for)
+# PAUSE WRITE holds them unless their script is flagged no-writes (node/pause.py)
 _MAY_WRITE = _EVAL_FLAGS + " may_replicate"
 _EVAL_COMPLEXITY = "Depends on the script that is executed."
 _FCALL_COMPLEXITY = "Depends on the function that is executed."
@@ -150,14 +150,14 @@ def fcall_ro(ctx, args):
          complexity="O(1) (considering compilation time is redundant)", syntax="[REPLACE] function-code", **_S)
 def function_load(ctx, args):
     replace = False
-    i = 2
-    while i < len(args) - 1:
-        if args[i].lower() == b"replace":
+    p = A.Options(args, 2, len(args) - 1)  # (the last argument is the code)
+    while p.more():
+        if p.accept(b"replace"):
             replace = True
-            i += 1
-            continue
-        raise CommandError(errors.function_load_option(args[i]))
-    return ctx.node.scripting.function_load(args[i], replace)
+        else:
+            p.fail(errors.function_load_option(p.value()))
+    p.check()
+    return ctx.node.scripting.function_load(args[-1], replace)
 
 
 @command("delete", 3, "write noscript", parent="function", acl="write slow scripting",
@@ -185,19 +185,17 @@ def function_flush(ctx, args):
 def function_list(ctx, args):
     with_code = False
     pattern = None
-    i = 2
-    while i < len(args):
-        a = args[i].lower()
-        if not with_code and a == b"withcode":
+    p = A.Options(args, 2)
+    while p.more():
+        if not with_code and p.accept(b"withcode"):
             with_code = True
-        elif pattern is None and a == b"libraryname":
-            if i >= len(args) - 1:
-                raise CommandError(errors.LIBRARY_NAME_MISSING)
-            i += 1
-            pattern = args[i]
+        elif pattern is None and p.accept(b"libraryname"):
+            if not p.left():
+                p.fail(errors.LIBRARY_NAME_MISSING)
+            pattern = p.value()
         else:
-            raise CommandError(errors.function_list_argument(args[i]))
-        i += 1
+            p.fail(errors.function_list_argument(p.value()))
+    p.check()
     out = []
     for lib in ctx.node.scripting.catalog.libraries.values():
         if pattern is not None and not A.stringmatch(pattern, lib.name, nocase=True):

@@ -16,7 +16,7 @@ from __future__ import annotations
 from marekvs.commands import args as A
 from marekvs.commands import errors, reply
 from marekvs.commands.errors import CommandError
-from marekvs.commands.hashes import MAX_REPLY, scan_options
+from marekvs.commands.hashes import MAX_REPLY
 from marekvs.commands.members import fire, fire_removal
 from marekvs.commands.table import command
 from marekvs.keyspace import sets as kset
@@ -179,17 +179,17 @@ def sintercard(ctx, args: list[bytes]):
     if n > len(args) - 2:
         raise CommandError(errors.NUMKEYS_TOO_MANY)
     limit = 0
-    i = 2 + n
-    while i < len(args):
-        if args[i].lower() == b"limit" and i + 1 < len(args):
-            i += 1
-            v = A.parse_ll(args[i])
+    p = A.Options(args, 2 + n)
+    while p.more():
+        if p.accept(b"limit", 1):
+            v = A.parse_ll(p.value())
             if v is None or v < 0:
-                raise CommandError(errors.LIMIT_NEGATIVE)
-            limit = v
+                p.fail(errors.LIMIT_NEGATIVE)
+            else:
+                limit = v
         else:
-            raise CommandError(errors.SYNTAX)
-        i += 1
+            p.fail(errors.SYNTAX)
+    p.check()
     return len(kset.intersection(ctx.ks, args[2:2 + n], ctx.ks.now(), limit))
 
 
@@ -238,7 +238,7 @@ def sscan(ctx, args: list[bytes]):
     hk, h = kset.read_lookup(ks, args[1], now)
     if h is None or not ks.present(hk, h, now):  # (no key: no option is parsed)
         return [b"0", []]
-    count, pattern, _ = scan_options(args, 3, novalues_ok=False)
+    count, pattern, _, _ = A.scan_options(args, 3)
     nxt, page = kset.scan(ks, args[1], cursor, count, now)
     if pattern is not None:
         page = [m for m in page if A.stringmatch(pattern, m)]

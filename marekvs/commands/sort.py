@@ -130,37 +130,31 @@ def _sort(ctx, args: list[bytes], readonly: bool):
     sortby: bytes | None = None
     storekey: bytes | None = None
     gets: list[bytes] = []
-    j = 2
-    while j < len(args):
-        opt = args[j].lower()
-        left = len(args) - j - 1
-        if opt == b"asc":
+    p = A.Options(args, 2)
+    while p.more():
+        if p.accept(b"asc"):
             desc = False
-        elif opt == b"desc":
+        elif p.accept(b"desc"):
             desc = True
-        elif opt == b"alpha":
+        elif p.accept(b"alpha"):
             alpha = True
-        elif opt == b"limit" and left >= 2:
-            limit_start, limit_count = A.int_arg(args[j + 1]), A.int_arg(args[j + 2])
-            j += 2
-        elif not readonly and opt == b"store" and left >= 1:
-            storekey = args[j + 1]
-            j += 1
-        elif opt == b"by" and left >= 1:
-            sortby = args[j + 1]
+        elif p.accept(b"limit", 2):
+            limit_start, limit_count = p.integer(), p.integer()
+        elif not readonly and p.accept(b"store", 1):
+            storekey = p.value()
+        elif p.accept(b"by", 1):
+            sortby = p.value()
             if b"*" not in c_str(sortby):
                 dontsort = True  # BY a constant: no sorting
             elif not _full_key_access(ctx, args):
-                raise CommandError(errors.SORT_BY_DENIED)
-            j += 1
-        elif opt == b"get" and left >= 1:
+                p.fail(errors.SORT_BY_DENIED)
+        elif p.accept(b"get", 1):
             if not _full_key_access(ctx, args):
-                raise CommandError(errors.SORT_GET_DENIED)
-            gets.append(args[j + 1])
-            j += 1
+                p.fail(errors.SORT_GET_DENIED)
+            gets.append(p.value())
         else:
-            raise CommandError(errors.SYNTAX)
-        j += 1
+            p.fail(errors.SYNTAX)
+    p.check()
 
     ks = ctx.ks
     now = ks.now()

@@ -148,10 +148,6 @@ def _is(arg: bytes, word: bytes) -> bool:
     return errors.c_str(arg).lower() == word
 
 
-def _one_char(arg: bytes, ch: bytes) -> bool:
-    return errors.c_str(arg) == ch
-
-
 def parse_add_or_trim(args: list[bytes], xadd: bool) -> tuple[int, xs.Trim | None, bool,
                                                                tuple[int, int | None] | None]:
     """``streamParseAddOrTrimArgsOrReply``: (position of the id, or past the options for
@@ -163,64 +159,50 @@ def parse_add_or_trim(args: list[bytes], xadd: bool) -> tuple[int, xs.Trim | Non
     limit_given = False
     nomkstream = False
     given: tuple[int, int | None] | None = None
-    i = 2
-    n = len(args)
-    while i < n:
-        more = n - 1 - i
-        opt = args[i]
-        if xadd and errors.c_str(opt) == b"*":
+    if xadd and args[2] == b"*":  # the common case: no option, an id to generate
+        return 2, None, False, None
+    p = A.Options(args, 2)
+    while p.more():
+        w = p.word()
+        if xadd and w == b"*":  # (the common case: an id to generate)
             break
-        if _is(opt, b"maxlen") and more:
+        if (w == b"maxlen" or w == b"minid") and p.accept(w, 1):
             if maxlen is not None or minid is not None:
-                raise CommandError(errors.MAXLEN_AND_MINID)
-            approx = False
-            nxt = args[i + 1]
-            if more >= 2 and _one_char(nxt, b"~"):
-                approx = True
-                i += 1
-            elif more >= 2 and _one_char(nxt, b"="):
-                i += 1
-            maxlen = A.int_arg(args[i + 1])
-            if maxlen < 0:
-                raise CommandError(errors.MAXLEN_NEGATIVE)
-            i += 1
-        elif _is(opt, b"minid") and more:
-            if maxlen is not None or minid is not None:
-                raise CommandError(errors.MAXLEN_AND_MINID)
-            approx = False
-            nxt = args[i + 1]
-            if more >= 2 and _one_char(nxt, b"~"):
-                approx = True
-                i += 1
-            elif more >= 2 and _one_char(nxt, b"="):
-                i += 1
-            minid = full_id(args[i + 1], True)
-            i += 1
-        elif _is(opt, b"limit") and more:
-            limit = A.int_arg(args[i + 1])
+                p.fail(errors.MAXLEN_AND_MINID)
+                continue
+            approx = p.accept(b"~", 1)  # MAXLEN ~ <count> (a C string: "~" alone)
+            if not approx:
+                p.accept(b"=", 1)
+            if w == b"maxlen":
+                maxlen = p.integer()
+                if maxlen < 0:
+                    p.fail(errors.MAXLEN_NEGATIVE)
+            else:
+                minid = full_id(p.value(), True)
+        elif p.accept(b"limit", 1):
+            limit = p.integer()
             if limit < 0:
-                raise CommandError(errors.XTRIM_LIMIT_NEGATIVE)
+                p.fail(errors.XTRIM_LIMIT_NEGATIVE)
             limit_given = True
-            i += 1
-        elif xadd and _is(opt, b"nomkstream"):
+        elif xadd and p.accept(b"nomkstream"):
             nomkstream = True
-        elif xadd:
-            given = parse_id(opt, True, 0, seq_star=True)
+        elif xadd:  # the id (or a syntax error: an id that does not parse)
+            given = parse_id(args[p.pos], True, 0, seq_star=True)
             break
         else:
-            raise CommandError(errors.SYNTAX)
-        i += 1
+            p.fail(errors.SYNTAX)
     strategy = maxlen is not None or minid is not None
     if limit and not strategy:
-        raise CommandError(errors.LIMIT_WITHOUT_STRATEGY)
+        p.fail(errors.LIMIT_WITHOUT_STRATEGY)
     if not xadd and not strategy:
-        raise CommandError(errors.XTRIM_WITHOUT_STRATEGY)
+        p.fail(errors.XTRIM_WITHOUT_STRATEGY)
     if limit_given and not approx:
-        raise CommandError(errors.LIMIT_WITHOUT_APPROX)
+        p.fail(errors.LIMIT_WITHOUT_APPROX)
+    p.check()
     if approx and not limit_given:
         limit = 10_000  # 100 * stream-node-max-entries
     trim = xs.Trim(maxlen, minid, approx, limit) if strategy else None
-    return i, trim, nomkstream, given
+    return p.pos, trim, nomkstream, given
 
 
 def fmt(sid: StreamId) -> bytes:
@@ -319,13 +301,13 @@ def _range(ctx, args: list[bytes], rev: bool):
     start_arg, end_arg = (args[3], args[2]) if rev else (args[2], args[3])
     start, end = range_bounds(start_arg, end_arg)
     count = -1
-    j = 4
-    while j < len(args):
-        if _is(args[j], b"count") and j + 1 < len(args):
-            count = max(A.int_arg(args[j + 1]), 0)
-            j += 2
+    p = A.Options(args, 4)
+    while p.more():
+        if p.accept(b"count", 1):
+            count = max(p.integer(), 0)
         else:
-            raise CommandError(errors.SYNTAX)
+            p.fail(errors.SYNTAX)
+    p.check()
     st = _read(ctx, args[1])
     if st is None:
         return []
@@ -396,21 +378,19 @@ def xsetid(ctx, args: list[bytes]):
     sid = full_id(args[2])
     added: int | None = None
     maxdel = MIN_ID
-    i = 3
-    while i < len(args):
-        more = len(args) - 1 - i
-        if _is(args[i], b"entriesadded") and more:
-            added = A.int_arg(args[i + 1])
+    p = A.Options(args, 3)
+    while p.more():
+        if p.accept(b"entriesadded", 1):
+            added = p.integer()
             if added < 0:
-                raise CommandError(errors.ENTRIES_ADDED_NEGATIVE)
-            i += 2
-        elif _is(args[i], b"maxdeletedid") and more:
-            maxdel = full_id(args[i + 1])
+                p.fail(errors.ENTRIES_ADDED_NEGATIVE)
+        elif p.accept(b"maxdeletedid", 1):
+            maxdel = full_id(p.value())
             if sid < maxdel:
-                raise CommandError(errors.XSETID_BELOW_MAXDEL)
-            i += 2
+                p.fail(errors.XSETID_BELOW_MAXDEL)
         else:
-            raise CommandError(errors.SYNTAX)
+            p.fail(errors.SYNTAX)
+    p.check()
     if _lookup(ctx, args[1]) is None:
         raise CommandError(errors.NO_SUCH_KEY)
     try:
@@ -441,43 +421,39 @@ def _parse_read(args: list[bytes], xreadgroup: bool, ctx: Any = None) -> _ReadAr
     r = _ReadArgs()
     n = len(args)
     streams_arg = 0
-    i = 1
-    while i < n:
-        more = n - i - 1
-        o = errors.c_str(args[i]).lower()
-        if o == b"block" and more:
+    p = A.Options(args, 1)
+    while p.more():
+        if p.accept(b"block", 1):
             if ctx is not None and ctx is getattr(getattr(ctx.node, "scripting", None), "ctx", None):
                 # a script (not MULTI, which answers as a timeout): Redis refuses BLOCK outright
-                raise CommandError(errors.XREAD_BLOCK_IN_SCRIPT % errors.echo(args[0]))
-            i += 1
-            r.timeout = _timeout_ms(args[i])
-        elif o == b"count" and more:
-            i += 1
-            r.count = max(A.int_arg(args[i]), 0)
-        elif o == b"streams" and more:
-            streams_arg = i + 1
+                p.fail(errors.XREAD_BLOCK_IN_SCRIPT % errors.echo(args[0]))
+                continue
+            r.timeout = _timeout_ms(p.value())
+        elif p.accept(b"count", 1):
+            r.count = max(p.integer(), 0)
+        elif p.accept(b"streams", 1):
+            streams_arg = p.pos
             nstreams = n - streams_arg
             if nstreams % 2:
-                raise CommandError(errors.XREAD_UNBALANCED)
+                p.fail(errors.XREAD_UNBALANCED)
             r.keys = args[streams_arg:streams_arg + nstreams // 2]
             r.ids = args[streams_arg + nstreams // 2:]
             break
-        elif o == b"group" and more >= 2:
+        elif p.accept(b"group", 2):
             if not xreadgroup:
-                raise CommandError(errors.XREAD_GROUP_OPTION)
-            r.group, r.consumer = args[i + 1], args[i + 2]
-            i += 2
-        elif o == b"noack":
+                p.fail(errors.XREAD_GROUP_OPTION)
+            r.group, r.consumer = p.value(), p.value()
+        elif p.accept(b"noack"):
             if not xreadgroup:
-                raise CommandError(errors.XREAD_NOACK_OPTION)
+                p.fail(errors.XREAD_NOACK_OPTION)
             r.noack = True
         else:
-            raise CommandError(errors.SYNTAX)
-        i += 1
+            p.fail(errors.SYNTAX)
     if not streams_arg:
-        raise CommandError(errors.SYNTAX)
+        p.fail(errors.SYNTAX)
     if xreadgroup and r.group is None:
-        raise CommandError(errors.XREADGROUP_NO_GROUP)
+        p.fail(errors.XREADGROUP_NO_GROUP)
+    p.check()
     return r
 
 
@@ -744,37 +720,23 @@ def xclaim(ctx, args: list[bytes]):
     retrycount: int | None = None
     force = justid = False
     lastid = MIN_ID
-    while j < len(args):
-        more = len(args) - 1 - j
-        opt = args[j]
-        if _is(opt, b"force"):
+    p = A.Options(args, j)
+    while p.more():
+        if p.accept(b"force"):
             force = True
-        elif _is(opt, b"justid"):
+        elif p.accept(b"justid"):
             justid = True
-        elif _is(opt, b"idle") and more:
-            j += 1
-            v = A.parse_ll(args[j])
-            if v is None:
-                raise CommandError(errors.XCLAIM_IDLE)
-            delivery = now - v
-        elif _is(opt, b"time") and more:
-            j += 1
-            v = A.parse_ll(args[j])
-            if v is None:
-                raise CommandError(errors.XCLAIM_TIME)
-            delivery = v
-        elif _is(opt, b"retrycount") and more:
-            j += 1
-            v = A.parse_ll(args[j])
-            if v is None:
-                raise CommandError(errors.XCLAIM_RETRYCOUNT)
-            retrycount = v
-        elif _is(opt, b"lastid") and more:
-            j += 1
-            lastid = full_id(args[j])
+        elif p.accept(b"idle", 1):
+            delivery = now - p.integer(errors.XCLAIM_IDLE)
+        elif p.accept(b"time", 1):
+            delivery = p.integer(errors.XCLAIM_TIME)
+        elif p.accept(b"retrycount", 1):
+            retrycount = p.integer(errors.XCLAIM_RETRYCOUNT)
+        elif p.accept(b"lastid", 1):
+            lastid = full_id(p.value())
         else:
-            raise CommandError(errors.xclaim_option(opt))
-        j += 1
+            p.fail(errors.xclaim_option(p.value()))
+    p.check()
     if delivery is None or delivery < 0 or delivery > now:
         delivery = now
     how = xs.Claim(minidle, delivery, retrycount if retrycount is not None and retrycount >= 0 else None,
@@ -808,19 +770,19 @@ def xautoclaim(ctx, args: list[bytes]):
     justid = False
     j = 6
     max_count = A.LLONG_MAX // 16
-    while j < len(args):
-        more = len(args) - 1 - j
-        if _is(args[j], b"count") and more:
-            v = A.parse_ll(args[j + 1])
+    p = A.Options(args, j)
+    while p.more():
+        if p.accept(b"count", 1):
+            v = A.parse_ll(p.value())
             if v is None or v < 1 or v > max_count:
-                raise CommandError(errors.XAUTOCLAIM_COUNT)
-            count = v
-            j += 1
-        elif _is(args[j], b"justid"):
+                p.fail(errors.XAUTOCLAIM_COUNT)
+            else:
+                count = v
+        elif p.accept(b"justid"):
             justid = True
         else:
-            raise CommandError(errors.SYNTAX)
-        j += 1
+            p.fail(errors.SYNTAX)
+    p.check()
     g = _require_group(ctx, args[1], args[2])
     cursor, got, deleted, created = xs.autoclaim(ctx.ks, g, args[3], minidle, start, count, justid,
                                                  ctx.ks.now())
@@ -885,16 +847,15 @@ def xgroup_create(ctx, args: list[bytes]):
     n = len(args)
     if n > 8:
         raise CommandError(errors.subcommand_syntax("xgroup", args[1]))
-    i = 5
-    while i < n:
-        if _is(args[i], b"mkstream"):
+    p = A.Options(args, 5)
+    while p.more():
+        if p.accept(b"mkstream"):
             mkstream = True
-            i += 1
-        elif _is(args[i], b"entriesread") and i + 1 < n:
-            entries_read = _entries_read(args[i + 1])
-            i += 2
+        elif p.accept(b"entriesread", 1):
+            entries_read = _entries_read(p.value())
         else:
-            raise CommandError(errors.subcommand_syntax("xgroup", args[1]))
+            p.fail(errors.subcommand_syntax("xgroup", args[1]))
+    p.check()
     st, _ = _xgroup_target(ctx, args, mkstream, False)
     if args[4] == b"$":
         sid = MIN_ID if st is None else st.last_id

@@ -453,23 +453,21 @@ def lcs(ctx, args: list[bytes]):
         raise CommandError(errors.LCS_NOT_STRINGS) from None
     getlen = getidx = withmatchlen = False
     minmatchlen = 0
-    j = 3
-    while j < len(args):
-        opt = args[j].upper()
-        if opt == b"IDX":
+    p = A.Options(args, 3)
+    while p.more():
+        if p.accept(b"idx"):
             getidx = True
-        elif opt == b"LEN":
+        elif p.accept(b"len"):
             getlen = True
-        elif opt == b"WITHMATCHLEN":
+        elif p.accept(b"withmatchlen"):
             withmatchlen = True
-        elif opt == b"MINMATCHLEN" and j + 1 < len(args):
-            minmatchlen = max(A.int_arg(args[j + 1]), 0)
-            j += 1
+        elif p.accept(b"minmatchlen", 1):
+            minmatchlen = max(p.integer(), 0)
         else:
-            raise CommandError(errors.SYNTAX)
-        j += 1
+            p.fail(errors.SYNTAX)
     if getlen and getidx:
-        raise CommandError(errors.LCS_LEN_AND_IDX)
+        p.fail(errors.LCS_LEN_AND_IDX)
+    p.check()
     if (len(a) + 1) * (len(b) + 1) * 4 > A.proto_max_bulk_len(ctx):
         raise CommandError(errors.LCS_TOO_MUCH_MEMORY)
     t = LcsTable(a, b)

@@ -49,6 +49,7 @@ from typing import Any, Callable, Iterable, Sequence, Union
 
 from marekvs.commands.args import parse_ll
 from marekvs.commands.reply import Simple
+from marekvs.core.sds import c_str
 
 
 # -- key specs ------------------------------------------------------------------------------
@@ -289,9 +290,7 @@ def _keyword_search(args: Sequence[bytes], word: bytes, startfrom: int) -> int:
     while i != end:
         if i >= argc or i < 1:
             break
-        a = args[i]
-        z = a.find(b"\x00")
-        if (a if z < 0 else a[:z]).lower() == word:
+        if c_str(args[i]).lower() == word:
             return i + 1
         i = i + 1 if start <= end else i - 1
     return 0
@@ -391,6 +390,7 @@ class Command:
     movablekeys: bool = field(init=False, default=False)
     fast: bool = field(init=False, default=False)
     readonly: bool = field(init=False, default=False)
+    may_replicate: bool = field(init=False, default=False)  # Redis's is_may_replicate_command
     no_multi: bool = field(init=False, default=False)  # refused inside MULTI
     # MONITOR (node/monitor.py): admin commands are never shown; skip_monitor ones (scripts)
     # are shown before they run, the others after; a monitor may not run keyspace ones
@@ -413,7 +413,8 @@ class Command:
         self.no_multi = "no_multi" in self.flags
         self.admin = "admin" in self.flags
         self.skip_monitor = "skip_monitor" in self.flags
-        self.keyspace = self.write or self.readonly or "may_replicate" in self.flags
+        self.may_replicate = self.write or "may_replicate" in self.flags
+        self.keyspace = self.may_replicate or self.readonly
         self.queued_in_multi = self.parent is not None or self.name not in _RUN_IN_MULTI
         if self.key_specs:
             if self.first_key:
@@ -624,19 +625,14 @@ def build_table(families: tuple[str, ...] | None = None) -> CommandTable:
 # are, quirks included (atoi counts, C-string compares). A declaration names one with
 # ``getkeys="..."``. Flags 0 where Redis leaves them 0 ("fully defined keyspec").
 
-def _c_str(b: bytes) -> bytes:
-    z = b.find(b"\x00")
-    return b if z < 0 else b[:z]
-
-
 def _is(arg: bytes, word: bytes) -> bool:
     """strcasecmp(arg, word) == 0 on a C string."""
-    return _c_str(arg).lower() == word
+    return c_str(arg).lower() == word
 
 
 def _atoi(b: bytes) -> int:
     """C's atoi as glibc has it: (int) strtol(s, NULL, 10) of the C string."""
-    s = _c_str(b).lstrip(b" \t\n\v\f\r")
+    s = c_str(b).lstrip(b" \t\n\v\f\r")
     sign, j = 1, 0
     if s[:1] in (b"+", b"-"):
         sign, j = (-1 if s[:1] == b"-" else 1), 1
@@ -732,7 +728,7 @@ def _migrate_getkeys(args: Sequence[bytes]) -> list[KeyRef]:
                     return []
                 first, num = i + 1, len(args) - i - 1
                 break
-            i += _MIGRATE_SKIP.get(_c_str(args[i]).lower(), 0) + 1
+            i += _MIGRATE_SKIP.get(c_str(args[i]).lower(), 0) + 1
     return [(first + i, KeyFlag.RW | KeyFlag.ACCESS | KeyFlag.DELETE) for i in range(num)]
 
 

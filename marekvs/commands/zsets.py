@@ -246,27 +246,15 @@ def _numkeys(b: bytes, msg: str | None = None) -> int:
 # Commands: adding, scores, removing
 # =========================================================================================
 
+_NX, _XX, _CH, _INCR, _GT, _LT = (1 << b for b in range(6))
+_ZADD_FLAGS = {b"nx": _NX, b"xx": _XX, b"ch": _CH, b"incr": _INCR, b"gt": _GT, b"lt": _LT}
+
+
 def _zadd(ctx, args: list[bytes], incr: bool):
     """zaddGenericCommand: options, pairs, incompatibilities, scores, then the key."""
-    nx = xx = gt = lt = ch = False
-    i = 2
-    while i < len(args):
-        o = args[i].lower()
-        if o == b"nx":
-            nx = True
-        elif o == b"xx":
-            xx = True
-        elif o == b"ch":
-            ch = True
-        elif o == b"incr":
-            incr = True
-        elif o == b"gt":
-            gt = True
-        elif o == b"lt":
-            lt = True
-        else:
-            break
-        i += 1
+    flags, i = A.leading_flags(args, 2, _ZADD_FLAGS)
+    nx, xx, ch, gt, lt = bool(flags & _NX), bool(flags & _XX), bool(flags & _CH), bool(flags & _GT), bool(flags & _LT)
+    incr = incr or bool(flags & _INCR)
     n = len(args) - i
     if n % 2 or not n:
         raise CommandError(errors.SYNTAX)
@@ -391,31 +379,28 @@ def zrange_generic(ctx, args: list[bytes], at: int, store: bytes | None, rangety
     minidx, maxidx = at + 1, at + 2
     withscores = False
     offset, limit = 0, -1
-    j = at + 3
-    while j < len(args):
-        left = len(args) - j - 1
-        o = args[j].lower()
-        if store is None and o == b"withscores":
+    p = A.Options(args, at + 3)
+    while p.more():
+        if store is None and p.accept(b"withscores"):
             withscores = True
-        elif o == b"limit" and left >= 2:
-            offset = _long(args[j + 1])
-            limit = _long(args[j + 2])
-            j += 2
-        elif reverse is None and o == b"rev":
+        elif p.accept(b"limit", 2):
+            offset = p.integer()
+            limit = p.integer()
+        elif reverse is None and p.accept(b"rev"):
             reverse = True
-        elif rangetype is None and o == b"bylex":
+        elif rangetype is None and p.accept(b"bylex"):
             rangetype = LEX
-        elif rangetype is None and o == b"byscore":
+        elif rangetype is None and p.accept(b"byscore"):
             rangetype = SCORE
         else:
-            raise CommandError(errors.SYNTAX)
-        j += 1
+            p.fail(errors.SYNTAX)
     reverse = bool(reverse)
     rangetype = rangetype or RANK
     if limit != -1 and rangetype == RANK:
-        raise CommandError(errors.ZRANGE_LIMIT_RANK)
+        p.fail(errors.ZRANGE_LIMIT_RANK)
     if withscores and rangetype == LEX:
-        raise CommandError(errors.ZRANGE_WITHSCORES_LEX)
+        p.fail(errors.ZRANGE_WITHSCORES_LEX)
+    p.check()
     if reverse and rangetype in (SCORE, LEX):
         minidx, maxidx = maxidx, minidx
     if rangetype == RANK:
@@ -714,22 +699,22 @@ def _mpop_args(args: list[bytes], at: int) -> tuple[list[bytes], bool, int]:
     where = at + v + 1
     if where >= len(args):
         raise CommandError(errors.SYNTAX)
-    w = args[where].lower()
+    p = A.Options(args, where)
+    w = p.word()
     if w not in (b"min", b"max"):
         raise CommandError(errors.SYNTAX)
+    p.value()
     count = -1
-    j = where + 1
-    while j < len(args):
-        more = len(args) - 1 - j
-        if count == -1 and args[j].lower() == b"count" and more:
-            j += 1
-            c = A.parse_ll(args[j])
+    while p.more():
+        if count == -1 and p.accept(b"count", 1):
+            c = A.parse_ll(p.value())
             if c is None or c < 1:
-                raise CommandError(errors.COUNT_POSITIVE)
-            count = c
+                p.fail(errors.COUNT_POSITIVE)
+            else:
+                count = c
         else:
-            raise CommandError(errors.SYNTAX)
-        j += 1
+            p.fail(errors.SYNTAX)
+    p.check()
     return args[at + 1:where], w == b"max", 1 if count == -1 else count
 
 
@@ -829,32 +814,29 @@ def setop(ctx, args: list[bytes], at: int, op: str, dest: bytes | None, card_onl
     how = SUM
     withscores = False
     limit = 0
-    j = at + 1 + setnum
-    while j < len(args):
-        remaining = len(args) - j
-        o = args[j].lower()
-        if op != "diff" and not card_only and remaining >= setnum + 1 and o == b"weights":
-            j += 1
+    p = A.Options(args, at + 1 + setnum)
+    while p.more():
+        if op != "diff" and not card_only and p.accept(b"weights", setnum):
             for i in range(setnum):
-                weights[i] = double_arg(args[j], errors.ZSET_WEIGHT_NOT_FLOAT)
-                j += 1
-        elif op != "diff" and not card_only and remaining >= 2 and o == b"aggregate":
-            a = args[j + 1].lower()
-            if a not in (b"sum", b"min", b"max"):
-                raise CommandError(errors.SYNTAX)
-            how = a.decode()
-            j += 2
-        elif remaining >= 1 and dest is None and not card_only and o == b"withscores":
+                weights[i] = double_arg(p.value(), errors.ZSET_WEIGHT_NOT_FLOAT)
+        elif op != "diff" and not card_only and p.accept(b"aggregate", 1):
+            a = p.word()
+            p.value()
+            if a in (b"sum", b"min", b"max"):
+                how = a.decode()
+            else:
+                p.fail(errors.SYNTAX)
+        elif dest is None and not card_only and p.accept(b"withscores"):
             withscores = True
-            j += 1
-        elif card_only and remaining >= 2 and o == b"limit":
-            lv = A.parse_ll(args[j + 1])
+        elif card_only and p.accept(b"limit", 1):
+            lv = A.parse_ll(p.value())
             if lv is None or lv < 0:
-                raise CommandError(errors.LIMIT_NEGATIVE)
-            limit = lv
-            j += 2
+                p.fail(errors.LIMIT_NEGATIVE)
+            else:
+                limit = lv
         else:
-            raise CommandError(errors.SYNTAX)
+            p.fail(errors.SYNTAX)
+    p.check()
     members = [{} if s is None else Z.members_of(z, s[0], s[1], now) for s in sources]
     result: dict[bytes, float] = {}
     if op == "diff":
@@ -1025,20 +1007,7 @@ def zscan(ctx, args: list[bytes]):
     zs = Z.read_lookup(z, args[1], now)
     if zs is None:  # (before the options are parsed, as Redis does)
         return [b"0", []]
-    count, pattern = 10, None
-    i = 3
-    while i < len(args):
-        o = args[i].lower()
-        more = len(args) - i - 1
-        if o == b"count" and more >= 1:
-            count = A.int_arg(args[i + 1])
-            if count < 1:
-                raise CommandError(errors.SYNTAX)
-        elif o == b"match" and more >= 1:
-            pattern = None if args[i + 1] == b"*" else args[i + 1]
-        else:
-            raise CommandError(errors.SYNTAX)
-        i += 2
+    count, pattern, _, _ = A.scan_options(args, 3)
     nxt, got = Z.scan(Z.order_of(z, zs, now), cursor, count)
     out: list[bytes] = []
     for s, m in got:

@@ -68,6 +68,7 @@ import struct
 from typing import NamedTuple
 
 from marekvs.core import envelope as env
+from marekvs.core import joins
 from marekvs.core.keys import decode_varint, encode_varint
 
 LIVE_CAP = 4
@@ -154,11 +155,17 @@ def _header_key(r: bytes) -> tuple[bytes, bytes]:
     return r[1:11], bytes((r[0] & ~_TOMB,)) + r[11:_SIZE]
 
 
+KNOWN = joins.Known()  # records built as their join with the stored one (``zset.add_delta``)
+
+
 def merge(a: bytes, b: bytes) -> bytes:
     """Join of two element records at one key; returns ``a`` or ``b`` itself when it
     already is the join."""
     if a == b:
         return a
+    known = KNOWN.join(a, b)
+    if known is not None:
+        return known
     top = a if _header_key(a) >= _header_key(b) else b
     e = join(element_of(a), element_of(b))
     flags = (top[0] & ~_TOMB) | (0 if e.live else _TOMB)
@@ -176,6 +183,55 @@ def new(rtype: int, hlc: int, origin: int, value: bytes = b"", ttl_deadline_ms: 
     """The record of a first add of an element nobody has seen."""
     return env.pack(env.make_flags(rtype), hlc, origin, ttl_deadline_ms,
                     to_bytes(Element((((hlc, origin), value),))))
+
+
+def live_section(record: bytes) -> tuple[list[Dot], list[int]]:
+    """The live dots of an element record, highest first, and where each live entry ends
+    in the record (the last end is where the covered section starts): a walk of the live
+    section only, the covered dots (up to 255) not parsed."""
+    dots: list[Dot] = []
+    ends: list[int] = []
+    pos = _SIZE + 1
+    for _ in range(record[_SIZE]):
+        o, h = _DOT.unpack_from(record, pos)
+        dots.append((h, o))
+        vlen, pos = decode_varint(record, pos + 10)
+        pos += vlen
+        ends.append(pos)
+    return dots, ends
+
+
+def new_over(current: bytes | None, rtype: int, hlc: int, origin: int, value: bytes = b"",
+             ttl_deadline_ms: int = 0) -> bytes:
+    """``new``'s record (a new dot covering nothing) as its join with ``current``, built
+    from the bytes and handed over as known (``KNOWN``) when every dot of ``current`` is
+    below the new one (always so for a local write): the new dot first, then the live
+    dots of ``current`` that stay among the four highest adds, then its covered section as
+    it is. The apply path then parses neither record. Otherwise ``new``'s record, which
+    the apply path joins."""
+    rec = new(rtype, hlc, origin, value, ttl_deadline_ms)
+    if current is None or len(current) <= _SIZE:
+        return rec
+    dots, ends = live_section(current)
+    pos = ends[-1] if ends else _SIZE + 1
+    if pos >= len(current):
+        return rec
+    ncov = current[pos]
+    if len(current) != pos + 1 + 10 * ncov or (dots and dots[0] >= (hlc, origin)):
+        return rec
+    top_cov: list[Dot] = [(h, o) for o, h in _DOT.iter_unpack(current[pos + 1:pos + 1 + 10 * min(ncov, LIVE_CAP)])]
+    if top_cov and top_cov[0] >= (hlc, origin):
+        return rec
+    if current[1:11] >= rec[1:11]:  # (its version is not below the new dot: its header may win)
+        return rec
+    # the live dots that stay: those among the three highest adds below the new dot (the
+    # highest live dots, a prefix of the live section)
+    third = sorted(dots + top_cov, reverse=True)[:LIVE_CAP - 1]
+    kept = sum(1 for d in dots if d in third)
+    live_end = ends[kept - 1] if kept else _SIZE + 1
+    new_entry = rec[_SIZE + 1:-1]  # (the new dot and its value, without the counts)
+    out = rec[:_SIZE] + bytes((1 + kept,)) + new_entry + current[_SIZE + 1:live_end] + current[pos:]
+    return KNOWN.built(out, current)
 
 
 def add(current: bytes | None, rtype: int, hlc: int, origin: int, value: bytes = b"",

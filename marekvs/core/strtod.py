@@ -17,6 +17,8 @@ import re
 from fractions import Fraction
 from typing import Callable
 
+from marekvs.core.sds import c_str
+
 _MIN_NORMAL = 2.2250738585072014e-308
 _SPACE = b" \t\n\v\f\r"
 _NUM = re.compile(
@@ -38,8 +40,7 @@ PLAIN = re.compile(rb"-?[0-9]+(?:\.[0-9]+)?")
 def strtod(b: bytes) -> tuple[float, int, bool]:
     if len(b) < 300 and PLAIN.fullmatch(b):
         return float(b), len(b), False
-    z = b.find(b"\x00")
-    s = b if z < 0 else b[:z]
+    s = c_str(b)
     lead = len(s) - len(s.lstrip(_SPACE))
     m = _NUM.match(s, lead)
     if m is None:

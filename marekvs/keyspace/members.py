@@ -149,8 +149,9 @@ def read_collection(ks: Keyspace, key: bytes, ctype: int, now: int) -> tuple[byt
 def add(current: bytes | None, rtype: int, hlc: int, origin: int, val: bytes = b"",
         deadline: int = 0) -> bytes:
     """The record of an add: the dot (hlc, origin) with ``val`` and the header deadline
-    ``deadline``, for the apply path to merge into ``current`` (see above)."""
-    return orswot.new(rtype, hlc, origin, val, deadline)
+    ``deadline``, for the apply path to merge into ``current`` (see above), built as
+    that join when it can be (``orswot.new_over``)."""
+    return orswot.new_over(current, rtype, hlc, origin, val, deadline)
 
 
 def remove(current: bytes, hlc: int, origin: int) -> bytes:

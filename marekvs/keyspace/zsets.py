@@ -28,9 +28,9 @@ rebuilt on its next use. A read command that can wait builds it in steps
 clients served between event-loop turns, the writes made meanwhile applied to it at the
 end (measured on a million members after a restart: the first ZCARD 9.1 s, while
 another client's PINGs were answered, p50 9 ms); a write that needs the order (ZPOPMIN,
-ZREMRANGEBY*) or a command inside MULTI/EXEC or a script builds it at once. A mirror is dropped when its head's delete clock changes (DEL,
-a store replacing the key, a re-created key); members whose own TTL passes leave it when
-it is next read.
+ZREMRANGEBY*) or a command inside MULTI/EXEC or a script builds it at once. A mirror is
+dropped when its head's delete clock changes (DEL, a store replacing the key, a
+re-created key); members whose own TTL passes leave it when it is next read.
 
 The index is a hint, confirmed by the members (``core/zset.py``). An index record
 ``Z(s, m)`` stands for "m has score s" exactly when a live dot of m's member record holds

@@ -39,7 +39,9 @@ from marekvs.keyspace.status import KeyspaceError
 from marekvs.node.acl import Acl
 from marekvs.node.blocking import BlockingRegistry
 from marekvs.node.events import Events
+from marekvs.node import openfiles
 from marekvs.node.monitor import LatencyMonitor, MonitorLine, OpsMeter, SlowLog
+from marekvs.node.pause import SCRIPT_RUNNERS, ClientPause
 from marekvs.node.pubsub import PubSub, push_limited
 from marekvs.node.scripting import Scripting
 from marekvs.node.tracking import Tracking
@@ -53,9 +55,7 @@ _clock = time.perf_counter_ns
 _PUBSUB_MODE = frozenset(("ping", "subscribe", "ssubscribe", "unsubscribe", "sunsubscribe", "psubscribe",
                           "punsubscribe", "quit", "reset"))
 
-_SCRIPT_RUNNERS = frozenset(("eval", "evalsha", "fcall"))  # their script's flags decide if they write
 DEFAULT_MAXCLIENTS = 10000
-RESERVED_FDS = 32  # Redis's CONFIG_MIN_RESERVED_FDS: descriptors kept for everything but clients
 
 
 class Stats:
@@ -116,12 +116,7 @@ class Node:
         self.latency = LatencyMonitor()
         self.ops = OpsMeter()
         self.memory_peak = 0
-        # CLIENT PAUSE: until when (monotonic s; 0 = no pause), writes only or all, and the
-        # connections holding commands until it ends
-        self.pause_end = 0.0
-        self.pause_writes_only = True
-        self._held: list[Callable[[], None]] = []
-        self._pause_timer: asyncio.TimerHandle | None = None
+        self.client_pause = ClientPause(self)  # CLIENT PAUSE (node/pause.py)
         self._cron_task: asyncio.Task | None = None
         self.slow_ns = 0
         self.monitor_thresholds()
@@ -129,6 +124,7 @@ class Node:
         self._client_seq = 0
         self.last_save = int(time.time())
         self.replication: Any = None  # attached by the process (replication/manager.py)
+        self.antientropy: Any = None  # attached by the process (antientropy/background.py)
         # CONFIG SET of the tls-* names: the RESP server's (server/tls.py) check of the
         # proposed configuration; it returns what puts it in use, or raises ValueError
         self.tls_prepare: Callable[[Config], Callable[[], None]] | None = None
@@ -137,8 +133,8 @@ class Node:
         self._after_commit: list[Callable[[bool], None]] = []
         self._tick_scheduled = False
         self._ack_event: asyncio.Event | None = None
-        raise_soft_open_files()
-        self.maxclients = fit_open_files(DEFAULT_MAXCLIENTS)
+        openfiles.raise_soft()
+        self.maxclients = openfiles.fit(DEFAULT_MAXCLIENTS)
         self.acl.load()  # the users of the records (and the aclfile, requirepass)
 
     # -- clients ---------------------------------------------------------------------
@@ -271,11 +267,18 @@ class Node:
         write, and PING are refused with MISCONF (reads are served)."""
         if cmd.name == "ping" and cmd.parent is None:
             return True
-        if cmd.name == "exec" and ctx.multi:
-            return any(may_replicate(c) for c, _ in ctx.multi)
-        if cmd.name in _SCRIPT_RUNNERS and cmd.parent is None:
-            return self.scripting.may_write(args)
-        return bool(cmd.write)
+        return self.may_write(ctx, cmd, args, cmd.write)
+
+    def may_write(self, ctx: Context, cmd: Any, args: list[bytes], flagged: bool) -> bool:
+        """Whether ``cmd`` may write, as Redis decides before running it (MISCONF, CLIENT
+        PAUSE WRITE): an EXEC whose queue holds a command that may replicate, a script
+        runner whose script is not flagged no-writes, else ``flagged`` (its own flag)."""
+        if cmd.parent is None:
+            if cmd.name == "exec" and ctx.multi:
+                return any(c.may_replicate for c, _ in ctx.multi)
+            if cmd.name in SCRIPT_RUNNERS:
+                return self.scripting.may_write(args)
+        return flagged
 
     def rejected(self, ctx: Context, cmd: Any, text: str) -> Err:
         """A command refused before it ran (unknown, arity, auth, ...): counted for INFO;
@@ -380,52 +383,6 @@ class Node:
         return self._ack_event
 
     # -- settings CONFIG SET changes ------------------------------------------------------
-    # -- CLIENT PAUSE -------------------------------------------------------------------------
-    def pause(self, seconds: float, writes_only: bool) -> None:
-        """As Redis: a second pause extends the first to the later end, and ALL wins
-        over WRITE."""
-        end = time.monotonic() + seconds
-        self.pause_writes_only = writes_only and (not self.pause_end or self.pause_writes_only)
-        if end > self.pause_end:
-            self.pause_end = end
-            if self._pause_timer is not None:
-                self._pause_timer.cancel()
-            self._pause_timer = self.loop.call_later(seconds, self._pause_over)  # type: ignore[union-attr]
-
-    def _pause_over(self) -> None:
-        if self.pause_end and time.monotonic() >= self.pause_end - 0.001:
-            self.unpause()
-
-    def unpause(self) -> None:
-        self.pause_end = 0.0
-        if self._pause_timer is not None:
-            self._pause_timer.cancel()
-            self._pause_timer = None
-        held, self._held = self._held, []
-        for resume in held:
-            resume()
-
-    def paused_for(self, ctx: Context, args: list[bytes]) -> bool:
-        """Must this command wait for the pause to end? (Only asked while one is on.)
-        With WRITE, so does an EXEC whose transaction writes, as in Redis."""
-        if time.monotonic() >= self.pause_end:
-            self.unpause()
-            return False
-        if not self.pause_writes_only:
-            return True
-        cmd = self.table.lookup(args[0])
-        if cmd is not None and cmd.subcommands and len(args) > 1:
-            cmd = cmd.subcommands.get(args[1].lower().decode("latin-1"), cmd)
-        if cmd is not None and cmd.name == "exec" and ctx.multi:
-            return any(may_replicate(c) for c, _ in ctx.multi)
-        if cmd is not None and cmd.name in _SCRIPT_RUNNERS and cmd.parent is None:
-            return self.scripting.may_write(args)  # as Redis: a no-writes script runs
-        return cmd is not None and may_replicate(cmd)
-
-    def hold(self, resume: Callable[[], None]) -> None:
-        """Call ``resume()`` when the pause ends."""
-        self._held.append(resume)
-
     def set_durability(self, mode: str) -> None:
         self.engine.set_durability(mode)
         self.config.durability = mode
@@ -433,7 +390,7 @@ class Node:
     def set_maxclients(self, n: int) -> None:
         """As Redis: the open-files limit is raised if it must be; if it cannot be raised
         enough the old value stays and ValueError says what would fit."""
-        fits = fit_open_files(n)
+        fits = openfiles.fit(n)
         if fits != n:
             raise ValueError(
                 f"The operating system is not able to handle the specified number of clients, try with {fits}")
@@ -506,10 +463,6 @@ class Node:
         self.engine.close()
 
 
-def may_replicate(cmd: Any) -> bool:
-    return cmd.write or "may_replicate" in cmd.flags
-
-
 def class_limits(value: str, cls: str) -> tuple[int, int, int]:
     """(hard, soft, seconds) of one class of a client-output-buffer-limit value."""
     parts = value.split()
@@ -517,64 +470,3 @@ def class_limits(value: str, cls: str) -> tuple[int, int, int]:
         if parts[i] == cls:
             return int(parts[i + 1]), int(parts[i + 2]), int(parts[i + 3])
     return 0, 0, 0
-
-
-# -- open-files limits (the process's, for maxclients) -------------------------------------
-
-def fit_open_files(maxclients: int) -> int:
-    """Raise the open-files limit for ``maxclients`` clients as Redis's
-    ``adjustOpenFilesLimit`` does, and return how many clients the limit allows:
-    ``maxclients`` itself, or the limit less ``RESERVED_FDS`` when it cannot be raised
-    that far (logged, as Redis logs it).
-
-    Redis computes the descriptors needed as a 32-bit unsigned sum (so ``maxclients
-    4294967295`` needs 31) and, when the soft limit is lower, sets soft and hard limit
-    to the first value that works, stepping down by 16 from the need: the largest
-    ``need - 16k`` at or under what the process may set (``fs.nr_open`` with the
-    privilege, else the hard limit). That value is computed here, not searched."""
-    need = (maxclients + RESERVED_FDS) & 0xFFFFFFFF
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft == resource.RLIM_INFINITY or soft >= need:
-        return maxclients
-    best = soft
-    for ceiling in (need, _nr_open(), hard):
-        if ceiling == resource.RLIM_INFINITY or ceiling >= need:
-            step = need
-        else:
-            step = need - -(-(need - ceiling) // 16) * 16
-        if step <= soft:
-            continue
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (step, step))
-        except (ValueError, OSError):
-            continue
-        best = step
-        break
-    if best >= need:
-        log.info("Increased maximum number of open files to %d (it was originally set to %d).", best, soft)
-        return maxclients
-    log.warning("You requested maxclients of %d requiring at least %d max file descriptors. "
-                "Current maximum open files is %d. maxclients has been reduced to %d to "
-                "compensate for low ulimit. If you need higher maxclients increase 'ulimit -n'.",
-                maxclients, need, best, best - RESERVED_FDS)
-    return max(1, best - RESERVED_FDS)
-
-
-def raise_soft_open_files() -> None:
-    """At start: the soft open-files limit up to the hard one. RocksDB's files (every SST
-    stays open) share the limit with the clients, so the node takes what it may; the
-    client count itself stays bounded by maxclients."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != resource.RLIM_INFINITY and (hard == resource.RLIM_INFINITY or soft < hard):
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-        except (ValueError, OSError):
-            pass
-
-
-def _nr_open() -> int:
-    try:
-        with open("/proc/sys/fs/nr_open") as f:
-            return int(f.read())
-    except (OSError, ValueError):
-        return 1 << 20

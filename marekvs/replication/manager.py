@@ -94,7 +94,8 @@ class ReplicationManager:
         self.bootstrapped_from: list[int] = []
         self.incarnation_changes = 0
         self.last_incarnation_change = ""
-        self.md = ((SECRET_HEADER, self.config.cluster_secret),)
+        self.md = ((SECRET_HEADER, self.config.cluster_secret),)  # what our calls carry
+        self.secret_check = peers.ClusterSecret(self.config)  # what every call to us must carry
         # More services on this gRPC server (same port, TLS and secret), each a function
         # that adds its servicer, and companions started once the server is up and stopped
         # before it: the anti-entropy service and its background exchange
@@ -138,7 +139,7 @@ class ReplicationManager:
 
     # -- life cycle --------------------------------------------------------------------
     async def start(self) -> None:
-        self.grpc_server = peers.server(self.config)
+        self.grpc_server = peers.server(self.config, self.secret_check)
         pbg.add_ReplicationServicer_to_server(self.receiver, self.grpc_server)
         for add_service in self.services:
             add_service(self.grpc_server)

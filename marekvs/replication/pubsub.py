@@ -12,7 +12,6 @@ what does not fit, counted in ``dropped`` (INFO replication).
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 from typing import TYPE_CHECKING, Any, AsyncIterator
 
@@ -20,7 +19,7 @@ import grpc
 
 from marekvs.replication.gen import pubsub_v1_pb2 as ps
 from marekvs.replication.gen import pubsub_v1_pb2_grpc as psg
-from marekvs.replication.peers import SECRET_HEADER, PeerState
+from marekvs.replication.peers import PeerState
 
 if TYPE_CHECKING:
     from marekvs.replication.manager import ReplicationManager
@@ -97,10 +96,6 @@ class Relay(psg.PubSubServicer):
 
     # -- receiving (gRPC service) ------------------------------------------------------------
     async def Relay(self, request_iterator: Any, context: grpc.aio.ServicerContext) -> ps.Relayed:
-        got = dict(context.invocation_metadata() or ()).get(SECRET_HEADER, "")
-        if not hmac.compare_digest(str(got).encode(), self.m.config.cluster_secret.encode()):
-            log.error("refused a pub/sub stream from %s: wrong cluster secret", context.peer())
-            await context.abort(grpc.StatusCode.UNAUTHENTICATED, "wrong cluster secret")
         n = 0
         async for msg in request_iterator:
             if msg.origin == self.m.node_id or msg.origin not in self.m.peers:

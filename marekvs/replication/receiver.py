@@ -1,22 +1,21 @@
 """Receiving: the gRPC service peers call (Hello, Ship, Snapshot).
 
-Every call carries the cluster secret (``_authorize``) and, for Hello and Snapshot, the
-caller's NodeInfo, refused if it is not a member of this cluster (``_admit``). A Ship
-batch is validated record by record (``validate.check_flat``): one bad record refuses the
-whole batch, logged, nothing written. Entries at or below the high-water mark are
-skipped (counted: at-least-once re-delivery); the rest go through the SAME
-``Engine.apply`` as local commands (read current, merge, write if changed), and the new
-high-water mark (with the epoch of the batch's last entry) is written into the same
-WriteBatch as the records; only then is the ack sent. The HLC takes the receive rule once
-per batch with the batch's highest stamp (clamped and logged if more than
-max_clock_drift ahead). A Snapshot streams every record in chunks, with the log positions
-it covers (``bootstrap.py`` pulls it).
+Every call has passed the cluster secret check (``peers.ClusterSecret``, the server's
+interceptor) before it gets here; Hello and Snapshot carry the caller's NodeInfo, refused
+if it is not a member of this cluster (``_admit``). A Ship batch is validated record by
+record (``validate.check_flat``): one bad record refuses the whole batch, logged, nothing
+written. Entries at or below the high-water mark are skipped (counted: at-least-once
+re-delivery); the rest go through the SAME ``Engine.apply`` as local commands (read
+current, merge, write if changed), and the new high-water mark (with the epoch of the
+batch's last entry) is written into the same WriteBatch as the records; only then is the
+ack sent. The HLC takes the receive rule once per batch with the batch's highest stamp
+(clamped and logged if more than max_clock_drift ahead). A Snapshot streams every record
+in chunks, with the log positions it covers (``bootstrap.py`` pulls it).
 """
 
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +25,7 @@ from marekvs.core import envelope as env
 from marekvs.replication.codec import unpack_entries
 from marekvs.replication.gen import replication_v1_pb2 as pb
 from marekvs.replication.gen import replication_v1_pb2_grpc as pbg
-from marekvs.replication.peers import SECRET_HEADER, PeerRefused
+from marekvs.replication.peers import PeerRefused
 from marekvs.replication.validate import BadRecord
 from marekvs.storage.engine import StorageWriteError
 
@@ -46,12 +45,6 @@ class Receiver(pbg.ReplicationServicer):
         self.hlc = m.hlc
         self.config = m.config
         self.refused_batches = 0
-
-    async def _authorize(self, context: grpc.aio.ServicerContext) -> None:
-        got = dict(context.invocation_metadata() or ()).get(SECRET_HEADER, "")
-        if not hmac.compare_digest(str(got).encode(), self.config.cluster_secret.encode()):
-            log.error("refused a peer call from %s: wrong cluster secret", context.peer())
-            await context.abort(grpc.StatusCode.UNAUTHENTICATED, "wrong cluster secret")
 
     async def _admit(self, node: pb.NodeInfo, what: str, context: grpc.aio.ServicerContext) -> None:
         """Refuse (FAILED_PRECONDITION, logged) a caller that is not a member of this
@@ -76,7 +69,6 @@ class Receiver(pbg.ReplicationServicer):
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
 
     async def Hello(self, request: pb.HelloRequest, context: grpc.aio.ServicerContext) -> pb.HelloReply:
-        await self._authorize(context)
         node = request.node
         await self._admit(node, "Hello", context)
         known = self.m.peers.get(node.node_id)
@@ -104,7 +96,6 @@ class Receiver(pbg.ReplicationServicer):
         return pb.HelloReply(node=self.m.info(), applied_seq=hwm, applied_epoch=epoch)
 
     async def Ship(self, request_iterator: Any, context: grpc.aio.ServicerContext):
-        await self._authorize(context)
         async for batch in request_iterator:
             if self.engine.write_error is not None:  # nothing applied could be acknowledged
                 await context.abort(grpc.StatusCode.UNAVAILABLE,
@@ -152,7 +143,6 @@ class Receiver(pbg.ReplicationServicer):
         return hwm
 
     async def Snapshot(self, request: pb.SnapshotRequest, context: grpc.aio.ServicerContext):
-        await self._authorize(context)
         await self._admit(request.node, "Snapshot", context)
         e = self.engine
         try:

@@ -189,11 +189,11 @@ class Connection(asyncio.Protocol):
             ctx.last_active = time.monotonic()
             out = self.out
             for i, args in enumerate(cmds):
-                if node.pause_end and node.paused_for(ctx, args):
+                if node.client_pause.on and node.client_pause.holds(ctx, args):
                     self.held = True
                     self.backlog = cmds[i:]
                     self.backlog_err = err
-                    node.hold(self._resume)
+                    node.client_pause.hold(self._resume)
                     err = None
                     break
                 if i and not ctx.authed and self.parser.auth_required:

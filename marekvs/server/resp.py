@@ -15,7 +15,7 @@ The request parser follows Redis's ``processMultibulkBuffer`` / ``processInlineB
 - a NUL byte ends every line search, as Redis's ``strchr`` does: an inline request, a
   count line or a bulk header with a NUL before its line end is never complete, so it
   waits (Redis answers nothing either) until more than 64 KB are buffered, then fails
-  with the ``too big ...`` error of its kind. ``split_inline`` reads its line as a C
+  with the ``too big ...`` error of its kind. ``splitargs`` (core/sds.py) reads its line as a C
   string for the same reason (``sdssplitargs`` stops at a NUL).
 
 Every parse step either consumes bytes or stops (waits for more, or fails): no input
@@ -72,8 +72,10 @@ from marekvs.commands.reply import (  # noqa: F401 - the reply values this modul
     SetReply,
     Simple,
     Verbatim,
+    format_double,
 )
 from marekvs.config import Limits
+from marekvs.core.sds import splitargs
 
 INT_MAX = 2**31 - 1
 PROTO_INLINE_MAX_SIZE = 64 * 1024
@@ -97,77 +99,6 @@ def _canon_int(b: bytes) -> int | None:
     if len(b) > 1 and b[0] == 45 and b[1:].isdigit() and b[1] != 48:
         return int(b)
     return None
-
-
-def split_inline(line: bytes) -> list[bytes] | None:
-    """``sdssplitargs``: None on unbalanced quotes. The line is read as a C string: a NUL
-    ends it (the parser never hands over a line with one; see the module docstring)."""
-    z = line.find(b"\x00")
-    if z >= 0:
-        line = line[:z]
-    if b'"' not in line and b"'" not in line and b"\x0b" not in line and b"\x0c" not in line:
-        return line.split()
-    args: list[bytes] = []
-    i, n = 0, len(line)
-    ws = b" \n\r\t\x0b\x0c"  # isspace(): skipped between tokens, checked after quotes
-    ends = b" \n\r\t"  # what ends an unquoted token (and the end of the line)
-    while True:
-        while i < n and line[i] in ws:
-            i += 1
-        if i >= n:
-            return args
-        cur = bytearray()
-        inq = insq = False
-        while True:
-            if inq:
-                if i >= n:
-                    return None
-                c = line[i]
-                if c == 0x5C and i + 3 < n and line[i + 1] == 0x78 and _ishex(line[i + 2]) and _ishex(line[i + 3]):
-                    cur.append(int(line[i + 2 : i + 4], 16))
-                    i += 3
-                elif c == 0x5C and i + 1 < n:
-                    i += 1
-                    cur.append({0x6E: 10, 0x72: 13, 0x74: 9, 0x62: 8, 0x61: 7}.get(line[i], line[i]))
-                elif c == 0x22:
-                    if i + 1 < n and line[i + 1] not in ws:
-                        return None
-                    i += 1
-                    break  # a closing quote ends the token
-                else:
-                    cur.append(c)
-            elif insq:
-                if i >= n:
-                    return None
-                c = line[i]
-                if c == 0x5C and i + 1 < n and line[i + 1] == 0x27:
-                    i += 1
-                    cur.append(0x27)
-                elif c == 0x27:
-                    if i + 1 < n and line[i + 1] not in ws:
-                        return None
-                    i += 1
-                    break
-                else:
-                    cur.append(c)
-            else:
-                if i >= n:
-                    break
-                c = line[i]
-                if c in ends:
-                    break
-                if c == 0x22:
-                    inq = True
-                elif c == 0x27:
-                    insq = True
-                else:
-                    cur.append(c)
-            i += 1
-        args.append(bytes(cur))
-
-
-def _ishex(c: int) -> bool:
-    return 48 <= c <= 57 or 65 <= c <= 70 or 97 <= c <= 102
 
 
 DEFAULT_LIMITS = Limits()
@@ -270,7 +201,7 @@ class StrictParser:
                         break
                     self._scanned = 0
                     end = nl - 1 if nl > pos and buf[nl - 1] == 13 else nl
-                    parts = split_inline(buf[pos:end])
+                    parts = splitargs(buf[pos:end])
                     if parts is None:
                         raise ProtocolError("Protocol error: unbalanced quotes in request")
                     pos = nl + 1
@@ -476,19 +407,6 @@ R_OK = b"+OK\r\n"
 R_NULL2 = b"$-1\r\n"
 R_NULL3 = b"_\r\n"
 _BULK_LEN = tuple(b"$%d\r\n" % n for n in range(1024))  # bulk headers of short strings
-
-
-def format_double(x: float) -> bytes:
-    """Redis's double formatting (%.17g with inf/-inf/nan spelled out)."""
-    if x != x:
-        return b"nan"
-    if x == float("inf"):
-        return b"inf"
-    if x == float("-inf"):
-        return b"-inf"
-    if x == int(x) and abs(x) < 1e17:
-        return b"%d" % int(x) if x != 0 or str(x)[0] != "-" else b"-0"
-    return ("%.17g" % x).encode()
 
 
 def encode(obj: object, proto: int = 2) -> bytes:

@@ -21,6 +21,8 @@ from marekvs.core.partition import PARTITIONS
 from marekvs.core.pncounter import PNCounter
 from marekvs.core.pncounter import record as counter_record
 from marekvs.replication.codec import pack_entries
+from marekvs.replication.gen import pubsub_v1_pb2 as ps
+from marekvs.replication.gen import pubsub_v1_pb2_grpc as psg
 from marekvs.replication.gen import replication_v1_pb2 as pb
 from marekvs.replication.gen import replication_v1_pb2_grpc as pbg
 from marekvs.storage.engine import FORMAT_VERSION
@@ -87,16 +89,21 @@ def ship(stub, b: pb.Batch, md=GOOD_MD) -> list[pb.Ack]:
 # -- authentication and Hello ------------------------------------------------------------------
 @pytest.mark.parametrize("md", [(("x-marekvs-secret", "wrong"),), ()], ids=["wrong-secret", "no-secret"])
 def test_wrong_secret_is_unauthenticated_and_logged(cluster, stub, md):
+    # one check (the server's interceptor) answers for every service on the port
     before_peers = cluster.info(1)["known_peers"]
-    with pytest.raises(grpc.RpcError) as ei:
-        stub.Hello(pb.HelloRequest(node=node_info()), metadata=md, timeout=5)
-    assert ei.value.code() == grpc.StatusCode.UNAUTHENTICATED
-    with pytest.raises(grpc.RpcError) as ei:
-        ship(stub, batch(string_rec(b"auth:k", b"v")), md=md)
-    assert ei.value.code() == grpc.StatusCode.UNAUTHENTICATED
-    with pytest.raises(grpc.RpcError) as ei:
-        list(stub.Snapshot(pb.SnapshotRequest(node=node_info()), metadata=md, timeout=5))
-    assert ei.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    calls = [lambda: stub.Hello(pb.HelloRequest(node=node_info()), metadata=md, timeout=5),
+             lambda: ship(stub, batch(string_rec(b"auth:k", b"v")), md=md),
+             lambda: list(stub.Snapshot(pb.SnapshotRequest(node=node_info()), metadata=md, timeout=5)),
+             lambda: psg.PubSubStub(ch).Relay(
+                 iter([ps.Message(origin=PEER, channel=b"auth:ch", payload=b"x")]), metadata=md, timeout=5)]
+    with grpc.insecure_channel(f"127.0.0.1:{cluster[1].grpc_port}") as ch, cluster.client(1).pubsub() as sub:
+        sub.subscribe("auth:ch")
+        assert sub.get_message(timeout=5)["type"] == "subscribe"
+        for call in calls:
+            with pytest.raises(grpc.RpcError) as ei:
+                call()
+            assert (ei.value.code(), ei.value.details()) == (grpc.StatusCode.UNAUTHENTICATED, "wrong cluster secret")
+        assert sub.get_message(timeout=0.5) is None, "a refused relay delivered a message"
     assert "wrong cluster secret" in cluster[1].log_text()
     assert cluster.client(1).get("auth:k") is None
     assert cluster.info(1)["known_peers"] == before_peers

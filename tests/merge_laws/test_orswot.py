@@ -6,7 +6,8 @@ import heapq
 
 from hypothesis import given
 from hypothesis import strategies as st
-from laws_gen import VERSIONS, abstract_elements, dot_value, element_record, element_records, represent
+from laws_gen import (DEADLINES, SMALL_BYTES, VERSIONS, abstract_elements, dot_value, element_record, element_records,
+                      represent)
 
 from marekvs.core import envelope as env
 from marekvs.core import orswot
@@ -155,3 +156,21 @@ def test_header_is_the_lww_winner_and_the_tombstone_bit_is_recomputed():
     h = env.unpack_header(m)
     assert (h.hlc, h.origin, h.ttl_deadline_ms) == (9, 2, 0)
     assert not h.tombstone and orswot.value(m, 0) == dot_value((7, 3))
+
+
+@given(st.none() | element_records(big=True), VERSIONS, st.integers(0, 400), SMALL_BYTES, DEADLINES,
+       st.sampled_from([SET, RecordType.HASH_FIELD]))
+def test_a_new_dot_built_over_the_current_record_is_their_join(cur, v, step, value, deadline, rtype):
+    """``new_over`` hands the apply path the join of ``cur`` and ``new``'s record when it
+    can build it from the bytes (``KNOWN``): byte for byte what the merge computes."""
+    hlc, origin = v[0] + step, v[1]  # (below, at or above the dots of ``cur``)
+    plain = orswot.new(rtype, hlc, origin, value, deadline)
+    want = plain if cur is None else orswot.merge(cur, plain)
+    got = orswot.new_over(cur, rtype, hlc, origin, value, deadline)
+    assert got == plain or got == want
+    orswot.KNOWN.clear()
+    assert (got if cur is None else orswot.merge(cur, got)) == want
+    e = None if cur is None else orswot.element_of(cur)
+    if e is not None and (env.hlc_of(cur), env.origin_of(cur)) < (hlc, origin) and all(
+            d < (hlc, origin) for d in [d for d, _ in e.live] + list(e.covered)):
+        assert got == want  # (every local write: the join was built)

@@ -164,7 +164,17 @@ def test_add_and_remove_deltas_merge_to_orswot_add_and_remove(rec, score, dot):
     key = mk(b"a")
     hlc, origin = dot
     want = orswot.add(rec, zset.RTYPE, hlc, origin, zset.encode_value(score))
-    assert merge(key, rec, zset.add_delta(rec, hlc, origin, score)) == want
+    delta = zset.add_delta(rec, hlc, origin, score)
+    assert merge(key, rec, delta) == want
+    # a delta built as the join itself (``orswot.KNOWN``) is that join byte for byte: the
+    # merge without the memo agrees
+    orswot.KNOWN.clear()
+    assert merge(key, rec, delta) == want
+    if rec is not None:
+        live, covered = zset.live_dots(rec), orswot.element_of(rec).covered
+        if (all(d < dot for d in live + covered) and (not live or not covered or covered[0] < live[-1])
+                and (env.hlc_of(rec), env.origin_of(rec)) < dot):
+            assert delta == want  # (the case of every local write: the join was built)
     if rec is not None:
         assert zset.live_dots(rec) == tuple(d for d, _ in orswot.element_of(rec).live)
         removed = orswot.remove(rec, hlc, origin)

@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from marekvs.commands.reply import format_double
 from marekvs.server import resp
 from marekvs.server.resp import (
     NULL_ARRAY,
@@ -27,7 +28,6 @@ from marekvs.server.resp import (
     Simple,
     Verbatim,
     encode,
-    format_double,
 )
 
 FAST = settings(max_examples=150, deadline=None, database=None)

@@ -13,7 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from marekvs.server.resp import ARG_OVERHEAD, TLS_ON_PLAINTEXT, RequestParser, StrictParser, split_inline
+from marekvs.core.sds import splitargs
+from marekvs.server.resp import ARG_OVERHEAD, TLS_ON_PLAINTEXT, RequestParser, StrictParser
 
 ERRORS = {
     TLS_ON_PLAINTEXT, "Protocol error: invalid multibulk length", "Protocol error: invalid bulk length",
@@ -76,11 +77,11 @@ def test_request_parser_agrees_with_strict_in_any_split(data, cuts):
 @pytest.mark.timeout(60)
 @PROPS
 @given(line=st.one_of(st.binary(max_size=200), st.lists(st.sampled_from(TOKENS), max_size=40).map(b"".join)))
-def test_split_inline_terminates_on_any_line(line):
-    parts = split_inline(line)
+def test_splitargs_terminates_on_any_line(line):
+    parts = splitargs(line)
     assert parts is None or all(type(p) is bytes for p in parts)
     # a NUL ends the line, as in sdssplitargs over a C string
-    assert split_inline(line + b"\x00" + line) == parts
+    assert splitargs(line + b"\x00" + line) == parts
 
 
 def test_inline_line_with_nul_waits_like_redis_then_fails_past_64k():

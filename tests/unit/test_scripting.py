@@ -345,19 +345,6 @@ def test_error_stats_count_a_failed_command_once(node):
 
 # -- pure parts -----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("line, parts", [
-    (b"#!lua name=x", [b"#!lua", b"name=x"]),
-    (b"  #!lua   flags=a,b  ", [b"#!lua", b"flags=a,b"]),
-    (b'#!lua "name=q"', [b"#!lua", b"name=q"]),
-    (b'#!lua "a\\x41\\n" \'it\\\'s\'', [b"#!lua", b"aA\n", b"it's"]),
-    (b'#!lua "unterminated', None),
-    (b'#!lua "closed"x', None),
-    (b"", []),
-])
-def test_splitargs_is_sdssplitargs(line, parts):
-    assert F.splitargs(line) == parts
-
-
 def test_shebang_and_metadata():
     assert F.eval_shebang(b"return 1") == (F.EVAL_COMPAT, 0)
     assert F.eval_shebang(b"#!lua flags=no-writes,allow-oom\nreturn 1") == (1 | 2, 31)

@@ -154,11 +154,11 @@ class Scripting:
         if run is None or not self.in_lua:
             return None
         if run.killed:
-            return b"ERR Script killed by user with SCRIPT KILL..."
+            return errors.SCRIPT_KILLED.encode()
         now = time.monotonic()
         if run.loading:
             if now - run.start > LOAD_TIMEOUT:
-                return b"ERR FUNCTION LOAD timeout"
+                return errors.FUNCTION_LOAD_TIMEOUT.encode()
             return None
         if not run.busy:
             threshold = int(self.node.tunable("busy-reply-threshold"))
@@ -179,7 +179,7 @@ class Scripting:
                 self.in_lua = True
         if run.killed:
             log.warning("Lua script killed by user with SCRIPT KILL.")
-            return b"ERR Script killed by user with SCRIPT KILL..."
+            return errors.SCRIPT_KILLED.encode()
         return None
 
     def _raise(self, msg: bytes, ignore: bool = False) -> LuaRaise:
@@ -207,9 +207,9 @@ class Scripting:
         """luaRedisGenericCommand: run one command for the script."""
         run = self.running
         if run is None:
-            return _Error(b"ERR redis.call/pcall can only be called inside a script invocation", False)
+            return _Error(errors.LUA_CALL_OUTSIDE_SCRIPT.encode(), False)
         if not args:
-            return _Error(b"ERR Please specify at least one argument for this redis lib call", False)
+            return _Error(errors.LUA_NO_ARGUMENTS.encode(), False)
         argv = []
         for a in args:
             t = type(a)
@@ -220,23 +220,22 @@ class Scripting:
             elif t is float:
                 argv.append(b"%.17g" % a)
             else:
-                return _Error(b"ERR Lua redis lib command arguments must be strings or integers", False)
+                return _Error(errors.LUA_ARGUMENT_TYPE.encode(), False)
         node = self.node
         cmd = self._resolve(argv)
         if type(cmd) is str:
             return self._reject(None, cmd)
         info = self._cmd_cache.get(id(cmd))
         if info is None:
-            info = self._cmd_cache[id(cmd)] = ("noscript" in cmd.flags,
-                                               cmd.write or "may_replicate" in cmd.flags)
+            info = self._cmd_cache[id(cmd)] = ("noscript" in cmd.flags, cmd.may_replicate)
         if info[0]:
-            return self._reject(cmd, "This Redis command is not allowed from script")
+            return self._reject(cmd, errors.LUA_NOSCRIPT_COMMAND)
         if run.read_only and info[1]:
             if self.ctx.user.restricted:  # (scriptCall checks the ACL before the write flag)
                 denied = node.acl.check(self.ctx, cmd, argv)
                 if denied is not None:
                     return _Error(error_text(node.rejected(self.ctx, cmd, denied)), True)
-            return self._reject(cmd, "Write commands are not allowed from read-only scripts.")
+            return self._reject(cmd, errors.LUA_WRITE_IN_READ_ONLY)
         if cmd.write:
             run.dirty = True
         self.in_lua = False
@@ -258,7 +257,7 @@ class Scripting:
             raise
         except Exception:
             log.exception("redis.call failed")
-            return _Error(b"ERR internal error", False)
+            return _Error(errors.INTERNAL.encode(), False)
         finally:
             self.in_lua = True
 
@@ -269,32 +268,32 @@ class Scripting:
         if cmd is None:
             cmd = table.commands.get(argv[0].lower())
             if cmd is None:
-                return "Unknown Redis command called from script"
+                return errors.LUA_UNKNOWN_COMMAND
         if cmd.subcommands and len(argv) >= 2:
             cmd = cmd.subcommands.get(argv[1].lower().decode("latin-1"))
             if cmd is None:
-                return "Unknown Redis command called from script"
+                return errors.LUA_UNKNOWN_COMMAND
         a, n = cmd.arity, len(argv)
         if (a > 0 and n != a) or n < -a:
-            return "Wrong number of args calling Redis command from script"
+            return errors.LUA_COMMAND_ARITY
         return cmd
 
     def _reject(self, cmd: Any, text: str) -> "_Error":
         """A command refused before it ran: counted as Redis counts it (errorstats, the
         command's rejected_calls), raised without counting again."""
-        err = self.node.rejected(self.ctx, cmd, "ERR " + text)
+        err = self.node.rejected(self.ctx, cmd, text)
         return _Error(error_text(err), True)
 
     def _log(self, *args: Any) -> None:
         """redis.log(level, message...)."""
         if len(args) < 2:
-            raise self._raise(b"ERR redis.log() requires two arguments or more.")
+            raise self._raise(errors.LUA_LOG_ARGUMENTS.encode())
         level = _tonumber(args[0])
         if level is None:
-            raise self._raise(b"ERR First argument must be a number (log level).")
+            raise self._raise(errors.LUA_LOG_LEVEL_NOT_NUMBER.encode())
         level = int(level)
         if not 0 <= level <= 3:
-            raise self._raise(b"ERR Invalid debug level.")
+            raise self._raise(errors.LUA_LOG_LEVEL.encode())
         parts = []
         for j, v in enumerate(args[1:]):
             if type(v) is bytes or type(v) in (int, float):
@@ -304,17 +303,17 @@ class Scripting:
 
     def _setresp(self, *args: Any) -> None:
         if len(args) != 1:
-            raise self._raise(b"ERR redis.setresp() requires one argument.")
+            raise self._raise(errors.LUA_SETRESP_ARGUMENTS.encode())
         n = _tonumber(args[0])
         if n is None or int(n) not in (2, 3):
-            raise self._raise(b"ERR RESP version must be 2 or 3.")
+            raise self._raise(errors.LUA_SETRESP_VERSION.encode())
         if self.running is not None:
             self.running.resp = int(n)
             self.ctx.proto = int(n)  # the commands it calls answer in that protocol's shapes
 
     def _sha1hex(self, *args: Any) -> bytes:
         if len(args) != 1:
-            raise self._raise(b"ERR wrong number of arguments")
+            raise self._raise(errors.LUA_SHA1HEX_ARGUMENTS.encode())
         v = args[0]
         s = v if type(v) is bytes else (libs._num_to_lua_string(v) if type(v) in (int, float) else b"")
         return libs.sha1hex(s)
@@ -323,14 +322,14 @@ class Scripting:
         """redis.set_repl: validated, and nothing else (effects replication is the only
         mode, and a script's writes always reach every peer)."""
         if len(args) != 1:
-            raise self._raise(b"ERR redis.set_repl() requires two arguments.")
+            raise self._raise(errors.LUA_SET_REPL_ARGUMENTS.encode())
         n = _tonumber(args[0])
         if n is None or not 0 <= int(n) <= 3:
-            raise self._raise(b"ERR Invalid replication flags. Use REPL_AOF, REPL_REPLICA, REPL_ALL or REPL_NONE.")
+            raise self._raise(errors.LUA_SET_REPL_FLAGS.encode())
 
     def _acl_check(self, *args: Any) -> bool:
         if not args:
-            raise self._raise(b"ERR Please specify at least one argument for this redis lib call")
+            raise self._raise(errors.LUA_NO_ARGUMENTS.encode())
         argv = []
         for a in args:
             if type(a) is bytes:
@@ -338,10 +337,10 @@ class Scripting:
             elif type(a) in (int, float):
                 argv.append(b"%.17g" % a)
             else:
-                raise self._raise(b"ERR Lua redis lib command arguments must be strings or integers")
+                raise self._raise(errors.LUA_ARGUMENT_TYPE.encode())
         cmd = self._resolve(argv)
         if type(cmd) is str:
-            raise self._raise(b"ERR Invalid command passed to redis.acl_check_cmd()")
+            raise self._raise(errors.LUA_ACL_CHECK_COMMAND.encode())
         user = self.ctx.user  # (the caller's: ACLCheckAllUserCommandPerm, no log entry)
         if not user.restricted:
             return True
@@ -360,7 +359,7 @@ class Scripting:
         reply value."""
         # (the arguments are pushed under the scripts' cap: there must be room for them)
         if not vm.room(sum(map(len, command)) + 64 * len(command)):
-            return Err("ERR Error running script %s, not enough memory " % name.decode("latin-1"))
+            return Err(errors.script_out_of_memory(name))
         run = ScriptRun(caller, name, eval_mode, read_only, command)
         node = self.node
         ks = node.ks
@@ -399,7 +398,7 @@ class Scripting:
                     self._uncount(reply)
         except LuaMemoryError:
             memory_error = True
-            reply = Err("ERR Error running script %s, not enough memory " % name.decode("latin-1"))
+            reply = Err(errors.script_out_of_memory(name))
         finally:
             self.running = None
             node.current = caller
@@ -421,11 +420,10 @@ class Scripting:
         if not is_table:
             text = msg.decode("utf-8", "surrogateescape") if type(msg) is bytes else \
                 ("execution failure" if msg is None else str(msg))
-            return Err("ERR Error running script %s, %.100s " % (name.decode("latin-1"), text)), False
-        # (an error table without 'err': Redis 7.0 crashes on it; this says so instead)
-        out = _text(msg) if msg is not None else "ERR the script raised an error without a message"
+            return Err(errors.script_failed(name, text)), False
+        out = _text(msg) if msg is not None else errors.SCRIPT_ERROR_WITHOUT_MESSAGE
         if line is not None and source is not None:
-            out += " script: %s, on %s:%s." % (name.decode("latin-1"), _text(source), _text(line))
+            out += errors.script_error_place(name, _text(source), _text(line))
         return Err(out), ignore
 
     def _uncount_if_flagged(self, vm: LuaVM, value: Any, reply: Err) -> None:
@@ -482,7 +480,7 @@ class Scripting:
         try:
             flags, shebang_len = F.eval_shebang(body)
         except F.MetadataError as e:
-            return Err("ERR " + str(e))
+            return Err(errors.err(str(e)))
         try:
             if not self.eval_vm.room(len(body) * 4):
                 raise LuaMemoryError("not enough memory")
@@ -492,7 +490,7 @@ class Scripting:
             fn, err = None, b"not enough memory"
         if fn is None:
             msg = (err or b"").decode("utf-8", "surrogateescape").replace("\r", " ").replace("\n", " ")
-            return Err("ERR Error compiling script (new function): " + msg)
+            return Err(errors.script_compile_failed(msg))
         script = Script(body, flags, fn)
         self.scripts[sha] = script
         return script
@@ -607,15 +605,14 @@ class Scripting:
         except F.MetadataError as e:
             return str(e)
         if not F.valid_name(name):
-            return ("Library names can only contain letters, numbers, or underscores(_) and must be at least "
-                    "one character long")
+            return errors.LIBRARY_NAME_CHARS
         if engine.upper() != F.ENGINE.encode():
-            return "Engine '%s' not found" % engine.decode("utf-8", "surrogateescape")
+            return errors.library_engine_not_found(engine)
         return self._run_library(name, code, body)
 
     def _run_library(self, name: bytes, code: bytes, body: bytes) -> F.Library | str:
         if not self.func_vm.room(len(code) * 4):
-            return "Error registering functions: ERR not enough memory"
+            return errors.LIBRARY_OUT_OF_MEMORY
         run = ScriptRun(None, name, False, True, [])
         run.loading = True
         prev = self.running
@@ -625,9 +622,9 @@ class Scripting:
             ok, a, b = self.func_vm.load_library(body)
         except LuaMemoryError:
             self.func_vm.gc()
-            return "Error registering functions: ERR not enough memory"
+            return errors.LIBRARY_OUT_OF_MEMORY
         except LuaError as e:
-            return "Error registering functions: ERR %s" % e
+            return errors.library_register_failed(errors.err(str(e)))
         finally:
             self.in_lua = False
             self.running = prev
@@ -637,26 +634,29 @@ class Scripting:
             self.func_vm.gc()
         if not ok:
             if a == b"compile":
-                return "Error compiling function: %s" % _text(b)
+                return errors.function_compile_failed(_text(b))
             is_table, msg, _, _, _ = self.func_vm.error_info(b)
-            text = ("ERR " + _text(msg)) if not is_table else (_text(msg) if msg is not None else "ERR unknown error")
-            return "Error registering functions: %s" % text
+            if not is_table:
+                text = errors.err(_text(msg))
+            else:
+                text = _text(msg) if msg is not None else errors.LIBRARY_UNKNOWN_ERROR
+            return errors.library_register_failed(text)
         lib = F.Library(name, code)
         for fname, cb, desc, flags in a:
             lib.functions[fname] = F.Function(fname, desc, int(flags), cb, lib)
         if not lib.functions:
-            return "No functions registered"
+            return errors.NO_FUNCTIONS_REGISTERED
         return lib
 
     def function_load(self, code: bytes, replace: bool) -> Any:
         lib = self._compile_library(code)
         if isinstance(lib, str):
-            return Err("ERR " + lib)
+            return Err(errors.err(lib))
         if lib.name in self.catalog.libraries and not replace:
-            return Err("ERR Library '%s' already exists" % lib.name.decode("utf-8", "surrogateescape"))
+            return Err(errors.library_exists(lib.name))
         clash = self.catalog.collision(lib, {lib.name})
         if clash is not None:
-            return Err("ERR Function %s already exists" % clash.decode("utf-8", "surrogateescape"))
+            return Err(errors.function_exists(clash))
         self._write({lib.name: lib})
         return lib.name
 
@@ -680,18 +680,18 @@ class Scripting:
         try:
             codes = F.read_payload(payload)
         except F.PayloadError as e:
-            return Err("ERR " + str(e))
+            return Err(errors.err(str(e)))
         new: dict[bytes, F.Library] = {}
         staged = F.Catalog()
         for code in codes:
             lib = self._compile_library(code)
             if isinstance(lib, str):
-                return Err("ERR " + lib)
+                return Err(errors.err(lib))
             if lib.name in new:
-                return Err("ERR Library '%s' already exists" % lib.name.decode("utf-8", "surrogateescape"))
+                return Err(errors.library_exists(lib.name))
             clash = staged.collision(lib)
             if clash is not None:
-                return Err("ERR Function %s already exists" % clash.decode("utf-8", "surrogateescape"))
+                return Err(errors.function_exists(clash))
             staged.add(lib)
             new[lib.name] = lib
         writes: dict[bytes, F.Library | None] = dict(new)
@@ -702,12 +702,12 @@ class Scripting:
             current = self.catalog.libraries
             for name in new:
                 if name in current and policy == "append":
-                    return Err("ERR Library %s already exists" % name.decode("utf-8", "surrogateescape"))
+                    return Err(errors.library_exists_unquoted(name))
             replacing = set(new) if policy == "replace" else set()
             for lib in new.values():
                 clash = self.catalog.collision(lib, replacing)
                 if clash is not None:
-                    return Err("ERR Function %s already exists" % clash.decode("utf-8", "surrogateescape"))
+                    return Err(errors.function_exists(clash))
         self._write(writes)
         return True
 

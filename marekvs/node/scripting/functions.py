@@ -27,7 +27,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from marekvs.commands import errors
 from marekvs.core import rdb
+from marekvs.core.sds import splitargs
 
 ENGINE = "LUA"
 RDB_OPCODE_FUNCTION2 = 245
@@ -45,78 +47,6 @@ def valid_name(name: bytes) -> bool:
     return bool(_NAME_OK.match(name))
 
 
-# -- sdssplitargs (the shebang line is split as Redis splits it) ---------------------------
-
-_SPACE = b" \t\n\v\f\r"
-_ESC = {ord("n"): 10, ord("r"): 13, ord("t"): 9, ord("b"): 8, ord("a"): 7}
-
-
-def splitargs(line: bytes) -> list[bytes] | None:
-    """Redis's ``sdssplitargs``: blanks separate arguments, "double quotes" take \\xHH and
-    \\n-style escapes, 'single quotes' take \\'; a closing quote must end the argument.
-    None for unbalanced quotes. A NUL ends the line (C string)."""
-    z = line.find(b"\x00")
-    if z >= 0:
-        line = line[:z]
-    out: list[bytes] = []
-    i, n = 0, len(line)
-    while True:
-        while i < n and line[i] in _SPACE:
-            i += 1
-        if i >= n:
-            return out
-        cur = bytearray()
-        inq = insq = False
-        while True:
-            c = line[i] if i < n else 0
-            if inq:
-                if c == 92 and i + 3 < n and line[i + 1] == 120 and _ishex(line, i + 2) and _ishex(line, i + 3):
-                    cur.append(int(line[i + 2:i + 4], 16))
-                    i += 3
-                elif c == 92 and i + 1 < n:
-                    i += 1
-                    cur.append(_ESC.get(line[i], line[i]))
-                elif c == 34:
-                    if i + 1 < n and line[i + 1] not in _SPACE:
-                        return None
-                    i += 1
-                    break
-                elif i >= n:
-                    return None
-                else:
-                    cur.append(c)
-            elif insq:
-                if c == 92 and i + 1 < n and line[i + 1] == 39:
-                    i += 1
-                    cur.append(39)
-                elif c == 39:
-                    if i + 1 < n and line[i + 1] not in _SPACE:
-                        return None
-                    i += 1
-                    break
-                elif i >= n:
-                    return None
-                else:
-                    cur.append(c)
-            else:
-                if i >= n or c in b" \n\r\t":
-                    if i < n:
-                        i += 1
-                    break
-                if c == 34:
-                    inq = True
-                elif c == 39:
-                    insq = True
-                else:
-                    cur.append(c)
-            i += 1
-        out.append(bytes(cur))
-
-
-def _ishex(b: bytes, i: int) -> bool:
-    return i < len(b) and chr(b[i]) in "0123456789abcdefABCDEF"
-
-
 class MetadataError(ValueError):
     """FUNCTION LOAD's metadata errors (the message is Redis's, without ERR)."""
 
@@ -125,24 +55,24 @@ def library_metadata(code: bytes) -> tuple[bytes, bytes, bytes]:
     """(engine, library name, code after the shebang line, newline kept) of a FUNCTION LOAD
     payload: Redis 7.0's functionExtractLibMetaData."""
     if not code.startswith(b"#!"):
-        raise MetadataError("Missing library metadata")
+        raise MetadataError(errors.LIBRARY_METADATA_MISSING)
     nl = code.find(b"\n")
     if nl < 0:
-        raise MetadataError("Invalid library metadata")
+        raise MetadataError(errors.LIBRARY_METADATA_INVALID)
     parts = splitargs(code[:nl])
     if not parts:
-        raise MetadataError("Invalid library metadata")
+        raise MetadataError(errors.LIBRARY_METADATA_INVALID)
     engine = parts[0][2:]
     name = None
     for part in parts[1:]:
         if part[:5].lower() == b"name=":
             if name is not None:
-                raise MetadataError("Invalid metadata value, name argument was given multiple times")
+                raise MetadataError(errors.LIBRARY_NAME_TWICE)
             name = part[5:]
             continue
-        raise MetadataError("Invalid metadata value given: %s" % _c(part))
+        raise MetadataError(errors.library_metadata_value(part))
     if name is None:
-        raise MetadataError("Library name was not given")
+        raise MetadataError(errors.LIBRARY_NAME_NOT_GIVEN)
     return engine, name, code[nl:]
 
 
@@ -153,12 +83,12 @@ def eval_shebang(body: bytes) -> tuple[int, int]:
         return EVAL_COMPAT, 0
     nl = body.find(b"\n")
     if nl < 0:
-        raise MetadataError("Invalid script shebang")
+        raise MetadataError(errors.SHEBANG_INVALID)
     parts = splitargs(body[:nl])
     if not parts:
-        raise MetadataError("Invalid engine in script shebang")
+        raise MetadataError(errors.SHEBANG_ENGINE_INVALID)
     if parts[0] != b"#!lua":
-        raise MetadataError("Unexpected engine in script shebang: %s" % _c(parts[0]))
+        raise MetadataError(errors.shebang_engine(parts[0]))
     flags = 0
     for part in parts[1:]:
         if part.startswith(b"flags="):
@@ -166,16 +96,11 @@ def eval_shebang(body: bytes) -> tuple[int, int]:
             for f in (rest.split(b",") if rest else []):
                 bit = FLAG_BITS.get(f.decode("latin-1"))
                 if bit is None:
-                    raise MetadataError("Unexpected flag in script shebang: %s" % _c(f))
+                    raise MetadataError(errors.shebang_flag(f))
                 flags |= bit
         else:
-            raise MetadataError("Unknown lua shebang option: %s" % _c(part))
+            raise MetadataError(errors.shebang_option(part))
     return flags, nl
-
-
-def _c(b: bytes) -> str:
-    z = b.find(b"\x00")
-    return (b if z < 0 else b[:z]).decode("utf-8", "surrogateescape")
 
 
 # -- libraries ------------------------------------------------------------------------------
@@ -286,9 +211,9 @@ def read_payload(data: bytes) -> list[bytes]:
                     r.string()
                 codes.append(r.string())
             else:
-                raise PayloadError("given type is not a function")
+                raise PayloadError(errors.PAYLOAD_NOT_FUNCTION)
     except rdb.RdbError:
-        raise PayloadError("failed loading the given functions payload") from None
+        raise PayloadError(errors.PAYLOAD_UNREADABLE) from None
     return codes
 
 

@@ -34,7 +34,9 @@ from typing import Any, Callable
 
 import lupa.lua51 as lua51
 
-from marekvs.commands.reply import BigNumber, Double, DoubleText, Err, Map, NullArray, SetReply, Simple, Verbatim
+from marekvs.commands import errors
+from marekvs.commands.reply import (BigNumber, Double, DoubleText, Err, Map, NullArray, SetReply, Simple, Verbatim,
+                                    format_double)
 from marekvs.node.scripting import libs
 from marekvs.node.scripting.sandbox import PRELUDE
 
@@ -47,7 +49,7 @@ LuaMemoryError = lua51.LuaMemoryError
 LUAI_MAXCSTACK = 8000  # Lua 5.1's limit on the C stack slots lua_checkstack may give
 ROOT_HEIGHT = 2  # a script's result sits above the error handler on Redis's Lua stack
 LLONG_MIN = -(1 << 63)
-STACK_LIMIT = Err("ERR reached lua stack limit")
+STACK_LIMIT = Err(errors.LUA_STACK_LIMIT)
 
 
 class LuaRaise(Exception):
@@ -98,19 +100,6 @@ def c_llong(x: int | float) -> int:
             return LLONG_MIN
         return int(x)
     return x if LLONG_MIN <= x < (1 << 63) else LLONG_MIN
-
-
-def format_double(x: float) -> bytes:
-    """A double as Redis's RESP2 bulk string of it (``server/resp.py``'s format_double)."""
-    if x != x:
-        return b"nan"
-    if x == float("inf"):
-        return b"inf"
-    if x == float("-inf"):
-        return b"-inf"
-    if x == int(x) and abs(x) < 1e17:
-        return b"%d" % int(x) if x != 0 or str(x)[0] != "-" else b"-0"
-    return ("%.17g" % x).encode()
 
 
 def error_text(text: str) -> bytes:
