@@ -75,6 +75,9 @@ BASE_REQUIREMENTS = [
     "prometheus_client>=0.17",
     "lupa>=2.0",
     "sortedcontainers>=2.4",  # the sorted sets' order-statistic mirrors (keyspace/zsets.py)
+    # the Kafka gateway (marekvs/gateway/kafka/): kafka-python's schema-generated wire structs and
+    # record-batch codec, and the codecs' libraries (snappy, lz4, zstd; CRC-32C in C)
+    "kafka-python>=3.0", "python-snappy>=0.7", "lz4>=4.0", "zstandard>=0.22", "crc32c>=2.4",
 ]
 
 

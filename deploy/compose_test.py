@@ -11,7 +11,8 @@
    127.0.0.1 only, on free ports; waits until Docker reports every container healthy.
 3. From the host, redis-cli and redis-py on those loopback ports: a write on node 1 is read on
    nodes 2 and 3; concurrent INCRs on all three nodes sum; ``marekvs cluster status --ports``
-   shows every link streaming.
+   shows every link streaming. A Kafka record produced through node 1's published Kafka port
+   is read through node 3's (confluent-kafka).
 4. Under write load on all three nodes (durability ``always``), ``docker kill`` node 3, start
    it again: the nodes converge (DEBUG DIGEST) and every acknowledged write, node 3's own
    before and after its restart included, is on every node.
@@ -378,8 +379,10 @@ def compose_command(choice: str) -> list[str]:
 
 
 class Project:
-    def __init__(self, compose: list[str], name: str, image: str, ports: list[int], tls_dir: Path | None = None):
+    def __init__(self, compose: list[str], name: str, image: str, ports: list[int], tls_dir: Path | None = None,
+                 kafka_ports: list[int] | None = None):
         self.compose, self.name, self.ports = compose, name, ports
+        kafka_ports = kafka_ports or free_loopback_ports(3)
         self.files = ["-f", str(COMPOSE_FILE)] + (["-f", str(TLS_FILE)] if tls_dir else [])
         self.env = dict(os.environ)
         if tls_dir:
@@ -392,6 +395,7 @@ class Project:
             "MAREKVS_NODE1_PORT": str(ports[0]),
             "MAREKVS_NODE2_PORT": str(ports[1]),
             "MAREKVS_NODE3_PORT": str(ports[2]),
+            **{f"MAREKVS_NODE{i + 1}_KAFKA_PORT": str(p) for i, p in enumerate(kafka_ports)},
         })
 
     def __call__(self, *args: str, timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess:
@@ -491,6 +495,28 @@ def missing(port: int, expected: dict[str, str]) -> dict[str, object]:
     return {k: got[k] for k in keys if got[k] != expected[k].encode()}
 
 
+def kafka_round_trip(kafka_ports: list[int]) -> None:
+    """A record produced (acks=all) through node 1's published Kafka port is read through
+    node 3's: every node advertises 127.0.0.1 and its published port."""
+    from confluent_kafka import Consumer, Producer
+
+    p = Producer({"bootstrap.servers": f"127.0.0.1:{kafka_ports[0]}", "acks": "all", "message.timeout.ms": 60000})
+    p.produce("compose", key=b"k", value=b"from the host")
+    if p.flush(90) != 0:
+        raise Failed("the Kafka produce through node 1 was not acknowledged")
+    c = Consumer({"bootstrap.servers": f"127.0.0.1:{kafka_ports[2]}", "group.id": "compose",
+                  "auto.offset.reset": "earliest"})
+    c.subscribe(["compose"])
+    try:
+        m = wait_for(lambda: (lambda m: m if m is not None and m.error() is None else None)(c.poll(0.5)), 90,
+                     "the record read through node 3's Kafka port")
+    finally:
+        c.close()
+    if (m.key(), m.value()) != (b"k", b"from the host"):
+        raise Failed(f"read {m.key()!r} {m.value()!r} through node 3")
+    print(f"Kafka: produced on 127.0.0.1:{kafka_ports[0]}, read on 127.0.0.1:{kafka_ports[2]}", flush=True)
+
+
 def redis_cli(port: int, *args: str, tls_dir: Path | None = None) -> str:
     tls = [] if tls_dir is None else ["--tls", "--cacert", str(tls_dir / "ca.pem"), "--cert",
                                       str(tls_dir / "client.pem"), "--key", str(tls_dir / "client.key")]
@@ -562,6 +588,7 @@ class Writer(threading.Thread):
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ports", default="", help="three free loopback ports for RESP (default: picked)")
+    ap.add_argument("--kafka-ports", default="", help="three free loopback ports for Kafka (default: picked)")
     ap.add_argument("--project", default="", help="compose project name (default: unique)")
     ap.add_argument("--compose", choices=["auto", "v2", "v1"], default="auto",
                     help="compose v2 (`docker compose`) or 1.x (`docker-compose`); auto: v2 when present")
@@ -572,14 +599,15 @@ def main() -> int:
     args = ap.parse_args()
 
     ports = [int(p) for p in args.ports.split(",")] if args.ports else free_loopback_ports(3)
-    if len(ports) != 3:
-        ap.error("--ports wants three ports")
+    kafka_ports = [int(p) for p in args.kafka_ports.split(",")] if args.kafka_ports else free_loopback_ports(3)
+    if len(ports) != 3 or len(kafka_ports) != 3:
+        ap.error("--ports and --kafka-ports want three ports each")
     project = args.project or f"{PROJECT_PREFIX}{os.getpid()}-{secrets.token_hex(3)}"
     recipe = hashlib.sha256((DEPLOY / "base-image.sh").read_bytes()).hexdigest()[:12]
     base = f"marekvs-base:bookworm-{recipe}"  # a changed recipe makes a new base image
     run_tag = f"marekvs:{project}"
     timings: dict[str, float] = {}
-    info: dict[str, object] = {"project": project, "ports": ports, "base_image": base}
+    info: dict[str, object] = {"project": project, "ports": ports, "kafka_ports": kafka_ports, "base_image": base}
     workdir = Path(tempfile.mkdtemp(prefix=f"{project}-"))
     engine = Engine(workdir, args.storage_driver)
     proj: Project | None = None
@@ -620,7 +648,7 @@ def main() -> int:
                                                base]).stdout.strip())
         compose = compose_command(args.compose)
         info["compose"] = " ".join(compose) + " " + run([*compose, "version", "--short"], check=False).stdout.strip()
-        proj = Project(compose, project, run_tag, ports)
+        proj = Project(compose, project, run_tag, ports, kafka_ports=kafka_ports)
         projects.append(proj)
 
         with step("2. up until healthy"):
@@ -630,7 +658,7 @@ def main() -> int:
             for s, cid in cids.items():
                 published = json.loads(proj.inspect(cid, "{{json .NetworkSettings.Ports}}"))
                 hosts = {(b["HostIp"], b["HostPort"]) for bind in published.values() if bind for b in bind}
-                want = {("127.0.0.1", str(ports[int(s[-1]) - 1]))}
+                want = {("127.0.0.1", str(ports[int(s[-1]) - 1])), ("127.0.0.1", str(kafka_ports[int(s[-1]) - 1]))}
                 if hosts != want:
                     raise Failed(f"{s} publishes {published}, want only {want}")
                 uid = run(["docker", "exec", cid, "id", "-u"]).stdout.strip()
@@ -673,6 +701,9 @@ def main() -> int:
             env = dict(os.environ, PYTHONPATH=str(ROOT))
             print(run([sys.executable, "-m", "marekvs", "cluster", "status", "--ports", ",".join(map(str, ports))],
                       env=env).stdout, flush=True)
+
+        with step("3b. Kafka from the host"):
+            kafka_round_trip(kafka_ports)
 
         with step("4. docker kill under load, restart, converge"):
             writers = [Writer(p, f"load{i + 1}") for i, p in enumerate(ports)]

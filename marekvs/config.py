@@ -26,6 +26,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "tls_session_caching": ("yes", "no"),
     "tls_replication": ("yes", "no"),
     "metrics_tls": ("yes", "no"),
+    "kafka_auto_create_topics": ("yes", "no"),
 }
 
 
@@ -95,6 +96,17 @@ class Config:
     antientropy_settle: float = 2.0  # differences younger than this are left to log shipping
     digest_verify_interval: float = 3600.0  # seconds per pass checking the kept digest against the data
     redis_version: str = "7.0.15"
+    # the Kafka gateway (marekvs/gateway/kafka/, docs/kafka.md)
+    kafka_port: int = 0  # 0 = off
+    kafka_advertise_host: str = ""
+    kafka_advertise_port: int = 0
+    kafka_prefix: str = "korvet"
+    kafka_auto_create_topics: str = "yes"
+    kafka_num_partitions: int = 1
+    kafka_max_request_bytes: int = 104857600
+    kafka_group_initial_rebalance_delay_ms: int = 3000
+    kafka_replica_lag_time_max_ms: int = 30000
+    kafka_retention_check_interval_ms: int = 300000
 
     HELP = {
         "port": "RESP TCP port",
@@ -158,6 +170,22 @@ class Config:
                                   "(the first pass after start runs faster; 0 = off)",
         "redis_version": "the Redis version HELLO and INFO report (clients pick features by it; "
                          "redis-py's client-side cache wants 7.4.0 or later)",
+        "kafka_port": "Kafka protocol listener port on the bind address (0 = off; docs/kafka.md)",
+        "kafka_advertise_host": "host Kafka clients are told to connect to (default: advertise_host, else bind)",
+        "kafka_advertise_port": "port Kafka clients are told to connect to (default: kafka_port; set it when the "
+                                "listener is reached through a port mapping or a proxy)",
+        "kafka_prefix": "key prefix of the Kafka topics' layout (Korvet's keyspace name)",
+        "kafka_auto_create_topics": "yes | no: create a topic on first use (Kafka's auto.create.topics.enable)",
+        "kafka_num_partitions": "partitions of an auto-created topic, or of CreateTopics with -1 (num.partitions)",
+        "kafka_max_request_bytes": "largest Kafka request accepted; a larger one closes the connection "
+                                   "(socket.request.max.bytes)",
+        "kafka_group_initial_rebalance_delay_ms": "how long a new consumer group waits for more members before "
+                                                  "its first rebalance (group.initial.rebalance.delay.ms)",
+        "kafka_replica_lag_time_max_ms": "a peer that has not acknowledged this node's whole log for this long "
+                                         "stops counting for acks=all and the high watermark "
+                                         "(replica.lag.time.max.ms)",
+        "kafka_retention_check_interval_ms": "how often a partition's leader trims it to its retention.ms and "
+                                             "retention.bytes (log.retention.check.interval.ms)",
     }
 
     @property
@@ -197,6 +225,15 @@ class Config:
             raise ValueError("shards must be between 1 and 4096")
         if self.gc_grace < 0 or self.max_clock_drift < 0:
             raise ValueError("gc_grace and max_clock_drift must be >= 0")
+        if (not 0 <= self.kafka_port < 65536 or not 0 <= self.kafka_advertise_port < 65536
+                or (self.kafka_port and self.kafka_port in (self.port, self.tls_port))):
+            raise ValueError("kafka_port must be 0 (off) or a port other than the RESP ports; "
+                             "kafka_advertise_port a port or 0")
+        if (self.kafka_num_partitions < 1 or self.kafka_max_request_bytes < 1024 or not self.kafka_prefix
+                or self.kafka_replica_lag_time_max_ms < 1 or self.kafka_retention_check_interval_ms < 1):
+            raise ValueError("kafka_num_partitions must be >= 1, kafka_max_request_bytes >= 1024, "
+                             "kafka_replica_lag_time_max_ms and kafka_retention_check_interval_ms >= 1, "
+                             "kafka_prefix not empty")
         if (self.antientropy_interval < 0 or self.antientropy_partitions < 1 or self.antientropy_settle < 0
                 or self.digest_verify_interval < 0):
             raise ValueError("antientropy_interval, antientropy_settle and digest_verify_interval must be >= 0, "

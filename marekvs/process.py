@@ -13,6 +13,7 @@ import asyncio
 import logging
 import os
 import signal
+from typing import Any
 
 from marekvs import __version__
 from marekvs.antientropy.background import AntiEntropy
@@ -35,6 +36,11 @@ class Process:
         self.node.antientropy = self.antientropy  # INFO antientropy, metrics
         self.node.pubsub.relay = self.replication.relay.publish  # PUBLISH reaches every node
         self.resp = RespServer(self.node)
+        self.kafka: Any = None
+        if config.kafka_port:  # the Kafka gateway (marekvs/gateway/kafka/)
+            from marekvs.gateway.kafka import KafkaGateway
+
+            self.kafka = KafkaGateway(self.node)
         self.metrics_server: asyncio.AbstractServer | None = None
 
     async def run(self) -> None:
@@ -47,8 +53,10 @@ class Process:
 
             self.metrics_server = await start_metrics(node, self.resp.tls if config.metrics_tls == "yes" else None)
         await self.resp.start()
-        ports = [f"{config.bind}:{p} ({kind})"
-                 for p, kind in ((config.port, "RESP"), (config.tls_port, "RESP over TLS")) if p]
+        if self.kafka is not None:
+            await self.kafka.start()
+        ports = [f"{config.bind}:{p} ({kind})" for p, kind in (
+            (config.port, "RESP"), (config.tls_port, "RESP over TLS"), (config.kafka_port, "Kafka")) if p]
         log.info("marekvs %s node %d listening on %s (data %s, durability %s)", __version__,
                  config.node_id, ", ".join(ports), os.path.abspath(config.data_dir), config.durability)
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -62,6 +70,8 @@ class Process:
 
     async def stop(self) -> None:
         self.resp.stop()
+        if self.kafka is not None:
+            self.kafka.stop()
         if self.metrics_server is not None:
             self.metrics_server.close()
         await self.replication.stop()

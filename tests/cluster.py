@@ -49,14 +49,17 @@ class Proxy:
     ``cut()`` drops every open connection and, until ``heal()``, refuses new ones (accept
     then immediately reset: the client sees the connection fail) or, with
     ``mode="blackhole"``, accepts them and silently swallows their bytes (the client sees
-    a hang until its own deadline). One thread accepts, two threads pump each connection.
+    a hang until its own deadline). ``stall()`` keeps the open connections but forwards
+    nothing either way from then on (a peer that hangs: the link looks up, nothing
+    arrives, nothing is acknowledged); ``heal()`` then drops them so clients redial. One
+    thread accepts, two threads pump each connection.
     """
 
     def __init__(self, listen_port: int | None = None, target_port: int = 0, host: str = "127.0.0.1"):
         self.host = host
         self.listen_port = listen_port or free_port()
         self.target_port = target_port
-        self.mode = "forward"  # forward | refuse | blackhole
+        self.mode = "forward"  # forward | refuse | blackhole | stall
         self._lock = threading.Lock()
         self._conns: set[socket.socket] = set()
         self._sock: socket.socket | None = None
@@ -94,7 +97,7 @@ class Proxy:
             if mode == "refuse":
                 _reset(client)
                 continue
-            if mode == "blackhole":
+            if mode in ("blackhole", "stall"):
                 self._track(client)
                 threading.Thread(target=self._swallow, args=(client,), daemon=True).start()
                 continue
@@ -127,6 +130,8 @@ class Proxy:
         try:
             while True:
                 data = src.recv(65536)
+                if data and self.mode == "stall":
+                    continue  # held open, never delivered
                 if not data or self.mode != "forward":
                     break
                 dst.sendall(data)
@@ -143,7 +148,7 @@ class Proxy:
 
     def _swallow(self, s: socket.socket) -> None:
         try:
-            while self.mode == "blackhole" and s.recv(65536):
+            while self.mode in ("blackhole", "stall") and s.recv(65536):
                 pass
         except OSError:
             pass
@@ -162,10 +167,13 @@ class Proxy:
         self.mode = mode
         self._drop_all()
 
+    def stall(self) -> None:
+        self.mode = "stall"
+
     def heal(self) -> None:
         was = self.mode
         self.mode = "forward"
-        if was == "blackhole":
+        if was in ("blackhole", "stall"):
             self._drop_all()  # held connections never forwarded anything: let clients redial
 
     def close(self) -> None:

@@ -6,7 +6,8 @@ file ``DIR/nodeI.log``. ``DIR/cluster.json`` records every node (id, pid, RESP a
 ports, data directory, log) and is what ``status``, ``add`` and ``down`` work from.
 
 - ``up --nodes N`` starts nodes 1..N (RESP ``--base-port``+i-1, gRPC ``--grpc-base-port``+i-1,
-  with ``--metrics`` a Prometheus port ``--metrics-base-port``+i-1) in a full mesh and waits
+  with ``--metrics`` a Prometheus port ``--metrics-base-port``+i-1, with ``--kafka`` a Kafka
+  listener ``--kafka-base-port``+i-1) in a full mesh and waits
   until every node answers PING. Run again on a stopped cluster directory it restarts the
   recorded nodes on their data directories.
 - ``status`` PINGs every node and shows its pid, DBSIZE, DEBUG DIGEST and, from

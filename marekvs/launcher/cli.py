@@ -39,6 +39,7 @@ from marekvs.launcher.status import (
 
 
 DEFAULT_METRICS_BASE_PORT = 9400
+DEFAULT_KAFKA_BASE_PORT = 9092
 
 
 def cmd_up(args: argparse.Namespace) -> int:
@@ -81,12 +82,16 @@ def cmd_up(args: argparse.Namespace) -> int:
     if args.nodes < 1:
         print("marekvs cluster: --nodes must be >= 1", file=sys.stderr)
         return 1
-    specs = plan_nodes(d, args.nodes, args.base_port, args.grpc_base_port, metrics_base, args.tls)
+    kafka_base = 0
+    if args.kafka or args.kafka_base_port is not None:
+        kafka_base = args.kafka_base_port or DEFAULT_KAFKA_BASE_PORT
+    specs = plan_nodes(d, args.nodes, args.base_port, args.grpc_base_port, metrics_base, args.tls, kafka_base)
     busy = [p for s in specs for p in node_ports(s) if not port_free(p)]
     if busy:
         print(
             f"marekvs cluster: ports in use: {busy} (choose --base-port / --grpc-base-port"
-            + (" / --metrics-base-port" if metrics_base else "") + ")",
+            + (" / --metrics-base-port" if metrics_base else "") + (" / --kafka-base-port" if kafka_base else "")
+            + ")",
             file=sys.stderr,
         )
         return 1
@@ -101,9 +106,13 @@ def cmd_up(args: argparse.Namespace) -> int:
         args.timeout,
         metrics_base_port=metrics_base,
         tls=args.tls,
+        kafka_base_port=kafka_base,
     )
     print(f"cluster {args.name!r}: {args.nodes} node(s), state in {state_path(d)}")
     print_nodes(st["nodes"], problems)
+    if kafka_base:
+        boot = ",".join(f"127.0.0.1:{s.kafka_port}" for s in specs)
+        print(f"Kafka on every node (docs/kafka.md): kcat -b {boot} -L")
     if args.tls:
         t = tls_dir(d)
         print(f"TLS only (certificates in {t}): redis-cli --tls --cacert {t / 'ca.pem'} --cert "
@@ -169,8 +178,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(json.dumps({"name": name, "dir": where if not args.ports else "", "nodes": statuses}, indent=2))
         return 1 if bad else 0
     metrics = any(s.get("metrics_port") for s in statuses)
+    kafka = any(s.get("kafka_port") for s in statuses)
     rows = [["NODE", "STATUS", "PID", "RESP", "GRPC", "KEYS", "DIGEST", "LOG", "PEERS",
-             *(["METRICS"] if metrics else [])]]
+             *(["METRICS"] if metrics else []), *(["KAFKA"] if kafka else [])]]
     for s in statuses:
         status = "up" if s["up"] else ("down" if not s["process"] else "unresponsive")
         rows.append(
@@ -185,6 +195,7 @@ def cmd_status(args: argparse.Namespace) -> int:
                 str(s.get("log_last_seq", "-")),
                 f"{s.get('connected_peers', '-')}/{s.get('known_peers', '-')}" if s["up"] else "-",
                 *([str(s.get("metrics_port") or "-")] if metrics else []),
+                *([str(s.get("kafka_port") or "-")] if kafka else []),
             ]
         )
     print(f"cluster {name!r} ({where})")
@@ -379,6 +390,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     up.add_argument(
         "--metrics-base-port", type=int, default=None, help="metrics port of node 1 (implies --metrics)"
     )
+    up.add_argument(
+        "--kafka",
+        action="store_true",
+        help=f"serve the Kafka protocol on every node (docs/kafka.md), node i on --kafka-base-port+i-1 "
+        f"(default base {DEFAULT_KAFKA_BASE_PORT})",
+    )
+    up.add_argument("--kafka-base-port", type=int, default=None, help="Kafka port of node 1 (implies --kafka)")
     up.add_argument(
         "--tls",
         action="store_true",

@@ -34,6 +34,7 @@ class NodeSpec:
     log: str
     pid: int = 0
     metrics_port: int = 0  # 0: no metrics exporter
+    kafka_port: int = 0  # 0: no Kafka listener (docs/kafka.md)
     tls_dir: str = ""  # a TLS node (cluster up --tls): RESP over TLS only, on port; certificates here
 
 
@@ -165,6 +166,8 @@ def node_argv(
         argv += ["--peers", spec]
     if node.metrics_port:
         argv += ["--metrics-port", str(node.metrics_port)]
+    if node.kafka_port:
+        argv += ["--kafka-port", str(node.kafka_port)]
     if node.tls_dir:
         argv += certs.node_args(Path(node.tls_dir), f"node{node.id}")
     return argv + list(extra or [])

@@ -49,7 +49,8 @@ def save_state(d: str | Path, st: dict[str, Any]) -> None:
 
 
 def plan_nodes(
-    d: str | Path, n: int, base_port: int, grpc_base_port: int, metrics_base_port: int = 0, tls: bool = False
+    d: str | Path, n: int, base_port: int, grpc_base_port: int, metrics_base_port: int = 0, tls: bool = False,
+    kafka_base_port: int = 0,
 ) -> list[NodeSpec]:
     d = Path(d).resolve()
     return [
@@ -60,6 +61,7 @@ def plan_nodes(
             data_dir=str(d / f"node{i}"),
             log=str(d / f"node{i}.log"),
             metrics_port=metrics_base_port + i - 1 if metrics_base_port else 0,
+            kafka_port=kafka_base_port + i - 1 if kafka_base_port else 0,
             tls_dir=str(tls_dir(d)) if tls else "",
         )
         for i in range(1, n + 1)
@@ -78,7 +80,7 @@ def start_recorded(st: dict[str, Any], node: NodeSpec) -> int:
 
 
 def node_ports(n: NodeSpec) -> list[int]:
-    return [n.port, n.grpc_port] + ([n.metrics_port] if n.metrics_port else [])
+    return [n.port, n.grpc_port] + [p for p in (n.metrics_port, n.kafka_port) if p]
 
 
 def start_cluster(
@@ -93,14 +95,16 @@ def start_cluster(
     extra: list[str] | None = None,
     metrics_base_port: int = 0,
     tls: bool = False,
+    kafka_base_port: int = 0,
 ) -> tuple[dict[str, Any], dict[int, str]]:
     """Start a fresh full-mesh cluster in ``d``; returns (state, {node id: problem}).
-    ``metrics_base_port`` > 0 gives node i the Prometheus port ``metrics_base_port``+i-1.
+    ``metrics_base_port`` > 0 gives node i the Prometheus port ``metrics_base_port``+i-1,
+    ``kafka_base_port`` > 0 the Kafka listener ``kafka_base_port``+i-1.
     ``tls``: a throwaway CA and certificates in ``DIR/tls`` (``certs.make_pki``); each node
     serves RESP over TLS only, on its port, and its peer links over mutual TLS."""
     d = Path(d).resolve()
     d.mkdir(parents=True, exist_ok=True)
-    specs = plan_nodes(d, nodes, base_port, grpc_base_port, metrics_base_port, tls)
+    specs = plan_nodes(d, nodes, base_port, grpc_base_port, metrics_base_port, tls, kafka_base_port)
     if tls:
         certs.make_pki(tls_dir(d), [f"node{s.id}" for s in specs])
     st = {
@@ -111,6 +115,7 @@ def start_cluster(
         "base_port": base_port,
         "grpc_base_port": grpc_base_port,
         "metrics_base_port": metrics_base_port,
+        "kafka_base_port": kafka_base_port,
         "extra": list(extra or []),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
         "nodes": specs,
@@ -139,6 +144,7 @@ def add_node(d: str | Path, timeout: float = 60.0) -> tuple[dict[str, Any], Node
     port = next_free(max(n.port for n in nodes))
     gport = next_free(max(n.grpc_port for n in nodes))
     mport = next_free(max(n.metrics_port for n in nodes)) if any(n.metrics_port for n in nodes) else 0
+    kport = next_free(max(n.kafka_port for n in nodes)) if any(n.kafka_port for n in nodes) else 0
     spec = NodeSpec(
         id=nid,
         port=port,
@@ -146,6 +152,7 @@ def add_node(d: str | Path, timeout: float = 60.0) -> tuple[dict[str, Any], Node
         data_dir=str(d / f"node{nid}"),
         log=str(d / f"node{nid}.log"),
         metrics_port=mport,
+        kafka_port=kport,
         tls_dir=nodes[0].tls_dir,
     )
     if spec.tls_dir:

@@ -28,6 +28,7 @@ def node_status(n: NodeSpec, timeout: float = 2.0, host: str = HOST) -> dict[str
         "port": n.port,
         "grpc_port": n.grpc_port,
         "metrics_port": n.metrics_port,
+        "kafka_port": n.kafka_port,
         "process": pid_alive(n.pid),
         "up": False,
         "links": [],
@@ -71,7 +72,9 @@ def _table(rows: list[list[str]]) -> str:
 
 def print_nodes(nodes: list[NodeSpec], problems: dict[int, str]) -> None:
     metrics = any(n.metrics_port for n in nodes)
-    rows = [["NODE", "STATUS", "PID", "RESP", "GRPC", *(["METRICS"] if metrics else []), "DATA", "LOG"]]
+    kafka = any(n.kafka_port for n in nodes)
+    rows = [["NODE", "STATUS", "PID", "RESP", "GRPC", *(["METRICS"] if metrics else []), *(["KAFKA"] if kafka else []),
+             "DATA", "LOG"]]
     for n in nodes:
         rows.append(
             [
@@ -81,6 +84,7 @@ def print_nodes(nodes: list[NodeSpec], problems: dict[int, str]) -> None:
                 f"{HOST}:{n.port}",
                 str(n.grpc_port),
                 *([str(n.metrics_port or "-")] if metrics else []),
+                *([f"{HOST}:{n.kafka_port}"] if kafka else []),
                 n.data_dir,
                 n.log,
             ]

@@ -53,6 +53,7 @@ class PeerState:
     acked: asyncio.Event = field(default_factory=asyncio.Event)
     # inbound: what we applied from this peer
     applied_seq: int = 0
+    log_last_at_hello: int = -1  # the peer's log end at its last Hello (-1: none yet)
     applied_entries: int = 0
     applied_bytes: int = 0
     skipped_entries: int = 0  # received at or below the high-water mark (at-least-once)

@@ -83,6 +83,7 @@ class Receiver(pbg.ReplicationServicer):
             p = self.m.add_peer(node.node_id, node.grpc_addr)
             self.engine.commit()
             self.m.start_sender(p)
+        self.m.peers[node.node_id].log_last_at_hello = request.log_last  # (the Kafka gateway's catch-up)
         hwm, epoch = self.m.hwm_of(node.node_id, node.incarnation)
         if hwm > request.log_last:
             log.warning("peer %d's log ends at %d but this node applied %d of it: the peer will take a new "

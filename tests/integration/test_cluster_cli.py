@@ -344,18 +344,22 @@ def call_ok(port: int) -> bool:
 
 def test_writes_after_a_restart_replicate(tmp_path):
     """Writes a node takes after `cluster restart` reach its peers, also when its log was empty
-    (idle, everything acknowledged and trimmed) when it stopped."""
+    (idle, everything acknowledged and trimmed) when it stopped; with --kafka-base-port the
+    nodes serve Kafka too."""
     d = tmp_path / "cluster"
-    base = free_base(4)
+    base = free_base(6)
     try:
-        r = cli("up", "--nodes", "2", "--dir", str(d), "--base-port", str(base), "--grpc-base-port", str(base + 2))
+        r = cli("up", "--nodes", "2", "--dir", str(d), "--base-port", str(base), "--grpc-base-port", str(base + 2),
+                "--kafka-base-port", str(base + 4))
         assert r.returncode == 0, r.stdout + r.stderr
+        assert f"kcat -b 127.0.0.1:{base + 4},127.0.0.1:{base + 5} -L" in r.stdout
         for i in range(5):
             assert call(base, "SET", f"before:{i}", i) == "OK"
 
         def log_empty():  # node 2 has everything and node 1 trimmed it (every 0.5 s)
             info = mc.parse_info(call(base, "INFO", "replication"))
-            return call(base + 1, "DBSIZE") == 5 and int(info["log_first_seq"]) > int(info["log_last_seq"])
+            return (call(base + 1, "EXISTS", *[f"before:{i}" for i in range(5)]) == 5
+                    and int(info["log_first_seq"]) > int(info["log_last_seq"]))
 
         wait_until(log_empty, timeout=20, what="node 1's log trimmed empty")
         r = cli("restart", "1", "--dir", str(d))
@@ -363,6 +367,20 @@ def test_writes_after_a_restart_replicate(tmp_path):
         assert call(base, "SET", "after", "x") == "OK"
         # replication on loopback takes milliseconds: 5 s is a generous deadline
         wait_until(lambda: call(base + 1, "GET", "after") == b"x", timeout=5, what="the write after the restart")
+        # `up --kafka-base-port`: every node serves Kafka; produced on node 1, consumed on node 2
+        kafka = pytest.importorskip("confluent_kafka")
+        p = kafka.Producer({"bootstrap.servers": f"127.0.0.1:{base + 4}", "message.timeout.ms": 60000})
+        p.produce("cli", value=b"through the cluster")
+        assert p.flush(60) == 0
+        c = kafka.Consumer({"bootstrap.servers": f"127.0.0.1:{base + 5}", "group.id": "cli",
+                            "auto.offset.reset": "earliest"})
+        c.subscribe(["cli"])
+        m = wait_until(lambda: (lambda m: m if m is not None and m.error() is None else None)(c.poll(0.5)),
+                       timeout=60, what="the record consumed on node 2")
+        c.close()
+        assert m.value() == b"through the cluster"
+        r = cli("status", "--dir", str(d), "--json")
+        assert [n["kafka_port"] for n in json.loads(r.stdout)["nodes"]] == [base + 4, base + 5]
     finally:
         if (d / "cluster.json").exists():
             stop_nodes(load_state(d)["nodes"], timeout=5)

@@ -276,12 +276,14 @@ def test_truncated_payloads_are_refused(value, data):
     body = payload[:-10]
     for cut in data.draw(st.lists(st.integers(1, len(body) - 1), max_size=20)) if len(body) > 1 else ():
         # a value cut short under a good footer: as in Redis, the value may read on into
-        # the footer's bytes, so this is bad data or another value, never the original
+        # the footer's bytes, so this is bad data or another value, never the original, unless
+        # the footer's version bytes are the very bytes cut off (the string "10", int-encoded
+        # C0 0A, cut after C0: the version 10 reads as 0A)
         try:
             got = rdb.load(rdb.footer(body[:cut]))
         except rdb.RdbError:
             continue
-        assert canon(got) != canon(value)
+        assert canon(got) != canon(value) or (body[:cut] + rdb.footer(b"")[:2]).startswith(body)
 
 
 def test_a_string_cut_short_is_bad_data():

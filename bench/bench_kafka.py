@@ -1,0 +1,213 @@
+#!/usr/bin/env python3
+"""Kafka gateway benchmark: produce and consume throughput with librdkafka (confluent-kafka),
+one node and three, next to the floor of the same data written with pipelined XADD over RESP.
+
+    .venv/bin/python bench/bench_kafka.py            # 100 B and 1 KB records, 1 node and 3
+    .venv/bin/python bench/bench_kafka.py --quick    # a smoke run (a few seconds per row)
+
+Nodes are started as ``marekvs cluster up --kafka`` starts them (``marekvs.launcher``), on free
+127.0.0.1 ports and temp data dirs, durability everysec, and stopped by their pids at the end.
+For each cluster size (1, 3) and record size (100 B, 1 KB):
+
+- produce: one confluent-kafka Producer (``acks=all``, ``linger.ms=5``, ``batch.size`` 1 MB,
+  idempotence off, no compression) sends N records of that size (null keys) to a topic with
+  one partition per node (on three nodes, one partition led by each node), as fast as it
+  can, until every delivery report is in: records/s and MB/s of values;
+- consume: one Consumer (``assign`` every partition from the beginning, no group) reads the
+  N records back: records/s and MB/s;
+- floor: ``redis-benchmark -c 50 -P 16 -n N/nodes XADD <stream> * value <the same bytes>
+  timestamp <ms>`` against every node at once (one stream each): the same records written as
+  fast as RESP pipelining writes them (records/s summed over the nodes);
+- server CPU: the nodes' user+system CPU seconds over each phase (/proc), per record.
+
+Table on stdout, everything as JSON in ``bench/results/kafka-<timestamp>.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+RESULTS = HERE / "results"
+sys.path.insert(0, str(ROOT))
+
+from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
+from marekvs import launcher as mc  # noqa: E402
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    total = 0.0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / CLK_TCK
+    return total
+
+
+def free_base(span: int) -> int:
+    for _ in range(500):
+        base = random.randrange(20000, 32000 - span)
+        if all(mc.port_free(p) for p in range(base, base + span)):
+            return base
+    raise RuntimeError("no free port range")
+
+
+def boot(nodes: list[mc.NodeSpec]) -> str:
+    return ",".join(f"{mc.HOST}:{n.kafka_port}" for n in nodes)
+
+
+def produce(nodes: list[mc.NodeSpec], topic: str, n: int, size: int) -> dict[str, Any]:
+    p = Producer({"bootstrap.servers": boot(nodes), "acks": "all", "linger.ms": 5, "batch.size": 1 << 20,
+                  "enable.idempotence": False, "compression.type": "none", "queue.buffering.max.messages": 500000,
+                  "message.timeout.ms": 300000})
+    value = b"v" * size
+    failed = []
+
+    def report(err: Any, _msg: Any) -> None:
+        if err is not None:
+            failed.append(err)
+
+    parts = len(nodes)
+    pids = [x.pid for x in nodes]
+    c0, t0 = cpu_seconds(pids), time.perf_counter()
+    for i in range(n):
+        while True:
+            try:
+                p.produce(topic, value=value, partition=i % parts, on_delivery=report)
+                break
+            except BufferError:
+                p.poll(0.01)
+        if i % 1000 == 0:
+            p.poll(0)
+    left = p.flush(300)
+    dt, cpu = time.perf_counter() - t0, cpu_seconds(pids) - c0
+    if left or failed:
+        raise RuntimeError(f"produce: {left} not delivered, {len(failed)} failed ({failed[:3]})")
+    return {"records": n, "seconds": round(dt, 3), "records_s": round(n / dt), "mb_s": round(n * size / dt / 1e6, 2),
+            "server_cpu_us_per_record": round(cpu / n * 1e6, 1)}
+
+
+def consume(nodes: list[mc.NodeSpec], topic: str, n: int, size: int) -> dict[str, Any]:
+    c = Consumer({"bootstrap.servers": boot(nodes), "group.id": "bench", "enable.auto.commit": False,
+                  "fetch.max.bytes": 50 << 20, "max.partition.fetch.bytes": 10 << 20})
+    c.assign([TopicPartition(topic, p, 0) for p in range(len(nodes))])
+    pids = [x.pid for x in nodes]
+    got = 0
+    c0, t0 = cpu_seconds(pids), time.perf_counter()
+    deadline = time.monotonic() + 600
+    while got < n:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"consume: {got} of {n} records after 600 s")
+        for m in c.consume(10000, 1.0):
+            if m.error() is None:
+                got += 1
+    dt, cpu = time.perf_counter() - t0, cpu_seconds(pids) - c0
+    c.close()
+    return {"records": got, "seconds": round(dt, 3), "records_s": round(got / dt),
+            "mb_s": round(got * size / dt / 1e6, 2), "server_cpu_us_per_record": round(cpu / got * 1e6, 1)}
+
+
+def floor(nodes: list[mc.NodeSpec], n: int, size: int, tag: str) -> dict[str, Any]:
+    """Pipelined XADD over RESP, every node at once (redis-benchmark, one stream each)."""
+    value = "v" * size
+    per = n // len(nodes)
+    pids = [x.pid for x in nodes]
+    cmds = [["redis-benchmark", "-h", mc.HOST, "-p", str(x.port), "-c", "50", "-P", "16", "-n", str(per), "--csv",
+             "XADD", f"floor:{tag}:{x.id}", "*", "value", value, "timestamp", str(int(time.time() * 1000))]
+            for x in nodes]
+    c0, t0 = cpu_seconds(pids), time.perf_counter()
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for cmd in cmds]
+    outs = [p.communicate(timeout=600)[0] for p in procs]
+    dt, cpu = time.perf_counter() - t0, cpu_seconds(pids) - c0
+    if any(p.returncode for p in procs):
+        raise RuntimeError(f"redis-benchmark failed: {outs}")
+    total = per * len(nodes)
+    return {"records": total, "seconds": round(dt, 3), "records_s": round(total / dt),
+            "mb_s": round(total * size / dt / 1e6, 2), "server_cpu_us_per_record": round(cpu / total * 1e6, 1),
+            "command": " ".join(cmds[0][:15]) + " value <%d B> timestamp <ms>" % size}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="few records: a smoke run")
+    ap.add_argument("--records-100", type=int, default=200_000, help="records of 100 B per row")
+    ap.add_argument("--records-1k", type=int, default=60_000, help="records of 1 KB per row")
+    ap.add_argument("--nodes", default="1,3", help="cluster sizes")
+    args = ap.parse_args(argv)
+    if shutil.which("redis-benchmark") is None:
+        sys.exit("bench: redis-benchmark not found on PATH (apt-get install redis-tools)")
+    sizes = {100: args.records_100, 1000: args.records_1k}
+    if args.quick:
+        sizes = {100: 20_000, 1000: 6_000}
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    result: dict[str, Any] = {"started": stamp, "argv": sys.argv, "rows": [],
+                              "host": {"cpus": os.cpu_count(), "platform": platform.platform(),
+                                       "python": platform.python_version(), "loadavg_before": os.getloadavg()}}
+    if os.getloadavg()[0] > 0.5:
+        print(f"bench: WARNING: load average {os.getloadavg()[0]:.2f} before the run: other work on this "
+              f"{os.cpu_count()}-core machine skews the numbers", file=sys.stderr)
+    for count in (int(x) for x in args.nodes.split(",")):
+        work = Path(tempfile.mkdtemp(prefix="marekvs-bench-kafka-"))
+        base = free_base(3 * count)
+        st, problems = mc.start_cluster(work, count, base, base + count, "everysec", "", "bench", timeout=90,
+                                        kafka_base_port=base + 2 * count,
+                                        extra=["--kafka-group-initial-rebalance-delay-ms", "0"])
+        nodes: list[mc.NodeSpec] = st["nodes"]
+        try:
+            if problems:
+                raise RuntimeError(f"nodes failed to start: {problems}")
+            admin = AdminClient({"bootstrap.servers": boot(nodes)})
+            deadline = time.monotonic() + 60
+            while len(admin.list_topics(timeout=10).brokers) < count:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("not every Kafka listener in Metadata after 60 s")
+                time.sleep(0.2)
+            for size, n in sizes.items():
+                topic = f"bench-{size}"
+                admin.create_topics([NewTopic(topic, count, 1)], operation_timeout=60)[topic].result(90)
+                row = {"nodes": count, "size": size, "produce": produce(nodes, topic, n, size),
+                       "consume": consume(nodes, topic, n, size), "floor_xadd": floor(nodes, n, size, topic)}
+                result["rows"].append(row)
+                print(f"{count} node(s), {size} B: produce {row['produce']['records_s']:,} rec/s "
+                      f"({row['produce']['mb_s']} MB/s), consume {row['consume']['records_s']:,} rec/s "
+                      f"({row['consume']['mb_s']} MB/s), floor XADD -P 16 {row['floor_xadd']['records_s']:,} rec/s "
+                      f"({row['floor_xadd']['mb_s']} MB/s)", flush=True)
+        finally:
+            mc.stop_nodes(nodes, timeout=15)
+            shutil.rmtree(work, ignore_errors=True)
+    result["loadavg_after"] = os.getloadavg()
+    print("\n| nodes | record | produce rec/s | MB/s | consume rec/s | MB/s | XADD floor rec/s | MB/s | "
+          "produce/floor | server CPU us/rec (produce / consume / XADD) |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for r in result["rows"]:
+        p, c, f = r["produce"], r["consume"], r["floor_xadd"]
+        print(f"| {r['nodes']} | {r['size']} B | {p['records_s']:,} | {p['mb_s']} | {c['records_s']:,} | {c['mb_s']} | "
+              f"{f['records_s']:,} | {f['mb_s']} | {p['records_s'] / f['records_s']:.2f}x | "
+              f"{p['server_cpu_us_per_record']} / {c['server_cpu_us_per_record']} / "
+              f"{f['server_cpu_us_per_record']} |")
+    out = RESULTS / f"kafka-{stamp}.json"
+    with open(out, "w") as f:
+        json.dump(result, f, indent=2)
+    print(f"\nresults: {out.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,191 @@
+"""Topics in Korvet's storage layout, and which node leads each partition.
+
+Keys (``{p}`` is the prefix, ``korvet`` unless ``kafka_prefix`` says otherwise):
+
+- ``{p}:stream:{topic}:{partition}``: the partition's records, one stream entry each, fields
+  ``key``, ``value``, ``timestamp`` (ms) and ``header.<name>`` (a null key or value has no
+  field; a null header value is stored empty);
+- ``{p}:topic:{topic}``: hash ``id`` (a UUID), ``name``, ``partitions``, ``retentionTime``,
+  ``retentionBytes``, ``compression``, ``valueType``, ``offsetSequenceBits`` (20: the offset
+  is ``ms << 20 | counter``, ``offsets.py``), ``messageBytes`` (max.message.bytes);
+- ``{p}:topics`` (set of names), ``{p}:topic-ids`` (hash id -> name);
+- ``{p}:commit:{streamKey}:{group}``: a group's committed offset (a string, last writer wins);
+
+and, beyond Korvet's, ``{p}:leaders:{topic}`` (hash partition -> ``epoch:node``, the
+partition's leader), ``{p}:brokers`` (hash node id -> ``host:port`` of its Kafka
+listener), ``{p}:producers:{topic}:{partition}`` (hash producer id -> its sequence state,
+``producers.py``) and ``{p}:producer-ids:{node}`` (the counter of the producer ids a node
+gave). All are ordinary replicated keys: a topic created on one node exists on every
+node, and Redis clients see the same data.
+
+Leadership. A partition has one leader at a time among the live nodes (this node and the
+peers its replication links stream to). The leader is the one its record names while that
+node is live; the record is written when the topic is created (rendezvous hashing of
+``topic:partition`` over the live brokers spreads the partitions) and is sticky: a node
+that comes back does not take its partitions back. When the recorded leader is not live,
+the successor is the rendezvous choice among the live brokers; the successor claims the
+partition by writing ``epoch+1:itself`` (every other node reports it as the leader at
+once, so clients move there). A node leads and claims only while it sees a majority of the
+nodes it knows and has applied what its live peers had when their links came up
+(``KafkaGateway.can_lead``): a node that restarts or returns from a network partition
+learns the latest claims before it acts on its own old record. Nodes whose views of who is
+live differ can still both claim; the record's last writer wins and the other stops leading
+when the record reaches it. Offsets stay unique meanwhile (``offsets.py``: each node mints
+in a lane of its own).
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import xxhash
+
+LEGAL_NAME = re.compile(rb"^[a-zA-Z0-9._-]{1,249}$")
+TOPIC_FIELDS = (b"id", b"name", b"partitions", b"retentionTime", b"retentionBytes", b"compression",
+                b"valueType", b"offsetSequenceBits", b"messageBytes")
+DEFAULT_MESSAGE_BYTES = 1048588  # Kafka's message.max.bytes
+COMPRESSIONS = ("producer", "uncompressed", "none", "gzip", "snappy", "lz4", "zstd")
+
+
+class StoreError(Exception):
+    """A command the gateway ran was refused (its error text)."""
+
+    def __init__(self, text: str):
+        super().__init__(text)
+        self.text = text
+
+    @property
+    def denied(self) -> bool:
+        return self.text.startswith(("NOPERM", "NOAUTH"))
+
+
+@dataclass
+class Topic:
+    name: bytes
+    id: uuid.UUID
+    partitions: int
+    retention_ms: int = -1
+    retention_bytes: int = -1
+    compression: str = "producer"
+    message_bytes: int = DEFAULT_MESSAGE_BYTES
+    extra: dict[bytes, bytes] = field(default_factory=dict)
+
+
+class Layout:
+    """The key names (one place) and the commands the gateway runs on them."""
+
+    def __init__(self, node: Any, prefix: str):
+        self.node = node
+        self.p = prefix.encode()
+        self.topics_key = self.p + b":topics"
+        self.topic_ids_key = self.p + b":topic-ids"
+        self.brokers_key = self.p + b":brokers"
+        self.groups_key = self.p + b":groups"
+
+    # -- keys ---------------------------------------------------------------------------------
+    def topic_key(self, topic: bytes) -> bytes:
+        return self.p + b":topic:" + topic
+
+    def stream_key(self, topic: bytes, partition: int) -> bytes:
+        return b"%s:stream:%s:%d" % (self.p, topic, partition)
+
+    def leaders_key(self, topic: bytes) -> bytes:
+        return self.p + b":leaders:" + topic
+
+    def producers_key(self, topic: bytes, partition: int) -> bytes:
+        return b"%s:producers:%s:%d" % (self.p, topic, partition)
+
+    def producer_ids_key(self, node_id: int) -> bytes:
+        return b"%s:producer-ids:%d" % (self.p, node_id)
+
+    def group_key(self, group: bytes) -> bytes:
+        return self.p + b":group:" + group
+
+    def commit_key(self, topic: bytes, partition: int, group: bytes) -> bytes:
+        return b"%s:commit:%s:%s" % (self.p, self.stream_key(topic, partition), group)
+
+    # -- commands -------------------------------------------------------------------------------
+    def call(self, ctx: Any, *argv: bytes) -> Any:
+        r = self.node.dispatch(ctx, list(argv))
+        if type(r).__name__ == "Err":
+            raise StoreError(str(r))
+        return r
+
+    def topic(self, ctx: Any, name: bytes) -> Topic | None:
+        flat = self.call(ctx, b"HGETALL", self.topic_key(name))
+        if not flat:
+            return None
+        h = dict(zip(flat[::2], flat[1::2]))
+        try:
+            return Topic(name=h.get(b"name", name), id=uuid.UUID(h[b"id"].decode()),
+                         partitions=int(h[b"partitions"]),
+                         retention_ms=int(h.get(b"retentionTime", b"-1")),
+                         retention_bytes=int(h.get(b"retentionBytes", b"-1")),
+                         compression=h.get(b"compression", b"producer").decode(),
+                         message_bytes=int(h.get(b"messageBytes", b"%d" % DEFAULT_MESSAGE_BYTES)),
+                         extra={k: v for k, v in h.items() if k not in TOPIC_FIELDS})
+        except (KeyError, ValueError):  # a hash that is not a topic's (written by hand)
+            return None
+
+    def topic_names(self, ctx: Any) -> list[bytes]:
+        return sorted(self.call(ctx, b"SMEMBERS", self.topics_key))
+
+    def topic_by_id(self, ctx: Any, tid: uuid.UUID) -> bytes | None:
+        return self.call(ctx, b"HGET", self.topic_ids_key, str(tid).encode())
+
+    def create_topic(self, ctx: Any, t: Topic, leaders: dict[int, int]) -> None:
+        fields = [b"id", str(t.id).encode(), b"name", t.name, b"partitions", b"%d" % t.partitions,
+                  b"retentionTime", b"%d" % t.retention_ms, b"retentionBytes", b"%d" % t.retention_bytes,
+                  b"compression", t.compression.encode(), b"valueType", b"BYTES",
+                  b"offsetSequenceBits", b"20", b"messageBytes", b"%d" % t.message_bytes]
+        for k, v in t.extra.items():
+            fields += [k, v]
+        self.call(ctx, b"HSET", self.topic_key(t.name), *fields)
+        self.call(ctx, b"HSET", self.topic_ids_key, str(t.id).encode(), t.name)
+        self.call(ctx, b"HSET", self.leaders_key(t.name),
+                  *[x for p, n in sorted(leaders.items()) for x in (b"%d" % p, b"0:%d" % n)])
+        self.call(ctx, b"SADD", self.topics_key, t.name)
+
+    def delete_topic(self, ctx: Any, t: Topic) -> None:
+        self.call(ctx, b"DEL", self.topic_key(t.name), self.leaders_key(t.name),
+                  *[self.stream_key(t.name, p) for p in range(t.partitions)],
+                  *[self.producers_key(t.name, p) for p in range(t.partitions)])
+        self.call(ctx, b"HDEL", self.topic_ids_key, str(t.id).encode())
+        self.call(ctx, b"SREM", self.topics_key, t.name)
+
+    def leaders(self, ctx: Any, topic: bytes) -> dict[int, tuple[int, int]]:
+        """partition -> (epoch, node) as recorded."""
+        flat = self.call(ctx, b"HGETALL", self.leaders_key(topic))
+        out = {}
+        for k, v in zip(flat[::2], flat[1::2]):
+            try:
+                epoch, node = v.split(b":")
+                out[int(k)] = (int(epoch), int(node))
+            except ValueError:
+                continue
+        return out
+
+    def set_leader(self, topic: bytes, partition: int, epoch: int, node_id: int) -> tuple[bytes, ...]:
+        """The command that records ``node_id`` as the leader of ``partition`` from ``epoch``."""
+        return b"HSET", self.leaders_key(topic), b"%d" % partition, b"%d:%d" % (epoch, node_id)
+
+    def brokers(self, ctx: Any) -> dict[int, tuple[str, int]]:
+        flat = self.call(ctx, b"HGETALL", self.brokers_key)
+        out = {}
+        for k, v in zip(flat[::2], flat[1::2]):
+            host, _, port = v.decode().rpartition(":")
+            out[int(k)] = (host, int(port))
+        return out
+
+    def set_broker(self, node_id: int, host: str, port: int) -> tuple[bytes, ...]:
+        """The command that records node ``node_id``'s Kafka listener address."""
+        return b"HSET", self.brokers_key, b"%d" % node_id, f"{host}:{port}".encode()
+
+
+def rendezvous(topic: bytes, partition: int, nodes: list[int]) -> int:
+    """The node of ``nodes`` that ``topic:partition`` hashes highest with (rendezvous
+    hashing: removing a node moves only its own partitions)."""
+    return max(nodes, key=lambda n: (xxhash.xxh3_64_intdigest(b"%s:%d:%d" % (topic, partition, n)), n))

@@ -1,0 +1,128 @@
+"""The Kafka gateway with the pure-Python clients: kafka-python and aiokafka negotiate their
+API versions with a node, round-trip records (keys, headers, null values, an idempotent
+producer), and consume as a group of two members that share the partitions and commit."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+from tests.cluster import wait_for
+from tests.kafka_helpers import boot, create, module_node, produce
+
+kafka = pytest.importorskip("kafka")
+aiokafka = pytest.importorskip("aiokafka")
+
+pytestmark = pytest.mark.timeout(300)
+
+
+node = module_node()
+
+
+MSGS = [(b"k%d" % i, b"v%d" % i if i % 5 else None, [("h", b"%d" % i)]) for i in range(20)]
+
+
+def _check(got: list[tuple[bytes | None, bytes | None, list]]) -> None:
+    assert [(k, v) for k, v, _ in got] == [(k, v) for k, v, _ in MSGS]
+    assert [list(h) for _, _, h in got] == [h for _, _, h in MSGS]
+
+
+def test_kafka_python_round_trip_and_a_group(node):
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+    create(node, "kp", 2)
+    p = KafkaProducer(bootstrap_servers=boot(node), acks="all", enable_idempotence=True)
+    futs = [p.send("kp", key=k, value=v, headers=h, partition=0) for k, v, h in MSGS]
+    offsets = [f.get(timeout=60).offset for f in futs]
+    for i in range(40):
+        p.send("kp", value=b"g%d" % i, partition=i % 2)
+    p.flush(60)
+    p.close()
+    c = KafkaConsumer(bootstrap_servers=boot(node), enable_auto_commit=False, consumer_timeout_ms=10000)
+    c.assign([TopicPartition("kp", 0)])
+    c.seek_to_beginning()
+    got = [m for _, m in zip(range(len(MSGS)), c)]
+    c.close()
+    _check([(m.key, m.value, m.headers) for m in got])
+    assert [m.offset for m in got] == offsets
+    # two members of one group share the partitions; every record once, offsets committed
+    seen: dict[str, list[tuple[int, int]]] = {"a": [], "b": []}
+    stop = threading.Event()
+
+    def member(name: str) -> None:
+        cons = KafkaConsumer("kp", bootstrap_servers=boot(node), group_id="kp-group", auto_offset_reset="earliest",
+                             enable_auto_commit=False, session_timeout_ms=10000, heartbeat_interval_ms=300)
+        while not stop.is_set():
+            for tp, msgs in cons.poll(timeout_ms=200).items():
+                seen[name] += [(tp.partition, m.offset) for m in msgs]
+                cons.commit()
+        cons.close()
+
+    threads = [threading.Thread(target=member, args=(n,), daemon=True) for n in ("a", "b")]
+    for t in threads:
+        t.start()
+    try:
+        wait_for(lambda: len({x for v in seen.values() for x in v}) >= 60, 120, "the group read every record")
+        wait_for(lambda: all(seen.values()), 60, "both members got partitions")
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(30)
+    assert len({x for v in seen.values() for x in v}) == 60
+    r = node.client()
+    assert int(r.get("korvet:commit:korvet:stream:kp:1:kp-group")) == max(o for p_, o in seen["a"] + seen["b"]
+                                                                           if p_ == 1) + 1
+
+
+def test_aiokafka_round_trip_and_a_group(node):
+    create(node, "aio", 2)
+
+    async def run() -> None:
+        from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+        p = AIOKafkaProducer(bootstrap_servers=boot(node), enable_idempotence=True)
+        await p.start()
+        try:
+            sent = [await p.send_and_wait("aio", key=k, value=v, headers=h, partition=0) for k, v, h in MSGS]
+            for i in range(40):
+                await p.send_and_wait("aio", value=b"g%d" % i, partition=i % 2)
+        finally:
+            await p.stop()
+        c = AIOKafkaConsumer(bootstrap_servers=boot(node), enable_auto_commit=False)
+        await c.start()
+        try:
+            tp = TopicPartition("aio", 0)
+            c.assign([tp])
+            await c.seek_to_beginning(tp)
+            got = []
+            while len(got) < len(MSGS):
+                got.append(await asyncio.wait_for(c.getone(), 30))
+        finally:
+            await c.stop()
+        _check([(m.key, m.value, m.headers) for m in got])
+        assert [m.offset for m in got] == [md.offset for md in sent]
+
+        members = [AIOKafkaConsumer("aio", bootstrap_servers=boot(node), group_id="aio-group",
+                                    auto_offset_reset="earliest", enable_auto_commit=False,
+                                    session_timeout_ms=10000, heartbeat_interval_ms=300) for _ in range(2)]
+        for m in members:
+            await m.start()
+        seen: list[set[tuple[int, int]]] = [set(), set()]
+        try:
+            deadline = time.monotonic() + 120
+            while len(seen[0] | seen[1]) < 60 or not all(seen):
+                assert time.monotonic() < deadline, f"read {len(seen[0] | seen[1])} of 60"
+                for i, m in enumerate(members):
+                    for tp_, msgs in (await m.getmany(timeout_ms=200)).items():
+                        seen[i] |= {(tp_.partition, x.offset) for x in msgs}
+                        await m.commit()
+        finally:
+            for m in members:
+                await m.stop()
+        assert not seen[0] & seen[1] and len(seen[0] | seen[1]) == 60
+
+    asyncio.run(run())
+    assert produce(node, "aio", [{"value": b"still"}])  # and the node keeps serving librdkafka
