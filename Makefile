@@ -13,57 +13,62 @@ TEST_WORKERS ?= 2
 PORT   ?= 6379
 DATA   ?= ./data
 STAMP  := $(VENV)/.installed
+# The hot modules compiled with mypyc (setup.py: NATIVE, the same typed source), built in
+# place beside their .py files by `make native`, which run, test, laws, histories and the
+# benches depend on. It always runs: setuptools recompiles only what changed (about a second
+# when nothing did), and it writes marekvs/_native.json, what was compiled from which source;
+# at import a compiled module whose source changed since is never used (marekvs/_native.py).
+# With no C compiler, or with MAREKVS_PURE=1, it records a pure-Python build instead and the
+# modules run as Python.
 
-.PHONY: run test laws histories bench bench-cluster bench-pubsub proto clean lint
+.PHONY: run test laws histories bench bench-cluster bench-pubsub proto native clean lint
 
+# the editable install itself stays pure (MAREKVS_PURE=1): `native` compiles, with the
+# virtualenv's mypy (the one `make lint` runs)
 $(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+	MAREKVS_PURE=1 $(PY) -m pip install -q -e '.[test]'
 	touch $(STAMP)
 
 venv: $(STAMP)
 
-proto: $(STAMP)
-	@if ls proto/*.proto >/dev/null 2>&1; then \
-	  mkdir -p marekvs/replication/gen && \
-	  $(PY) -m grpc_tools.protoc -Iproto --python_out=marekvs/replication/gen \
-	    --grpc_python_out=marekvs/replication/gen proto/*.proto && \
-	  sed -i -E 's/^import (\w+_pb2)/from . import \1/' marekvs/replication/gen/*_grpc.py && \
-	  touch marekvs/replication/gen/__init__.py; fi
+native: $(STAMP)
+	@$(PY) -W ignore setup.py -q build_ext --inplace
 
-run: proto
+run: proto native
 	$(PY) -m marekvs serve --port $(PORT) --data-dir $(DATA)
 
-test: proto
+test: proto native
 	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile tests; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
 
-laws: proto
+laws: proto native
 	HYPOTHESIS_PROFILE=deep $(PY) -m pytest -q -p no:cacheprovider tests/merge_laws
 
 # the history checker's long profile: many more and longer random histories, in process and
 # on three real nodes, each node's final state compared with the reference model
-histories: proto
+histories: proto native
 	@rm -f .histories.count
 	HISTORY_PROFILE=long MAREKVS_HISTORY_COUNT_FILE=$(CURDIR)/.histories.count $(PY) -m pytest -q -p no:cacheprovider \
 	  tests/history tests/integration/test_histories_cluster.py; rc=$$?; \
 	  awk '{n[$$1]++; ops[$$1]+=$$2} END {for (k in n) printf "%s histories: %d (%d commands)\n", k, n[k], ops[k]}' .histories.count; \
 	  rm -f .histories.count; exit $$rc
 
-bench: proto
+bench: proto native
 	$(PY) bench/bench_single.py
 
-bench-cluster: proto
+bench-cluster: proto native
 	$(PY) bench/bench_cluster.py
 
-bench-pubsub: proto
+bench-pubsub: proto native
 	$(PY) bench/bench_pubsub.py
 
 # ruff over everything; mypy (strict, configured in pyproject's [tool.mypy]) over the pure
-# core and the keyspace.
+# core, the keyspace and every compiled module.
 lint: $(STAMP)
 	$(PY) -m pip install -q ruff && $(PY) -m ruff check marekvs tests bench crates_ref
 	$(PY) -m mypy
 
 clean:
-	rm -rf $(VENV) marekvs/replication/gen .pytest_cache
+	rm -rf $(VENV) marekvs/replication/gen .pytest_cache build .mypy_cache marekvs/_native.json
+	find marekvs -name '*.so' -delete

@@ -19,6 +19,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def load_setup_py():
+    """The project's setup.py as a module (its build hooks: generate(), NATIVE, native_plan(),
+    write_manifest()); setup() itself runs only when it is run as a script."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("marekvs_setup_hook", ROOT / "setup.py")
+    hook = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hook)
+    return hook
+
+
 def _port_candidates() -> list[int]:
     """Loopback ports below (or above) the kernel's ephemeral range, walked from an offset
     that depends on the pid so that two test runs on one machine start far apart."""

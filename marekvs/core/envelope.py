@@ -17,7 +17,7 @@ int built from the 10 bytes at offset 1.
 from __future__ import annotations
 
 import struct
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 ENVELOPE_SIZE = 19
 # Named slices of the header, for hot paths that read a field without a call:
@@ -36,17 +36,17 @@ FLAG_HEAD = 0x02
 
 
 class RecordType:
-    STRING = 0
-    HASH_FIELD = 1
-    SET_MEMBER = 2
-    ZSET_MEMBER = 3
-    LIST = 4
-    STREAM_ENTRY = 5
-    COUNTER = 6
-    HLL_REGISTER = 7
+    STRING: Final = 0
+    HASH_FIELD: Final = 1
+    SET_MEMBER: Final = 2
+    ZSET_MEMBER: Final = 3
+    LIST: Final = 4
+    STREAM_ENTRY: Final = 5
+    COUNTER: Final = 6
+    HLL_REGISTER: Final = 7
 
-    NAMES = ("string", "hash-field", "set-member", "zset-member", "list",
-             "stream-entry", "counter", "hll-register")
+    NAMES: Final = ("string", "hash-field", "set-member", "zset-member", "list",
+                    "stream-entry", "counter", "hll-register")
 
 
 class EnvelopeError(ValueError):

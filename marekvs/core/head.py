@@ -53,7 +53,7 @@ the writes that replace a key (RENAME, a STORE, FLUSHALL) delete a collection.
 from __future__ import annotations
 
 import struct
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 from marekvs.core import envelope as env
 from marekvs.core import hll, joins, orswot
@@ -66,12 +66,12 @@ _SIZE = env.ENVELOPE_SIZE
 
 
 class CollectionType:
-    HASH = RecordType.HASH_FIELD
-    SET = RecordType.SET_MEMBER
-    ZSET = RecordType.ZSET_MEMBER
-    LIST = RecordType.LIST
-    STREAM = RecordType.STREAM_ENTRY
-    HLL = RecordType.HLL_REGISTER
+    HASH: Final = RecordType.HASH_FIELD
+    SET: Final = RecordType.SET_MEMBER
+    ZSET: Final = RecordType.ZSET_MEMBER
+    LIST: Final = RecordType.LIST
+    STREAM: Final = RecordType.STREAM_ENTRY
+    HLL: Final = RecordType.HLL_REGISTER
 
 
 # TYPE names; HyperLogLogs report "string" as Redis does (tooling compatibility).

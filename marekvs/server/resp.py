@@ -424,7 +424,7 @@ def _enc(obj: object, proto: int, out: list[bytes]) -> None:  # noqa: C901 - one
     elif obj is None:
         out.append(R_NULL3 if proto == 3 else R_NULL2)
     elif t is Simple:
-        out.append(b"+%s\r\n" % obj)  # type: ignore[str-format]
+        out.append(b"+%s\r\n" % obj)
     elif t is list or t is tuple:
         out.append(b"*%d\r\n" % len(obj))  # type: ignore[arg-type]
         for x in obj:  # type: ignore[attr-defined]
@@ -457,7 +457,7 @@ def _enc(obj: object, proto: int, out: list[bytes]) -> None:  # noqa: C901 - one
     elif t is NullArray:
         out.append(R_NULL3 if proto == 3 else b"*-1\r\n")
     elif t is SetReply:
-        out.append((b"~%d\r\n" if proto == 3 else b"*%d\r\n") % len(obj))  # type: ignore[arg-type]
+        out.append((b"~%d\r\n" if proto == 3 else b"*%d\r\n") % len(obj))  # type: ignore[arg-type, operator]
         for x in obj:  # type: ignore[attr-defined]
             _enc(x, proto, out)
     elif t is Verbatim:
@@ -469,7 +469,7 @@ def _enc(obj: object, proto: int, out: list[bytes]) -> None:  # noqa: C901 - one
         for x in obj:  # type: ignore[attr-defined]
             _enc(x, proto, out)
     elif t is Push:
-        out.append((b">%d\r\n" if proto == 3 else b"*%d\r\n") % len(obj))  # type: ignore[arg-type]
+        out.append((b">%d\r\n" if proto == 3 else b"*%d\r\n") % len(obj))  # type: ignore[arg-type, operator]
         for x in obj:  # type: ignore[attr-defined]
             _enc(x, proto, out)
     elif t is float:
