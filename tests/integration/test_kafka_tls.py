@@ -43,16 +43,11 @@ def pki(tmp_path_factory) -> Path:
     return d
 
 
-def tls_flags(pki: Path, cert: str = "node1") -> list[str]:
-    return ["--tls-cert-file", str(pki / f"{cert}.pem"), "--tls-key-file", str(pki / f"{cert}.key"),
-            "--tls-ca-cert-file", str(pki / "ca.pem")]
-
-
 @pytest.fixture(scope="module")
 def node(tmp_path_factory, pki):
     """A plaintext RESP port and a TLS-only Kafka port (tls-auth-clients yes, the default);
     the ACL user alice for SASL."""
-    n = kafka_node(tmp_path_factory.mktemp("kafka-tls") / "data", "--kafka-tls", "yes", *tls_flags(pki),
+    n = kafka_node(tmp_path_factory.mktemp("kafka-tls") / "data", "--kafka-tls", "yes", *certs.node_args(pki, "node1"),
                    "--tls-handshake-timeout", str(HANDSHAKE_TIMEOUT))
     n.start()
     n.client().execute_command("ACL", "SETUSER", "alice", "on", ">alice-pw", "~*", "+@all")
