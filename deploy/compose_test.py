@@ -24,8 +24,9 @@
 7. The TLS variant (``-f docker-compose.tls.yml`` on top, a project of its own after the first
    is down): the certs service makes the CA and certificates, every node turns healthy (its
    health check PINGs over TLS), ``redis-cli --tls`` from the host writes on node 1 and reads
-   on node 3 (the peers replicate over mutual TLS), plaintext RESP gets nothing, and
-   ``marekvs cluster status --ports --tls-dir`` shows every link streaming.
+   on node 3 (the peers replicate over mutual TLS), plaintext RESP gets nothing,
+   ``marekvs cluster status --ports --tls-dir`` shows every link streaming, and a Kafka record
+   produced over SSL through node 1 is read over SSL through node 3.
 8. ``compose down -v``: the projects' containers, networks and volumes are removed (checked),
    and the run's image tag.
 
@@ -495,17 +496,22 @@ def missing(port: int, expected: dict[str, str]) -> dict[str, object]:
     return {k: got[k] for k in keys if got[k] != expected[k].encode()}
 
 
-def kafka_round_trip(kafka_ports: list[int]) -> None:
+def kafka_round_trip(kafka_ports: list[int], tls_dir: Path | None = None) -> None:
     """A record produced (acks=all) through node 1's published Kafka port is read through
-    node 3's: every node advertises 127.0.0.1 and its published port."""
+    node 3's: every node advertises 127.0.0.1 and its published port (with ``tls_dir``: over
+    SSL, presenting the cluster's client certificate)."""
     from confluent_kafka import Consumer, Producer
 
-    p = Producer({"bootstrap.servers": f"127.0.0.1:{kafka_ports[0]}", "acks": "all", "message.timeout.ms": 60000})
+    ssl = {} if tls_dir is None else {
+        "security.protocol": "SSL", "ssl.ca.location": str(tls_dir / "ca.pem"),
+        "ssl.certificate.location": str(tls_dir / "client.pem"), "ssl.key.location": str(tls_dir / "client.key")}
+    p = Producer({"bootstrap.servers": f"127.0.0.1:{kafka_ports[0]}", "acks": "all", "message.timeout.ms": 60000,
+                  **ssl})
     p.produce("compose", key=b"k", value=b"from the host")
     if p.flush(90) != 0:
         raise Failed("the Kafka produce through node 1 was not acknowledged")
     c = Consumer({"bootstrap.servers": f"127.0.0.1:{kafka_ports[2]}", "group.id": "compose",
-                  "auto.offset.reset": "earliest"})
+                  "auto.offset.reset": "earliest", **ssl})
     c.subscribe(["compose"])
     try:
         m = wait_for(lambda: (lambda m: m if m is not None and m.error() is None else None)(c.poll(0.5)), 90,
@@ -514,7 +520,8 @@ def kafka_round_trip(kafka_ports: list[int]) -> None:
         c.close()
     if (m.key(), m.value()) != (b"k", b"from the host"):
         raise Failed(f"read {m.key()!r} {m.value()!r} through node 3")
-    print(f"Kafka: produced on 127.0.0.1:{kafka_ports[0]}, read on 127.0.0.1:{kafka_ports[2]}", flush=True)
+    print(f"Kafka{' over SSL' if tls_dir else ''}: produced on 127.0.0.1:{kafka_ports[0]}, read on "
+          f"127.0.0.1:{kafka_ports[2]}", flush=True)
 
 
 def redis_cli(port: int, *args: str, tls_dir: Path | None = None) -> str:
@@ -815,7 +822,7 @@ def main() -> int:
         with step("7. the TLS variant: clients over TLS, peers over mutual TLS"):
             proj("down", "-v", "--timeout", "30", timeout=180)
             tls_dir = workdir / "tls"
-            proj = Project(compose, project + "-tls", run_tag, ports, tls_dir=tls_dir)
+            proj = Project(compose, project + "-tls", run_tag, ports, tls_dir=tls_dir, kafka_ports=kafka_ports)
             projects.append(proj)
             proj("config", "--quiet")
             proj("up", "-d", "--no-build")
@@ -829,6 +836,7 @@ def main() -> int:
                 if s.recv(64):
                     raise Failed("node 2 answered plaintext RESP on its TLS-only port")
             wait_for(lambda: all_streaming(ports, tls_dir), 60, "every link streaming (over mutual TLS)")
+            kafka_round_trip(kafka_ports, tls_dir)  # Kafka over SSL too
         failed = False
     except (Failed, AssertionError, subprocess.TimeoutExpired, OSError) as e:
         print(f"FAILED: {e}", file=sys.stderr, flush=True)

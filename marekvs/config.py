@@ -27,6 +27,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "tls_replication": ("yes", "no"),
     "metrics_tls": ("yes", "no"),
     "kafka_auto_create_topics": ("yes", "no"),
+    "kafka_tls": ("yes", "no"),
 }
 
 
@@ -98,6 +99,7 @@ class Config:
     redis_version: str = "7.0.15"
     # the Kafka gateway (marekvs/gateway/kafka/, docs/kafka.md)
     kafka_port: int = 0  # 0 = off
+    kafka_tls: str = "no"  # yes: the Kafka listener serves TLS with the tls-* settings (SSL, SASL_SSL)
     kafka_advertise_host: str = ""
     kafka_advertise_port: int = 0
     kafka_prefix: str = "korvet"
@@ -171,6 +173,8 @@ class Config:
         "redis_version": "the Redis version HELLO and INFO report (clients pick features by it; "
                          "redis-py's client-side cache wants 7.4.0 or later)",
         "kafka_port": "Kafka protocol listener port on the bind address (0 = off; docs/kafka.md)",
+        "kafka_tls": "yes | no: the Kafka listener serves TLS only (Kafka's SSL and SASL_SSL), with the TLS "
+                     "port's certificate, CA, tls_auth_clients, protocols and ciphers",
         "kafka_advertise_host": "host Kafka clients are told to connect to (default: advertise_host, else bind)",
         "kafka_advertise_port": "port Kafka clients are told to connect to (default: kafka_port; set it when the "
                                 "listener is reached through a port mapping or a proxy)",
@@ -229,6 +233,8 @@ class Config:
                 or (self.kafka_port and self.kafka_port in (self.port, self.tls_port))):
             raise ValueError("kafka_port must be 0 (off) or a port other than the RESP ports; "
                              "kafka_advertise_port a port or 0")
+        if self.kafka_tls == "yes" and not self.kafka_port:
+            raise ValueError("kafka_tls yes needs a kafka_port to serve TLS on")
         if (self.kafka_num_partitions < 1 or self.kafka_max_request_bytes < 1024 or not self.kafka_prefix
                 or self.kafka_replica_lag_time_max_ms < 1 or self.kafka_retention_check_interval_ms < 1):
             raise ValueError("kafka_num_partitions must be >= 1, kafka_max_request_bytes >= 1024, "

@@ -21,7 +21,7 @@ from marekvs.config import Config
 from marekvs.node import Node
 from marekvs.node.acl import StartupError
 from marekvs.replication.manager import ReplicationManager
-from marekvs.server.listener import RespServer
+from marekvs.server.listener import RespServer, TlsListener
 from marekvs.server.tls import TlsConfigError
 
 log = logging.getLogger("marekvs.server")
@@ -40,7 +40,8 @@ class Process:
         if config.kafka_port:  # the Kafka gateway (marekvs/gateway/kafka/)
             from marekvs.gateway.kafka import KafkaGateway
 
-            self.kafka = KafkaGateway(self.node)
+            tls = TlsListener(self.node, self.resp.tls, "Kafka client") if config.kafka_tls == "yes" else None
+            self.kafka = KafkaGateway(self.node, tls)
         self.metrics_server: asyncio.AbstractServer | None = None
 
     async def run(self) -> None:
@@ -55,8 +56,9 @@ class Process:
         await self.resp.start()
         if self.kafka is not None:
             await self.kafka.start()
+        kafka = "Kafka over TLS" if config.kafka_tls == "yes" else "Kafka"
         ports = [f"{config.bind}:{p} ({kind})" for p, kind in (
-            (config.port, "RESP"), (config.tls_port, "RESP over TLS"), (config.kafka_port, "Kafka")) if p]
+            (config.port, "RESP"), (config.tls_port, "RESP over TLS"), (config.kafka_port, kafka)) if p]
         log.info("marekvs %s node %d listening on %s (data %s, durability %s)", __version__,
                  config.node_id, ", ".join(ports), os.path.abspath(config.data_dir), config.durability)
         for sig in (signal.SIGTERM, signal.SIGINT):

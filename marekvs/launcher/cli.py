@@ -110,11 +110,13 @@ def cmd_up(args: argparse.Namespace) -> int:
     )
     print(f"cluster {args.name!r}: {args.nodes} node(s), state in {state_path(d)}")
     print_nodes(st["nodes"], problems)
+    t = tls_dir(d)
     if kafka_base:
         boot = ",".join(f"127.0.0.1:{s.kafka_port}" for s in specs)
-        print(f"Kafka on every node (docs/kafka.md): kcat -b {boot} -L")
+        ssl = (f" -X security.protocol=ssl -X ssl.ca.location={t / 'ca.pem'} -X ssl.certificate.location="
+               f"{t / 'client.pem'} -X ssl.key.location={t / 'client.key'}") if args.tls else ""
+        print(f"Kafka on every node{' over TLS' if args.tls else ''} (docs/kafka.md): kcat -b {boot}{ssl} -L")
     if args.tls:
-        t = tls_dir(d)
         print(f"TLS only (certificates in {t}): redis-cli --tls --cacert {t / 'ca.pem'} --cert "
               f"{t / 'client.pem'} --key {t / 'client.key'} -p {args.base_port}")
     return 1 if problems else 0
@@ -400,8 +402,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     up.add_argument(
         "--tls",
         action="store_true",
-        help="make a throwaway CA and certificates in DIR/tls: every node serves RESP over TLS only "
-        "(client certificate required: DIR/tls/client.pem) and its peer links over mutual TLS",
+        help="make a throwaway CA and certificates in DIR/tls: every node serves RESP (and Kafka, with "
+        "--kafka) over TLS only (client certificate required: DIR/tls/client.pem) and its peer links over "
+        "mutual TLS",
     )
     common(up)
     up.add_argument("--durability", default="everysec", choices=["always", "everysec", "no"])

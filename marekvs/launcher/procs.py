@@ -170,6 +170,8 @@ def node_argv(
         argv += ["--kafka-port", str(node.kafka_port)]
     if node.tls_dir:
         argv += certs.node_args(Path(node.tls_dir), f"node{node.id}")
+        if node.kafka_port:  # (the Kafka port over TLS too, with the same certificates: SSL, SASL_SSL)
+            argv += ["--kafka-tls", "yes"]
     return argv + list(extra or [])
 
 

@@ -14,11 +14,12 @@ reading from that client until it drains. A protocol error replies to the comman
 it, then sends the error and closes the connection, as Redis does. A connection that
 holds more than client-query-buffer-limit of requests not yet complete is closed.
 
-TLS (``tls-port``): the server accepts on the TLS port itself (``accept_tls``: its own
-listening sockets, on the loop's reader) and hands each socket to
-``loop.connect_accepted_socket`` with the context in use (``server/tls.py``; CONFIG SET
-replaces it for the connections that come after), which does the handshake, then serves
-the same ``Connection`` as a plaintext client's on uvloop's TLS transport. (Accepting
+TLS (``tls-port``; the Kafka listener with ``kafka_tls yes`` the same way): a ``TlsListener``
+accepts on the TLS port itself (its own listening sockets, on the loop's reader) and hands
+each socket to ``loop.connect_accepted_socket`` with the context in use (``server/tls.py``;
+CONFIG SET replaces it for the connections that come after), which does the handshake,
+then serves the same ``Connection`` as a plaintext client's on uvloop's TLS transport
+(``asyncio.start_server(ssl=...)`` would fix the context at start). (Accepting
 through a protocol of its own and calling ``loop.start_tls`` lost the ClientHello when it
 arrived before start_tls took the transport over: both loops read a new connection
 whatever its protocol did in connection_made.) A handshake that fails (plaintext on the
@@ -39,7 +40,7 @@ import asyncio
 import logging
 import socket
 import time
-from typing import Any
+from typing import Any, Callable
 
 from marekvs.commands.context import Context
 from marekvs.commands import errors
@@ -393,41 +394,37 @@ class _Throttled:
         log.warning(msg, *args)
 
 
-class RespServer:
-    """The RESP TCP listeners of a node (plaintext and TLS), and the idle-client timer."""
+class TlsListener:
+    """Listening sockets whose connections are served over TLS with the context in use when
+    each is accepted (``tls.context``: CONFIG SET of the certificate files replaces it for the
+    connections that come after). The TLS port's, and the Kafka listener's with ``kafka_tls
+    yes`` (process.py hands it to the gateway, which may not import this module).
 
-    def __init__(self, node: Node):
+    It accepts on its own sockets (``accept``, on the loop's reader) and hands each socket to
+    ``loop.connect_accepted_socket`` with the context, which does the handshake, then serves
+    ``protocol_factory``'s protocol on the loop's TLS transport (see the module docstring for
+    why not ``loop.start_tls``). Connections still in their handshake count against
+    maxclients; a handshake that fails or takes longer than ``tls_handshake_timeout`` closes
+    the connection with a throttled log line and counts in ``tls_handshake_failures``."""
+
+    def __init__(self, node: Node, tls: ServerTls, what: str = "client"):
         self.node = node
-        self.tcp_server: asyncio.AbstractServer | None = None
-        self.tls_sockets: list[socket.socket] = []  # the TLS port's listening sockets (accept_tls)
-        self.idle_task: asyncio.Task | None = None
-        self.connections: set[Connection] = set()
-        self.handshakes: set[asyncio.Task] = set()  # TLS connections not past their handshake yet
-        self.tls = ServerTls(node.config)  # (a bad certificate stops the start here: TlsConfigError)
-        node.tls_prepare = self.tls.prepare
+        self.tls = tls
+        self.what = what  # in the log line: "Error accepting a <what> connection"
+        self.sockets: list[socket.socket] = []
+        self.handshakes: set[asyncio.Task] = set()  # connections not past their handshake yet
+        self.protocol_factory: Callable[[], asyncio.BaseProtocol] | None = None
         self._refused = _Throttled()
-        self._trimmed_at = 0  # tls_handshake_failures when freed memory was last given back
-        # clients are served by server/busy.py while a script is busy (SCRIPT KILL, BUSY)
-        self.busy = BusyServer(self)
-        node.scripting.busy_poll = self.busy.poll
-        node.scripting.hard_exit = self.busy.hard_exit
 
-    async def start(self) -> None:
-        node = self.node
-        cfg = node.config
-        loop = asyncio.get_running_loop()
-        if cfg.port:
-            self.tcp_server = await loop.create_server(
-                lambda: Connection(self), cfg.bind, cfg.port, reuse_address=True, backlog=_BACKLOG)
-        if cfg.tls_port:
-            self.tls_sockets = listening_sockets(cfg.bind, cfg.tls_port)
-            for ls in self.tls_sockets:
-                loop.add_reader(ls.fileno(), self.accept_tls, ls)
-        self.idle_task = loop.create_task(self._close_idle_clients())
+    def start(self, host: str, port: int, protocol_factory: Callable[[], asyncio.BaseProtocol]) -> None:
+        self.protocol_factory = protocol_factory
+        self.sockets = listening_sockets(host, port)
+        for ls in self.sockets:
+            self.node.loop.add_reader(ls.fileno(), self.accept, ls)  # type: ignore[union-attr]
 
-    def accept_tls(self, listener: socket.socket) -> None:
-        """New connections on the TLS port (the loop found the listening socket readable):
-        each gets its handshake (``handshake``), as many as are waiting, up to the backlog."""
+    def accept(self, listener: socket.socket) -> None:
+        """New connections (the loop found the listening socket readable): each gets its
+        handshake (``handshake``), as many as are waiting, up to the backlog."""
         node = self.node
         for _ in range(_BACKLOG):
             try:
@@ -435,7 +432,7 @@ class RespServer:
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as e:  # out of descriptors or memory: as asyncio, wait a second
-                log.warning("accepting on the TLS port failed: %s; retrying in a second", e)
+                log.warning("accepting on a TLS port failed: %s; retrying in a second", e)
                 node.loop.remove_reader(listener.fileno())  # type: ignore[union-attr]
                 node.loop.call_later(1.0, self._resume_accepting, listener)  # type: ignore[union-attr]
                 return
@@ -450,21 +447,21 @@ class RespServer:
 
     def _resume_accepting(self, listener: socket.socket) -> None:
         if listener.fileno() >= 0:
-            self.node.loop.add_reader(listener.fileno(), self.accept_tls, listener)  # type: ignore[union-attr]
+            self.node.loop.add_reader(listener.fileno(), self.accept, listener)  # type: ignore[union-attr]
 
     async def handshake(self, sock: socket.socket) -> None:
-        """The TLS handshake of a client accepted on the TLS port; the loop's TLS transport
-        then serves its ``Connection`` (connection_made comes once the handshake is done)."""
+        """The TLS handshake of an accepted client; the loop's TLS transport then serves its
+        protocol (connection_made comes once the handshake is done)."""
         node = self.node
-        conn = Connection(self)
-        conn.tls = True
+        assert self.protocol_factory is not None
+        protocol = self.protocol_factory()
         try:
             peer = sock.getpeername()
         except OSError:
             peer = "?"
         try:
             await node.loop.connect_accepted_socket(  # type: ignore[union-attr]
-                lambda: conn, sock, ssl=self.tls.context,
+                lambda: protocol, sock, ssl=self.tls.context,
                 ssl_handshake_timeout=node.config.tls_handshake_timeout)
         except asyncio.CancelledError:
             sock.close()
@@ -473,8 +470,50 @@ class RespServer:
             sock.close()
             node.stats.tls_handshake_failures += 1
             why = getattr(e, "reason", None) or str(e) or type(e).__name__
-            self._refused.warning("Error accepting a client connection: %s (addr=%s)", why,
+            self._refused.warning("Error accepting a %s connection: %s (addr=%s)", self.what, why,
                                   f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else peer)
+
+    def stop(self) -> None:
+        for ls in self.sockets:
+            self.node.loop.remove_reader(ls.fileno())  # type: ignore[union-attr]
+            ls.close()
+        self.sockets = []
+        for task in list(self.handshakes):
+            task.cancel()
+
+
+class RespServer:
+    """The RESP TCP listeners of a node (plaintext and TLS), and the idle-client timer."""
+
+    def __init__(self, node: Node):
+        self.node = node
+        self.tcp_server: asyncio.AbstractServer | None = None
+        self.idle_task: asyncio.Task | None = None
+        self.connections: set[Connection] = set()
+        self.tls = ServerTls(node.config)  # (a bad certificate stops the start here: TlsConfigError)
+        node.tls_prepare = self.tls.prepare
+        self.tls_listener = TlsListener(node, self.tls)  # the TLS port's
+        self._trimmed_at = 0  # tls_handshake_failures when freed memory was last given back
+        # clients are served by server/busy.py while a script is busy (SCRIPT KILL, BUSY)
+        self.busy = BusyServer(self)
+        node.scripting.busy_poll = self.busy.poll
+        node.scripting.hard_exit = self.busy.hard_exit
+
+    async def start(self) -> None:
+        node = self.node
+        cfg = node.config
+        loop = asyncio.get_running_loop()
+        if cfg.port:
+            self.tcp_server = await loop.create_server(
+                lambda: Connection(self), cfg.bind, cfg.port, reuse_address=True, backlog=_BACKLOG)
+        if cfg.tls_port:
+            self.tls_listener.start(cfg.bind, cfg.tls_port, self._tls_connection)
+        self.idle_task = loop.create_task(self._close_idle_clients())
+
+    def _tls_connection(self) -> Connection:
+        conn = Connection(self)
+        conn.tls = True
+        return conn
 
     async def _close_idle_clients(self) -> None:
         """CONFIG SET timeout N: as Redis, a client idle for more than N seconds is closed
@@ -499,7 +538,7 @@ class RespServer:
         failed = self.node.stats.tls_handshake_failures
         self._trimmed_at = min(self._trimmed_at, failed)  # (CONFIG RESETSTAT)
         storm = failed - self._trimmed_at
-        if storm >= _STORM and len(self.handshakes) < 16:
+        if storm >= _STORM and len(self.tls_listener.handshakes) < 16:
             self._trimmed_at = failed
             if release_freed_memory():
                 log.info("gave the memory of %d failed TLS handshakes back to the OS", storm)
@@ -509,9 +548,4 @@ class RespServer:
             self.idle_task.cancel()
         if self.tcp_server is not None:
             self.tcp_server.close()
-        for ls in self.tls_sockets:
-            self.node.loop.remove_reader(ls.fileno())  # type: ignore[union-attr]
-            ls.close()
-        self.tls_sockets = []
-        for task in list(self.handshakes):
-            task.cancel()
+        self.tls_listener.stop()

@@ -51,8 +51,8 @@ HELP = {
     "marekvs_antientropy_calls_refused": "Anti-entropy calls refused (secret, cluster, bad arguments or records).",
     "marekvs_digest_verified_partitions": "Partitions whose kept digest was recomputed from the data.",
     "marekvs_digest_corrected_partitions": "Partitions whose kept digest differed from the data and was corrected.",
-    "marekvs_tls_handshake_failures": "TLS handshakes on the TLS port that failed or timed out (the connection "
-                                      "was closed).",
+    "marekvs_tls_handshake_failures": "TLS handshakes on the TLS port (and the Kafka port with kafka_tls) that "
+                                      "failed or timed out (the connection was closed).",
 }
 
 

@@ -43,20 +43,22 @@ class TlsConfigError(ValueError):
 
 
 class ServerTls:
-    """The context the TLS port (and the HTTPS metrics exporter) give new connections."""
+    """The context the TLS port, the Kafka listener with ``kafka_tls yes`` and the HTTPS
+    metrics exporter give new connections (one object for all of them, so a rotation by
+    CONFIG SET reaches every listener that reads ``context`` per connection)."""
 
     def __init__(self, config: Any):
         self.context: ssl.SSLContext | None = build_context(config) if self.needed(config) else None
 
     @staticmethod
     def needed(config: Any) -> bool:
-        return bool(config.tls_port) or config.metrics_tls == "yes"
+        return bool(config.tls_port) or config.metrics_tls == "yes" or config.kafka_tls == "yes"
 
     def prepare(self, config: Any) -> Callable[[], None]:
         """CONFIG SET of tls-* names: ``config`` holds the proposed settings. Returns what
         makes a context built from them serve the connections accepted from then on (those
         open keep theirs); if it cannot be built, ``TlsConfigError`` (logged), and the old
-        one stays. Without a TLS port the settings are only kept, as Redis keeps them."""
+        one stays. Without a TLS listener the settings are only kept, as Redis keeps them."""
         if not self.needed(config):
             return _nothing
         try:

@@ -146,17 +146,45 @@ def test_cluster_up_status_add_down(tmp_path):
 
 @pytest.mark.skipif(shutil.which("openssl") is None or shutil.which("redis-cli") is None,
                     reason="needs the openssl and redis-cli commands")
+def _kafka_over_ssl(t, produce_port: int, consume_port: int) -> None:
+    """A record produced over SSL (the cluster's client certificate) on one node is consumed
+    over SSL on another; a client without a certificate gets no metadata (where
+    confluent-kafka is installed, as the other Kafka tests need it)."""
+    try:
+        import confluent_kafka as kafka
+        from confluent_kafka.admin import AdminClient
+    except ImportError:
+        return
+    ssl = {"security.protocol": "SSL", "ssl.ca.location": str(t / "ca.pem"),
+           "ssl.certificate.location": str(t / "client.pem"), "ssl.key.location": str(t / "client.key")}
+    p = kafka.Producer({"bootstrap.servers": f"127.0.0.1:{produce_port}", "message.timeout.ms": 60000, **ssl})
+    p.produce("cli-tls", value=b"over tls")
+    assert p.flush(60) == 0
+    c = kafka.Consumer({"bootstrap.servers": f"127.0.0.1:{consume_port}", "group.id": "cli-tls",
+                        "auto.offset.reset": "earliest", **ssl})
+    c.subscribe(["cli-tls"])
+    m = wait_until(lambda: (lambda m: m if m is not None and m.error() is None else None)(c.poll(0.5)),
+                   timeout=60, what="the record consumed over SSL")
+    c.close()
+    assert m.value() == b"over tls"
+    admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{produce_port}", "security.protocol": "SSL",
+                         "ssl.ca.location": str(t / "ca.pem")})
+    with pytest.raises(kafka.KafkaException):
+        admin.list_topics(timeout=5)
+
+
 def test_cluster_up_tls_serves_clients_over_tls_and_peers_over_mutual_tls(tmp_path):
-    """``cluster up --tls``: three nodes, RESP over TLS only (a client certificate required),
-    peer links over mutual TLS; real redis-cli --tls writes on node 1 and reads on node 3;
-    status and add work through TLS; a peer call in the clear or without a certificate is
+    """``cluster up --tls --kafka``: three nodes, RESP and Kafka over TLS only (a client
+    certificate required), peer links over mutual TLS; real redis-cli --tls writes on node 1
+    and reads on node 3, a Kafka record produced over SSL on node 1 is read over SSL on node
+    3; status and add work through TLS; a peer call in the clear or without a certificate is
     refused."""
     import grpc
 
     d = tmp_path / "cluster"
-    base, gbase = free_base(4), free_base(4)
-    while abs(gbase - base) < 4:
-        gbase = free_base(4)
+    base, gbase, kbase = free_base(4), free_base(4), free_base(4)
+    while min(abs(gbase - base), abs(kbase - base), abs(kbase - gbase)) < 4:
+        gbase, kbase = free_base(4), free_base(4)
     t = d / "tls"
 
     def rcli(port, *args, cert=True):
@@ -168,9 +196,11 @@ def test_cluster_up_tls_serves_clients_over_tls_and_peers_over_mutual_tls(tmp_pa
 
     try:
         r = cli("up", "--tls", "--nodes", "3", "--dir", str(d), "--base-port", str(base),
-                "--grpc-base-port", str(gbase))
+                "--grpc-base-port", str(gbase), "--kafka-base-port", str(kbase))
         assert r.returncode == 0, r.stdout + r.stderr
         assert f"redis-cli --tls --cacert {t / 'ca.pem'}" in r.stdout
+        assert f"-X security.protocol=ssl -X ssl.ca.location={t / 'ca.pem'}" in r.stdout
+        _kafka_over_ssl(t, kbase, kbase + 2)
         assert rcli(base, "SET", "over", "tls") == "OK"
         wait_until(lambda: rcli(base + 2, "GET", "over") == "tls", timeout=60, what="the write on node 3")
         assert rcli(base + 1, "PING", cert=False) == ""  # no client certificate: refused at the handshake

@@ -50,6 +50,19 @@ def test_options_port_zero_serves_tls_only_and_word_options_are_checked():
     assert c.tls_cert_file == "/env.pem" and c.tls_session_cache_size == 20480 and c.tls_session_cache_timeout == 300
 
 
+def test_kafka_tls_needs_a_kafka_port_and_the_certificate_files():
+    c = cfgmod.load(env={"MAREKVS_KAFKA_TLS": "YES"}, overrides={"kafka_port": "9092"})
+    assert c.kafka_tls == "yes" and tls.ServerTls.needed(c)
+    assert not tls.ServerTls.needed(cfgmod.load(env={}, overrides={"kafka_port": "9092"}))
+    with pytest.raises(ValueError, match="kafka_tls yes needs a kafka_port"):
+        cfgmod.load(env={}, overrides={"kafka_tls": "yes"})
+    with pytest.raises(ValueError, match="kafka_tls must be one of yes, no"):
+        cfgmod.load(env={}, overrides={"kafka_port": "9092", "kafka_tls": "ssl"})
+    # without a TLS port the Kafka listener alone needs the context: no certificate, no start
+    with pytest.raises(tls.TlsConfigError, match="No tls-cert-file configured!"):
+        tls.ServerTls(cfgmod.Config(kafka_port=9092, kafka_tls="yes"))
+
+
 def test_context_follows_the_settings(pki):
     ctx = tls.build_context(conf(pki))
     assert ctx.verify_mode == ssl.CERT_REQUIRED  # tls-auth-clients yes (the default)

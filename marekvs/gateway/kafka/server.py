@@ -1,6 +1,10 @@
 """The Kafka listener: connections, their requests in order, and the gateway's shared state.
 
-One asyncio server on ``kafka_port``. A connection reads one request frame at a time and
+One asyncio server on ``kafka_port``; with ``kafka_tls yes`` the port serves TLS only (Kafka's
+SSL and SASL_SSL security protocols) through the ``tls`` listener process.py hands over (the
+RESP server's ``TlsListener`` with the node's one ``ServerTls``, so the client tls-* settings
+apply and a CONFIG SET rotation reaches the connections accepted after it; a gateway may not
+import the RESP server). A connection reads one request frame at a time and
 answers it before reading the next, as a Kafka broker processes a connection's requests in
 order (a long-poll fetch holds the connection's later requests, as on Kafka). Every
 connection is a client of the node: it has a ``Context`` (CLIENT LIST shows it with
@@ -32,13 +36,17 @@ from marekvs.keyspace.changes import user_keys
 
 log = logging.getLogger("marekvs.kafka")
 _SIZE = struct.Struct(">i")
+_LIMIT = 1 << 20  # (the streams' buffer limit)
 # what a SASL listener serves before authentication
 _PRE_AUTH = frozenset((protocol.API_VERSIONS, protocol.SASL_HANDSHAKE, protocol.SASL_AUTHENTICATE))
 
 
 class KafkaGateway:
-    def __init__(self, node: Any):
+    def __init__(self, node: Any, tls: Any = None):
         self.node = node
+        # with kafka_tls yes: a listener with start(host, port, protocol_factory) and stop()
+        # that serves each connection over TLS (server/listener.TlsListener)
+        self.tls = tls
         cfg = node.config
         self.node_id = cfg.node_id
         self.layout = Layout(node, cfg.kafka_prefix)
@@ -68,25 +76,35 @@ class KafkaGateway:
     # -- life cycle ---------------------------------------------------------------------------
     async def start(self) -> None:
         cfg = self.node.config
-        self.server = await asyncio.start_server(self._accept, cfg.bind, cfg.kafka_port, limit=1 << 20)
+        if self.tls is not None:
+            self.tls.start(cfg.bind, cfg.kafka_port, self._protocol)
+        else:
+            self.server = await asyncio.start_server(self._accept, cfg.bind, cfg.kafka_port, limit=_LIMIT)
         self.brokers()  # (records this node's address if the record lacks or differs from it)
         self.node.request_tick()
         loop = asyncio.get_running_loop()
         self._ack_task = loop.create_task(self._acks())
         self._retention_task = loop.create_task(self._retention())
         self.groups.start()
-        log.info("Kafka gateway listening on %s:%d (advertised as %s:%d, prefix %s)", cfg.bind, cfg.kafka_port,
-                 self.host, self.port, cfg.kafka_prefix)
+        log.info("Kafka gateway listening on %s:%d%s (advertised as %s:%d, prefix %s)", cfg.bind, cfg.kafka_port,
+                 " over TLS" if self.tls is not None else "", self.host, self.port, cfg.kafka_prefix)
 
     def stop(self) -> None:
         if self.server is not None:
             self.server.close()
+        if self.tls is not None:
+            self.tls.stop()
         for task in (self._ack_task, self._retention_task):
             if task is not None:
                 task.cancel()
         self.groups.stop()
         for c in list(self.connections):
             c.close()
+
+    def _protocol(self) -> asyncio.StreamReaderProtocol:
+        """A TLS connection's protocol: the streams ``start_server`` would make, served by
+        ``_accept`` once the handshake is done."""
+        return asyncio.StreamReaderProtocol(asyncio.StreamReader(limit=_LIMIT), self._accept)
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         conn = Connection(self, reader, writer)
