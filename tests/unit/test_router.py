@@ -124,3 +124,33 @@ def test_numkeys_commands_take_the_fast_path(table, router, monkeypatch):
         router.keys(cmd, args)
     assert router.keys(resolve(table, [b"evalsha", b"s", b"1", b"k"]), [b"evalsha", b"s", b"1", b"k"]) == [b"k"]
     assert not calls
+
+
+def test_admit_then_execute_is_dispatch(tmp_path):
+    """``Node.admit`` + ``Node.execute`` (the halves a shard worker splits a command into)
+    answer and count as ``Node.dispatch`` does."""
+    from marekvs.commands.reply import QUEUED, Err
+    from marekvs.config import Config
+    from marekvs.node import Node
+
+    node = Node(Config(data_dir=str(tmp_path / "db"), node_id=1, durability="no"))
+    try:
+        ctx = node.new_context()
+        node.dispatch(ctx, [b"SET", b"k", b"v"])
+        for refused in ([b"NOSUCH"], [b"GET"], [b"CLIENT", b"NOSUCH"]):
+            r = node.admit(ctx, refused)
+            assert type(r) is Err and r == node.dispatch(ctx, refused)
+        get = node.admit(ctx, [b"GET", b"k"])
+        assert isinstance(get, Command) and get.name == "get"
+        total, calls = node.stats.total_commands, get.calls
+        assert node.execute(ctx, get, [b"GET", b"k"]) == b"v" == node.dispatch(ctx, [b"GET", b"k"])
+        assert (node.stats.total_commands, get.calls) == (total + 1, calls + 2)  # admitted once by dispatch
+        sub = node.admit(ctx, [b"CLIENT", b"SETNAME", b"x"])
+        assert sub.fullname == "client|setname" and ctx.name == b""  # admitted, not run
+        node.execute(ctx, sub, [b"CLIENT", b"SETNAME", b"x"])
+        assert ctx.name == b"x"
+        node.dispatch(ctx, [b"MULTI"])
+        assert node.admit(ctx, [b"INCR", b"n"]) is QUEUED and len(ctx.multi) == 1
+        assert node.dispatch(ctx, [b"EXEC"]) == [1]
+    finally:
+        node.close()
