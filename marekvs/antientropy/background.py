@@ -18,7 +18,9 @@ it). Two background tasks then run on the node's event loop:
   takes about ``digest_verify_interval`` seconds (default 3600; 0 turns it off); the first
   pass after a start runs faster (``FIRST_PASS_RECORDS`` records or
   ``FIRST_PASS_PARTITIONS`` partitions per ``FIRST_PASS_STEP`` seconds: ~25 s per million
-  records), since a restart is when files are found missing.
+  records), since a restart is when files are found missing. It walks the partitions of
+  the node's engine (``Engine.partitions``: all 4096, or a shard worker's range), as
+  ``DigestVerifier``.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from marekvs.antientropy.remote import GrpcReplica, ReplicaError
 from marekvs.antientropy.replica import LocalReplica
 from marekvs.antientropy.report import Report
 from marekvs.antientropy.service import SERVICE, AntiEntropyService
-from marekvs.core.partition import PARTITIONS
+from marekvs.core.partition import PARTITIONS, PartitionRange
 from marekvs.replication.gen import antientropy_v1_pb2_grpc as pbg
 
 log = logging.getLogger("marekvs.antientropy")
@@ -44,6 +46,53 @@ STEP = 0.5  # seconds between the verifier's later steps
 MIN_STEP_RECORDS = 200
 FIRST_PASS_PARTITIONS = 256  # partitions per step at most (an empty one still costs an iterator)
 MIN_STEP_PARTITIONS = 8
+
+
+class DigestVerifier:
+    """The verifier's walk over a range of partitions (default: the local replica's, which
+    is its engine's), one step at a time: ``step`` verifies partitions from ``pid`` on,
+    within the range, wrapping from its last back to its first (a pass: ``cycles``)."""
+
+    def __init__(self, local: LocalReplica, partitions: PartitionRange | None = None):
+        self.local = local
+        self.partitions = r = local.partitions if partitions is None else partitions
+        if not (local.partitions.holds(r.first) and local.partitions.holds(r.last)):
+            raise ValueError(f"digest verifier over partitions {r}, outside the replica's {local.partitions}")
+        self.pid = r.first  # the next partition to verify
+        self.cycles = 0  # whole passes over the range
+        self.cycle_records = 0  # records read in the pass under way ...
+        self.last_cycle = 0  # ... and in the last whole one
+
+    def budget(self, interval: float) -> tuple[int, int]:
+        """(records, partitions) of the next step: the first pass runs faster (see the
+        module docstring); later ones take the share of the last pass that makes a whole
+        pass last about ``interval`` seconds."""
+        if self.cycles == 0:
+            return FIRST_PASS_RECORDS, FIRST_PASS_PARTITIONS
+        share = STEP / interval  # of a whole pass, per step
+        return (max(MIN_STEP_RECORDS, int(self.last_cycle * share)),
+                max(MIN_STEP_PARTITIONS, int(self.partitions.count * share) + 1))
+
+    def step(self, budget: int, parts: int) -> int:
+        """Verify (and correct) partitions until ``budget`` records were read, ``parts``
+        partitions were verified or the pass ended; return the records read."""
+        read = 0
+        r = self.partitions
+        while read < budget and parts > 0:
+            parts -= 1
+            pid = self.pid
+            bad, n, _ = self.local.verify(pid, correct=True)
+            read += n
+            self.cycle_records += n
+            if bad:
+                log.warning("the kept digest of partition %d differed from its records (changed behind "
+                            "the engine's back?): corrected; anti-entropy will repair the difference", pid)
+            self.pid = r.after(pid)
+            if self.pid == r.first:
+                self.cycles += 1
+                self.last_cycle, self.cycle_records = self.cycle_records, 0
+                break
+        return read
 
 
 class AntiEntropy:
@@ -66,8 +115,7 @@ class AntiEntropy:
         self.last_at = 0.0
         self._turn = 0
         self._start = 0
-        self.verify_cycles = 0
-        self.verify_pid = 0
+        self.verifier = DigestVerifier(self.local)
 
     # -- life cycle -------------------------------------------------------------------------
     def start(self) -> None:
@@ -139,31 +187,11 @@ class AntiEntropy:
     # -- the digest verifier ----------------------------------------------------------------
     async def _verify_loop(self) -> None:
         await asyncio.sleep(1.0)
-        cycle_records = last_cycle = 0
+        v = self.verifier
         while True:
-            first = self.verify_cycles == 0
-            if first:
-                budget, parts = FIRST_PASS_RECORDS, FIRST_PASS_PARTITIONS
-            else:
-                share = STEP / self.config.digest_verify_interval  # of a whole pass, per step
-                budget = max(MIN_STEP_RECORDS, int(last_cycle * share))
-                parts = max(MIN_STEP_PARTITIONS, int(PARTITIONS * share) + 1)
-            read = 0
+            first = v.cycles == 0
             try:
-                while read < budget and parts > 0:
-                    parts -= 1
-                    pid = self.verify_pid
-                    bad, n, _ = self.local.verify(pid, correct=True)
-                    read += n
-                    cycle_records += n
-                    if bad:
-                        log.warning("the kept digest of partition %d differed from its records (changed behind "
-                                    "the engine's back?): corrected; anti-entropy will repair the difference", pid)
-                    self.verify_pid = (pid + 1) % PARTITIONS
-                    if self.verify_pid == 0:
-                        self.verify_cycles += 1
-                        last_cycle, cycle_records = cycle_records, 0
-                        break
+                v.step(*v.budget(self.config.digest_verify_interval))
             except Exception:
                 log.exception("digest verification failed")
             await asyncio.sleep(FIRST_PASS_STEP if first else STEP)
@@ -194,7 +222,7 @@ class AntiEntropy:
             ("pushes_received", loc.pushes), ("pushed_records_applied", loc.pushed_applied),
             ("pushed_records_past_gc_grace", loc.pushed_past_gc_grace),
             ("calls_served", self.service.calls), ("calls_refused", self.refused_calls()),
-            ("digest_verify_cycles", self.verify_cycles), ("digest_verified_partitions", loc.verified),
+            ("digest_verify_cycles", self.verifier.cycles), ("digest_verified_partitions", loc.verified),
             ("digest_corrected_partitions", loc.corrected),
             ("digest_rebuilt_at_open", int(self.node.engine.digest.rebuilt_at_open)),
             ("last_exchange_error", self.last_error.replace(" ", "_")[:200]),

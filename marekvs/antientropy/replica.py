@@ -34,7 +34,7 @@ from typing import Any, Protocol
 from marekvs.antientropy import plan as P
 from marekvs.core import digest as D
 from marekvs.core import registry
-from marekvs.core.partition import PARTITIONS
+from marekvs.core.partition import PARTITIONS, PartitionRange
 
 VERIFY_NONE, VERIFY_CHECK, VERIFY_CORRECT = 0, 1, 2
 MAX_PUSH_RECORDS = 100_000
@@ -123,6 +123,7 @@ class LocalReplica:
 
     def __init__(self, engine: Any, hlc: Any, config: Any, resp_addr: str = "", address: str = "local"):
         self.engine = engine
+        self.partitions: PartitionRange = engine.partitions  # what it holds (all 4096, or a shard's)
         self.hlc = hlc
         self.config = config
         self.resp_addr = resp_addr
@@ -161,6 +162,8 @@ class LocalReplica:
         """Recompute partition ``pid``'s segments from its records and compare them with the
         kept ones (correcting them if asked): (kept digest was wrong, records read, the
         recomputed segments)."""
+        if not self.partitions.holds(pid):
+            raise BadRequest(f"partition {pid} is not within this replica's partitions {self.partitions}")
         start, end = partition_range(pid)
         # Committed first: the kept segments count committed records only (a scan would
         # merge in pending writes whose deltas the digest has not folded in yet).

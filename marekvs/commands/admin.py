@@ -26,8 +26,7 @@ from marekvs.commands.errors import CommandError
 from marekvs.commands.stepwise import in_steps
 from marekvs.commands.table import command, container, help_subcommand
 from marekvs.config import CHOICES
-from marekvs.core.partition import PARTITIONS
-from marekvs.storage.engine import shard_range
+from marekvs.core.partition import PARTITIONS, ShardMap
 
 log = logging.getLogger("marekvs.server")
 
@@ -398,9 +397,8 @@ def _section_keyspace(s):
 
 
 def _section_marekvs(s):
-    lo_hi = [shard_range(i, s.config.shards) for i in range(s.config.shards)]
     return [("node_id", s.config.node_id), ("partitions", PARTITIONS), ("shards", s.config.shards),
-            ("shard_ranges", ",".join(f"{lo}-{hi}" for lo, hi in lo_hi)), ("hlc", s.hlc.last),
+            ("shard_ranges", ",".join(map(str, ShardMap.even(s.config.shards).ranges))), ("hlc", s.hlc.last),
             ("hlc_physical_ms", s.hlc.last >> 16), ("hlc_clamped", s.hlc.clamped),
             ("max_clock_drift_ms", s.hlc.max_drift_ms), ("gc_grace_seconds", s.config.gc_grace),
             ("sweeper_cycles", s.sweeper.cycles)]

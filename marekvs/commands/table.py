@@ -45,7 +45,7 @@ from __future__ import annotations
 import enum
 import importlib
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Sequence, Union
+from typing import Any, Callable, Iterable, Iterator, Sequence, Union
 
 from marekvs.commands.args import parse_ll
 from marekvs.commands.reply import Simple
@@ -602,7 +602,7 @@ class CommandTable:
     def __len__(self) -> int:
         return len(self.commands)
 
-    def all_commands(self):
+    def all_commands(self) -> Iterator[Command]:
         """Every command and subcommand."""
         for c in self.commands.values():
             yield c

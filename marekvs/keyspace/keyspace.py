@@ -339,16 +339,18 @@ class Keyspace:
     # partition's heads are held until its strings have been seen).
     STEP_RECORDS = 1024  # key records read per step of a whole-keyspace pass
 
-    def key_runs(self, first_pid: int, now: int) -> Iterator[tuple[int, int, list[KeyRecord]]]:
+    def key_runs(self, first_pid: int, now: int,
+                 last_pid: int | None = None) -> Iterator[tuple[int, int, list[KeyRecord]]]:
         """(pid, key records read, live keys as (user key, ikey, record)) of every
-        partition from ``first_pid`` on that holds a string or head record, live or
-        not, in order. One iterator (``Engine.scan_tags``): element records and empty
+        partition from ``first_pid`` to ``last_pid`` (default: the last of the engine's
+        range, ``Engine.partitions``) that holds a string or head record, live or not,
+        in order. One iterator (``Engine.scan_tags``): element records and empty
         partitions are skipped by seeks."""
         cur = -1
         n = 0
         keys: list[KeyRecord] = []
         heads: dict[bytes, KeyRecord] = {}
-        for ikey, rec in self.engine.scan_tags(first_pid, registry.KEY_TAGS):
+        for ikey, rec in self.engine.scan_tags(first_pid, registry.KEY_TAGS, last_pid):
             pid = K.pid_of_ikey(ikey)
             if pid != cur:
                 if n:

@@ -30,6 +30,9 @@ Once the entries hold ``CHECKPOINT_DELTAS`` deltas, a checkpoint writes the tabl
 deletes every entry (its own WriteBatch, written right after a commit: either it
 happened or the entries are all still there). A clean close checkpoints.
 
+The table has every partition's slots; an engine over a range of partitions
+(``Engine.partitions``) keeps only its range's, and its rebuild at open reads only them.
+
 Missing or doubted digests are rebuilt from the data: at open when the marker is missing
 (a data directory written before digests existed, or whose digest was dropped);
 ``rebuild`` (``marekvs digest --rebuild``); one partition at a time by ``correct`` when a
@@ -51,7 +54,7 @@ from typing import Any, Iterable, Iterator
 from rocksdict import ReadOptions, WriteBatch, WriteOptions
 
 from marekvs.core import digest as D
-from marekvs.core.partition import PARTITIONS
+from marekvs.core.partition import ALL, PARTITIONS, PartitionRange
 
 log = logging.getLogger("marekvs.storage")
 
@@ -84,7 +87,7 @@ def _from_be(typecode: str, b: bytes) -> array:
 
 
 class KeptDigest:
-    def __init__(self, db: Any, cf: Any, handle: Any, data: Any):
+    def __init__(self, db: Any, cf: Any, handle: Any, data: Any, partitions: PartitionRange = ALL):
         self.db = db
         self.cf = cf
         self.handle = handle
@@ -101,14 +104,14 @@ class KeptDigest:
             self._load()
             return
         it = data.iter(ReadOptions())
-        it.seek_to_first()
-        if marker is None and not it.valid():
+        it.seek(partitions.start_key)
+        if marker is None and not (it.valid() and it.key() < partitions.end_key):
             cf.put(_MARKER, b"%d" % D.FORMAT)  # a new data directory: the digest of nothing
             return
         del it
         log.warning("the data directory has no digest of its data (%s): rebuilding it from the data",
                     "written before digests" if marker is None else f"digest format {marker!r}")
-        self.rebuild(_scan_all(data))
+        self.rebuild(_scan_range(data, partitions))
         self.rebuilt_at_open = True
 
     def close(self) -> None:
@@ -252,9 +255,14 @@ def computed(records: Iterable[tuple[bytes, bytes]]) -> array:
     return segs
 
 
-def _scan_all(data: Any) -> Iterator[tuple[bytes, bytes]]:
+def _scan_range(data: Any, partitions: PartitionRange) -> Iterator[tuple[bytes, bytes]]:
+    """The records of ``partitions`` (an engine over a range never reads past it)."""
     it = data.iter(ReadOptions())
-    it.seek_to_first()
+    it.seek(partitions.start_key)
+    end = partitions.end_key
     while it.valid():
-        yield it.key(), it.value()
+        k = it.key()
+        if k >= end:
+            return
+        yield k, it.value()
         it.next()

@@ -53,11 +53,16 @@ before the record is readable. A string command on a key of a partition without 
 skips the head lookup (the spec's second point read of a TYPE check) and caches one
 record per key instead of two. It is never cleared while the engine is open.
 
-Shards: the 4096 partitions are split into ``shards`` contiguous ranges. Every
-operation on a partition runs to completion on the event-loop thread without
-yielding, which serialises everything on a shard (and makes multi-key commands on
-one hash tag atomic); the shard map is the unit that later moves between threads or
-processes.
+Partition range: an engine holds the partitions of one ``PartitionRange``
+(``core/partition.py``), by default all 4096; a shard worker's engine holds its shard's
+contiguous range (docs/shards.md). An engine over a smaller range never holds, reads or
+iterates a record outside it: ``get``, ``apply`` and ``purge`` refuse such a key
+(``OutsideRange``: a routing bug, raised before anything changed), scans are clipped to
+the range, and the head map, the digest rebuild and the sweeper see only its partitions.
+The checks are bound per instance (``_bind_range``), so an engine of every partition
+pays nothing for them on its hot path. Every operation on a partition runs to completion
+on the event-loop thread without yielding, which serialises everything on a shard (and
+makes multi-key commands on one hash tag atomic).
 """
 
 from __future__ import annotations
@@ -80,7 +85,7 @@ from marekvs.core import keys as K
 from marekvs.core import merge as _merge
 from marekvs.core import registry
 from marekvs.core.hlc import LOGICAL_BITS
-from marekvs.core.partition import PARTITIONS
+from marekvs.core.partition import ALL, PartitionRange
 from marekvs.storage import identity
 from marekvs.storage.digest import KeptDigest, key_hash
 from marekvs.storage.replog import ReplicationLog
@@ -126,20 +131,25 @@ class StorageWriteError(StorageError):
     """A batch could not be written (a full disk, an I/O error): nothing of it committed."""
 
 
+class OutsideRange(StorageError):
+    """A key outside the engine's partition range was read or written (a routing bug)."""
+
+
 class Engine:
     def __init__(self, path: str, node_id: int, durability: str = "everysec",
                  cache_entries: int = 500_000, max_total_wal_bytes: int = MAX_TOTAL_WAL_BYTES,
-                 hlc: Any = None):
+                 hlc: Any = None, partitions: PartitionRange = ALL):
         if durability not in DURABILITY_MODES:
             raise ValueError(f"durability must be one of {DURABILITY_MODES}")
         self.path = path
         self.node_id = node_id
+        self.partitions = partitions  # the partitions this engine holds (see the module docstring)
         os.makedirs(path, exist_ok=True)
         self._max_total_wal_bytes = max_total_wal_bytes
         self._open_db()
         self._check_identity()
         self.digest = KeptDigest(self.db, self.db.get_column_family("digest"),
-                                 self.db.get_column_family_handle("digest"), self.data)
+                                 self.db.get_column_family_handle("digest"), self.data, partitions)
 
         self.cache: dict[bytes, bytes | None] = {}
         self.cache_entries = cache_entries
@@ -181,6 +191,49 @@ class Engine:
         self.failed_commits = 0
         self._retry_at = 0.0
         self.dirty = False  # records applied since the last commit attempt
+        if not partitions.whole:
+            self._bind_range()
+
+    def _bind_range(self) -> None:
+        """An engine over part of the partitions: ``get``, ``apply`` and ``purge`` check
+        their keys and the scans are clipped to the range, through methods bound to this
+        instance (an engine of every partition keeps the class's, unchecked)."""
+        lo, hi = self.partitions.start_key, self.partitions.end_key
+        cls = type(self)
+
+        def check(ikey: bytes) -> None:
+            if not lo <= ikey < hi:
+                raise OutsideRange(f"key {ikey[:40]!r} is outside partitions {self.partitions}")
+
+        def get(ikey: bytes) -> bytes | None:
+            check(ikey)
+            return cls.get(self, ikey)
+
+        def apply(records: list[tuple[bytes, bytes]], log_entry: bool = True) -> list[tuple[bytes, bytes]]:
+            for ikey, _ in records:
+                check(ikey)
+            return cls.apply(self, records, log_entry)
+
+        def purge(ikey: bytes) -> None:
+            check(ikey)
+            cls.purge(self, ikey)
+
+        def clip(start: bytes, end: bytes | None) -> tuple[bytes, bytes]:
+            return max(start, lo), (hi if end is None else min(end, hi))
+
+        def scan(start: bytes, end: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
+            start, end = clip(start, end)
+            return cls.scan(self, start, end) if start < end else iter(())
+
+        def scan_committed(start: bytes, end: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
+            start, end = clip(start, end)
+            return cls.scan_committed(self, start, end) if start < end else iter(())
+
+        self.get = get  # type: ignore[method-assign]
+        self.apply = apply  # type: ignore[method-assign]
+        self.purge = purge  # type: ignore[method-assign]
+        self.scan = scan  # type: ignore[method-assign]
+        self.scan_committed = scan_committed  # type: ignore[method-assign]
 
     def _open_db(self) -> None:
         opts = Options(raw_mode=True)
@@ -246,9 +299,9 @@ class Engine:
         self.log.trim(upto, self._wopts)
 
     def _find_head_partitions(self) -> bytearray:
-        found = bytearray(PARTITIONS)
+        found = bytearray(ALL.count)  # (indexed by pid; only the range's can be set)
         it = self.data.iter(ReadOptions())
-        for pid in range(PARTITIONS):
+        for pid in range(self.partitions.first, self.partitions.last + 1):
             prefix = K.pid_prefix(pid) + K.TAG_HEAD
             it.seek(prefix)
             if it.valid() and it.key().startswith(prefix):
@@ -319,28 +372,38 @@ class Engine:
                 keys.sort()
         return keys
 
-    def scan_tags(self, first_pid: int, tags: bytes) -> Iterator[tuple[bytes, bytes]]:
-        """Records of partitions ``first_pid`` on whose tag byte (the byte after the
-        pid) is in ``tags``, in key order, pending writes included, from ONE iterator that
-        seeks over everything else: the records of other tags (a big hash's fields), and
-        empty partitions, cost one seek each instead of one read per record, or a new
-        iterator per partition (which seeks every memtable and L0 file: ~3 us, 14 ms for
-        all 4096)."""
+    def scan_tags(self, first_pid: int, tags: bytes, last_pid: int | None = None) -> Iterator[tuple[bytes, bytes]]:
+        """Records of partitions ``first_pid`` to ``last_pid`` (default: to the end of the
+        engine's range) whose tag byte (the byte after the pid) is in ``tags``, in key
+        order, pending writes included, from ONE iterator that seeks over everything else:
+        the records of other tags (a big hash's fields), and empty partitions, cost one
+        seek each instead of one read per record, or a new iterator per partition (which
+        seeks every memtable and L0 file: ~3 us, 14 ms for all 4096)."""
+        r = self.partitions
+        first_pid = max(first_pid, r.first)
+        end_pid = r.last + 1 if last_pid is None else min(last_pid, r.last) + 1
+        if first_pid >= end_pid:
+            return iter(())
         wanted = bytes(sorted(set(tags)))
-        base = self._scan_tags(first_pid, wanted)
+        base = self._scan_tags(first_pid, end_pid, wanted)
         if not self.pending:
             return base
         keys = self._pending_keys()
         pending = self.pending
-        over = [(k, pending[k]) for k in keys[bisect_left(keys, _U16.pack(first_pid)):] if k[2] in wanted]
+        lo = bisect_left(keys, _U16.pack(first_pid))
+        hi = bisect_left(keys, _U16.pack(end_pid), lo)
+        over = [(k, pending[k]) for k in keys[lo:hi] if k[2] in wanted]
         return _with_pending(base, over) if over else base
 
-    def _scan_tags(self, first_pid: int, wanted: bytes) -> Iterator[tuple[bytes, bytes]]:
+    def _scan_tags(self, first_pid: int, end_pid: int, wanted: bytes) -> Iterator[tuple[bytes, bytes]]:
         first = wanted[:1]
         it = self.data.iter(ReadOptions())
         it.seek(_U16.pack(first_pid) + first)
         while it.valid():
             k = it.key()
+            pid = (k[0] << 8) | k[1]
+            if pid >= end_pid:
+                return
             t = k[2]
             if t in wanted:
                 yield k, it.value()
@@ -350,10 +413,9 @@ class Engine:
             if after:  # the next wanted tag of this partition
                 it.seek(k[:2] + bytes((after[0],)))
             else:
-                pid = ((k[0] << 8) | k[1]) + 1
-                if pid >= PARTITIONS:
+                if pid + 1 >= end_pid:
                     return
-                it.seek(_U16.pack(pid) + first)
+                it.seek(_U16.pack(pid + 1) + first)
 
     # -- the apply path --------------------------------------------------------------
     def apply(self, records: list[tuple[bytes, bytes]], log_entry: bool = True) -> list[tuple[bytes, bytes]]:
@@ -693,13 +755,3 @@ def prefix_end(prefix: bytes) -> bytes | None:
         p.pop()
     return None
 
-
-def shard_of(pid: int, shards: int) -> int:
-    return pid * shards // PARTITIONS
-
-
-def shard_range(shard: int, shards: int) -> tuple[int, int]:
-    """[first pid, last pid] owned by ``shard``."""
-    lo = -(-shard * PARTITIONS // shards)
-    hi = -(-(shard + 1) * PARTITIONS // shards) - 1
-    return lo, hi

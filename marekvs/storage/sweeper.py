@@ -24,7 +24,9 @@ reads ``RECORDS_PER_STEP`` records (~2 ms) every ``FIRST_CYCLE_INTERVAL`` (at mo
 fifth of the event loop), so INFO keyspace has its counts about 5 s per million records
 after start. A step reads whole partitions (a partition's records are decided together)
 and removes what it decided within the same synchronous step, so it cannot race a write.
-Removal is not a user write: it is not replicated and not logged.
+Removal is not a user write: it is not replicated and not logged. A sweeper walks its
+engine's partition range (``Engine.partitions``: a shard worker's, or all 4096), or a
+range within it.
 
 A partition can hold far more records than a step's budget (one big collection lives in
 one partition), so the pause before the next step grows with what a step read beyond
@@ -41,7 +43,7 @@ import struct
 import time
 from typing import Any, Iterator
 
-from marekvs.core.partition import PARTITIONS
+from marekvs.core.partition import PARTITIONS, PartitionRange
 from marekvs.core.sweep import PartitionSweep
 from marekvs.storage.engine import Engine
 
@@ -55,15 +57,20 @@ FIRST_CYCLE_INTERVAL = 0.01  # seconds between the steps of the first cycle afte
 
 
 class Sweeper:
-    def __init__(self, engine: Engine, config: Any):
+    def __init__(self, engine: Engine, config: Any, partitions: PartitionRange | None = None):
         self.engine = engine
         self.config = config
-        self.next_pid = 0
+        # the partitions it sweeps (default: the engine's; a cycle is one pass over them)
+        self.partitions = r = engine.partitions if partitions is None else partitions
+        if not (engine.partitions.holds(r.first) and engine.partitions.holds(r.last)):
+            raise ValueError(f"sweeper over partitions {r}, outside the engine's {engine.partitions}")
+        self.next_pid = r.first
         self.removed = 0
         self.cycles = 0
         self._task: asyncio.Task | None = None
         # live keys (and those with a TTL) per partition as of the last visit: what
-        # INFO keyspace reports without scanning on the event loop
+        # INFO keyspace reports without scanning on the event loop (indexed by pid: only
+        # the range's are ever set)
         self.live_keys = [0] * PARTITIONS
         self.expiring = [0] * PARTITIONS
         self.cycle_records = 0  # records read in the cycle under way
@@ -144,21 +151,22 @@ class Sweeper:
         return len(dead)
 
     def _records_from(self, pid: int) -> Iterator[tuple[bytes, bytes]]:
-        """Every record from partition ``pid`` on, then from 0 up to ``pid``. Partitions
-        are contiguous in key order (the 2-byte pid prefix), so that is one iterator
-        (two after a wrap), not one per partition: creating an iterator seeks every
-        memtable and L0 file, which costs more than a small partition's records. Ends
-        with ``_END``, a key of no partition."""
-        yield from self.engine.scan(_U16.pack(pid), None)
-        if pid:
-            yield from self.engine.scan(b"", _U16.pack(pid))
+        """Every record of the range from partition ``pid`` on, then from the range's
+        first up to ``pid``. Partitions are contiguous in key order (the 2-byte pid
+        prefix), so that is one iterator (two after a wrap), not one per partition:
+        creating an iterator seeks every memtable and L0 file, which costs more than a
+        small partition's records. Ends with ``_END``, a key of no partition."""
+        r = self.partitions
+        yield from self.engine.scan(_U16.pack(pid), None if r.whole else r.end_key)
+        if pid != r.first:
+            yield from self.engine.scan(r.start_key, _U16.pack(pid))
         yield _END, b""
 
     def _close(self, pid: int, n_live: int, n_exp: int, seen: int) -> int:
         """Record partition ``pid``'s counts; return the next pid (a wrap ends a cycle)."""
         self.live_keys[pid], self.expiring[pid] = n_live, n_exp
-        pid = (pid + 1) % PARTITIONS
-        if pid == 0:
+        pid = self.partitions.after(pid)
+        if pid == self.partitions.first:
             self.cycles += 1
             self.last_cycle_records = self.cycle_records + seen
             self.cycle_records = -seen  # the rest of this step counts for the next cycle
@@ -166,7 +174,7 @@ class Sweeper:
 
     def sweep_all(self) -> int:
         """One whole cycle at once (tests, SAVE-like maintenance)."""
-        self.next_pid = 0
+        self.next_pid = self.partitions.first
         cycles = self.cycles
         total = 0
         while self.cycles == cycles:

@@ -12,7 +12,8 @@ from marekvs.core import envelope as env
 from marekvs.core import keys as K
 from marekvs.core import lww
 from marekvs.core.envelope import RecordType
-from marekvs.storage.engine import Engine, StorageError, prefix_end, shard_of, shard_range
+from marekvs.core.partition import shard_of, shard_range
+from marekvs.storage.engine import Engine, StorageError, prefix_end
 from marekvs.storage.sweeper import Sweeper
 
 
@@ -276,9 +277,9 @@ def test_prefix_end_and_shards():
     assert prefix_end(b"\xff\xff") is None
     for shards in (1, 3, 4, 7):
         ranges = [shard_range(s, shards) for s in range(shards)]
-        assert ranges[0][0] == 0 and ranges[-1][1] == 4095
-        assert all(ranges[i][1] + 1 == ranges[i + 1][0] for i in range(shards - 1))
-        assert all(shard_of(p, shards) == s for s, (lo, hi) in enumerate(ranges) for p in (lo, hi))
+        assert ranges[0].first == 0 and ranges[-1].last == 4095
+        assert all(ranges[i].last + 1 == ranges[i + 1].first for i in range(shards - 1))
+        assert all(shard_of(p, shards) == s for s, r in enumerate(ranges) for p in (r.first, r.last))
 
 
 def test_config_precedence_file_env_flags(tmp_path):
