@@ -75,7 +75,10 @@ class Sweeper:
         self.expiring = [0] * PARTITIONS
         self.cycle_records = 0  # records read in the cycle under way
         self.last_cycle_records = 0  # ... and in the last whole one
-        self.read_last_step = 0  # records the last step read (``pause``)
+        self.read_last_step = 0  # records the last step read
+        # a partition the last step stopped within: its sweep so far, the last key read
+        self._part: PartitionSweep | None = None
+        self._after: bytes | None = None
 
     def budget(self) -> int:
         """Records the next step reads (see the module docstring)."""
@@ -91,30 +94,26 @@ class Sweeper:
         if self._task is not None:
             self._task.cancel()
 
-    def pause(self, budget: int) -> float:
-        """Seconds to wait before the next step: the interval, stretched by how far the
-        last step read past its ``budget`` (a partition bigger than a step)."""
-        # Until the first cycle ends INFO keyspace has no counts (a million keys at the
-        # paced rate: over 4 minutes), so its steps come more often.
+    def pause(self) -> float:
+        """Seconds to wait before the next step: the interval. Until the first cycle ends
+        INFO keyspace has no counts (a million keys at the paced rate: over 4 minutes), so
+        its steps come more often."""
         interval = self.config.sweep_interval
-        if not self.cycles:
-            interval = min(interval, FIRST_CYCLE_INTERVAL)
-        return interval * max(1.0, self.read_last_step / max(1, budget))
+        return min(interval, FIRST_CYCLE_INTERVAL) if not self.cycles else interval
 
     async def _run(self) -> None:
-        budget = self.budget()
         while True:
-            await asyncio.sleep(self.pause(budget))
-            budget = self.budget()
+            await asyncio.sleep(self.pause())
             try:
-                self.step(budget)
+                self.step(self.budget())
             except Exception:
                 log.exception("expiry sweep step failed")
 
     def step(self, budget: int = RECORDS_PER_STEP) -> int:
-        """Sweep whole partitions from where the last step stopped until ``budget``
-        records were read (or the keyspace wraps); return how many were removed. Nothing
-        while the storage cannot write (``Engine.write_error``)."""
+        """Sweep from where the last step stopped until ``budget`` records were read (or
+        the keyspace wraps): whole partitions, and the start of one more where the budget
+        ends within it; return how many records were removed. Nothing while the storage
+        cannot write (``Engine.write_error``)."""
         if self.engine.write_error is not None:
             return 0
         now = time.time_ns() // 1_000_000
@@ -122,21 +121,29 @@ class Sweeper:
         first = pid = self.next_pid
         seen = 0
         stop = False
-        part = PartitionSweep(now, grace_ms)
+        resumed = self._part  # a sweep an earlier step began: its decisions are checked
+        part = resumed if resumed is not None else PartitionSweep(now, grace_ms)
+        after, self._part, self._after = self._after, None, None
         dead: list[bytes] = []
-        for ikey, rec in self._records_from(first):
+        last = b""
+        for ikey, rec in self._records_from(first, after):
             rpid = (ikey[0] << 8) | ikey[1]
             # pid is complete (and any empty ones after it; the end marker closes every
             # partition left, up to the budget or back to ``first``)
             while pid != rpid and not stop:
-                dead += part.finish()
+                decided = part.finish()
+                dead += decided if part is not resumed else self._unchanged(decided, part.horizon)
                 pid = self._close(pid, part.live_keys, part.expiring, seen)
                 part = PartitionSweep(now, grace_ms)
                 stop = seen >= budget or pid == first
             if stop:
                 break
+            if seen >= budget:  # within partition pid: the next step goes on after ``last``
+                self._part, self._after = part, last
+                break
             seen += 1
             part.feed(ikey, rec)
+            last = ikey
         self.next_pid = pid
         self.cycle_records += seen
         self.read_last_step = seen
@@ -150,14 +157,27 @@ class Sweeper:
         self.removed += len(dead)
         return len(dead)
 
-    def _records_from(self, pid: int) -> Iterator[tuple[bytes, bytes]]:
-        """Every record of the range from partition ``pid`` on, then from the range's
-        first up to ``pid``. Partitions are contiguous in key order (the 2-byte pid
-        prefix), so that is one iterator (two after a wrap), not one per partition:
-        creating an iterator seeks every memtable and L0 file, which costs more than a
-        small partition's records. Ends with ``_END``, a key of no partition."""
+    def _unchanged(self, decided: list[bytes], horizon: int) -> list[bytes]:
+        """Of the records a sweep over several steps decided to remove, those not written
+        since (the module docstring): present, with an hlc below the sweep's horizon."""
+        get = self.engine.get
+        out = []
+        for ikey in decided:
+            rec = get(ikey)
+            if rec is not None and int.from_bytes(rec[1:9], "big") < horizon:
+                out.append(ikey)
+        return out
+
+    def _records_from(self, pid: int, after: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
+        """Every record of the range from partition ``pid`` on (past its key ``after``,
+        where the last step stopped within it), then from the range's first up to ``pid``.
+        Partitions are contiguous in key order (the 2-byte pid prefix), so that is one
+        iterator (two after a wrap), not one per partition: creating an iterator seeks
+        every memtable and L0 file, which costs more than a small partition's records.
+        Ends with ``_END``, a key of no partition."""
         r = self.partitions
-        yield from self.engine.scan(_U16.pack(pid), None if r.whole else r.end_key)
+        start = _U16.pack(pid) if after is None else after + b"\x00"
+        yield from self.engine.scan(start, None if r.whole else r.end_key)
         if pid != r.first:
             yield from self.engine.scan(r.start_key, _U16.pack(pid))
         yield _END, b""
@@ -175,6 +195,7 @@ class Sweeper:
     def sweep_all(self) -> int:
         """One whole cycle at once (tests, SAVE-like maintenance)."""
         self.next_pid = self.partitions.first
+        self._part = self._after = None
         cycles = self.cycles
         total = 0
         while self.cycles == cycles:
