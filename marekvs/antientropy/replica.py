@@ -29,6 +29,7 @@ import asyncio
 import struct
 import time
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any, Protocol
 
 from marekvs.antientropy import plan as P
@@ -162,23 +163,42 @@ class LocalReplica:
         """Recompute partition ``pid``'s segments from its records and compare them with the
         kept ones (correcting them if asked): (kept digest was wrong, records read, the
         recomputed segments)."""
+        actual, last, n = self.read_segments(pid, None, None)
+        return self.check(pid, actual, correct), n, actual
+
+    def read_segments(self, pid: int, after: bytes | None, limit: int | None) -> tuple[list[int], bytes | None, int]:
+        """The segment hashes of partition ``pid``'s committed records past key ``after``
+        (from its start when None), at most ``limit`` of them (all when None): (segments,
+        the last key read if the partition goes on after it, else None; records read)."""
         if not self.partitions.holds(pid):
             raise BadRequest(f"partition {pid} is not within this replica's partitions {self.partitions}")
         start, end = partition_range(pid)
         # Committed first: the kept segments count committed records only (a scan would
         # merge in pending writes whose deltas the digest has not folded in yet).
         self.engine.commit()
-        recs = list(self.engine.scan_committed(start, end))
-        actual = D.segments_of(recs)
+        it = self.engine.scan_committed(start if after is None else after + b"\x00", end)
+        recs = list(it if limit is None else islice(it, limit + 1))
+        more = limit is not None and len(recs) > limit
+        if more:
+            del recs[limit:]
+        return D.segments_of(recs), recs[-1][0] if more else None, len(recs)
+
+    def kept_root(self, pid: int) -> int:
+        """Partition ``pid``'s kept root as of the last commit."""
+        return self.engine.digest.roots(pid, 1)[0]
+
+    def check(self, pid: int, actual: list[int], correct: bool) -> bool:
+        """Compare recomputed segments with the kept ones (correcting them if asked):
+        whether the kept digest was wrong."""
         digest = self.engine.digest
         self.verified += 1
         if actual == digest.segments(pid):
-            return False, len(recs), actual
+            return False
         if correct:
             digest.correct(pid, actual)
             self.engine.commit()
             self.corrected += 1
-        return True, len(recs), actual
+        return True
 
     # -- the Replica interface --------------------------------------------------------------
     async def roots(self, first: int, count: int, verify: int = VERIFY_NONE) -> Roots:
