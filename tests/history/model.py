@@ -367,6 +367,22 @@ class Model:
         self.expect(op, op.reply == len(value), "APPEND answers the new length")
         self.emit(op, key, ("str", op.v(), op.v(), "val", value, st.deadline if st.exists else 0))
 
+    def op_setbit(self, op: Op) -> None:
+        """A bitmap is a string: SETBIT writes the whole new value (LWW, its deadline kept),
+        and only when the string is created, grows or the bit flips."""
+        key, offset, on = op.argv[1], int(op.argv[2]), int(op.argv[3])
+        st = self.view(op, key)
+        old = st.value if st.exists else b""
+        value = bytearray(old)  # type: ignore[arg-type]
+        byte, mask = offset >> 3, 0x80 >> (offset & 7)
+        if byte >= len(value):
+            value.extend(bytes(byte + 1 - len(value)))
+        was = 1 if value[byte] & mask else 0
+        self.expect(op, op.reply == was, f"SETBIT answers the old bit ({was})")
+        value[byte] = value[byte] | mask if on else value[byte] & ~mask
+        if not st.exists or bytes(value) != old:
+            self.emit(op, key, ("str", op.v(), op.v(), "val", bytes(value), st.deadline if st.exists else 0))
+
     def op_incrby(self, op: Op) -> None:
         key, by = op.argv[1], int(op.argv[2])
         st = self.view(op, key)

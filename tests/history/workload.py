@@ -73,7 +73,9 @@ class Workload:
             return [b"SET", k, v] + ([b"PX", b"%d" % rng.choice(self.ttls)] if rng.random() < 0.2 else [])
         if c < 0.8 and (not st.exists or st.counter or _is_int(st.value)):
             return [b"INCRBY", k, b"%d" % rng.randrange(-3, 6)]
-        return [b"APPEND", k, b"%d" % rng.randrange(10)]
+        if c < 0.9:
+            return [b"APPEND", k, b"%d" % rng.randrange(10)]
+        return [b"SETBIT", k, b"%d" % rng.randrange(24), b"%d" % rng.randrange(2)]  # a bitmap is a string
 
     def op_hash(self, rng, k, other, st: KeyState, view) -> list[bytes]:
         c = rng.random()
