@@ -285,7 +285,7 @@ def _cmdline(pid: int) -> list[bytes]:
 def _get(c: redis.Redis, key: str):
     try:
         return c.get(key)
-    except (redis.ResponseError, redis.BusyLoadingError):
+    except (redis.ResponseError, redis.ConnectionError):  # (LOADING is a ConnectionError in redis-py)
         return None
 
 
