@@ -230,6 +230,15 @@ def proc_cpu_seconds(pid: int) -> float | None:
     return (int(fields_[11]) + int(fields_[12])) / CLK_TCK
 
 
+def tree_cpu_seconds(pid: int) -> float | None:
+    """``proc_cpu_seconds`` of ``pid`` and of every process under it: a node of several
+    shard workers (``--shards N``) is a supervisor and its workers, all counted."""
+    own = proc_cpu_seconds(pid)
+    if own is None:
+        return None
+    return own + sum(tree_cpu_seconds(c) or 0.0 for c in child_pids(pid))
+
+
 def children_cpu_seconds() -> float:
     ru = resource.getrusage(resource.RUSAGE_CHILDREN)
     return ru.ru_utime + ru.ru_stime
@@ -559,7 +568,7 @@ def run_one(srv: ServerProc, server_name: str, test: str, pipeline: int, n: int,
                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
             time.sleep(0.5)  # let it attach
             run.profile = profile_out
-    cpu0 = proc_cpu_seconds(pid) if pid else None
+    cpu0 = tree_cpu_seconds(pid) if pid else None
     ccpu0 = children_cpu_seconds()
     t0 = time.monotonic()
     try:
@@ -578,7 +587,7 @@ def run_one(srv: ServerProc, server_name: str, test: str, pipeline: int, n: int,
                 os.kill(spy.pid, signal.SIGKILL)
                 spy.wait()
     wall = time.monotonic() - t0
-    cpu1 = proc_cpu_seconds(pid) if pid else None
+    cpu1 = tree_cpu_seconds(pid) if pid else None
     run.seconds = round(wall, 2)
     if cpu0 is not None and cpu1 is not None and wall > 0:
         run.server_cpu = round((cpu1 - cpu0) / wall, 2)

@@ -36,11 +36,24 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
         p.add_argument(flag, **kw)
 
 
+def _add_worker(sub: argparse._SubParsersAction) -> None:
+    """``marekvs worker``: one shard worker, started by the supervisor of a node with
+    shards > 1 (marekvs/shards/supervisor.py); not for users (no help line)."""
+    p = sub.add_parser("worker")
+    p.add_argument("--index", type=int, required=True)
+    p.add_argument("--mesh", required=True)
+    p.add_argument("--ready-fd", type=int, default=-1)
+    p.add_argument("--parent", type=int, required=True)
+    p.add_argument("--config-json", required=True)
+    p.add_argument("--config-file", default=None)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="marekvs", description="marekvs: active-active Redis-compatible store")
     parser.add_argument("--version", action="version", version=f"marekvs {__version__}")
     sub = parser.add_subparsers(dest="cmd", required=True)
     _add_serve(sub)
+    _add_worker(sub)
     from marekvs.launcher import cli as launcher  # marekvs cluster ...: the local multi-node launcher
 
     launcher.add_parser(sub)
@@ -63,8 +76,35 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         logging.basicConfig(level=config.log_level.upper(),
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        from marekvs.shards import supervisor
+
+        try:
+            supervisor.check_layout(config)
+        except supervisor.Refused as e:
+            logging.critical("%s", e)
+            return 1
+        if config.shards > 1:  # EXPERIMENTAL: a supervisor and its shard workers
+            return supervisor.serve(config, args.config)
         from marekvs.process import serve
 
         serve(config, args.config)
         return 0
+    if args.cmd == "worker":
+        return _worker(args)
     return args.func(args)
+
+
+def _worker(args: argparse.Namespace) -> int:
+    import os
+
+    from marekvs.shards.supervisor import worker_config
+
+    if os.getppid() != args.parent:  # the supervisor died before PR_SET_PDEATHSIG was set
+        return 1
+    config = worker_config(args.config_json)
+    logging.basicConfig(level=config.log_level.upper(),
+                        format=f"%(asctime)s %(levelname)s %(name)s[worker {args.index}]: %(message)s")
+    from marekvs.process import Worker, serve
+
+    serve(config, args.config_file, Worker(args.index, args.mesh, args.ready_fd))
+    return 0

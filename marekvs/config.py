@@ -54,7 +54,7 @@ class Config:
     durability: str = "everysec"  # always | everysec | no  (Redis: appendfsync)
     gc_grace: int = 3600  # seconds a tombstone / expired record is kept before physical removal
     max_clock_drift: int = 5000  # ms a remote HLC may lead the local wall clock
-    shards: int = 4
+    shards: int = 1
     cache_entries: int = 500_000
     sweep_interval: float = 0.1  # seconds between expiry-sweeper steps
     log_level: str = "info"
@@ -123,8 +123,9 @@ class Config:
         "durability": "WAL sync policy, like Redis appendfsync: always | everysec | no",
         "gc_grace": "seconds tombstones and expired records are kept before physical removal",
         "max_clock_drift": "ms a peer's HLC may lead our wall clock before it is clamped",
-        "shards": "shard count reported in INFO (one process serves all 4096 partitions: "
-                  "shard workers are not built yet)",
+        "shards": "shard worker processes: 1 is one process serving all 4096 partitions; N > 1 is "
+                  "EXPERIMENTAL (docs/shards.md): N worker processes on one port, single-key commands only, "
+                  "no peers",
         "cache_entries": "records kept in the write-through cache in front of RocksDB",
         "sweep_interval": "seconds between expiry-sweeper steps",
         "log_level": "debug | info | warning | error",

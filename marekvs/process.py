@@ -5,6 +5,13 @@ gRPC service (a fresh node bootstraps from its peers before it serves), the metr
 exporter if asked, then the RESP listener, and runs until SIGTERM/SIGINT or SHUTDOWN;
 stopping closes the listener, replication and then the node (RocksDB closed, the clock
 saved), in that order.
+
+``serve_worker(config, worker)`` runs one shard worker of an EXPERIMENTAL node of
+``config.shards`` > 1 workers (started by ``marekvs/shards/supervisor.py``; docs/shards.md
+slice 2): a node over the worker's partition range in its own data directory, its mesh
+with its siblings (``server/mesh.py``), then the RESP listener on the node's port shared
+with the siblings (SO_REUSEPORT). No gRPC service, peers, metrics or Kafka yet: the
+supervisor refuses them.
 """
 
 from __future__ import annotations
@@ -13,23 +20,42 @@ import asyncio
 import logging
 import os
 import signal
+from dataclasses import dataclass
 from typing import Any
 
 from marekvs import __version__
 from marekvs.antientropy.background import AntiEntropy
 from marekvs.config import Config
+from marekvs.core.partition import ShardMap
 from marekvs.node import Node
 from marekvs.node.acl import StartupError
 from marekvs.replication.manager import ReplicationManager
 from marekvs.server.listener import RespServer, TlsListener
+from marekvs.server.mesh import Mesh, ShardConnection
 from marekvs.server.tls import TlsConfigError
 
 log = logging.getLogger("marekvs.server")
 
 
+@dataclass
+class Worker:
+    """Who a shard worker is: its index, the node's mesh name (supervisor), and the fd
+    it writes one byte to once it serves (-1: none)."""
+
+    index: int
+    mesh: str
+    ready_fd: int = -1
+
+
 class Process:
-    def __init__(self, config: Config, config_file: str | None = None):
-        self.node = Node(config, config_file)
+    def __init__(self, config: Config, config_file: str | None = None, worker: Worker | None = None):
+        self.worker = worker
+        self.mesh: Mesh | None = None
+        if worker is None:
+            self.node = Node(config, config_file)
+        else:
+            shards = ShardMap.even(config.shards)
+            self.node = Node(config, config_file, partitions=shards.ranges[worker.index], worker=worker.index)
         self.replication = ReplicationManager(self.node)
         self.node.replication = self.replication
         self.antientropy = AntiEntropy(self.node, self.replication)  # its service and tasks ride replication
@@ -43,11 +69,18 @@ class Process:
             tls = TlsListener(self.node, self.resp.tls, "Kafka client") if config.kafka_tls == "yes" else None
             self.kafka = KafkaGateway(self.node, tls)
         self.metrics_server: asyncio.AbstractServer | None = None
+        if worker is not None:
+            mesh = self.mesh = Mesh(self.node, ShardMap.even(config.shards), worker.index, worker.mesh)
+            self.resp.connection_factory = lambda: ShardConnection(self.resp, mesh)
+            self.resp.reuse_port = True
 
     async def run(self) -> None:
         node, config = self.node, self.node.config
         loop = asyncio.get_running_loop()
         node.start(loop)
+        if self.worker is not None:
+            await self.run_worker(self.worker)
+            return
         await self.replication.start()  # a fresh node bootstraps from its peers before it serves
         if config.metrics_port:
             from marekvs.server.metrics import start_metrics
@@ -61,6 +94,11 @@ class Process:
             (config.port, "RESP"), (config.tls_port, "RESP over TLS"), (config.kafka_port, kafka)) if p]
         log.info("marekvs %s node %d listening on %s (data %s, durability %s)", __version__,
                  config.node_id, ", ".join(ports), os.path.abspath(config.data_dir), config.durability)
+        await self.until_stopped()
+
+    async def until_stopped(self) -> None:
+        node = self.node
+        loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             try:
                 loop.add_signal_handler(sig, node.request_shutdown)
@@ -70,8 +108,26 @@ class Process:
         await node.stopping.wait()
         await self.stop()
 
+    async def run_worker(self, worker: Worker) -> None:
+        """A shard worker: the log trim (no peers, no gRPC), the mesh (every sibling
+        linked), then clients on the shared port; then one byte to the supervisor."""
+        assert self.mesh is not None
+        node, config = self.node, self.node.config
+        self.replication.start_local()
+        await self.mesh.start()
+        await self.resp.start()
+        log.info("marekvs %s node %d shard worker %d (partitions %s) serving %s:%d (data %s)", __version__,
+                 config.node_id, worker.index, node.engine.partitions, config.bind, config.port,
+                 os.path.abspath(config.data_dir))
+        if worker.ready_fd >= 0:
+            os.write(worker.ready_fd, b"R")
+            os.close(worker.ready_fd)
+        await self.until_stopped()
+
     async def stop(self) -> None:
         self.resp.stop()
+        if self.mesh is not None:
+            self.mesh.stop()
         if self.kafka is not None:
             self.kafka.stop()
         if self.metrics_server is not None:
@@ -81,9 +137,9 @@ class Process:
         log.info("marekvs node %d stopped cleanly", self.node.config.node_id)
 
 
-def serve(config: Config, config_file: str | None = None) -> None:
+def serve(config: Config, config_file: str | None = None, worker: Worker | None = None) -> None:
     try:
-        process = Process(config, config_file)
+        process = Process(config, config_file, worker)
     except StartupError as e:  # a bad aclfile: as Redis, the node does not start
         log.critical("%s", e)
         raise SystemExit(1) from None

@@ -34,6 +34,7 @@ from marekvs.commands.reply import QUEUED, Err
 from marekvs.commands.table import Command, CommandTable, build_table
 from marekvs.config import Config, Limits
 from marekvs.core.hlc import HLC, wall_ms
+from marekvs.core.partition import ALL, PartitionRange
 from marekvs.keyspace import Keyspace
 from marekvs.keyspace.status import KeyspaceError
 from marekvs.node.acl import Acl
@@ -74,7 +75,12 @@ class Stats:
 
 
 class Node:
-    def __init__(self, config: Config, config_file: str | None = None):
+    def __init__(self, config: Config, config_file: str | None = None, partitions: PartitionRange = ALL,
+                 worker: int = 0):
+        """``partitions``: those this node's engine holds (a shard worker's range; default
+        all). ``worker``: a shard worker's index among ``config.shards`` workers (client ids
+        are then ``worker + k * shards``, unique in the node: ``id % shards`` names the
+        worker)."""
         self.config = config
         self.config_file = config_file
         self.version = __version__
@@ -85,7 +91,7 @@ class Node:
         self.hlc = HLC(clock=(lambda: wall_ms() + offset) if offset else wall_ms,
                        max_drift_ms=config.max_clock_drift)
         self.engine = Engine(config.data_dir, config.node_id, config.durability, config.cache_entries,
-                             hlc=self.hlc)
+                             hlc=self.hlc, partitions=partitions)
         self.hlc.observe(self.engine.max_hlc())
         self.ks = Keyspace(self.engine, self.hlc, config.node_id)
         self.changes = self.ks.changes  # which records changed, whoever wrote them (keyspace/changes.py)
@@ -121,7 +127,8 @@ class Node:
         self.slow_ns = 0
         self.monitor_thresholds()
         self.clients: dict[int, Context] = {}
-        self._client_seq = 0
+        step = self._client_step = config.shards if config.shards > 1 else 1
+        self._client_seq = worker if step > 1 else 0  # (the first id is worker + shards)
         self.last_save = int(time.time())
         self.replication: Any = None  # attached by the process (replication/manager.py)
         self.antientropy: Any = None  # attached by the process (antientropy/background.py)
@@ -140,7 +147,7 @@ class Node:
     # -- clients ---------------------------------------------------------------------
     def new_context(self, **kw: Any) -> Context:
         """A context for a new client (registered: CLIENT LIST sees it)."""
-        self._client_seq += 1
+        self._client_seq += self._client_step
         self.stats.total_connections += 1
         ctx = Context(self, self._client_seq, authed=self.acl.default_authed(), **kw)
         self.clients[ctx.id] = ctx

@@ -160,6 +160,11 @@ class ReplicationManager:
         for c in self.companions:
             c.start()
 
+    def start_local(self) -> None:
+        """A node without peers and without a gRPC service (an experimental shard worker,
+        docs/shards.md slice 2): only the log trim runs (to ``LOG_KEEP_ALONE`` entries)."""
+        self.tasks[-1] = asyncio.get_running_loop().create_task(self._trim_loop())
+
     async def stop(self) -> None:
         self.stopping = True
         for c in self.companions:

@@ -488,6 +488,10 @@ class RespServer:
     def __init__(self, node: Node):
         self.node = node
         self.tcp_server: asyncio.AbstractServer | None = None
+        # a shard worker (process.py) serves ShardConnections (server/mesh.py) on a port its
+        # siblings share (SO_REUSEPORT); a single process, Connections on a port of its own
+        self.connection_factory: Callable[[], Connection] = lambda: Connection(self)
+        self.reuse_port = False
         self.idle_task: asyncio.Task | None = None
         self.connections: set[Connection] = set()
         self.tls = ServerTls(node.config)  # (a bad certificate stops the start here: TlsConfigError)
@@ -505,7 +509,8 @@ class RespServer:
         loop = asyncio.get_running_loop()
         if cfg.port:
             self.tcp_server = await loop.create_server(
-                lambda: Connection(self), cfg.bind, cfg.port, reuse_address=True, backlog=_BACKLOG)
+                self.connection_factory, cfg.bind, cfg.port, reuse_address=True, backlog=_BACKLOG,
+                reuse_port=self.reuse_port or None)
         if cfg.tls_port:
             self.tls_listener.start(cfg.bind, cfg.tls_port, self._tls_connection)
         self.idle_task = loop.create_task(self._close_idle_clients())

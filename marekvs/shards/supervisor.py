@@ -1,0 +1,249 @@
+"""The supervisor of an EXPERIMENTAL node of several shard workers (docs/shards.md §2, §8;
+issue 33, slice 2): ``marekvs serve --shards N`` with N > 1.
+
+The supervisor serves no client and holds no data; its pid is the node's pid (stop it with
+SIGTERM as any node). It:
+
+- refuses what workers do not carry yet: peers (replication between shard workers is
+  slice 6), the TLS, Kafka and metrics ports;
+- lays out the data directory: ``data_dir/shards/map`` (the shard count and ranges) and one
+  directory per worker, ``data_dir/shards/<first>-<last>/`` (its own RocksDB). A directory
+  written by a single process (``shards 1``: the RocksDB files in ``data_dir`` itself) is
+  refused, and so is a map of another count, in either direction: resharding is slice 8;
+  ``shards 1`` opens a single process's directory unchanged, as before;
+- starts worker i as ``python -m marekvs worker`` (``marekvs/process.py``, ``serve`` with a
+  ``Worker``), each with ``PR_SET_PDEATHSIG`` = SIGTERM set before it runs (and it checks that
+  its parent is still this supervisor once set), so no worker outlives the supervisor, even
+  after a SIGKILL of it;
+- logs ``listening on <bind>:<port>`` once every worker serves (each writes a byte on a pipe
+  when its mesh is linked and its listener open); a worker that exits before that stops the
+  node (exit 1);
+- restarts a worker that dies afterwards, on its own directory (RocksDB recovery), after a
+  delay that doubles while it keeps dying within a few seconds (0.1 s to 5 s); meanwhile its
+  siblings answer its partitions with LOADING (``server/mesh.py``);
+- on SIGTERM or SIGINT sends SIGTERM to every worker and waits for each (SIGKILL after
+  ``_STOP_S``), then exits.
+
+It is a synchronous loop on ``signal.sigtimedwait`` (SIGCHLD, SIGTERM, SIGINT blocked, so
+none is lost between two waits), with no event loop and none of the node's modules loaded.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import json
+import logging
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+
+from marekvs import __version__
+from marekvs.config import Config
+from marekvs.core.partition import ShardMap
+
+log = logging.getLogger("marekvs.supervisor")
+
+_PR_SET_PDEATHSIG = 1
+_STOP_S = 30.0  # a worker that has not stopped this long after SIGTERM is killed
+_RESTART_MIN_S, _RESTART_MAX_S, _STABLE_S = 0.1, 5.0, 5.0
+_SIGNALS = (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT)
+
+
+class Refused(Exception):
+    """The node cannot start with this configuration or data directory (the message says why)."""
+
+
+def refusal(config: Config) -> str | None:
+    """Why a node of ``config.shards`` > 1 workers does not start with this configuration."""
+    if config.peers:
+        return ("a node with shards > 1 and peers does not start yet: replication between shard workers "
+                "is slice 6 of docs/shards.md")
+    for name in ("tls_port", "kafka_port", "metrics_port"):
+        if getattr(config, name):
+            return f"{name} is not supported with shards > 1 yet (docs/shards.md)"
+    return None
+
+
+def _map_of(n: int) -> dict[str, object]:
+    return {"shards": n, "ranges": [[r.first, r.last] for r in ShardMap.even(n).ranges]}
+
+
+def check_layout(config: Config) -> None:
+    """Refuse a data directory laid out for another shard count (``Refused``)."""
+    root = config.data_dir
+    mapfile = os.path.join(root, "shards", "map")
+    single = os.path.exists(os.path.join(root, "CURRENT"))  # (RocksDB's: a single process's data)
+    if config.shards == 1:
+        if os.path.exists(mapfile) and not single:
+            with open(mapfile) as f:
+                n = json.load(f)["shards"]
+            raise Refused(f"data directory {root} holds the data of {n} shard workers: start it with --shards {n} "
+                          "(moving partitions between shard counts is slice 8 of docs/shards.md)")
+        return
+    if single:
+        raise Refused(f"data directory {root} holds a single process's data: start it with --shards 1 (moving "
+                      "partitions between shard counts is slice 8 of docs/shards.md)")
+    if os.path.exists(mapfile):
+        with open(mapfile) as f:
+            have = json.load(f)
+        if have != _map_of(config.shards):
+            raise Refused(f"data directory {root} holds the data of {have.get('shards')} shard workers: start it "
+                          f"with --shards {have.get('shards')} (moving partitions between shard counts is slice 8 "
+                          "of docs/shards.md)")
+
+
+def prepare(config: Config) -> list[str]:
+    """The workers' data directories (created), the map written if new."""
+    check_layout(config)
+    base = os.path.join(config.data_dir, "shards")
+    os.makedirs(base, exist_ok=True)
+    mapfile = os.path.join(base, "map")
+    if not os.path.exists(mapfile):
+        tmp = mapfile + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(_map_of(config.shards), f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, mapfile)
+    dirs = [os.path.join(base, f"{r.first}-{r.last}") for r in ShardMap.even(config.shards).ranges]
+    for d in dirs:
+        os.makedirs(d, exist_ok=True)
+    return dirs
+
+
+def _child_setup() -> None:
+    """In the worker, before it runs: the signals this supervisor blocks are unblocked, and
+    the worker gets SIGTERM when the supervisor dies (whatever kills it)."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _SIGNALS)
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+        os._exit(70)
+
+
+class Supervisor:
+    def __init__(self, config: Config, config_file: str | None):
+        self.config = config
+        self.config_file = config_file
+        self.n = config.shards
+        self.mesh = f"marekvs-{os.getpid()}-{os.urandom(4).hex()}"
+        self.dirs = prepare(config)
+        self.procs: list[subprocess.Popen[bytes] | None] = [None] * self.n
+        self.ready_fds: dict[int, int] = {}  # worker -> the read end of its ready pipe
+        self.started = [0.0] * self.n
+        self.delay = [_RESTART_MIN_S] * self.n
+        self.restart_at: dict[int, float] = {}
+        self.serving = False
+
+    def spawn(self, i: int) -> None:
+        r, w = os.pipe()
+        cfg = dataclasses.replace(self.config, data_dir=self.dirs[i])
+        argv = [sys.executable, "-m", "marekvs", "worker", "--index", str(i), "--mesh", self.mesh,
+                "--ready-fd", str(w), "--parent", str(os.getpid()), "--config-json",
+                json.dumps(dataclasses.asdict(cfg))]
+        if self.config_file:
+            argv += ["--config-file", self.config_file]
+        self.procs[i] = subprocess.Popen(argv, pass_fds=(w,), preexec_fn=_child_setup)
+        os.close(w)
+        self.ready_fds[i] = r
+        self.started[i] = time.monotonic()
+
+    def run(self) -> int:
+        signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
+        for i in range(self.n):
+            self.spawn(i)
+        waiting = set(range(self.n))
+        while True:
+            timeout = 0.2
+            if self.restart_at:
+                timeout = max(0.0, min(timeout, min(self.restart_at.values()) - time.monotonic()))
+            got = signal.sigtimedwait(_SIGNALS, timeout)
+            if got is not None and got.si_signo in (signal.SIGTERM, signal.SIGINT):
+                log.info("signal %d: stopping the shard workers", got.si_signo)
+                self.stop_all()
+                return 0
+            self._read_ready(waiting)
+            if waiting == set() and not self.serving:
+                self.serving = True
+                c = self.config
+                log.info("marekvs %s node %d listening on %s:%d (RESP) with %d shard workers, EXPERIMENTAL "
+                         "(data %s, durability %s)", __version__, c.node_id, c.bind, c.port, self.n,
+                         os.path.abspath(c.data_dir), c.durability)
+            for i, p in enumerate(self.procs):
+                if p is None or p.poll() is None:
+                    continue
+                self.procs[i] = None
+                fd = self.ready_fds.pop(i, None)
+                if fd is not None:
+                    os.close(fd)
+                if not self.serving:
+                    log.critical("shard worker %d exited (%s) before the node served: stopping", i, p.returncode)
+                    self.stop_all()
+                    return 1
+                lived = time.monotonic() - self.started[i]
+                self.delay[i] = _RESTART_MIN_S if lived > _STABLE_S else min(self.delay[i] * 2, _RESTART_MAX_S)
+                log.warning("shard worker %d (pid %d) exited (%s) after %.1f s; restarting it in %.1f s", i, p.pid,
+                            p.returncode, lived, self.delay[i])
+                self.restart_at[i] = time.monotonic() + self.delay[i]
+            now = time.monotonic()
+            for i, at in list(self.restart_at.items()):
+                if at <= now:
+                    del self.restart_at[i]
+                    self.spawn(i)
+
+    def _read_ready(self, waiting: set[int]) -> None:
+        fds = list(self.ready_fds.values())
+        if not fds:
+            return
+        readable, _, _ = select.select(fds, [], [], 0)
+        for i, fd in list(self.ready_fds.items()):
+            if fd in readable:
+                os.read(fd, 1)
+                os.close(fd)
+                del self.ready_fds[i]
+                waiting.discard(i)
+                if self.serving:
+                    log.info("shard worker %d serves again", i)
+
+    def stop_all(self) -> None:
+        for p in self.procs:
+            if p is not None and p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + _STOP_S
+        for p in self.procs:
+            if p is None:
+                continue
+            try:
+                p.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                log.error("shard worker pid %d did not stop in %.0f s: killing it", p.pid, _STOP_S)
+                p.kill()
+                p.wait()
+        for fd in self.ready_fds.values():
+            os.close(fd)
+        self.ready_fds.clear()
+        log.info("marekvs node %d stopped cleanly (%d shard workers)", self.config.node_id, self.n)
+
+
+def serve(config: Config, config_file: str | None = None) -> int:
+    """Run a node of ``config.shards`` > 1 workers until SIGTERM; the exit status."""
+    why = refusal(config)
+    if why is not None:
+        log.critical("%s", why)
+        return 1
+    try:
+        sup = Supervisor(config, config_file)
+    except Refused as e:
+        log.critical("%s", e)
+        return 1
+    return sup.run()
+
+
+def worker_config(text: str) -> Config:
+    """The configuration a worker gets from its supervisor (``--config-json``)."""
+    cfg = Config(**json.loads(text))
+    cfg.validate()
+    return cfg

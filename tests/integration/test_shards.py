@@ -1,0 +1,301 @@
+"""Shard workers, EXPERIMENTAL (docs/shards.md slice 2): a ``--shards 2`` node of real
+processes (a supervisor and two workers) against redis-py.
+
+Keys on both workers from connections on either; a pipeline alternating workers keeps its
+order (a second client never sees ``ready`` without ``data``); what is not carried across
+workers yet gets the documented error; SIGTERM and SIGKILL of the supervisor leave no
+process behind (the process tree read from /proc); a SIGKILLed worker comes back on its
+data while its partitions answer LOADING at once.
+
+A connection's worker is ``CLIENT ID % 2`` (ids are ``worker + k * shards``); the kernel
+spreads connections over the workers (SO_REUSEPORT), so ``client_on`` connects until it
+lands on the one it wants.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from marekvs.core.partition import ShardMap, partition_of
+from tests.helpers import ROOT, Node, client_of
+
+SHARDS = 2
+OWNER = ShardMap.even(SHARDS).owner
+DEADLINE = 120.0
+
+
+def worker_of(key: str) -> int:
+    return OWNER[partition_of(key.encode())]
+
+
+def keys_on(worker: int, n: int, prefix: str) -> list[str]:
+    out = []
+    i = 0
+    while len(out) < n:
+        k = f"{prefix}{i}"
+        if worker_of(k) == worker:
+            out.append(k)
+        i += 1
+    return out
+
+
+def client_on(port: int, worker: int, **kw) -> redis.Redis:
+    """A client whose connection the kernel gave to ``worker`` (one connection: no pool
+    may open a second one elsewhere)."""
+    deadline = time.monotonic() + DEADLINE
+    while time.monotonic() < deadline:
+        # (no retries: redis-py retries a LOADING reply, with back-off, as a connection error)
+        c = client_of(port, single_connection_client=True, retry=Retry(NoBackoff(), 0), **kw)
+        if c.client_id() % SHARDS == worker:
+            return c
+        c.close()
+    raise AssertionError(f"no connection landed on worker {worker}")
+
+
+def wait_until(pred, what: str, timeout: float = DEADLINE):
+    deadline = time.monotonic() + timeout
+    while True:
+        v = pred()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def children(pid: int) -> list[int]:
+    """The pids whose parent is ``pid`` (from /proc)."""
+    out = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        if int(fields[1]) == pid:
+            out.append(int(name))
+    return out
+
+
+def alive(pid: int) -> bool:
+    """Running (a zombie, dead and not yet reaped, is not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] != "Z"
+
+
+def start(tmp_path, durability: str = "no") -> Node:
+    n = Node(tmp_path / "data", durability=durability, extra=["--shards", str(SHARDS)]).start()
+    workers = wait_until(lambda: len(children(n.pid)) == SHARDS and children(n.pid), "the workers")
+    assert len(workers) == SHARDS
+    return n
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory):
+    n = start(tmp_path_factory.mktemp("shards"))
+    yield n
+    n.stop()
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+def test_single_key_commands_on_both_workers(node, protocol):
+    a, b = client_on(node.port, 0, protocol=protocol), client_on(node.port, 1, protocol=protocol)
+    p = f"p{protocol}:"
+    for w in (0, 1):
+        s, c, h, z, x, lst, st = (keys_on(w, 1, p + kind)[0] for kind in ("s", "c", "h", "z", "x", "l", "st"))
+        for me, other in ((a, b), (b, a)):
+            assert me.set(s, "v" * 100)
+            assert other.get(s) == b"v" * 100
+            assert me.incr(c) in (1, 12) and other.incrby(c, 10) in (11, 22)
+            assert me.hset(h, mapping={"f1": "1", "f2": "2"}) in (0, 2)
+            assert other.hgetall(h) == {b"f1": b"1", b"f2": b"2"}
+            assert me.zadd(z, {"a": 1.5, "b": 2}) in (0, 2)
+            assert [list(m) for m in other.zrange(z, 0, -1, withscores=True)] == [[b"a", 1.5], [b"b", 2.0]]
+            xid = me.xadd(x, {"f": "v"})
+            assert other.xrange(x)[-1] == (xid, {b"f": b"v"})
+            me.rpush(lst, "x", "y")
+            assert other.lrange(lst, -2, -1) == [b"x", b"y"]
+            me.sadd(st, "m")
+            assert other.smembers(st) == {b"m"}
+            assert other.expire(s, 100) and 0 < me.ttl(s) <= 100
+        assert a.get(keys_on(w, 1, p + "absent")[0]) is None
+        with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+            b.lpush(s, "x")  # an error from the owner comes back as it is
+    # keyless commands run on the connection's own worker
+    assert a.ping() and b.echo("hi") == b"hi"
+
+
+def test_pipeline_alternating_workers_keeps_order(node):
+    writer = client_on(node.port, 0)
+    data, ready = keys_on(0, 300, "data:"), keys_on(1, 300, "ready:")
+    seen: list[str] = []
+    stop = threading.Event()
+
+    def check():  # a second client: `ready` is never set without `data`
+        r = client_of(node.port)
+        i = 0
+        while not stop.is_set():
+            k = i % len(data)
+            if r.get(ready[k]) is not None and r.get(data[k]) is None:
+                seen.append(ready[k])
+            i += 1
+
+    t = threading.Thread(target=check)
+    t.start()
+    try:
+        p = writer.pipeline(transaction=False)
+        for k in range(len(data)):
+            p.set(data[k], "x")
+            p.set(ready[k], "1")
+            p.incr("order:" + data[0])  # worker 0
+            p.incrby("order:" + ready[0], 10)  # worker 1
+        replies = p.execute()
+    finally:
+        stop.set()
+        t.join(DEADLINE)
+    assert not seen, f"read ready without data: {seen[:5]}"
+    assert replies[2::4] == list(range(1, len(data) + 1))
+    assert replies[3::4] == list(range(10, 10 * len(data) + 1, 10))
+    assert all(r is True for r in replies[0::4] + replies[1::4])
+
+
+def test_what_is_not_carried_yet_is_refused(node):
+    c = client_on(node.port, 0)
+    k0, k1 = keys_on(0, 1, "m")[0], keys_on(1, 1, "m")[0]
+    with pytest.raises(redis.ResponseError, match=r"^MSET is not supported with shards > 1 yet"):
+        c.mset({k0: "1", k1: "2"})
+    assert c.get(k0) is None and c.get(k1) is None  # nothing of it ran
+    assert c.mset({"{t}a": "1", "{t}b": "2"}) and c.mget("{t}a", "{t}b") == [b"1", b"2"]  # one worker: it runs
+    for args, name in (((("DBSIZE",),), "DBSIZE"), ((("INFO",),), "INFO"), ((("KEYS", "*"),), "KEYS"),
+                       ((("EVAL", "return 1", "0"),), "EVAL"), ((("CONFIG", "SET", "timeout", "0"),), "CONFIG SET")):
+        with pytest.raises(redis.ResponseError, match=f"^{name} is not supported with shards > 1 yet"):
+            c.execute_command(*args[0])
+    # (on c's own connection: a redis-py pipeline takes another one, maybe on the other worker)
+    c.execute_command("MULTI")  # a transaction on another worker's keys (slice 4)
+    c.execute_command("SET", k1, "x")
+    with pytest.raises(redis.ResponseError, match="^EXEC is not supported with shards > 1 yet"):
+        c.execute_command("EXEC")
+    assert c.get(k1) is None
+    c.execute_command("MULTI")  # on this worker's: it runs
+    c.execute_command("SET", k0, "x")
+    c.execute_command("INCR", keys_on(0, 2, "m")[1])
+    assert c.execute_command("EXEC") == [b"OK", 1]
+    assert c.get(k0) == b"x"
+
+
+def test_refused_configurations(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+
+    def serve(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "marekvs", "serve", "--port", "1", *args], env=env,
+                              cwd=str(ROOT), capture_output=True, text=True, timeout=DEADLINE)
+
+    r = serve("--shards", "2", "--data-dir", str(tmp_path / "p"), "--peers", "2@127.0.0.1:1")
+    assert r.returncode == 1 and "shards > 1 and peers does not start yet" in r.stderr
+    os.makedirs(tmp_path / "two" / "shards")
+    (tmp_path / "two" / "shards" / "map").write_text('{"shards": 2, "ranges": [[0, 2047], [2048, 4095]]}')
+    r = serve("--shards", "1", "--data-dir", str(tmp_path / "two"))
+    assert r.returncode == 1 and "holds the data of 2 shard workers: start it with --shards 2" in r.stderr
+    os.makedirs(tmp_path / "one")
+    (tmp_path / "one" / "CURRENT").write_text("MANIFEST-000001\n")
+    r = serve("--shards", "2", "--data-dir", str(tmp_path / "one"))
+    assert r.returncode == 1 and "holds a single process's data: start it with --shards 1" in r.stderr
+
+
+def test_sigterm_leaves_no_process(tmp_path):
+    n = start(tmp_path)
+    workers = children(n.pid)
+    assert n.stop(timeout=DEADLINE) == 0
+    assert not [p for p in workers if alive(p)]
+    assert "stopped cleanly (2 shard workers)" in n.log_text()
+
+
+def test_sigkill_of_the_supervisor_leaves_no_orphan(tmp_path):
+    n = start(tmp_path)
+    workers = children(n.pid)
+    n.kill9()
+    wait_until(lambda: not [p for p in workers if alive(p)], "the workers to exit after their supervisor")
+
+
+def test_a_killed_worker_comes_back_and_its_partitions_answer_loading_meanwhile(tmp_path):
+    n = start(tmp_path, durability="always")  # (every acknowledged write synced: none lost to SIGKILL)
+    try:
+        mine, theirs = keys_on(0, 20, "a"), keys_on(1, 20, "b")
+        c = client_on(n.port, 0)
+        for k in mine + theirs:
+            c.set(k, k)
+        w1 = next(p for p in children(n.pid) if _cmdline(p)[_cmdline(p).index(b"--index") + 1] == b"1")
+        os.kill(n.pid, signal.SIGSTOP)  # the supervisor cannot restart it until SIGCONT
+        try:
+            os.kill(w1, signal.SIGKILL)
+            wait_until(lambda: not alive(w1), "worker 1 to die")
+
+            def loading():
+                nonlocal c
+                try:
+                    t0 = time.monotonic()
+                    c.get(theirs[0])
+                except redis.BusyLoadingError as e:  # (-LOADING: redis-py's name for it)
+                    assert str(e).startswith("shard worker for partitions 2048-4095 is restarting"), e
+                    assert time.monotonic() - t0 < 10, "a LOADING reply must come at once, not after a wait"
+                    return True
+                except redis.ConnectionError:  # a command in flight when the link dropped: closed
+                    c = client_on(n.port, 0)
+                    return False
+                return False
+
+            wait_until(loading, "LOADING for worker 1's partitions")
+            c = client_on(n.port, 0)  # (redis-py drops a connection that read LOADING)
+            for k in theirs:
+                with pytest.raises(redis.BusyLoadingError):
+                    c.get(k)
+            assert [c.get(k) for k in mine] == [k.encode() for k in mine]  # the other worker serves
+        finally:
+            os.kill(n.pid, signal.SIGCONT)
+        wait_until(lambda: _get(c, theirs[0]) == theirs[0].encode(), "worker 1 to be back")
+        assert [c.get(k) for k in theirs] == [k.encode() for k in theirs]  # its data is there
+        assert c.set(theirs[0], "new") and c.get(theirs[0]) == b"new"
+        assert n.proc.poll() is None and len(children(n.pid)) == SHARDS
+    finally:
+        n.stop(timeout=DEADLINE)
+
+
+def _cmdline(pid: int) -> list[bytes]:
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+        return f.read().split(b"\0")
+
+
+def _get(c: redis.Redis, key: str):
+    try:
+        return c.get(key)
+    except (redis.ResponseError, redis.ConnectionError):  # (LOADING is a ConnectionError in redis-py)
+        return None
+
+
+def test_shards_1_opens_a_single_process_directory_unchanged(tmp_path):
+    """The default is still one process; its directory has no shards/ layout."""
+    n = Node(tmp_path / "d", durability="no").start()
+    try:
+        c = client_of(n.port)
+        assert c.set("k", "v") and c.dbsize() == 1
+        assert not [p for p in children(n.pid) if b"worker" in _cmdline(p)]
+        assert not (tmp_path / "d" / "shards").exists()
+    finally:
+        n.stop()
