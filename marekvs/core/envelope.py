@@ -19,20 +19,27 @@ from __future__ import annotations
 import struct
 from typing import Final, NamedTuple
 
-ENVELOPE_SIZE = 19
-# Named slices of the header, for hot paths that read a field without a call:
-HEADER = ENVELOPE_SIZE  # record[HEADER:] is the payload
-VERSION = slice(1, 11)  # (hlc, origin) as 10 bytes whose memcmp order is the version order
-HLC = slice(1, 9)
-ORIGIN = slice(9, 11)
-TTL = slice(11, 19)
-NO_TTL = bytes(8)  # record[TTL] of a record without a deadline
+ENVELOPE_SIZE: Final = 19
+# Where the header's fields start, for hot paths that slice a field without a call:
+# ``record[TTL_AT:HEADER]``. Modules compiled with mypyc must slice with these bounds, not
+# index with the ``slice`` objects below: mypyc compiles ``b[s]`` for any non-literal ``s``
+# as an integer index (it raises "'slice' object cannot be interpreted as an integer").
+HLC_AT: Final = 1
+ORIGIN_AT: Final = 9
+TTL_AT: Final = 11
+HEADER: Final = ENVELOPE_SIZE  # record[HEADER:] is the payload
+# Named slices of the header (interpreted code):
+VERSION: Final = slice(HLC_AT, TTL_AT)  # (hlc, origin) as 10 bytes whose memcmp order is the version order
+HLC: Final = slice(HLC_AT, ORIGIN_AT)
+ORIGIN: Final = slice(ORIGIN_AT, TTL_AT)
+TTL: Final = slice(TTL_AT, HEADER)
+NO_TTL: Final = bytes(8)  # record[TTL] of a record without a deadline
 _ENV = struct.Struct(">BQHQ")
 _VERSION = struct.Struct(">QH")
 _TTL = struct.Struct(">Q")
 
-FLAG_TOMBSTONE = 0x01
-FLAG_HEAD = 0x02
+FLAG_TOMBSTONE: Final = 0x01
+FLAG_HEAD: Final = 0x02
 
 
 class RecordType:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import heapq
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from typing import Final, TYPE_CHECKING
 
 from marekvs.core import envelope as env
 from marekvs.core import head
@@ -45,8 +45,9 @@ PROBE = 64  # records an existence question reads before it counts the collectio
 
 _TAG_AT = K.TAG_AT
 _ORD_HEAD = K.ORD_HEAD
-_NO_TTL = env.NO_TTL
-_TTL = env.TTL
+_NO_TTL: Final = env.NO_TTL
+_TTL_AT: Final = env.TTL_AT  # record[_TTL_AT:_HEADER] is the deadline
+_HEADER: Final = env.HEADER
 _is_live = env.is_live
 _CONTENT_CODES = registry.CONTENT_CODES
 _GATE: list[Callable[[bytes], int] | None] = [None] * 256  # tag byte -> its kind's gate clock
@@ -96,7 +97,7 @@ class _Entry:
 
     def _add(self, m: bytes, rec: bytes) -> None:
         self.n += 1
-        d = rec[_TTL]
+        d = rec[_TTL_AT:_HEADER]
         if d != _NO_TTL:
             deadline = int.from_bytes(d, "big")
             self.ttl[m] = deadline

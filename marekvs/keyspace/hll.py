@@ -55,7 +55,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Protocol
+from typing import Final, Protocol
 
 from marekvs.core import envelope as env
 from marekvs.core import head, hll
@@ -71,9 +71,9 @@ KEYS_KEPT = 4096  # user keys whose internal keys the cache keeps
 _TAG = K.TAG_HLL
 _ORD_HLL = K.TAG_HLL[0]
 _ORD_HEAD = K.ORD_HEAD
-_HEADER = env.HEADER
-_TTL = env.TTL
-_NO_TTL = env.NO_TTL
+_HEADER: Final = env.HEADER
+_TTL_AT: Final = env.TTL_AT  # record[_TTL_AT:_HEADER] is the deadline
+_NO_TTL: Final = env.NO_TTL
 _TOMB = env.FLAG_TOMBSTONE
 _observe = hll.observe
 _prefix = K.collection_prefix
@@ -207,7 +207,7 @@ class RegisterCache:
         cacheable = True
         for suffix, rec in ks.elements(_TAG, key, head_rec, now):
             ranks[int.from_bytes(suffix, "big")] = rec[_HEADER]
-            if rec[_TTL] != _NO_TTL:
+            if rec[_TTL_AT:_HEADER] != _NO_TTL:
                 cacheable = False
         self.builds += 1
         e = _Entry(head_rec, head.delete_clock(head_rec, now), ranks)
@@ -241,7 +241,7 @@ class RegisterCache:
                 e = entries.get(key)
                 if e is None:
                     continue
-                if new[_TTL] != _NO_TTL:
+                if new[_TTL_AT:_HEADER] != _NO_TTL:
                     self.drop(key)  # an expiring register: never cached
                     continue
                 live = not new[0] & _TOMB and hll.gate_clock(new) > e.delete_clock

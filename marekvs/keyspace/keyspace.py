@@ -14,14 +14,15 @@ first, then the collection head. A record is live under core's rule
 a tombstone whose clock is the deadline. An element of a collection is live if it is
 live itself and newer than its head's delete clock (``head.element_live``).
 
-Hot paths inline the liveness rule with core's named header slices
-(``envelope.TTL`` ...); tests/unit/test_keyspace.py pins each inlined copy to
-``envelope.is_live``.
+Hot paths inline the liveness rule, slicing the header with core's named bounds
+(``record[envelope.TTL_AT:envelope.HEADER]`` ...: literal slices, which mypyc compiles;
+it mis-compiles an index by a ``slice`` object); tests/unit/test_keyspace.py pins each
+inlined copy to ``envelope.is_live``.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Iterator, TypeVar
+from typing import Callable, ClassVar, Final, Iterator, TypeVar
 
 from marekvs.core import envelope as env
 from marekvs.core import head
@@ -36,8 +37,9 @@ from marekvs.keyspace.counts import content_prefix
 from marekvs.keyspace.status import WrongType
 from marekvs.storage.engine import Engine, prefix_end
 
-_TTL = env.TTL
-_NO_TTL = env.NO_TTL
+_TTL_AT: Final = env.TTL_AT  # record[_TTL_AT:_HEADER] is the deadline
+_HEADER: Final = env.HEADER
+_NO_TTL: Final = env.NO_TTL
 _TOMB = env.FLAG_TOMBSTONE
 _ORD_STRING = K.ORD_STRING
 _ORD_HEAD = K.ORD_HEAD
@@ -220,7 +222,7 @@ class Keyspace:
         hk, h = self.collection(key, ctype, now)  # (WrongType from here)
         if h is None:
             return None
-        stable = h[_TTL] == _NO_TTL and is_live(h, now)
+        stable = h[_TTL_AT:_HEADER] == _NO_TTL and is_live(h, now)
         r = Home(K.string_key_in(K.pid_of_ikey(hk), key), hk, h, content_prefix(hk, h), head.delete_clock(h, now),
                  stable)
         if stable:
@@ -264,7 +266,7 @@ class Keyspace:
         an emptied collection with a TTL, and one whose head is dead, get a new head
         without one (the key was gone, as in Redis)."""
         hk, h = self.collection(key, ctype, now)
-        if h is not None and is_live(h, now) and (h[_TTL] == _NO_TTL or self.present(hk, h, now)):
+        if h is not None and is_live(h, now) and (h[_TTL_AT:_HEADER] == _NO_TTL or self.present(hk, h, now)):
             return hk, h, False
         prior = self.get(hk)
         return hk, head.new(ctype, self.hlc.now(), self.node_id, prior=prior, now_ms=now), True
@@ -337,7 +339,9 @@ class Keyspace:
     # string (the spec's type check reads the string key first), so the iterations
     # below list it once, as the string ('M' sorts before 's' within a partition: a
     # partition's heads are held until its strings have been seen).
-    STEP_RECORDS = 1024  # key records read per step of a whole-keyspace pass
+    # key records read per step of a whole-keyspace pass (a class-level setting: ClassVar, so
+    # that compiled code reads it from the class, as interpreted code does)
+    STEP_RECORDS: ClassVar[int] = 1024
 
     def key_runs(self, first_pid: int, now: int,
                  last_pid: int | None = None) -> Iterator[tuple[int, int, list[KeyRecord]]]:

@@ -50,7 +50,7 @@ first use of a list after a restart costs one scan of its records.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Protocol
+from typing import Final, Protocol
 
 from marekvs.core import envelope as env
 from marekvs.core import head
@@ -70,15 +70,17 @@ POINT_READS = 128  # a dense range up to this many elements is read by point rea
 _ELEMENT_FLAGS = env.make_flags(RecordType.LIST)
 _TOMBSTONE_FLAGS = env.make_flags(RecordType.LIST, tombstone=True)
 _PACK = env.pack_envelope
-_HEADER = env.HEADER
-_NO_TTL = env.NO_TTL
-_TTL = env.TTL
-_HLC = env.HLC
+_HEADER: Final = env.HEADER
+_NO_TTL: Final = env.NO_TTL
+_TTL_AT: Final = env.TTL_AT  # record[_TTL_AT:_HEADER] is the deadline
+_HLC_AT: Final = env.HLC_AT  # record[_HLC_AT:_ORIGIN_AT] is the hlc
+_ORIGIN_AT: Final = env.ORIGIN_AT
 _ORD_LIST = K.TAG_LIST[0]
 _ORD_HEAD = K.ORD_HEAD
 _TAG_AT = K.TAG_AT
 _CTYPE_AT = env.HEADER + 1  # a head payload's ctype byte (core/head.py's layout)
-_CLOCK = slice(env.HEADER + 2, env.HEADER + 10)  # ... and its delete clock
+_CLOCK_AT: Final = env.HEADER + 2  # ... and its delete clock, at [_CLOCK_AT:_CLOCK_END]
+_CLOCK_END: Final = env.HEADER + 10
 
 Change = tuple[bytes, bytes | None, bytes]
 Record = tuple[bytes, bytes]  # (internal key, record)
@@ -99,10 +101,10 @@ def alive(rec: bytes, clock: int, now: int) -> bool:
     gate clock is its hlc). tests/unit/test_lists_ops.py pins it to core's rule."""
     if rec[0] & 1:
         return False
-    d = rec[_TTL]
+    d = rec[_TTL_AT:_HEADER]
     if d != _NO_TTL and int.from_bytes(d, "big") <= now:
         return False
-    return int.from_bytes(rec[_HLC], "big") > clock
+    return int.from_bytes(rec[_HLC_AT:_ORIGIN_AT], "big") > clock
 
 
 def pos_bytes(pos: int) -> bytes:
@@ -166,8 +168,8 @@ class Lists:
         """The hint of ``key`` whose stored head record is ``head_rec`` (live or dead;
         ``live`` says it may be live, a shortcut for a live head without TTL), with exact
         bounds: from memory if it still holds, else built by a scan."""
-        if live and head_rec is not None and head_rec[_TTL] == _NO_TTL and not head_rec[0] & 1:
-            clock = int.from_bytes(head_rec[_CLOCK], "big")  # a live head's: the one in its payload
+        if live and head_rec is not None and head_rec[_TTL_AT:_HEADER] == _NO_TTL and not head_rec[0] & 1:
+            clock = int.from_bytes(head_rec[_CLOCK_AT:_CLOCK_END], "big")  # a live head's: the one in its payload
         else:
             clock = head.delete_clock(head_rec, now)
         h = self.hints.get(key)
@@ -198,14 +200,14 @@ class Lists:
         for ik, rec in self.ks.engine.scan(prefix, prefix_end(prefix)):
             if not alive(rec, clock, now):
                 continue
-            if rec[_TTL] != _NO_TTL:
+            if rec[_TTL_AT:_HEADER] != _NO_TTL:
                 cacheable = False  # its expiry would change the list with no change reported
             pos = int.from_bytes(ik[n:], "big")
             if not h.count:
                 h.first = pos
             h.last = pos
             h.count += 1
-            hlc = int.from_bytes(rec[_HLC], "big")
+            hlc = int.from_bytes(rec[_HLC_AT:_ORIGIN_AT], "big")
             if hlc > h.max_hlc:
                 h.max_hlc = hlc
         if cacheable and self.feed is not None:
@@ -256,14 +258,14 @@ class Lists:
             if t == _ORD_HEAD:
                 self._head(h, new)
                 continue
-            if new[_TTL] != _NO_TTL:
+            if new[_TTL_AT:_HEADER] != _NO_TTL:
                 self.drop(K.user_key_of(ik))  # see _build: not cacheable
                 continue
             clock = h.clock
-            live = new[0] == flags and int.from_bytes(new[_HLC], "big") > clock
-            was = old is not None and old[0] == flags and int.from_bytes(old[_HLC], "big") > clock
+            live = new[0] == flags and int.from_bytes(new[_HLC_AT:_ORIGIN_AT], "big") > clock
+            was = old is not None and old[0] == flags and int.from_bytes(old[_HLC_AT:_ORIGIN_AT], "big") > clock
             if live:
-                hlc = int.from_bytes(new[_HLC], "big")
+                hlc = int.from_bytes(new[_HLC_AT:_ORIGIN_AT], "big")
                 if hlc > h.max_hlc:
                     h.max_hlc = hlc
                 if was:
@@ -328,7 +330,7 @@ def lookup(lx: Lists, key: bytes, now: int) -> tuple[Keys, bytes | None, bytes |
     get = ks.get
     s = get(keys.string)
     if s is not None and not s[0] & 1:
-        d = s[_TTL]
+        d = s[_TTL_AT:_HEADER]
         if d == _NO_TTL or int.from_bytes(d, "big") > now:
             raise WrongType()
     if not ks.head_pids[keys.pid]:
@@ -342,7 +344,7 @@ def lookup(lx: Lists, key: bytes, now: int) -> tuple[Keys, bytes | None, bytes |
         return keys, None, hd
     live = not hd[0] & 1
     if live:
-        d = hd[_TTL]
+        d = hd[_TTL_AT:_HEADER]
         live = d == _NO_TTL or int.from_bytes(d, "big") > now
     if lx.hint(key, hd, now, keys, live).count:
         return keys, hd, hd
@@ -603,7 +605,7 @@ def _needs_head(hd: bytes | None, stored: bytes | None, now: int) -> bool:
     (a live head is kept while the list exists or has no TTL)."""
     if stored is None or stored[_CTYPE_AT] != LIST or stored[0] & 1:
         return True
-    d = stored[_TTL]
+    d = stored[_TTL_AT:_HEADER]
     if d == _NO_TTL:
         return False
     return int.from_bytes(d, "big") <= now or hd is None

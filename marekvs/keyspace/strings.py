@@ -15,10 +15,12 @@ of the collection's head. Every write is one ``apply`` (one replication-log entr
 Hot paths (GET, SET, MSET, INCR) are flat on purpose: built from the general lookups a GET
 took five Python calls and a clock read per key, and cost 3.09 instead of 2.64 us of
 server CPU at -P 16 (bench/README.md). They inline core's liveness rule with its named
-header slices; tests/unit/test_keyspace.py pins them to ``envelope.is_live``.
+header bounds; tests/unit/test_keyspace.py pins them to ``envelope.is_live``.
 """
 
 from __future__ import annotations
+
+from typing import Final
 
 from marekvs.core import envelope as env
 from marekvs.core import keys as K
@@ -31,9 +33,9 @@ from marekvs.keyspace.status import NotInteger, Overflow, WrongType
 _UNKNOWN = object()  # "the caller did not look the key up"
 _STRING_FLAGS = env.make_flags(RecordType.STRING)
 _COUNTER_FLAGS = pncounter.FLAGS
-_TTL = env.TTL
-_NO_TTL = env.NO_TTL
-_HEADER = env.HEADER
+_TTL_AT: Final = env.TTL_AT  # record[_TTL_AT:_HEADER] is the deadline
+_NO_TTL: Final = env.NO_TTL
+_HEADER: Final = env.HEADER
 _TOMB = env.FLAG_TOMBSTONE
 _ENV_PACK = env.pack_envelope
 _ORD_HEAD = K.ORD_HEAD
@@ -55,7 +57,7 @@ def lookup(ks: Keyspace, key: bytes, now: int) -> tuple[bytes, bytes | None]:
     pid, ik = _locate(key)
     rec = ks.get(ik)
     if rec is not None and not rec[0] & _TOMB:
-        d = rec[_TTL]
+        d = rec[_TTL_AT:_HEADER]
         if d == _NO_TTL or int.from_bytes(d, "big") > now:
             return ik, rec
     if ks.live_head(pid, ik, now) is not None:
@@ -75,7 +77,7 @@ def read(ks: Keyspace, key: bytes, now: int = 0) -> bytes | None:
     pid, ik = _locate(key)
     rec = ks.get(ik)
     if rec is not None and not rec[0] & _TOMB:
-        d = rec[_TTL]
+        d = rec[_TTL_AT:_HEADER]
         if d == _NO_TTL or int.from_bytes(d, "big") > (now or ks.now()):
             ks.hits += 1  # (``Keyspace.counted``, inline: GET's hot path)
             return rec[_HEADER:] if rec[0] == _STRING_FLAGS else string_value(rec)

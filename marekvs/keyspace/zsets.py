@@ -50,7 +50,7 @@ import heapq
 import math
 import random
 from collections import OrderedDict
-from typing import Generator, Iterable, Iterator, NamedTuple
+from typing import Final, Generator, Iterable, Iterator, NamedTuple
 
 from sortedcontainers import SortedList  # type: ignore[import-untyped]
 
@@ -75,9 +75,7 @@ SMALL_SCAN = 128  # ZSCAN returns a zset this small (and its members short) in o
 _ORD_Z = K.TAG_ZSET[0]
 _ORD_ZSCORE = K.TAG_ZSCORE[0]
 _ORD_HEAD = K.ORD_HEAD
-_HEADER = env.HEADER
-_TTL = env.TTL
-_NO_TTL = env.NO_TTL
+_HEADER: Final = env.HEADER
 _TOMB = env.FLAG_TOMBSTONE
 _is_live = env.is_live
 _score_of = zset.score_of

@@ -122,6 +122,7 @@ RETRY_SECONDS = 1.0  # after a failed write, how often a commit tries again
 # max_hlc: how many of the newest log entries, and keys at each end of one, it reads
 _HLC_ENTRIES = 64
 _HLC_PROBES = 16
+_HANDLES = ("data", "replog", "meta", "_h_data", "_h_replog", "_h_meta")  # what _open_db opens
 
 
 StorageError = identity.StorageError
@@ -170,7 +171,7 @@ class Engine:
         self.wal = WalSyncer(path)
         self.set_durability(durability)
 
-        self.commit_listeners: list = []  # called with log_seq after a batch with log entries
+        self.commit_listeners: list[Callable[[int], None]] = []  # called with log_seq after a batch with log entries
         # Called with [(ikey, old record or None, new record), ...] after every apply that
         # changed something, local or replicated (the node's change feed); None costs the
         # apply path nothing.
@@ -586,9 +587,10 @@ class Engine:
         self.wal.path = self.path
 
     def _drop_handles(self) -> None:
-        # column-family handles keep the database (and its LOCK) alive
-        self.data = self.replog = self.meta = None  # type: ignore[assignment]
-        self._h_data = self._h_replog = self._h_meta = None
+        # column-family handles keep the database (and its LOCK) alive: gone until _open_db
+        for name in _HANDLES:
+            if hasattr(self, name):
+                delattr(self, name)
         self.log.close()
         self.digest.close()
 
