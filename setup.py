@@ -182,13 +182,20 @@ def compiled_files(root: Path, module: str) -> list[Path]:
 
 
 def write_manifest(root: Path, compiled: list[str], reason: str | None) -> Path:
-    """``root/marekvs/_native.json``; a pure build (``compiled`` empty) also removes the
-    compiled files of every ``NATIVE`` module under ``root``."""
-    if not compiled:
-        for path in NATIVE:
-            for f in compiled_files(root, module_of(path)):
-                f.unlink()
+    """``root/marekvs/_native.json``. Compiled files of a module not compiled now are
+    removed: every ``NATIVE`` module's after a pure build (``compiled`` empty), and those of
+    a module the previous manifest listed and this build leaves out (taken out of
+    ``NATIVE``), which the import-time check would no longer see and which would shadow
+    its source."""
     out = root / MANIFEST
+    stale = {module_of(p) for p in NATIVE} if not compiled else set()
+    try:
+        stale |= set(json.loads(out.read_text())["modules"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    for module in stale - {module_of(p) for p in compiled}:
+        for f in compiled_files(root, module):
+            f.unlink()
     out.parent.mkdir(parents=True, exist_ok=True)
     data = {"modules": {module_of(p): source_hash(ROOT / p) for p in compiled}, "pure_reason": reason}
     text = json.dumps(data, indent=1, sort_keys=True) + "\n"

@@ -156,3 +156,20 @@ def test_a_build_without_a_compiler_is_pure_and_leaves_no_extension_behind(tmp_p
     manifest = hook.write_manifest(tmp_path, [], reason)
     assert not any(f.exists() for f in left)
     assert json.loads(manifest.read_text()) == {"modules": {}, "pure_reason": reason}
+
+
+def test_a_module_taken_out_of_native_loses_its_extension(tmp_path):
+    """A module the previous build compiled and this one leaves out: its extension would
+    shadow its source with no manifest entry to check it against, so the build removes it."""
+    hook = load_setup_py()
+    pkg = tmp_path / "marekvs" / "storage"
+    pkg.mkdir(parents=True)
+    left = [pkg / f"engine{EXT}", pkg / f"engine__mypyc{EXT}"]
+    for f in left:
+        f.write_bytes(b"\x7fELF")
+    (tmp_path / "marekvs" / "_native.json").write_text(json.dumps({"modules": {"marekvs.storage.engine": "0"},
+                                                                    "pure_reason": None}))
+    kept = hook.NATIVE[0]
+    manifest = hook.write_manifest(tmp_path, [kept], None)
+    assert not any(f.exists() for f in left)
+    assert list(json.loads(manifest.read_text())["modules"]) == [hook.module_of(kept)]
