@@ -527,15 +527,23 @@ def touch_consumer_seen(current: bytes | None, hlc: int, origin: int, seen_ms: i
     before (in a group whose destroy clock is ``destroy_clock``: ``consumer_seen``). Built
     directly, from one parse: the new dot is the highest, so the join keeps it alone live,
     over the top 4 of what was live or covered (``merge_consumer(current, add)``, which
-    tests/merge_laws pins it to)."""
+    tests/merge_laws pins it to). When the new dot is not above the record's version and
+    every dot in it (a writer whose clock is behind the record: one that applied it without
+    taking its clock, or whose HLC clamped a peer's drift), the direct build is not the
+    join, and the add is merged instead."""
     covered: tuple[orswot.Dot, ...] = ()
     was_live = False
+    behind = False
     if current is not None:
         e = element_of_consumer(current)
         was_live = not current[0] & _TOMB and bool(e.live) and e.live[0][0][0] > destroy_clock
-        covered = tuple(sorted({*e.covered, *(d for d, _ in e.live)}, reverse=True)[:CONSUMER_CAPS[1]])
+        dots = sorted({*e.covered, *(d for d, _ in e.live)}, reverse=True)
+        covered = tuple(dots[:CONSUMER_CAPS[1]])
+        behind = (hlc, origin) <= max((env.hlc_of(current), env.origin_of(current)), dots[0] if dots else (0, 0))
     rec = _consumer_record(env.pack(FLAGS, hlc, origin, 0),
                            orswot.Element((((hlc, origin), _MS.pack(seen_ms)),), covered))
+    if behind:
+        rec = merge_consumer(current, rec)  # type: ignore[arg-type]
     return _built(rec, current), was_live
 
 

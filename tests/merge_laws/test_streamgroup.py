@@ -224,8 +224,12 @@ def _merged_fresh(merge, a, b):
     return merge(a, b)
 
 
-@given(x=abstract_consumers(), hlc=st.integers(13, 40), origin=st.integers(1, 3), seen=st.integers(0, 99))
+@given(x=abstract_consumers(), hlc=st.integers(1, 40), origin=st.integers(1, 3), seen=st.integers(0, 99))
 def test_touching_a_consumer_builds_the_join_with_the_add(x, hlc, origin, seen):
+    """Also from a writer whose clock is behind the record (hlc at or below 12, or below
+    its dots): a node that applied a peer's record without taking its clock, or whose HLC
+    clamped a drifting peer. The direct build kept its own version on top there, so the
+    memo answered a join that the other replicas did not compute (replicas diverged)."""
     current = consumer_record(consumer_element(*x), 12, 1)
     out, was_live = G.touch_consumer_seen(current, hlc, origin, seen)
     add = G._consumer_record(env.pack(G.FLAGS, hlc, origin, 0), orswot.Element(
