@@ -500,6 +500,16 @@ class Trim(NamedTuple):
     limit: int = 0
 
 
+def _ids_and(ks: Keyspace, st: Stream, extra: StreamId | None) -> Iterator[StreamId]:
+    """The ids of the stream's live entries, oldest first, then ``extra`` if given. (A
+    module-level generator: mypyc loses a nested generator's closure when it is resumed
+    from a comprehension, tests/integration/test_differential_streams.py found it.)"""
+    for sid, _ in _scan(ks, st, MIN_ID, MAX_ID):
+        yield sid
+    if extra is not None:
+        yield extra
+
+
 def _trim_victims(ks: Keyspace, st: Stream, trim: Trim, length: int,
                   extra: StreamId | None = None) -> list[StreamId]:
     """The ids ``trim`` removes from a stream of ``length`` live entries, oldest first
@@ -513,15 +523,9 @@ def _trim_victims(ks: Keyspace, st: Stream, trim: Trim, length: int,
     entries and close at 4 KB, so on streams of 100 entries or more, or with big entries,
     ``~`` may trim other amounts than Redis's (never fewer than it should keep)."""
 
-    def ids() -> Iterator[StreamId]:
-        for sid, _ in _scan(ks, st, MIN_ID, MAX_ID):
-            yield sid
-        if extra is not None:
-            yield extra
-
     victims: list[StreamId] = []
     if not trim.approx:
-        for sid in ids():
+        for sid in _ids_and(ks, st, extra):
             if trim.maxlen is not None and length - len(victims) <= trim.maxlen:
                 break
             if trim.minid is not None and sid >= trim.minid:
@@ -530,7 +534,7 @@ def _trim_victims(ks: Keyspace, st: Stream, trim: Trim, length: int,
         return victims
     # the last node also holds the deleted entries up to the last id added
     newest = extra if extra is not None else st.totals().last
-    runs = ids()
+    runs = _ids_and(ks, st, extra)
     while True:
         run = [sid for _, sid in zip(range(NODE_ENTRIES), runs)]
         if not run:

@@ -408,8 +408,21 @@ def test_writes_after_a_restart_replicate(tmp_path):
         c = kafka.Consumer({"bootstrap.servers": f"127.0.0.1:{base + 5}", "group.id": "cli",
                             "auto.offset.reset": "earliest"})
         c.subscribe(["cli"])
-        m = wait_until(lambda: (lambda m: m if m is not None and m.error() is None else None)(c.poll(0.5)),
-                       timeout=60, what="the record consumed on node 2")
+        errors: list[str] = []  # what the consumer saw meanwhile, for a failure's message
+
+        def consumed():
+            m = c.poll(0.5)
+            if m is not None and m.error() is not None:
+                errors.append(str(m.error()))
+                return None
+            return m
+
+        try:
+            m = wait_until(consumed, timeout=60, what="the record consumed on node 2")
+        except AssertionError as e:
+            logs = "\n".join(f"--- node{i}.log\n" + (d / f"node{i}.log").read_text(errors="replace")[-3000:]
+                             for i in (1, 2) if (d / f"node{i}.log").exists())
+            raise AssertionError(f"{e}; consumer errors: {errors[-10:]}\n{logs}") from None
         c.close()
         assert m.value() == b"through the cluster"
         r = cli("status", "--dir", str(d), "--json")

@@ -120,6 +120,7 @@ def test_group_members_join_and_leave_while_records_flow(node):
     create(node, "grp", 4)
     total = 200
     seen: dict[str, list[tuple[int, int]]] = {}
+    assigned: dict[str, set[int]] = {}  # member -> the partitions it holds now
     stop = threading.Event()
 
     def member(name: str, until: threading.Event):
@@ -127,14 +128,19 @@ def test_group_members_join_and_leave_while_records_flow(node):
                       "enable.auto.commit": False, "session.timeout.ms": 6000, "heartbeat.interval.ms": 200,
                       "partition.assignment.strategy": "cooperative-sticky"})
         mine = seen.setdefault(name, [])
+        owned = assigned.setdefault(name, set())
 
         def revoked(cons, parts):  # hand over what was processed before the partitions move
+            owned.difference_update(p.partition for p in parts)
             try:
                 cons.commit(asynchronous=False)
             except ck.KafkaException:
                 pass
 
-        c.subscribe(["grp"], on_revoke=revoked)
+        def assign(cons, parts):  # (cooperative-sticky: the partitions added)
+            owned.update(p.partition for p in parts)
+
+        c.subscribe(["grp"], on_assign=assign, on_revoke=revoked)
         while not until.is_set() and not stop.is_set():
             m = c.poll(0.2)
             if m is None or m.error():
@@ -155,6 +161,9 @@ def test_group_members_join_and_leave_while_records_flow(node):
     wait_for(lambda: len(seen.get("a", [])) + len(seen.get("b", [])) >= total // 4, 60, "first records consumed")
     late = threading.Thread(target=member, args=("c", stop), daemon=True)
     late.start()  # 2 -> 3 members
+    # (the rest is produced once c holds partitions: else a and b could consume it all
+    # before c's join completes, and c would have nothing to show)
+    wait_for(lambda: assigned.get("c"), 60, "partitions assigned to the member that joined late")
     leave.set()  # then b leaves: 3 -> 2
     produce(node, "grp", [{"value": b"%d" % i, "partition": i % 4} for i in range(total // 2, total)])
     try:
