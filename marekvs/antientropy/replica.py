@@ -184,7 +184,9 @@ class LocalReplica:
         return D.segments_of(recs), recs[-1][0] if more else None, len(recs)
 
     def kept_root(self, pid: int) -> int:
-        """Partition ``pid``'s kept root as of the last commit."""
+        """Partition ``pid``'s kept root, pending writes committed first (so that it
+        stands for the records ``read_segments`` reads next)."""
+        self.engine.commit()
         return self.engine.digest.roots(pid, 1)[0]
 
     def check(self, pid: int, actual: list[int], correct: bool) -> bool:

@@ -259,14 +259,7 @@ class Owner(asyncio.Protocol):
                     ctx = proxies[cid] = Context(node, cid, addr="shard-worker-proxy")
                 ctx.proto = proto
                 r = execute(ctx, commands[ci], args)
-                t = type(r)
-                if t is bytes:
-                    replies.append(b"$%d\r\n%s\r\n" % (len(r), r))
-                elif r is OK:
-                    replies.append(_R_OK)
-                elif t is int:
-                    replies.append(b":%d\r\n" % r)
-                elif t is Blocking or r is NO_REPLY:  # (the plan sends no blocking command here)
+                if type(r) is Blocking or r is NO_REPLY:  # (the plan sends no blocking command here)
                     replies.append(b"-ERR internal error: a blocking command on a shard worker proxy\r\n")
                 else:
                     out: list[bytes] = []
