@@ -37,10 +37,6 @@ def test_kafka_python_round_trip_and_a_group(node):
     p = KafkaProducer(bootstrap_servers=boot(node), acks="all", enable_idempotence=True)
     futs = [p.send("kp", key=k, value=v, headers=h, partition=0) for k, v, h in MSGS]
     offsets = [f.get(timeout=60).offset for f in futs]
-    for i in range(40):
-        p.send("kp", value=b"g%d" % i, partition=i % 2)
-    p.flush(60)
-    p.close()
     c = KafkaConsumer(bootstrap_servers=boot(node), enable_auto_commit=False, consumer_timeout_ms=10000)
     c.assign([TopicPartition("kp", 0)])
     c.seek_to_beginning()
@@ -48,8 +44,11 @@ def test_kafka_python_round_trip_and_a_group(node):
     c.close()
     _check([(m.key, m.value, m.headers) for m in got])
     assert [m.offset for m in got] == offsets
-    # two members of one group share the partitions; every record once, offsets committed
+    # two members of one group share the partitions; every record once, offsets committed.
+    # The group's own records are produced once both members hold a partition: produced
+    # before, the first member to join could read them all before the second one joined.
     seen: dict[str, list[tuple[int, int]]] = {"a": [], "b": []}
+    assigned: dict[str, set[int]] = {"a": set(), "b": set()}
     stop = threading.Event()
 
     def member(name: str) -> None:
@@ -59,14 +58,21 @@ def test_kafka_python_round_trip_and_a_group(node):
             for tp, msgs in cons.poll(timeout_ms=200).items():
                 seen[name] += [(tp.partition, m.offset) for m in msgs]
                 cons.commit()
+            assigned[name] = {tp.partition for tp in cons.assignment()}
         cons.close()
 
     threads = [threading.Thread(target=member, args=(n,), daemon=True) for n in ("a", "b")]
     for t in threads:
         t.start()
     try:
+        wait_for(lambda: assigned["a"] and assigned["b"] and not assigned["a"] & assigned["b"], 120,
+                 lambda: f"both members hold a partition (assigned {assigned})")
+        for i in range(40):
+            p.send("kp", value=b"g%d" % i, partition=i % 2)
+        p.flush(60)
+        p.close()
         wait_for(lambda: len({x for v in seen.values() for x in v}) >= 60, 120, "the group read every record")
-        wait_for(lambda: all(seen.values()), 60, "both members got partitions")
+        wait_for(lambda: all(seen.values()), 60, lambda: f"both members read records (assigned {assigned})")
     finally:
         stop.set()
         for t in threads:
@@ -87,41 +93,47 @@ def test_aiokafka_round_trip_and_a_group(node):
         await p.start()
         try:
             sent = [await p.send_and_wait("aio", key=k, value=v, headers=h, partition=0) for k, v, h in MSGS]
-            for i in range(40):
-                await p.send_and_wait("aio", value=b"g%d" % i, partition=i % 2)
+            c = AIOKafkaConsumer(bootstrap_servers=boot(node), enable_auto_commit=False)
+            await c.start()
+            try:
+                tp = TopicPartition("aio", 0)
+                c.assign([tp])
+                await c.seek_to_beginning(tp)
+                got = []
+                while len(got) < len(MSGS):
+                    got.append(await asyncio.wait_for(c.getone(), 30))
+            finally:
+                await c.stop()
+            _check([(m.key, m.value, m.headers) for m in got])
+            assert [m.offset for m in got] == [md.offset for md in sent]
+
+            # the group's own records are produced once both members hold a partition (as above)
+            members = [AIOKafkaConsumer("aio", bootstrap_servers=boot(node), group_id="aio-group",
+                                        auto_offset_reset="earliest", enable_auto_commit=False,
+                                        session_timeout_ms=10000, heartbeat_interval_ms=300) for _ in range(2)]
+            for m in members:
+                await m.start()
+            seen: list[set[tuple[int, int]]] = [set(), set()]
+            produced = False
+            try:
+                deadline = time.monotonic() + 120
+                while len(seen[0] | seen[1]) < 60 or not all(seen):
+                    assert time.monotonic() < deadline, (
+                        f"read {len(seen[0] | seen[1])} of 60, assigned {[m.assignment() for m in members]}")
+                    for i, m in enumerate(members):
+                        for tp_, msgs in (await m.getmany(timeout_ms=200)).items():
+                            seen[i] |= {(tp_.partition, x.offset) for x in msgs}
+                            await m.commit()
+                    held = [{t.partition for t in m.assignment()} for m in members]
+                    if not produced and all(held) and not held[0] & held[1]:
+                        for i in range(40):
+                            await p.send_and_wait("aio", value=b"g%d" % i, partition=i % 2)
+                        produced = True
+            finally:
+                for m in members:
+                    await m.stop()
         finally:
             await p.stop()
-        c = AIOKafkaConsumer(bootstrap_servers=boot(node), enable_auto_commit=False)
-        await c.start()
-        try:
-            tp = TopicPartition("aio", 0)
-            c.assign([tp])
-            await c.seek_to_beginning(tp)
-            got = []
-            while len(got) < len(MSGS):
-                got.append(await asyncio.wait_for(c.getone(), 30))
-        finally:
-            await c.stop()
-        _check([(m.key, m.value, m.headers) for m in got])
-        assert [m.offset for m in got] == [md.offset for md in sent]
-
-        members = [AIOKafkaConsumer("aio", bootstrap_servers=boot(node), group_id="aio-group",
-                                    auto_offset_reset="earliest", enable_auto_commit=False,
-                                    session_timeout_ms=10000, heartbeat_interval_ms=300) for _ in range(2)]
-        for m in members:
-            await m.start()
-        seen: list[set[tuple[int, int]]] = [set(), set()]
-        try:
-            deadline = time.monotonic() + 120
-            while len(seen[0] | seen[1]) < 60 or not all(seen):
-                assert time.monotonic() < deadline, f"read {len(seen[0] | seen[1])} of 60"
-                for i, m in enumerate(members):
-                    for tp_, msgs in (await m.getmany(timeout_ms=200)).items():
-                        seen[i] |= {(tp_.partition, x.offset) for x in msgs}
-                        await m.commit()
-        finally:
-            for m in members:
-                await m.stop()
         assert not seen[0] & seen[1] and len(seen[0] | seen[1]) == 60
 
     asyncio.run(run())
