@@ -405,6 +405,14 @@ def test_writes_after_a_restart_replicate(tmp_path):
         p = kafka.Producer({"bootstrap.servers": f"127.0.0.1:{base + 4}", "message.timeout.ms": 60000})
         p.produce("cli", value=b"through the cluster")
         assert p.flush(60) == 0
+
+        def on_node_2():  # the topic and its record replicated (else librdkafka's consumer on
+            # node 2 may find no topic "cli" and look again only after its 5-minute refresh)
+            streams = call(base + 1, "KEYS", "korvet:stream:cli:*")
+            return (call(base + 1, "EXISTS", "korvet:topic:cli", "korvet:leaders:cli") == 2
+                    and sum(call(base + 1, "XLEN", k) for k in streams) == 1)
+
+        wait_until(on_node_2, timeout=60, what="topic cli and its record on node 2")
         c = kafka.Consumer({"bootstrap.servers": f"127.0.0.1:{base + 5}", "group.id": "cli",
                             "auto.offset.reset": "earliest"})
         c.subscribe(["cli"])
