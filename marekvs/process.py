@@ -73,6 +73,7 @@ class Process:
             mesh = self.mesh = Mesh(self.node, ShardMap.even(config.shards), worker.index, worker.mesh)
             self.resp.connection_factory = lambda: ShardConnection(self.resp, mesh)
             self.resp.reuse_port = True
+            self.node.shutdown_hook = lambda: os.kill(os.getppid(), signal.SIGTERM)  # the supervisor stops them all
 
     async def run(self) -> None:
         node, config = self.node, self.node.config
@@ -101,7 +102,7 @@ class Process:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             try:
-                loop.add_signal_handler(sig, node.request_shutdown)
+                loop.add_signal_handler(sig, node.stop_here)
             except (NotImplementedError, RuntimeError):  # no signal handlers on this loop
                 pass
         assert node.stopping is not None

@@ -20,6 +20,7 @@ from marekvs.commands.table import command, container, help_subcommand
 from marekvs.core import envelope as env
 from marekvs.core import head
 from marekvs.core import keys as K
+from marekvs.core.partition import partition_of
 from marekvs.keyspace.strings import string_value
 
 CONTAINERS = (container("debug", -2, "admin noscript loading stale", group="server",
@@ -69,9 +70,10 @@ def debug_digest(ctx, args):
          summary="Outputs a hash of the values of the given keys.", syntax="[key [key ...]]")
 def debug_digest_value(ctx, args):
     now = ctx.ks.now()
+    held = ctx.ks.engine.partitions.holds  # (a shard worker's: another worker's key is not here)
     out = []
     for key in args[2:]:
-        found = ctx.ks.live_record(key, now)
+        found = ctx.ks.live_record(key, now) if held(partition_of(key)) else None
         if found is None:
             out.append(reply.Simple(b"0" * 40))
         else:

@@ -8,9 +8,11 @@ deletes the key instead, as Redis does.
 
 Iteration (KEYS, SCAN, RANDOMKEY) walks the 4096 partitions in order with
 ``Keyspace.key_runs`` (one iterator; empty partitions cost nothing). The SCAN cursor is
-the next partition id to visit (0 when done) and a call always finishes the partitions
-it starts, so a key that exists for the whole scan is returned at least once, and COUNT
-bounds the keys visited as in Redis (MATCH and TYPE filter afterwards).
+the next partition id to visit (0 when done; on a shard worker whose range ends before
+the last partition, the next worker's first: the mesh sends a cursor to the worker owning
+it) and a call always finishes the partitions it starts, so a key that exists for the
+whole scan is returned at least once, and COUNT bounds the keys visited as in Redis
+(MATCH and TYPE filter afterwards).
 
 RENAME / COPY move strings and counters (the destination gets a plain string record
 with a new version; a counter is materialised, which reads the same) and collections of
@@ -83,7 +85,8 @@ def op_scan(ks: Keyspace, cursor: int, count: int, now: int) -> tuple[int, list[
             return pid, found
         found.extend(k for k, _, _ in keys)
         read += records
-    return 0, found
+    last = ks.engine.partitions.last  # a shard worker's range ends: the next worker's first
+    return (0 if last == PARTITIONS - 1 else last + 1), found
 
 
 def op_random_key(ks: Keyspace, now: int) -> bytes | None:

@@ -137,6 +137,7 @@ class Node:
         self.tls_prepare: Callable[[Config], Callable[[], None]] | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.stopping: asyncio.Event | None = None
+        self.shutdown_hook: Callable[[], None] | None = None  # a shard worker's: ask the supervisor
         self._after_commit: list[Callable[[bool], None]] = []
         self._tick_scheduled = False
         self._ack_event: asyncio.Event | None = None
@@ -481,6 +482,15 @@ class Node:
             return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
     def request_shutdown(self) -> None:
+        """SHUTDOWN: stop the node. A shard worker asks its supervisor (``shutdown_hook``),
+        which stops every worker of the node, this one too."""
+        if self.shutdown_hook is not None:
+            self.shutdown_hook()
+        else:
+            self.stop_here()
+
+    def stop_here(self) -> None:
+        """Stop this process (SIGTERM, SIGINT)."""
         if self.stopping is not None:
             self.stopping.set()
 

@@ -129,7 +129,7 @@ class Events:
         if cls not in self.classes:
             return
         self.fired += 1
-        deliver = self.node.pubsub.deliver
+        deliver = self.node.pubsub.notify
         if self.keyspace:
             deliver(b"__keyspace@0__:" + key, event)
         if self.keyevent:

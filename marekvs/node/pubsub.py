@@ -11,8 +11,9 @@ Across the cluster a PUBLISH (or SPUBLISH) made here is also relayed to every pe
 (``relay``, set by the process: replication's pub/sub stream), which delivers it to its
 own subscribers (``deliver``): at most once, in publish order per origin node, never stored.
 PUBLISH returns the number of receivers on this node, as Redis Cluster does. Keyspace
-notifications are published with ``deliver`` only: every node fires its own for the
-records it changes or merges, so they are not relayed.
+notifications are published with ``notify``: to this node's subscribers only (every node
+fires its own for the records it changes or merges, so they are not relayed), on each of
+its shard workers (``siblings``, set by the mesh: the worker that changed the key fires).
 
 A subscriber that does not read is cut off by ``client-output-buffer-limit pubsub`` (hard
 limit at once, soft limit after its seconds), checked at each push against what the
@@ -37,6 +38,7 @@ class PubSub:
         self.patterns: dict[bytes, dict[int, Context]] = {}
         self.shard_channels: dict[bytes, dict[int, Context]] = {}
         self.relay: Relay | None = None  # the cluster stream (process.py attaches it)
+        self.siblings: Relay | None = None  # the other shard workers of this node (server/mesh.py)
         self.limits = (0, 0, 0)  # client-output-buffer-limit pubsub: hard, soft, seconds
         self.published = 0
 
@@ -77,6 +79,13 @@ class PubSub:
         if self.relay is not None:
             self.relay(channel, message, shard)
         return n
+
+    def notify(self, channel: bytes, message: bytes) -> None:
+        """A keyspace notification fired here: to this node's subscribers, on every shard
+        worker of the node (never to the peers, which fire their own)."""
+        self.deliver(channel, message)
+        if self.siblings is not None:
+            self.siblings(channel, message, False)
 
     def deliver(self, channel: bytes, message: bytes, shard: bool = False) -> int:
         """Deliver to this node's subscribers only; the number of clients reached. One

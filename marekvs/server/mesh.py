@@ -20,14 +20,29 @@ connections). A client's command runs where its keys live:
   sends the frame's replies ``[resp_bytes, ...]`` after its own commit; the front splices
   the bytes into the connection's output in order (bench/bench_hop.py measured this
   framing and its costs);
+- **node-wide** (DBSIZE, KEYS, RANDOMKEY, INFO, CONFIG SET, FLUSHALL, PUBLISH, CLIENT
+  LIST/KILL/PAUSE, SCRIPT LOAD, SLOWLOG, DEBUG DIGEST, ...: ``shards/fanout.py`` names
+  them and how their replies merge): the entry goes to every sibling as ``_FAN`` plus the
+  command's index, each runs it on its own partitions and state and answers the reply
+  as a value (``fanout.pack``); the connection's worker runs it too and merges (a
+  Blocking reply: the connection's later commands wait, as for WAIT). SCAN is routed by
+  its cursor, a partition: the worker owning it scans on, and the cursor it returns at
+  the end of its range is the next worker's first partition. SUBSCRIBE and PSUBSCRIBE
+  run where the connection is (PUBLISH reaches every worker); a keyspace notification
+  is fired by the worker that changed the key and posted to the others (``_NOTIFY``).
+  SHUTDOWN asks the supervisor, which stops every worker;
 - **refused**: what is not carried across workers yet answers
-  ``ERR <command> is not supported with shards > 1 yet`` (``Plan``): node-wide commands
-  (INFO, DBSIZE, SCAN, KEYS, FLUSHALL, CONFIG SET, CLIENT LIST/KILL/PAUSE, PUBLISH,
-  SCRIPT LOAD, SLOWLOG, WAIT, ...), node records (ACL SETUSER, FUNCTION LOAD), commands
-  whose keys are on several workers (MSET, RENAME, SUNIONSTORE, ... — on one worker they
-  run), scripts (EVAL/EVALSHA/FCALL), an EXEC whose queued commands touch another
-  worker's keys, WATCH of another worker's key, a blocking command (BLPOP, XREAD BLOCK,
-  ...) on another worker's key, SORT with BY/GET, client tracking, SUBSCRIBE and MONITOR.
+  ``ERR <command> is not supported with shards > 1 yet`` (``Plan``): node records (ACL
+  SETUSER, FUNCTION LOAD), the node-wide commands ``fanout.MERGES`` does not name (ACL
+  LOG, MEMORY STATS, LATENCY, FUNCTION STATS, ...), commands whose keys are on several
+  workers (MSET, RENAME, SUNIONSTORE, ... — on one worker they run), scripts
+  (EVAL/EVALSHA/FCALL), an EXEC whose queued commands touch another worker's keys (or
+  are node-wide), WATCH of another worker's key, a blocking command (BLPOP, XREAD BLOCK,
+  ...) on another worker's key, SORT with BY/GET, client tracking and MONITOR.
+
+A proxy context runs what a handler would do in steps (DBSIZE, KEYS, the first read of a
+cold zset) to its end at once (``deny_blocking``, as inside MULTI): the owner's other
+clients wait meanwhile.
 
 **Order.** A connection's commands take effect in the order it sent them: while a
 connection's run waits for its replies (``ctx.blocked``, as for BLPOP) its later commands
@@ -54,12 +69,13 @@ from typing import Any, Callable
 import msgpack
 
 from marekvs.commands.context import Context
-from marekvs.commands.reply import NO_REPLY, OK, Blocking
+from marekvs.commands.reply import NO_REPLY, OK, Blocking, Err
 from marekvs.commands.table import Command
 from marekvs.core.partition import ShardMap, partition_of
 from marekvs.node import Node
 from marekvs.server import resp
 from marekvs.server.listener import Connection, RespServer
+from marekvs.shards.fanout import MERGES, Merge, pack, unpack
 from marekvs.shards.router import ALL, FRONT, KEY, NODE_RECORD, Router
 
 log = logging.getLogger("marekvs.mesh")
@@ -68,16 +84,33 @@ _enc = resp._enc
 _R_OK = resp.R_OK
 _packb = msgpack.packb
 _DROP = -1  # a frame entry's command index: forget the proxy context of this client
+_NOTIFY = -2  # ... a keyspace notification to deliver here: [channel, message] (no reply)
+_FAN = 1 << 16  # ... plus a command's index: a node-wide command, its reply as a value (fanout.py)
 _RECONNECT_S = 0.05
 
 # keyless commands a worker cannot answer for the node yet: they need every worker's state
-_FRONT_REFUSED = frozenset(("client|tracking", "subscribe", "psubscribe", "ssubscribe", "monitor"))
+_FRONT_REFUSED = frozenset(("client|tracking", "monitor"))
+# node-wide commands a worker answers alone: WAIT (a multi-worker node has no peers yet, so
+# no replica acknowledges), SWAPDB (one database: its error), SHUTDOWN (the worker asks the
+# supervisor, which stops every worker: Node.shutdown_hook)
+_ALL_HERE = frozenset(("wait", "swapdb", "shutdown"))
 # commands with keys whose run needs state only the connection's worker has, or runs code
 # that may touch any key (scripts)
 _SCRIPTS = frozenset(("eval", "eval_ro", "evalsha", "evalsha_ro", "fcall", "fcall_ro"))
 
 # a plan's kinds
-_LOCAL, _KEY, _KEYS, _REFUSE, _EXEC, _SORT = range(6)
+_LOCAL, _KEY, _KEYS, _REFUSE, _EXEC, _SORT, _FANOUT, _SCAN = range(8)
+
+
+class Fan:
+    """A node-wide command run on every worker: its number in the frames, and how its
+    replies merge (``shards/fanout.py``)."""
+
+    __slots__ = ("number", "merge")
+
+    def __init__(self, number: int, merge: Merge):
+        self.number = number
+        self.merge = merge
 
 
 def mesh_address(name: str, index: int) -> str:
@@ -114,6 +147,12 @@ class Plan:
                 p: tuple[int, Any] = (_REFUSE, unsupported(cmd))
             elif cls == FRONT:
                 p = (_REFUSE, unsupported(cmd)) if cmd.fullname in _FRONT_REFUSED else (_LOCAL, None)
+            elif cls == ALL and cmd.fullname in MERGES:
+                p = (_FANOUT, Fan(self.number[id(cmd)] + _FAN, MERGES[cmd.fullname]))
+            elif cls == ALL and cmd.fullname == "scan":
+                p = (_SCAN, None)
+            elif cls == ALL and cmd.fullname in _ALL_HERE:
+                p = (_LOCAL, None)
             elif cls in (ALL, NODE_RECORD):
                 p = (_REFUSE, unsupported(cmd))
             elif cmd.fullname == "exec":
@@ -126,15 +165,21 @@ class Plan:
                 p = (_KEYS, blocking)
             self.plan[id(cmd)] = p
 
-    def where(self, ctx: Context, cmd: Command, args: list[bytes]) -> int | str | None:
+    def where(self, ctx: Context, cmd: Command, args: list[bytes]) -> int | str | Fan | None:
         kind, arg = self.plan[id(cmd)]
         if kind == _KEY:
             j = self.owner[partition_of(args[arg])]
             return None if j == self.index else j
         if kind == _LOCAL:
             return None
-        if kind == _REFUSE:
+        if kind == _REFUSE or kind == _FANOUT:
             return arg  # type: ignore[no-any-return]
+        if kind == _SCAN:  # the cursor is a partition: its worker scans on (commands/keys.py)
+            c = args[1] if len(args) > 1 else b""
+            if not c.isdigit() or len(c) > 4 or int(c) >= len(self.owner):
+                return None  # (an invalid cursor's error, or "nothing is left", answered here)
+            j = self.owner[int(c)]
+            return None if j == self.index else j
         if kind == _EXEC:
             return self._exec(ctx, cmd)
         if kind == _SORT and any(a.lower() in (b"by", b"get") for a in args[2:]):
@@ -186,8 +231,9 @@ class Link(asyncio.Protocol):
             self.scheduled = True
             self.node.after_commit(self.flush_cb)
 
-    def drop(self, client_id: int) -> None:
-        self.out.append([client_id, 0, _DROP, None])
+    def post(self, entry: list[Any]) -> None:
+        """Carry an entry that has no reply (``_DROP``, ``_NOTIFY``)."""
+        self.out.append(entry)
         if not self.scheduled:
             self.scheduled = True
             self.node.after_commit(self.flush_cb)
@@ -251,13 +297,21 @@ class Owner(asyncio.Protocol):
         for frame in self.unpacker:
             replies: list[bytes] = []
             for cid, proto, ci, args in frame:
-                if ci == _DROP:
-                    proxies.pop(cid, None)
+                if ci < 0:
+                    if ci == _DROP:
+                        proxies.pop(cid, None)
+                    else:  # _NOTIFY
+                        node.pubsub.deliver(args[0], args[1])
                     continue
                 ctx = proxies.get(cid)
                 if ctx is None:
                     ctx = proxies[cid] = Context(node, cid, addr="shard-worker-proxy")
+                    ctx.deny_blocking = True  # what runs in steps (a cold zset, DBSIZE) runs to its end here
                 ctx.proto = proto
+                if ci >= _FAN:
+                    replies.append(self._value(execute(ctx, commands[ci - _FAN], args)))
+                    ctx.deferred = None
+                    continue
                 r = execute(ctx, commands[ci], args)
                 if type(r) is Blocking or r is NO_REPLY:  # (the plan sends no blocking command here)
                     replies.append(b"-ERR internal error: a blocking command on a shard worker proxy\r\n")
@@ -270,6 +324,17 @@ class Owner(asyncio.Protocol):
         if self.out and not self.scheduled:
             self.scheduled = True
             node.after_commit(self.flush_cb)
+
+    @staticmethod
+    def _value(r: Any) -> bytes:
+        """A node-wide command's reply, as a value for the front's merge."""
+        if type(r) is Blocking or r is NO_REPLY:
+            r = Err("ERR internal error: a blocking node-wide command on a shard worker proxy")
+        try:
+            return pack(r)
+        except TypeError as e:
+            log.error("shard worker proxy: %s", e)
+            return pack(Err("ERR internal error: a reply that cannot cross the mesh"))
 
     def _flush(self, committed: bool) -> None:
         self.scheduled = False
@@ -295,6 +360,7 @@ class Mesh:
         self.node, self.shards, self.index, self.name = node, shards, index, name
         self.plan = Plan(node, shards, index)
         self.links: list[Link | None] = [None] * len(shards)
+        node.pubsub.siblings = self.notify
         self.loading = [loading(shards, j) for j in range(len(shards))]
         self.server: Any = None
         self.tasks: set[asyncio.Task[None]] = set()
@@ -321,6 +387,14 @@ class Mesh:
             self.links[j] = link
             log.info("shard worker %d: linked to worker %d (partitions %s)", self.index, j, self.shards.ranges[j])
             return
+
+    def notify(self, channel: bytes, message: bytes, shard: bool) -> None:
+        """A keyspace notification fired here, to the subscribers of the other workers (a
+        worker that is down misses it, as a disconnected subscriber would)."""
+        entry = [0, 0, _NOTIFY, [channel, message]]
+        for link in self.links:
+            if link is not None:
+                link.post(entry)
 
     def link_lost(self, link: Link) -> None:
         j = link.j
@@ -364,7 +438,7 @@ class ShardConnection(Connection):
             for j in self.remote:
                 link = self.mesh.links[j]
                 if link is not None:
-                    link.drop(self.ctx.id)
+                    link.post([self.ctx.id, 0, _DROP, None])
 
     def _run(self, cmds: list[list[bytes]], err: str | None) -> None:  # noqa: C901 - Connection._run's shape
         ctx = self.ctx
@@ -397,6 +471,8 @@ class ShardConnection(Connection):
                         if i < 0:
                             return  # the run went to worker w: the rest waits for its replies
                         continue
+                    elif type(w) is Fan:
+                        r = self._fan(w, r, args)
                     else:
                         exec_ = r.fullname == "exec"
                         r = node.rejected(ctx, r, w)  # type: ignore[arg-type]
@@ -489,6 +565,38 @@ class ShardConnection(Connection):
         self.remote.add(j)
         link.send(entries, lambda replies: self._hopped(mutes, replies))
         return -1
+
+    def _fan(self, fan: Fan, cmd: Command, args: list[bytes]) -> Any:
+        """A node-wide command: sent to every sibling, run here, the replies merged (a
+        Blocking reply: the connection's later commands wait for it, as for WAIT)."""
+        mesh, ctx, node = self.mesh, self.ctx, self.node
+        for j, link in enumerate(mesh.links):
+            if link is None and j != mesh.index:
+                return Err(mesh.loading[j][1:-2].decode())
+        loop = node.loop
+        assert loop is not None
+        entry = [[ctx.id, ctx.proto, fan.number, args]]
+        waits: list[asyncio.Future[list[bytes] | None]] = []
+        for j, link in enumerate(mesh.links):
+            if link is not None:
+                fut: asyncio.Future[list[bytes] | None] = loop.create_future()
+                link.send(entry, lambda replies, f=fut: f.done() or f.set_result(replies))
+                waits.append(fut)
+                self.remote.add(j)
+        return Blocking(self._gather(fan, args, node.execute(ctx, cmd, args), waits))
+
+    async def _gather(self, fan: Fan, args: list[bytes], here: Any,
+                      waits: list[asyncio.Future[list[bytes] | None]]) -> Any:
+        if type(here) is Blocking:
+            here = await here.awaitable  # type: ignore[misc]
+        replies = [here]
+        for fut in waits:
+            got = await fut
+            if got is None:
+                return Err("LOADING a shard worker stopped while running the command: it may have run on some "
+                           "workers only")
+            replies.append(unpack(got[0]))
+        return fan.merge(replies, args)
 
     def _hopped(self, mutes: list[bool], replies: list[bytes] | None) -> None:
         """The replies of a run sent by ``_hop``: spliced in order, then the backlog runs."""

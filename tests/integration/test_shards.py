@@ -183,10 +183,11 @@ def test_what_is_not_carried_yet_is_refused(node):
         c.mset({k0: "1", k1: "2"})
     assert c.get(k0) is None and c.get(k1) is None  # nothing of it ran
     assert c.mset({"{t}a": "1", "{t}b": "2"}) and c.mget("{t}a", "{t}b") == [b"1", b"2"]  # one worker: it runs
-    for args, name in (((("DBSIZE",),), "DBSIZE"), ((("INFO",),), "INFO"), ((("KEYS", "*"),), "KEYS"),
-                       ((("EVAL", "return 1", "0"),), "EVAL"), ((("CONFIG", "SET", "timeout", "0"),), "CONFIG SET")):
+    for args, name in ((("EVAL", "return 1", "0"), "EVAL"), (("ACL", "SETUSER", "u"), "ACL SETUSER"),
+                       (("MEMORY", "STATS"), "MEMORY STATS"), (("CLIENT", "TRACKING", "on"), "CLIENT TRACKING"),
+                       (("MONITOR",), "MONITOR")):
         with pytest.raises(redis.ResponseError, match=f"^{name} is not supported with shards > 1 yet"):
-            c.execute_command(*args[0])
+            c.execute_command(*args)
     # (on c's own connection: a redis-py pipeline takes another one, maybe on the other worker)
     c.execute_command("MULTI")  # a transaction on another worker's keys (slice 4)
     c.execute_command("SET", k1, "x")
@@ -198,6 +199,146 @@ def test_what_is_not_carried_yet_is_refused(node):
     c.execute_command("INCR", keys_on(0, 2, "m")[1])
     assert c.execute_command("EXEC") == [b"OK", 1]
     assert c.get(k0) == b"x"
+
+
+def raw_on(port: int, worker: int) -> redis.Connection:
+    """A bare redis-py connection on ``worker``, for a subscriber (a ``PubSub`` object
+    would take a connection from a pool, on either worker)."""
+    deadline = time.monotonic() + DEADLINE
+    while time.monotonic() < deadline:
+        conn = redis.Connection(host="127.0.0.1", port=port, socket_timeout=DEADLINE)
+        conn.send_command("CLIENT", "ID")
+        if conn.read_response() % SHARDS == worker:
+            return conn
+        conn.disconnect()
+    raise AssertionError(f"no connection landed on worker {worker}")
+
+
+def read_push(conn: redis.Connection):
+    assert conn.can_read(timeout=DEADLINE), "no message within the deadline"
+    return conn.read_response(push_request=True)
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+def test_node_wide_commands_see_every_worker(node, tmp_path, protocol):
+    """DBSIZE, KEYS, SCAN, RANDOMKEY, INFO, DEBUG DIGEST and the rest answer for the whole
+    node from either worker (docs/shards.md slice 3)."""
+    a, b = client_on(node.port, 0, protocol=protocol), client_on(node.port, 1, protocol=protocol)
+    assert a.flushall() is True
+    assert a.dbsize() == b.dbsize() == 0 and a.randomkey() is None and b.keys("*") == []
+    names = keys_on(0, 20, "w0:") + keys_on(1, 30, "w1:")
+    for i, k in enumerate(names):
+        (a if i % 2 else b).set(k, i)
+    hkey = keys_on(1, 1, "w1:h")[0]
+    a.hset(hkey, "f", "v")
+    everything = {k.encode() for k in names} | {hkey.encode()}
+    for c in (a, b):
+        assert c.dbsize() == 51
+        assert set(c.keys("*")) == everything
+        assert set(c.keys("w0:*")) == {k for k in everything if k.startswith(b"w0:")}
+        assert c.randomkey() in everything
+        cursors, seen = [], []
+        cursor = 0
+        while True:  # a cursor crosses from worker 0's partitions to worker 1's
+            cursor, page = c.scan(cursor, count=7)
+            seen += page
+            cursors.append(cursor)
+            if cursor == 0:
+                break
+        assert set(seen) == everything and len(seen) == len(everything)
+        assert any(0 < x < 2048 for x in cursors) and any(x >= 2048 for x in cursors)
+        assert list(c.scan_iter(_type="hash")) == [hkey.encode()]
+        assert c.scan(5000) == (0, [])  # a cursor marekvs never returned: nothing is left
+        with pytest.raises(redis.ResponseError, match="invalid cursor"):
+            c.execute_command("SCAN", "x")
+    info = wait_until(lambda: (i := b.info()) and i.get("db0", {}).get("keys") == 51 and i,
+                      "INFO keyspace to count every worker's keys")
+    assert info["connected_clients"] >= 2 and info["shards"] == 2
+    stats = a.info("commandstats")
+    assert stats["cmdstat_set"]["calls"] >= 50  # commands run on both workers
+    # DEBUG DIGEST: what one process holding the same data answers (strings: a collection's
+    # digest covers its element records, dots and clocks included, which only replicas share)
+    assert a.delete(hkey) == 1
+    one = Node(tmp_path / "one", durability="no").start()
+    try:
+        c1 = client_of(one.port)
+        for i, k in enumerate(names):
+            c1.set(k, i)
+        assert a.execute_command("DEBUG", "DIGEST") == b.execute_command("DEBUG", "DIGEST") \
+            == c1.execute_command("DEBUG", "DIGEST") != b"0" * 40
+        some = [names[0], names[-1], "absent"]
+        assert b.execute_command("DEBUG", "DIGEST-VALUE", *some) == c1.execute_command("DEBUG", "DIGEST-VALUE", *some)
+    finally:
+        one.stop()
+    # CONFIG SET reaches every worker; FLUSHALL empties every worker
+    assert a.config_set("maxmemory-policy", "allkeys-lru")
+    assert b.config_get("maxmemory-policy") == {"maxmemory-policy": "allkeys-lru"}
+    assert b.config_set("maxmemory-policy", "noeviction")
+    with pytest.raises(redis.ResponseError, match="Unknown option"):
+        a.config_set("no-such-option", "1")
+    assert b.flushall() is True and a.dbsize() == 0 and a.keys("*") == []
+    assert a.execute_command("DEBUG", "DIGEST") == b"0" * 40
+
+
+def test_clients_scripts_and_slowlog_of_every_worker(node):
+    a, b = client_on(node.port, 0), client_on(node.port, 1)
+    ids = {a.client_id(), b.client_id()}
+    for c in (a, b):
+        assert ids <= {int(x["id"]) for x in c.client_list()}
+    victim = client_on(node.port, 1)
+    vid = victim.client_id()
+    assert a.client_kill_filter(_id=vid) == 1  # from worker 0, a client of worker 1
+    with pytest.raises(redis.ConnectionError):
+        victim.ping()
+    sha = a.script_load("return 1")
+    assert b.script_exists(sha) == [True]
+    assert a.config_set("slowlog-log-slower-than", 0)
+    try:
+        a.slowlog_reset()
+        a.set(keys_on(0, 1, "slow:")[0], 1)
+        b.set(keys_on(1, 1, "slow:")[0], 1)
+        assert b.slowlog_len() >= 2
+        logged = [e["command"] for e in b.slowlog_get(50)]
+        assert any(c.startswith(b"SET slow:") for c in logged)
+    finally:
+        a.config_set("slowlog-log-slower-than", 10000)
+
+
+def test_publish_and_keyspace_notifications_reach_subscribers_on_every_worker(node):
+    a, b = client_on(node.port, 0), client_on(node.port, 1)
+    subs = [raw_on(node.port, w) for w in (0, 1)]
+    try:
+        for s in subs:
+            s.send_command("SUBSCRIBE", "news")
+            assert read_push(s)[0] == b"subscribe"
+            s.send_command("PSUBSCRIBE", "__keyspace@0__:*")
+            assert read_push(s)[0] == b"psubscribe"
+        assert a.pubsub_numsub("news") == [(b"news", 2)] and b.pubsub_channels() == [b"news"]
+        assert b.publish("news", "hi") == 2  # one subscriber on each worker
+        for s in subs:
+            assert read_push(s) == [b"message", b"news", b"hi"]
+        assert a.config_set("notify-keyspace-events", "K$")
+        try:
+            for w, writer in ((0, b), (1, a)):  # a key's owner fires its event
+                k = keys_on(w, 1, "note:")[0]
+                writer.set(k, "x")
+                for s in subs:
+                    assert read_push(s) == [b"pmessage", b"__keyspace@0__:*", f"__keyspace@0__:{k}".encode(), b"set"]
+        finally:
+            a.config_set("notify-keyspace-events", "")
+    finally:
+        for s in subs:
+            s.disconnect()
+
+
+def test_shutdown_stops_every_worker(tmp_path):
+    n = start(tmp_path)
+    workers = children(n.pid)
+    c = client_on(n.port, 1)
+    c.shutdown(nosave=True)  # (redis-py: no reply, the connection closed, is success)
+    wait_until(lambda: n.proc.poll() is not None, "the node to exit")
+    assert not [p for p in workers if alive(p)]
+    assert "stopped cleanly (2 shard workers)" in n.log_text()
 
 
 def test_refused_configurations(tmp_path):

@@ -1,0 +1,331 @@
+"""Node-wide commands on a node of several shard workers (docs/shards.md §4; issue 33,
+slice 3): every worker runs the command on its own partitions and state, and the worker
+holding the connection merges the replies into the one a single process gives.
+
+``MERGES`` names each command carried this way and how its replies combine:
+
+- summed: DBSIZE, PUBLISH/SPUBLISH (receivers on the node), SLOWLOG LEN, LATENCY RESET,
+  PUBSUB NUMPAT, CLIENT KILL with filters (clients killed);
+- concatenated: KEYS (each key lives on one worker), CLIENT LIST (each client is on one
+  worker), PUBSUB CHANNELS/SHARDCHANNELS (set union);
+- the same change everywhere (CONFIG SET, CONFIG RESETSTAT, FLUSHALL/FLUSHDB, SCRIPT
+  LOAD/FLUSH, CLIENT PAUSE/UNPAUSE, SLOWLOG RESET, SAVE, MEMORY PURGE): the first error
+  if a worker refused, else the connection's worker's reply. FLUSHALL is not atomic
+  across workers (a write on one worker may land after its flush and before another's);
+- one of them: RANDOMKEY (a random worker's key among those that have one), CLIENT
+  KILL ip:port and SCRIPT KILL / FUNCTION KILL (OK where it was found, else the error),
+  CLIENT UNBLOCK (1 where the client was);
+- by key: PUBSUB NUMSUB/SHARDNUMSUB (counts summed per channel), DEBUG DIGEST (the XOR
+  of every key's digest: the same digest as one process holding the same data), DEBUG
+  DIGEST-VALUE (each key's digest from the worker where it lives);
+- SLOWLOG GET: the newest entries of every worker (by time, then id), ``count`` of them;
+- LASTSAVE: the oldest worker's (every write before it is saved on every worker);
+- INFO: the connection's worker's text, with the counters of the node summed over the
+  workers (``merge_info``: clients, memory, stats, the keyspace line, command and error
+  stats; the Marekvs section already names the workers' ranges).
+
+Replies cross the mesh as msgpack values (``pack``/``unpack``): the reply types of
+``commands/reply.py`` are msgpack extension types, so a merge sees what the handler
+returned, and the front encodes the merged value in the client's protocol.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any, Callable
+
+import msgpack  # type: ignore[import-untyped]
+
+from marekvs.commands import reply
+from marekvs.commands.reply import Err
+
+# -- replies across the mesh ----------------------------------------------------------------
+
+_TYPES: tuple[type, ...] = (reply.Simple, Err, reply.Map, reply.SetReply, reply.Double, reply.BulkArray,
+                            reply.DoubleText, reply.Verbatim, reply.BigNumber, reply.NullArray, tuple)
+_CODE = {t: i for i, t in enumerate(_TYPES)}
+
+
+def _default(v: Any) -> msgpack.ExtType:
+    code = _CODE.get(type(v))
+    if code is None:
+        raise TypeError(f"a reply of type {type(v).__name__} cannot cross the mesh")
+    t = _TYPES[code]
+    if t is reply.NullArray:
+        return msgpack.ExtType(code, b"")
+    if t is tuple:
+        return msgpack.ExtType(code, pack(list(v)))
+    base: Any = bytes if issubclass(t, bytes) else str if t is Err else float if t is reply.Double else list
+    return msgpack.ExtType(code, pack(base(v)))
+
+
+def _ext(code: int, data: bytes) -> Any:
+    t = _TYPES[code]
+    if t is reply.NullArray:
+        return reply.NULL_ARRAY
+    v = unpack(data)
+    if t is tuple:
+        return v
+    if t is reply.Simple and v == b"OK":
+        return reply.OK
+    return t(v)
+
+
+def pack(value: Any) -> bytes:
+    """A reply value as bytes (``unpack`` gives it back, its reply types kept)."""
+    data: bytes = msgpack.packb(value, use_bin_type=True, strict_types=True, default=_default)
+    return data
+
+
+def unpack(data: bytes) -> Any:
+    return msgpack.unpackb(data, raw=False, ext_hook=_ext, strict_map_key=False)
+
+
+# -- merges (``replies[0]`` is the connection's worker's) -------------------------------------
+
+Merge = Callable[[list[Any], list[bytes]], Any]
+
+
+def _error(replies: list[Any]) -> Any:
+    for r in replies:
+        if type(r) is Err:
+            return r
+    return None
+
+
+def _same(replies: list[Any], args: list[bytes]) -> Any:
+    e = _error(replies)
+    return replies[0] if e is None else e
+
+
+def _sum(replies: list[Any], args: list[bytes]) -> Any:
+    e = _error(replies)
+    return sum(replies) if e is None else e
+
+
+def _concat(replies: list[Any], args: list[bytes]) -> Any:
+    e = _error(replies)
+    if e is not None:
+        return e
+    if isinstance(replies[0], bytes):  # CLIENT LIST: lines
+        return type(replies[0])(b"".join(replies))
+    out = type(replies[0])()
+    for r in replies:
+        out.extend(r)
+    return out
+
+
+def _union(replies: list[Any], args: list[bytes]) -> Any:
+    e = _error(replies)
+    if e is not None:
+        return e
+    seen: dict[Any, None] = {}
+    for r in replies:
+        seen.update(dict.fromkeys(r))
+    return type(replies[0])(seen)
+
+
+def _any_ok(replies: list[Any], args: list[bytes]) -> Any:
+    """OK (or 1) where one worker did it, else the connection's worker's reply."""
+    for r in replies:
+        if type(r) is not Err and r != 0:
+            return r
+    return replies[0]
+
+
+def _client_kill(replies: list[Any], args: list[bytes]) -> Any:
+    if len(args) == 3:  # the old form, CLIENT KILL ip:port: OK where it was
+        return _any_ok(replies, args)
+    return _sum(replies, args)
+
+
+def _random(replies: list[Any], args: list[bytes]) -> Any:
+    found = [r for r in replies if r is not None]
+    return random.choice(found) if found else None
+
+
+def _numsub(replies: list[Any], args: list[bytes]) -> Any:
+    e = _error(replies)
+    if e is not None:
+        return e
+    out = list(replies[0])
+    for r in replies[1:]:
+        for i in range(1, len(out), 2):
+            out[i] += r[i]
+    return type(replies[0])(out)
+
+
+def _digest(replies: list[Any], args: list[bytes]) -> Any:
+    e = _error(replies)
+    if e is not None:
+        return e
+    acc = 0
+    for r in replies:
+        acc ^= int(r, 16)
+    return reply.Simple(b"%040x" % acc)
+
+
+def _digest_value(replies: list[Any], args: list[bytes]) -> Any:
+    e = _error(replies)
+    if e is not None:
+        return e
+    zero = b"0" * 40
+    return [next((r[i] for r in replies if r[i] != zero), replies[0][i]) for i in range(len(replies[0]))]
+
+
+def _slowlog_get(replies: list[Any], args: list[bytes]) -> Any:
+    e = _error(replies)
+    if e is not None:
+        return e
+    entries = [x for r in replies for x in r]
+    entries.sort(key=lambda x: (x[1], x[0]), reverse=True)  # [id, time, usec, argv, addr, name]
+    count = 10
+    if len(args) > 2:
+        count = int(args[2])
+    return entries if count < 0 else entries[:count]
+
+
+def _lastsave(replies: list[Any], args: list[bytes]) -> Any:
+    e = _error(replies)
+    return min(replies) if e is None else e
+
+
+# -- INFO --------------------------------------------------------------------------------------
+
+# the sections whose numeric fields are the node's sums over its workers; the others are
+# the connection's worker's (its process id, uptime, clock, configuration, ...)
+_SUMMED_SECTIONS = frozenset((b"clients", b"memory", b"stats", b"keyspace", b"commandstats", b"errorstats",
+                              b"cpu"))
+# fields of those sections that are not sums
+_NOT_SUMMED = frozenset((b"maxclients", b"maxmemory", b"maxmemory_policy", b"mem_allocator",
+                         b"used_memory_peak_perc", b"maxmemory_human"))
+
+
+def _fields(value: bytes) -> list[tuple[bytes, bytes]]:
+    """``a=1,b=2`` as pairs (a keyspace or command stats line), or [] for a plain value."""
+    if b"=" not in value:
+        return []
+    pairs = []
+    for part in value.split(b","):
+        k, _, v = part.partition(b"=")
+        pairs.append((k, v))
+    return pairs
+
+
+def _num(v: bytes) -> int | float | None:
+    try:
+        return int(v)
+    except ValueError:
+        try:
+            return float(v)
+        except ValueError:
+            return None
+
+
+def _fmt(x: int | float) -> bytes:
+    return b"%d" % x if isinstance(x, int) else b"%.6f" % x
+
+
+def _human(n: int) -> bytes:
+    for unit, size in ((b"G", 1 << 30), (b"M", 1 << 20), (b"K", 1 << 10)):
+        if n >= size:
+            return b"%.2f%s" % (n / size, unit)
+    return b"%dB" % n
+
+
+Section = tuple[bytes, bytes, list[tuple[bytes, bytes]]]  # title line, name, fields
+
+
+def _parse(text: bytes) -> list[Section]:
+    """INFO's text (``commands/admin.info_text``) as its sections."""
+    sections: list[Section] = []
+    for line in text.split(b"\r\n"):
+        if line.startswith(b"# "):
+            sections.append((line, line[2:].strip().lower(), []))
+        elif line and sections:
+            k, _, v = line.partition(b":")
+            sections[-1][2].append((k, v))
+    return sections
+
+
+def _add(a: bytes, b: bytes) -> bytes:
+    x, y = _num(a), _num(b)
+    if x is None or y is None:
+        return a
+    return _fmt(x + y)
+
+
+def _join(pairs: dict[bytes, bytes]) -> bytes:
+    return b",".join(k + b"=" + v for k, v in pairs.items())
+
+
+Fields = list[tuple[bytes, bytes]]
+
+
+def _summed(name: bytes, mine: Fields, others: list[Fields]) -> dict[bytes, bytes]:
+    """One section's fields, the numbers summed over the workers (``a=1,b=2`` lines field by
+    field), then what is derived from sums recomputed."""
+    merged = dict(mine)
+    for fields in others:
+        for k, v in fields:
+            if k in _NOT_SUMMED:
+                continue
+            if k not in merged:
+                merged[k] = v
+            elif _fields(v):
+                have = dict(_fields(merged[k]))
+                for fk, fv in _fields(v):
+                    if name == b"keyspace" and fk == b"avg_ttl":  # an estimate: the greatest
+                        have[fk] = max(have.get(fk, b"0"), fv, key=lambda t: _num(t) or 0)
+                    else:
+                        have[fk] = _add(have[fk], fv) if fk in have else fv
+                merged[k] = _join(have)
+            else:
+                merged[k] = _add(merged[k], v)
+    for k, v in merged.items():
+        if k.endswith(b"_human") and isinstance(_num(merged.get(k[:-6], b"")), int):
+            merged[k] = _human(int(merged[k[:-6]]))
+        elif name == b"commandstats":  # the mean of the sums
+            f = dict(_fields(v))
+            calls, usec = _num(f.get(b"calls", b"")), _num(f.get(b"usec", b""))
+            if calls and usec is not None and b"usec_per_call" in f:
+                f[b"usec_per_call"] = b"%.2f" % (usec / calls)
+                merged[k] = _join(f)
+    return merged
+
+
+def merge_info(texts: list[bytes]) -> bytes:
+    """INFO's text for the node from each worker's (the first is the connection's), in
+    ``info_text``'s layout."""
+    parsed = [_parse(t) for t in texts]
+    parts = []
+    for title, name, fields in parsed[0]:
+        if name in _SUMMED_SECTIONS:
+            others = [fs for p in parsed[1:] for _, n, fs in p if n == name]
+            pairs = list(_summed(name, fields, others).items())
+        else:
+            pairs = list(fields)
+        parts.append(title + b"\r\n" + b"".join(k + b":" + v + b"\r\n" for k, v in pairs))
+    return b"\r\n".join(parts)
+
+
+def _info(replies: list[Any], args: list[bytes]) -> Any:
+    e = _error(replies)
+    if e is not None:
+        return e
+    return type(replies[0])(merge_info([bytes(r) for r in replies]))
+
+
+MERGES: dict[str, Merge] = {
+    "dbsize": _sum, "publish": _sum, "spublish": _sum, "slowlog|len": _sum, "latency|reset": _sum,
+    "pubsub|numpat": _sum, "client|kill": _client_kill,
+    "keys": _concat, "client|list": _concat,
+    "pubsub|channels": _union, "pubsub|shardchannels": _union,
+    "config|set": _same, "config|resetstat": _same, "flushall": _same, "flushdb": _same,
+    "script|load": _same, "script|flush": _same, "client|pause": _same, "client|unpause": _same,
+    "slowlog|reset": _same, "save": _same, "memory|purge": _same,
+    "randomkey": _random, "script|kill": _any_ok, "function|kill": _any_ok, "client|unblock": _any_ok,
+    "pubsub|numsub": _numsub, "pubsub|shardnumsub": _numsub,
+    "debug|digest": _digest, "debug|digest-value": _digest_value,
+    "slowlog|get": _slowlog_get, "lastsave": _lastsave, "info": _info,
+}

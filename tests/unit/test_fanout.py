@@ -1,0 +1,104 @@
+"""The merges of node-wide commands on a multi-worker node (marekvs/shards/fanout.py): reply
+values cross the mesh with their types, and each merge gives what one process holding all
+the workers' data and clients would answer."""
+
+from __future__ import annotations
+
+import pytest
+
+from marekvs.commands import reply
+from marekvs.commands.reply import Err
+from marekvs.shards.fanout import MERGES, merge_info, pack, unpack
+
+VALUES = [
+    None, 0, -5, 2**62, 1.5, True, False, b"", b"bulk", "text", [b"a", [1, None]], reply.OK, reply.Simple(b"PONG"),
+    Err("ERR boom"), reply.Map([b"k", 1, b"k2", reply.Map([b"x", b"y"])]), reply.SetReply([b"a", b"b"]),
+    reply.Double(2.5), reply.BulkArray([b"m1", b"m2"]), reply.DoubleText(b"1.5"), reply.Verbatim(b"text"),
+    reply.BigNumber(b"123456789012345678901234567890"), reply.NULL_ARRAY, [reply.Double(1.0), [reply.OK]],
+]
+
+
+@pytest.mark.parametrize("value", VALUES, ids=repr)
+def test_a_reply_crosses_the_mesh_with_its_type(value):
+    back = unpack(pack(value))
+    assert back == value and type(back) is type(value)
+    if value is reply.OK or value is reply.NULL_ARRAY:
+        assert back is value  # (the encoder's fast paths test identity)
+
+
+def test_a_reply_of_an_unknown_type_is_refused():
+    with pytest.raises(TypeError):
+        pack(object())
+
+
+def m(name, *replies, args=()):
+    return MERGES[name](list(replies), [b"x", *args])
+
+
+def test_sums_concatenations_and_the_same_change():
+    assert m("dbsize", 3, 4) == 7
+    assert m("publish", 0, 2, 1) == 3
+    assert m("keys", [b"a"], [b"b", b"c"]) == [b"a", b"b", b"c"]
+    cl = m("client|list", reply.Verbatim(b"id=1\n"), reply.Verbatim(b"id=2\n"))
+    assert cl == b"id=1\nid=2\n" and type(cl) is reply.Verbatim
+    assert m("pubsub|channels", [b"a", b"b"], [b"b", b"c"]) == [b"a", b"b", b"c"]
+    assert m("config|set", reply.OK, reply.OK) is reply.OK
+    assert m("config|set", reply.OK, Err("ERR no")) == Err("ERR no")  # an error anywhere is the reply
+    assert m("dbsize", 1, Err("ERR x")) == Err("ERR x")
+    assert m("pubsub|numsub", [b"a", 1, b"b", 0], [b"a", 2, b"b", 3]) == [b"a", 3, b"b", 3]
+
+
+def test_one_of_them():
+    assert m("randomkey", None, b"k") == b"k"
+    assert m("randomkey", None, None) is None
+    assert m("client|kill", Err("ERR No such client"), reply.OK, args=(b"kill", b"1.2.3.4:5")) is reply.OK
+    assert m("client|kill", Err("ERR No such client"), Err("ERR No such client"),
+             args=(b"kill", b"1.2.3.4:5")) == Err("ERR No such client")
+    assert m("client|kill", 0, 1, args=(b"kill", b"id", b"7")) == 1
+    assert m("script|kill", Err("NOTBUSY No scripts in execution right now."), reply.OK) is reply.OK
+    assert m("lastsave", 20, 10) == 10
+
+
+def test_digests_combine_as_one_process_computes_them():
+    a, b = 0x1234 << 100, 0xFF
+    assert m("debug|digest", reply.Simple(b"%040x" % a), reply.Simple(b"%040x" % b)) == reply.Simple(b"%040x" % (a ^ b))
+    zero = reply.Simple(b"0" * 40)
+    assert m("debug|digest", zero, zero) == zero
+    d = reply.Simple(b"ab" * 20)
+    assert m("debug|digest-value", [zero, d], [d, zero], args=(b"digest-value", b"k1", b"k2")) == [d, d]
+
+
+def test_slowlog_get_takes_the_newest_of_every_worker():
+    e = lambda i, t: [i, t, 5, [b"GET", b"k"], b"1.2.3.4:5", b""]  # noqa: E731
+    got = m("slowlog|get", [e(1, 100), e(0, 90)], [e(7, 95)], args=(b"get", b"2"))
+    assert got == [e(1, 100), e(7, 95)]
+    assert len(m("slowlog|get", [e(i, i) for i in range(8)], [e(i, i) for i in range(8)], args=(b"get",))) == 10
+    assert len(m("slowlog|get", [e(1, 1)], [e(2, 2)], args=(b"get", b"-1"))) == 2
+
+
+INFO_A = (b"# Server\r\nprocess_id:10\r\nuptime_in_seconds:5\r\n\r\n# Clients\r\nconnected_clients:2\r\n"
+          b"maxclients:100\r\n\r\n# Memory\r\nused_memory:2048\r\nused_memory_human:2.00K\r\nmaxmemory:0\r\n\r\n"
+          b"# Modules\r\n\r\n# Commandstats\r\ncmdstat_get:calls=2,usec=10,usec_per_call=5.00,rejected_calls=0,"
+          b"failed_calls=0\r\n\r\n# Keyspace\r\ndb0:keys=3,expires=1,avg_ttl=100\r\n")
+INFO_B = (b"# Server\r\nprocess_id:11\r\nuptime_in_seconds:4\r\n\r\n# Clients\r\nconnected_clients:1\r\n"
+          b"maxclients:100\r\n\r\n# Memory\r\nused_memory:1024\r\nused_memory_human:1.00K\r\nmaxmemory:0\r\n\r\n"
+          b"# Modules\r\n\r\n# Commandstats\r\ncmdstat_get:calls=3,usec=40,usec_per_call=13.33,rejected_calls=0,"
+          b"failed_calls=1\r\ncmdstat_set:calls=1,usec=1,usec_per_call=1.00,rejected_calls=0,failed_calls=0\r\n\r\n"
+          b"# Keyspace\r\ndb0:keys=4,expires=0,avg_ttl=300\r\n")
+
+
+def test_info_of_one_worker_is_its_own_text():
+    assert merge_info([INFO_A]) == INFO_A
+
+
+def test_info_sums_the_node_counters_and_keeps_the_connection_workers_identity():
+    got = merge_info([INFO_A, INFO_B])
+    assert got == (b"# Server\r\nprocess_id:10\r\nuptime_in_seconds:5\r\n\r\n"
+                   b"# Clients\r\nconnected_clients:3\r\n"
+                   b"maxclients:100\r\n\r\n# Memory\r\nused_memory:3072\r\nused_memory_human:3.00K\r\n"
+                   b"maxmemory:0\r\n\r\n"
+                   b"# Modules\r\n\r\n# Commandstats\r\ncmdstat_get:calls=5,usec=50,usec_per_call=10.00,"
+                   b"rejected_calls=0,failed_calls=1\r\ncmdstat_set:calls=1,usec=1,usec_per_call=1.00,rejected_calls=0,"
+                   b"failed_calls=0\r\n\r\n# Keyspace\r\ndb0:keys=7,expires=1,avg_ttl=300\r\n")
+    v = m("info", reply.Verbatim(INFO_A), reply.Verbatim(INFO_B))
+    assert type(v) is reply.Verbatim and v == got
