@@ -451,6 +451,13 @@ class ShardConnection(Connection):
             i = 0
             while i < n:
                 args = cmds[i]
+                if node.client_pause.on and node.client_pause.holds(ctx, args):  # (see Connection._run)
+                    self.held = True
+                    self.backlog = cmds[i:]
+                    self.backlog_err = err
+                    node.client_pause.hold(self._resume)
+                    self._end_run(None)  # (the replies before it go now)
+                    return
                 if i and not ctx.authed and self.parser.auth_required and self.admitted is None:
                     bad = self.parser.unauthenticated_error(args)  # (see Connection._run)
                     if bad is not None:

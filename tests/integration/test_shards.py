@@ -440,3 +440,25 @@ def test_shards_1_opens_a_single_process_directory_unchanged(tmp_path):
         assert not (tmp_path / "d" / "shards").exists()
     finally:
         n.stop()
+
+
+def test_client_pause_holds_the_clients_of_every_worker(node):
+    a, b = client_on(node.port, 0), client_on(node.port, 1)
+    wa, wb = client_on(node.port, 0), client_on(node.port, 1)
+    k0, k1 = keys_on(0, 1, "paused:")[0], keys_on(1, 1, "paused:")[0]
+    done: list[float] = []
+    writers = [threading.Thread(target=lambda c=c, k=k: (c.set(k, 1), done.append(time.monotonic())))
+               for c, k in ((wa, k1), (wb, k0))]  # each writes the other worker's key
+    assert a.client_pause(60000, all=False)  # WRITE: writes wait, reads do not
+    try:
+        for t in writers:
+            t.start()
+        time.sleep(0.5)  # (nothing to wait for: the writes must NOT happen while paused)
+        assert b.get(k0) is None and a.get(k1) is None and not done
+    finally:
+        unpaused = time.monotonic()
+        assert b.client_unpause()
+    for t in writers:
+        t.join(DEADLINE)
+    assert len(done) == 2 and min(done) >= unpaused
+    assert a.get(k0) == b.get(k1) == b"1"
