@@ -31,11 +31,25 @@ connections). A client's command runs where its keys live:
   run where the connection is (PUBLISH reaches every worker); a keyspace notification
   is fired by the worker that changed the key and posted to the others (``_NOTIFY``).
   SHUTDOWN asks the supervisor, which stops every worker;
+- **a unit** (MSET, MGET, MSETNX, DEL, UNLINK, EXISTS, TOUCH with keys on several
+  workers: ``shards/units.py`` splits and merges them): the connection's worker
+  coordinates. It locks each worker of the unit in worker order (``_LOCK``, granted by a
+  ``{"g": unit}`` frame; its own worker directly), runs each worker's part there
+  (``_PART`` plus the part command's index, answered by a ``{"u": unit, "r": value}``
+  frame; MSETNX has two phases, EXISTS then MSET), merges, and unlocks (``_UNLOCK``). A
+  worker locked for a unit runs that unit's parts and nothing else: its client
+  connections hold their next command (``Mesh.held``) and the entries of siblings wait
+  in their ``Owner.queue``, in order, until the unit releases it; then the next unit
+  waiting gets the lock (``Mesh.lock_queue``, request order). So no command sees one
+  worker's part done and another's not, and as every unit locks in the same order, two
+  units never wait for each other (no deadlock). A sibling that goes down fails the units
+  waiting on it (LOADING) and releases, on the others, the locks its own units held;
 - **refused**: what is not carried across workers yet answers
   ``ERR <command> is not supported with shards > 1 yet`` (``Plan``): node records (ACL
   SETUSER, FUNCTION LOAD), the node-wide commands ``fanout.MERGES`` does not name (ACL
-  LOG, MEMORY STATS, LATENCY, FUNCTION STATS, ...), commands whose keys are on several
-  workers (MSET, RENAME, SUNIONSTORE, ... — on one worker they run), scripts
+  LOG, MEMORY STATS, LATENCY, FUNCTION STATS, ...), the other commands whose keys are on
+  several workers (RENAME, COPY, SMOVE, LMOVE, SUNIONSTORE, ... — on one worker they
+  run), scripts
   (EVAL/EVALSHA/FCALL), an EXEC whose queued commands touch another worker's keys (or
   are node-wide), WATCH of another worker's key, a blocking command (BLPOP, XREAD BLOCK,
   ...) on another worker's key, SORT with BY/GET, client tracking and MONITOR.
@@ -77,6 +91,7 @@ from marekvs.server import resp
 from marekvs.server.listener import Connection, RespServer
 from marekvs.shards.fanout import MERGES, Merge, pack, unpack
 from marekvs.shards.router import ALL, FRONT, KEY, NODE_RECORD, Router
+from marekvs.shards.units import UNITS, Unit
 
 log = logging.getLogger("marekvs.mesh")
 
@@ -85,7 +100,10 @@ _R_OK = resp.R_OK
 _packb = msgpack.packb
 _DROP = -1  # a frame entry's command index: forget the proxy context of this client
 _NOTIFY = -2  # ... a keyspace notification to deliver here: [channel, message] (no reply)
+_LOCK = -3  # ... lock this worker for the unit in the client id's slot (no reply: a "g" frame later)
+_UNLOCK = -4  # ... the unit is done here
 _FAN = 1 << 16  # ... plus a command's index: a node-wide command, its reply as a value (fanout.py)
+_PART = 1 << 17  # ... plus a command's index: a part of the unit holding this worker (a "u" frame)
 _RECONNECT_S = 0.05
 
 # keyless commands a worker cannot answer for the node yet: they need every worker's state
@@ -165,7 +183,7 @@ class Plan:
                 p = (_KEYS, blocking)
             self.plan[id(cmd)] = p
 
-    def where(self, ctx: Context, cmd: Command, args: list[bytes]) -> int | str | Fan | None:
+    def where(self, ctx: Context, cmd: Command, args: list[bytes]) -> int | str | Fan | Unit | None:
         kind, arg = self.plan[id(cmd)]
         if kind == _KEY:
             j = self.owner[partition_of(args[arg])]
@@ -188,6 +206,9 @@ class Plan:
         if not shards or shards == {self.index}:
             return None
         if len(shards) > 1:
+            unit = UNITS.get(cmd.fullname)
+            if unit is not None and not arg:
+                return unit
             return unsupported(cmd, "its keys are on several shard workers")
         if kind == _KEYS and arg:  # a blocking command waits where its keys are
             return unsupported(cmd, "a blocking command on another shard worker's key")
@@ -253,6 +274,9 @@ class Link(asyncio.Protocol):
         self.unpacker.feed(data)
         got, inflight = self.got, self.inflight
         for frame in self.unpacker:
+            if type(frame) is dict:  # a unit's lock granted, or its part's reply
+                self.mesh.unit_message(self.j, frame)
+                continue
             got += frame
         while inflight and len(got) >= inflight[0][0]:
             n, done = inflight.popleft()
@@ -284,46 +308,99 @@ class Owner(asyncio.Protocol):
         self.unpacker = msgpack.Unpacker(raw=False)
         self.proxies: dict[int, Context] = {}
         self.out: list[bytes] = []
+        self.replies: list[bytes] = []  # the replies of this turn's entries, in order
+        self.queue: deque[list[Any]] = deque()  # entries waiting for a unit to release this worker
+        self.locks: set[int] = set()  # the units of this sibling holding (or waiting for) this worker
         self.scheduled = False
         self.flush_cb = self._flush
 
     def connection_made(self, transport: Any) -> None:
         self.transport = transport
+        self.mesh.owners.add(self)
 
     def data_received(self, data: bytes) -> None:
         self.unpacker.feed(data)
-        node = self.node
-        execute, commands, proxies = node.execute, self.mesh.plan.commands, self.proxies
+        mesh = self.mesh
+        queue = self.queue
         for frame in self.unpacker:
-            replies: list[bytes] = []
-            for cid, proto, ci, args in frame:
-                if ci < 0:
-                    if ci == _DROP:
-                        proxies.pop(cid, None)
-                    else:  # _NOTIFY
-                        node.pubsub.deliver(args[0], args[1])
-                    continue
-                ctx = proxies.get(cid)
-                if ctx is None:
-                    ctx = proxies[cid] = Context(node, cid, addr="shard-worker-proxy")
-                    ctx.deny_blocking = True  # what runs in steps (a cold zset, DBSIZE) runs to its end here
-                ctx.proto = proto
-                if ci >= _FAN:
-                    replies.append(self._value(execute(ctx, commands[ci - _FAN], args)))
-                    ctx.deferred = None
-                    continue
-                r = execute(ctx, commands[ci], args)
-                if type(r) is Blocking or r is NO_REPLY:  # (the plan sends no blocking command here)
-                    replies.append(b"-ERR internal error: a blocking command on a shard worker proxy\r\n")
+            for e in frame:
+                ci = e[2]
+                if ci >= _PART or ci < _DROP:  # a unit's lock, unlock or part, a notification: now
+                    self._now(e)
+                elif queue or mesh.holder is not None:  # (this worker is locked for a unit)
+                    queue.append(e)
                 else:
-                    out: list[bytes] = []
-                    _enc(r, proto, out)
-                    replies.append(b"".join(out))
-                ctx.deferred = None
-            self.out.append(_packb(replies))
+                    self._run(e)
+        self._emit()
+
+    def _run(self, e: list[Any]) -> None:
+        cid, proto, ci, args = e
+        if ci == _DROP:
+            self.proxies.pop(cid, None)
+            return
+        ctx = self._proxy(cid, proto)
+        if ci >= _FAN:
+            self.replies.append(self._value(self.node.execute(ctx, self.mesh.plan.commands[ci - _FAN], args)))
+            ctx.deferred = None
+            return
+        r = self.node.execute(ctx, self.mesh.plan.commands[ci], args)
+        if type(r) is Blocking or r is NO_REPLY:  # (the plan sends no blocking command here)
+            self.replies.append(b"-ERR internal error: a blocking command on a shard worker proxy\r\n")
+        else:
+            out: list[bytes] = []
+            _enc(r, proto, out)
+            self.replies.append(b"".join(out))
+        ctx.deferred = None
+
+    def _proxy(self, cid: int, proto: int) -> Context:
+        ctx = self.proxies.get(cid)
+        if ctx is None:
+            ctx = self.proxies[cid] = Context(self.node, cid, addr="shard-worker-proxy")
+            ctx.deny_blocking = True  # what runs in steps (a cold zset, DBSIZE) runs to its end here
+        ctx.proto = proto
+        return ctx
+
+    def _now(self, e: list[Any]) -> None:
+        """An entry that does not wait for the unit holding this worker: the lock protocol,
+        the holder's own parts, a notification."""
+        cid, proto, ci, args = e
+        mesh = self.mesh
+        if ci == _NOTIFY:
+            self.node.pubsub.deliver(args[0], args[1])
+        elif ci == _LOCK:
+            self.locks.add(cid)
+            mesh.acquire(cid, lambda: self._unit_frame({"g": cid}))
+        elif ci == _UNLOCK:
+            self.locks.discard(cid)
+            mesh.release(cid)
+        else:  # _PART: only the holder sends one (it has every lock it needs)
+            unit = mesh.holder
+            ctx = self._proxy(cid, proto)
+            r = self.node.execute(ctx, mesh.plan.commands[ci - _PART], args) if unit is not None else \
+                Err("ERR internal error: a unit's part on a shard worker not locked for it")
+            ctx.deferred = None
+            self._unit_frame({"u": unit, "r": self._value(r)})
+
+    def drain(self) -> None:
+        """Run what waited for a unit to release this worker (in arrival order)."""
+        queue, mesh = self.queue, self.mesh
+        while queue and mesh.holder is None:
+            self._run(queue.popleft())
+        self._emit()
+
+    def _unit_frame(self, frame: dict[str, Any]) -> None:
+        self.out.append(_packb(frame))
+        if not self.scheduled:
+            self.scheduled = True
+            self.node.after_commit(self.flush_cb)
+
+    def _emit(self) -> None:
+        if self.replies:
+            self.out.append(_packb(self.replies))
+            self.replies = []
         if self.out and not self.scheduled:
             self.scheduled = True
-            node.after_commit(self.flush_cb)
+            self.node.after_commit(self.flush_cb)
 
     @staticmethod
     def _value(r: Any) -> bytes:
@@ -350,6 +427,11 @@ class Owner(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
         self.proxies.clear()
+        self.queue.clear()  # (their front closed their clients: outcome unknown)
+        self.mesh.owners.discard(self)
+        for unit in list(self.locks):  # its units' coordinator is gone: release what they hold
+            self.mesh.release(unit)
+        self.locks.clear()
 
 
 class Mesh:
@@ -365,6 +447,16 @@ class Mesh:
         self.server: Any = None
         self.tasks: set[asyncio.Task[None]] = set()
         self.stopping = False
+        # units (shards/units.py): the one holding this worker, those waiting for it (and
+        # what grants each), the client connections and siblings' connections whose
+        # commands wait meanwhile; this worker's own units: a counter, and what each
+        # awaits from a sibling (a grant, a part's reply) by (unit, sibling)
+        self.holder: int | None = None
+        self.lock_queue: deque[tuple[int, Callable[[], None]]] = deque()
+        self.held: list[Callable[[], None]] = []
+        self.owners: set[Owner] = set()
+        self.unit_seq = 0
+        self.unit_waits: dict[tuple[int, int], asyncio.Future[Any]] = {}
 
     async def start(self) -> None:
         """Accept siblings, then connect to each (waiting until every one is up)."""
@@ -388,6 +480,79 @@ class Mesh:
             log.info("shard worker %d: linked to worker %d (partitions %s)", self.index, j, self.shards.ranges[j])
             return
 
+    # -- the lock protocol of units -------------------------------------------------------
+    def acquire(self, unit: int, grant: Callable[[], None]) -> None:
+        """Lock this worker for ``unit``: ``grant()`` once it holds it (in request order)."""
+        if self.holder is None and not self.lock_queue:
+            self.holder = unit
+            grant()
+        else:
+            self.lock_queue.append((unit, grant))
+
+    def release(self, unit: int) -> None:
+        """``unit`` is done here (or withdrawn): what waited runs, in order, then the next
+        unit waiting gets the lock."""
+        if self.holder != unit:
+            self.lock_queue = deque(w for w in self.lock_queue if w[0] != unit)
+            return
+        self.holder = None
+        for owner in list(self.owners):
+            owner.drain()
+        held, self.held = self.held, []
+        for resume in held:
+            resume()  # (a resumed connection that meets a new holder is held again)
+        if self.holder is None and self.lock_queue:
+            unit, grant = self.lock_queue.popleft()
+            self.holder = unit
+            grant()
+
+    def new_unit(self) -> int:
+        self.unit_seq += 1
+        return self.unit_seq << 8 | self.index
+
+    def lock(self, j: int, unit: int) -> asyncio.Future[Any]:
+        """Ask worker ``j`` for ``unit``'s lock: the future is True once held, None if ``j`` is down."""
+        loop = self.node.loop
+        assert loop is not None
+        fut: asyncio.Future[Any] = loop.create_future()
+        if j == self.index:
+            self.acquire(unit, lambda: fut.done() or fut.set_result(True))
+            return fut
+        link = self.links[j]
+        if link is None:
+            fut.set_result(None)
+            return fut
+        self.unit_waits[(unit, j)] = fut
+        link.post([unit, 0, _LOCK, None])
+        return fut
+
+    def unlock(self, j: int, unit: int) -> None:
+        if j == self.index:
+            self.release(unit)
+            return
+        link = self.links[j]
+        if link is not None:  # (a sibling that went down released it with our link)
+            link.post([unit, 0, _UNLOCK, None])
+
+    def part(self, j: int, unit: int, entry: list[Any]) -> asyncio.Future[Any]:
+        """Run a part of ``unit`` (holding ``j``) there: the future gets its reply, packed
+        (None if ``j`` went down)."""
+        loop = self.node.loop
+        assert loop is not None
+        fut: asyncio.Future[Any] = loop.create_future()
+        link = self.links[j]
+        if link is None:
+            fut.set_result(None)
+            return fut
+        self.unit_waits[(unit, j)] = fut
+        link.post(entry)
+        return fut
+
+    def unit_message(self, j: int, frame: dict[str, Any]) -> None:
+        fut = self.unit_waits.pop((frame["g"] if "g" in frame else frame["u"], j), None)
+        if fut is not None and not fut.done():
+            fut.set_result(True if "g" in frame else frame["r"])
+
     def notify(self, channel: bytes, message: bytes, shard: bool) -> None:
         """A keyspace notification fired here, to the subscribers of the other workers (a
         worker that is down misses it, as a disconnected subscriber would)."""
@@ -400,6 +565,10 @@ class Mesh:
         j = link.j
         if self.links[j] is link:
             self.links[j] = None
+        for key in [k for k in self.unit_waits if k[1] == j]:  # our units waiting on it fail
+            fut = self.unit_waits.pop(key)
+            if not fut.done():
+                fut.set_result(None)
         if self.stopping:
             return
         log.warning("shard worker %d: lost worker %d; its partitions %s answer LOADING until it is back",
@@ -443,7 +612,8 @@ class ShardConnection(Connection):
     def _run(self, cmds: list[list[bytes]], err: str | None) -> None:  # noqa: C901 - Connection._run's shape
         ctx = self.ctx
         node = self.node
-        admit, execute, where = node.admit, node.execute, self.mesh.plan.where
+        mesh = self.mesh
+        admit, execute, where = node.admit, node.execute, mesh.plan.where
         while cmds:
             ctx.last_active = time.monotonic()
             out = self.out
@@ -457,6 +627,13 @@ class ShardConnection(Connection):
                     self.backlog_err = err
                     node.client_pause.hold(self._resume)
                     self._end_run(None)  # (the replies before it go now)
+                    return
+                if mesh.holder is not None:  # a unit holds this worker: wait for it
+                    self.held = True
+                    self.backlog = cmds[i:]
+                    self.backlog_err = err
+                    mesh.held.append(self._resume)
+                    self._end_run(None)
                     return
                 if i and not ctx.authed and self.parser.auth_required and self.admitted is None:
                     bad = self.parser.unauthenticated_error(args)  # (see Connection._run)
@@ -480,6 +657,8 @@ class ShardConnection(Connection):
                         continue
                     elif type(w) is Fan:
                         r = self._fan(w, r, args)
+                    elif type(w) is not str:
+                        r = self._unit(w, r, args)  # type: ignore[arg-type]
                     else:
                         exec_ = r.fullname == "exec"
                         r = node.rejected(ctx, r, w)  # type: ignore[arg-type]
@@ -604,6 +783,55 @@ class ShardConnection(Connection):
                            "workers only")
             replies.append(unpack(got[0]))
         return fan.merge(replies, args)
+
+    def _unit(self, unit: Unit, cmd: Command, args: list[bytes]) -> Any:
+        """A command whose keys are on several workers, as one unit (``shards/units.py``):
+        each worker's part runs while every worker of the unit is locked for it."""
+        split = unit.split(args, self.mesh.plan.owner, partition_of)
+        if split is None:  # not the command's arguments: its error, from here
+            return self.node.execute(self.ctx, cmd, args)
+        return Blocking(self._run_unit(unit, *split))
+
+    async def _run_unit(self, unit: Unit, parts: dict[int, list[bytes]], where: list[int]) -> Any:
+        mesh, ctx, node = self.mesh, self.ctx, self.node
+        uid = mesh.new_unit()
+        workers = sorted(parts)
+        locked: list[int] = []
+        try:
+            for j in workers:  # in worker order: two units never wait for each other
+                if await mesh.lock(j, uid) is None:
+                    return Err(mesh.loading[j][1:-2].decode())
+                locked.append(j)
+            replies: dict[int, Any] = {}
+            for phase in range(unit.phases):
+                waits = {}
+                for j in workers:
+                    argv = unit.part(phase, parts[j])
+                    cmd = node.table.lookup(argv[0])
+                    assert cmd is not None
+                    if j == mesh.index:
+                        r = node.execute(ctx, cmd, argv)
+                        replies[j] = await r.awaitable if type(r) is Blocking else r  # type: ignore[misc]
+                    else:
+                        self.remote.add(j)
+                        waits[j] = mesh.part(j, uid, [ctx.id, ctx.proto, _PART + mesh.plan.number[id(cmd)], argv])
+                for j, fut in waits.items():
+                    got = await fut
+                    if got is None:
+                        return Err("LOADING a shard worker stopped while running the command: it may have run "
+                                   "on some workers only")
+                    replies[j] = unpack(got)
+                for r in replies.values():
+                    if type(r) is Err:
+                        return r
+                if phase < unit.phases - 1:
+                    done = unit.go_on(phase, replies)
+                    if done is not None:
+                        return done
+            return unit.merge(replies, where)
+        finally:
+            for j in locked:
+                mesh.unlock(j, uid)
 
     def _hopped(self, mutes: list[bool], replies: list[bytes] | None) -> None:
         """The replies of a run sent by ``_hop``: spliced in order, then the backlog runs."""

@@ -55,9 +55,15 @@ def client_on(port: int, worker: int, **kw) -> redis.Redis:
     deadline = time.monotonic() + DEADLINE
     while time.monotonic() < deadline:
         # (no retries: redis-py retries a LOADING reply, with back-off, as a connection error)
-        c = client_of(port, single_connection_client=True, retry=Retry(NoBackoff(), 0), **kw)
-        if c.client_id() % SHARDS == worker:
-            return c
+        try:
+            c = client_of(port, single_connection_client=True, retry=Retry(NoBackoff(), 0), **kw)
+        except redis.ConnectionError:  # (a connection the kernel gave a worker that just died)
+            continue
+        try:
+            if c.client_id() % SHARDS == worker:
+                return c
+        except redis.ConnectionError:
+            pass
         c.close()
     raise AssertionError(f"no connection landed on worker {worker}")
 
@@ -179,9 +185,11 @@ def test_pipeline_alternating_workers_keeps_order(node):
 def test_what_is_not_carried_yet_is_refused(node):
     c = client_on(node.port, 0)
     k0, k1 = keys_on(0, 1, "m")[0], keys_on(1, 1, "m")[0]
-    with pytest.raises(redis.ResponseError, match=r"^MSET is not supported with shards > 1 yet"):
-        c.mset({k0: "1", k1: "2"})
-    assert c.get(k0) is None and c.get(k1) is None  # nothing of it ran
+    c.set(k0, "v")
+    with pytest.raises(redis.ResponseError, match=r"^RENAME is not supported with shards > 1 yet"):
+        c.rename(k0, k1)
+    assert c.get(k0) == b"v" and c.get(k1) is None  # nothing of it ran
+    assert c.delete(k0) == 1
     assert c.mset({"{t}a": "1", "{t}b": "2"}) and c.mget("{t}a", "{t}b") == [b"1", b"2"]  # one worker: it runs
     for args, name in ((("EVAL", "return 1", "0"), "EVAL"), (("ACL", "SETUSER", "u"), "ACL SETUSER"),
                        (("MEMORY", "STATS"), "MEMORY STATS"), (("CLIENT", "TRACKING", "on"), "CLIENT TRACKING"),
@@ -408,11 +416,16 @@ def test_a_killed_worker_comes_back_and_its_partitions_answer_loading_meanwhile(
                 with pytest.raises(redis.BusyLoadingError):
                     c.get(k)
             assert [c.get(k) for k in mine] == [k.encode() for k in mine]  # the other worker serves
+            with pytest.raises(redis.BusyLoadingError):  # a unit needing worker 1: at once too
+                c.mset({mine[0]: "x", theirs[0]: "y"})
+            c = client_on(n.port, 0)
+            assert c.get(mine[0]) == mine[0].encode()  # (worker 0 was not left locked)
         finally:
             os.kill(n.pid, signal.SIGCONT)
         wait_until(lambda: _get(c, theirs[0]) == theirs[0].encode(), "worker 1 to be back")
         assert [c.get(k) for k in theirs] == [k.encode() for k in theirs]  # its data is there
         assert c.set(theirs[0], "new") and c.get(theirs[0]) == b"new"
+        assert c.mset({mine[1]: "m", theirs[1]: "t"}) and c.mget(mine[1], theirs[1]) == [b"m", b"t"]
         assert n.proc.poll() is None and len(children(n.pid)) == SHARDS
     finally:
         n.stop(timeout=DEADLINE)
@@ -462,3 +475,158 @@ def test_client_pause_holds_the_clients_of_every_worker(node):
         t.join(DEADLINE)
     assert len(done) == 2 and min(done) >= unpaused
     assert a.get(k0) == b.get(k1) == b"1"
+
+
+def test_multi_key_commands_across_workers_are_atomic(node):
+    """MSET/MGET/MSETNX/DEL/EXISTS/UNLINK/TOUCH with keys on both workers run as one unit
+    (docs/shards.md slice 4): a reader's MGET never sees a pair written by one MSET
+    differ, concurrent units from connections on both workers all finish, and of
+    concurrent MSETNX on the same keys exactly one wins."""
+    a, b = client_on(node.port, 0), client_on(node.port, 1)
+    x, y = keys_on(0, 1, "pair:")[0], keys_on(1, 1, "pair:")[0]
+    more = keys_on(0, 3, "more:") + keys_on(1, 3, "more:")
+    assert a.mset({x: "0", y: "0", **{k: k for k in more}}) is True
+    assert b.mget([more[3], x, "absent", more[0], y]) == [more[3].encode(), b"0", None, more[0].encode(), b"0"]
+    assert a.exists(x, y, "absent", x) == 3 and b.touch(*more) == 6
+    stop = threading.Event()
+    torn: list[tuple[bytes, bytes]] = []
+    counts = {"w": 0, "r": 0}
+    failures: list[BaseException] = []
+
+    def writer(w: int) -> None:
+        c = client_on(node.port, w)
+        i = 0
+        try:
+            while not stop.is_set():
+                i += 1
+                v = f"{w}-{i}"
+                assert c.mset({x: v, y: v}) is True
+                counts["w"] += 1
+        except BaseException as e:  # noqa: BLE001 - reported below
+            failures.append(e)
+
+    def reader(w: int) -> None:
+        c = client_on(node.port, w)
+        try:
+            while not stop.is_set():
+                vx, vy = c.mget(x, y)
+                if vx != vy:
+                    torn.append((vx, vy))
+                counts["r"] += 1
+        except BaseException as e:  # noqa: BLE001
+            failures.append(e)
+
+    threads = [threading.Thread(target=f, args=(w,)) for f in (writer, reader) for w in (0, 1)]
+    for t in threads:
+        t.start()
+    try:
+        wait_until(lambda: counts["w"] >= 300 and counts["r"] >= 300 or failures, "units from both workers")
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(DEADLINE)
+    assert not failures, failures[:3]
+    assert not torn, f"MGET saw one MSET half done: {torn[:5]}"
+    assert a.get(x) == b.get(y)
+    # single-key reads see a unit whole too: one writer's MSETs count up; a reader that
+    # GETs one key then the other never reads the second older than the first (a worker
+    # stays locked until every part ran, so the first read cannot see a half-done unit)
+    stop.clear()
+    counts["w"] = counts["r"] = 0
+    assert a.mset({x: 0, y: 0})
+
+    def counting_writer() -> None:
+        c = client_on(node.port, 0)
+        i = 0
+        try:
+            while not stop.is_set():
+                i += 1
+                c.mset({x: i, y: i})
+                counts["w"] += 1
+        except BaseException as e:  # noqa: BLE001
+            failures.append(e)
+
+    def get_reader(w: int, first: str, second: str) -> None:
+        c = client_on(node.port, w)
+        try:
+            while not stop.is_set():
+                v1 = int(c.get(first))
+                v2 = int(c.get(second))
+                if v2 < v1:
+                    torn.append((first.encode(), b"%d then %d" % (v1, v2)))
+                counts["r"] += 1
+        except BaseException as e:  # noqa: BLE001
+            failures.append(e)
+
+    threads = [threading.Thread(target=counting_writer)] + [
+        threading.Thread(target=get_reader, args=(w, f, s_)) for w in (0, 1) for f, s_ in ((x, y), (y, x))]
+    for t in threads:
+        t.start()
+    try:
+        wait_until(lambda: counts["w"] >= 300 and counts["r"] >= 600 or failures, "GETs beside MSETs")
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(DEADLINE)
+    assert not failures, failures[:3]
+    assert not torn, f"a GET saw one MSET half done: {torn[:5]}"
+    # MSETNX: of racing clients on both workers, one sets both keys
+    n1, n2 = keys_on(0, 1, "nx:")[0], keys_on(1, 1, "nx:")[0]
+    wins: list[int] = []
+    racers = [threading.Thread(target=lambda w=w, i=i: wins.append(client_on(node.port, w).msetnx({n1: i, n2: i})))
+              for i, w in enumerate((0, 1, 0, 1, 0, 1))]
+    for t in racers:
+        t.start()
+    for t in racers:
+        t.join(DEADLINE)
+    assert sorted(wins) == [False] * 5 + [True]
+    v = a.get(n1)
+    assert v is not None and b.get(n2) == v
+    assert a.msetnx({n1: "again", keys_on(1, 1, "nx2:")[0]: "x"}) is False
+    assert b.get(keys_on(1, 1, "nx2:")[0]) is None  # nothing written when one key exists
+    assert b.delete(x, y, n1, n2, "absent") == 4 and a.unlink(*more) == 6
+    assert a.exists(x, y, *more) == 0
+    with pytest.raises(redis.ResponseError, match="wrong number of arguments for 'mset'"):
+        a.execute_command("MSET", x, "1", y)
+
+
+def test_a_worker_killed_amid_units_leaves_no_lock_behind(tmp_path):
+    """Units coordinated by worker 1 hold worker 0's lock over and over; SIGKILL worker 1:
+    worker 0 releases what its units held (their link dropped) and keeps serving, and
+    once worker 1 is back units run again."""
+    n = start(tmp_path)
+    try:
+        x, y = keys_on(0, 1, "k:")[0], keys_on(1, 1, "k:")[0]
+        stop = threading.Event()
+        done = [0]
+
+        def units() -> None:
+            c = None
+            while not stop.is_set():
+                try:
+                    c = c or client_on(n.port, 1)
+                    c.mset({x: done[0], y: done[0]})
+                    done[0] += 1
+                except (redis.ConnectionError, redis.ResponseError, AssertionError):
+                    c = None  # (closed, LOADING, or no connection landed on 1 while it was down)
+
+        threads = [threading.Thread(target=units) for _ in range(3)]
+        for t in threads:
+            t.start()
+        try:
+            wait_until(lambda: done[0] >= 50, "units running")
+            w1 = next(p for p in children(n.pid) if _cmdline(p)[_cmdline(p).index(b"--index") + 1] == b"1")
+            os.kill(w1, signal.SIGKILL)
+            c0 = client_on(n.port, 0)
+            wait_until(lambda: _get(c0, x) is not None, "worker 0 serving its keys")
+            at = done[0]
+            wait_until(lambda: done[0] >= at + 50, "units running again after worker 1 came back")
+        finally:
+            stop.set()
+            for t in threads:
+                t.join(DEADLINE)
+        c0 = client_on(n.port, 0)
+        vx, vy = c0.mget(x, y)
+        assert vx == vy
+    finally:
+        n.stop(timeout=DEADLINE)
