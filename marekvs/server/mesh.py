@@ -131,6 +131,12 @@ class Fan:
         self.merge = merge
 
 
+def _answer(batch: list[Any], reply: Any) -> None:
+    for job in batch:
+        if not job[4].done():
+            job[4].set_result(reply)
+
+
 def mesh_address(name: str, index: int) -> str:
     """The abstract unix socket worker ``index`` of the node ``name`` accepts siblings on
     (no file: nothing to clean up after a SIGKILL, no path length limit)."""
@@ -311,6 +317,7 @@ class Owner(asyncio.Protocol):
         self.replies: list[bytes] = []  # the replies of this turn's entries, in order
         self.queue: deque[list[Any]] = deque()  # entries waiting for a unit to release this worker
         self.locks: set[int] = set()  # the units of this sibling holding (or waiting for) this worker
+        self.parts: list[bytes] = []  # the replies of the holder's parts in this frame
         self.scheduled = False
         self.flush_cb = self._flush
 
@@ -331,6 +338,9 @@ class Owner(asyncio.Protocol):
                     queue.append(e)
                 else:
                     self._run(e)
+            if self.parts:  # the holder's parts of this frame: their replies in one frame
+                self._unit_frame({"u": mesh.holder, "r": self.parts})
+                self.parts = []
         self._emit()
 
     def _run(self, e: list[Any]) -> None:
@@ -367,19 +377,23 @@ class Owner(asyncio.Protocol):
         mesh = self.mesh
         if ci == _NOTIFY:
             self.node.pubsub.deliver(args[0], args[1])
-        elif ci == _LOCK:
+        elif ci == _LOCK:  # its parts run once it is granted, their replies in the grant
             self.locks.add(cid)
-            mesh.acquire(cid, lambda: self._unit_frame({"g": cid}))
+            mesh.acquire(cid, lambda: self._unit_frame({"g": cid, "r": [self._part(e) for e in args]}))
         elif ci == _UNLOCK:
             self.locks.discard(cid)
             mesh.release(cid)
         else:  # _PART: only the holder sends one (it has every lock it needs)
-            unit = mesh.holder
-            ctx = self._proxy(cid, proto)
-            r = self.node.execute(ctx, mesh.plan.commands[ci - _PART], args) if unit is not None else \
-                Err("ERR internal error: a unit's part on a shard worker not locked for it")
-            ctx.deferred = None
-            self._unit_frame({"u": unit, "r": self._value(r)})
+            self.parts.append(self._part(e) if mesh.holder is not None else
+                              self._value(Err("ERR internal error: a unit's part on a shard worker not locked for it")))
+
+    def _part(self, e: list[Any]) -> bytes:
+        """Run a part of the unit holding this worker: its reply, packed."""
+        cid, proto, ci, args = e
+        ctx = self._proxy(cid, proto)
+        r = self.node.execute(ctx, self.mesh.plan.commands[ci - _PART], args)
+        ctx.deferred = None
+        return self._value(r)
 
     def drain(self) -> None:
         """Run what waited for a unit to release this worker (in arrival order)."""
@@ -457,6 +471,8 @@ class Mesh:
         self.owners: set[Owner] = set()
         self.unit_seq = 0
         self.unit_waits: dict[tuple[int, int], asyncio.Future[Any]] = {}
+        self.batch: list[Any] = []  # units waiting for the batch running (``submit``)
+        self.batching = False
 
     async def start(self) -> None:
         """Accept siblings, then connect to each (waiting until every one is up)."""
@@ -506,24 +522,150 @@ class Mesh:
             self.holder = unit
             grant()
 
+    def submit(self, unit: Unit, parts: dict[int, list[bytes]], where: list[int], ctx: Context,
+               remote: set[int]) -> Any:
+        """Run a unit for ``ctx``: the awaitable of its reply. Units run in batches, one at
+        a time per coordinating worker, like a group commit: the units submitted while a
+        batch runs make the next one (one lock per worker for all of them, one frame of
+        parts per worker), in the order submitted; a unit of several phases runs alone."""
+        loop = self.node.loop
+        assert loop is not None
+        fut: asyncio.Future[Any] = loop.create_future()
+        self.batch.append((unit, parts, where, ctx, fut, remote))  # (remote: workers holding a proxy of ctx)
+        if not self.batching:
+            self.batching = True
+            loop.call_soon(self._next_batch)
+        return fut
+
+    def _next_batch(self) -> None:
+        """Start the next batch: the waiting units up to the first of several phases (or
+        that one alone)."""
+        batch = self.batch
+        if not batch or self.stopping:
+            self.batching = False
+            return
+        n = 1
+        if batch[0][0].phases == 1:
+            while n < len(batch) and batch[n][0].phases == 1:
+                n += 1
+        run, self.batch = batch[:n], batch[n:]
+        task = asyncio.get_running_loop().create_task(self._run_batch(run))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _run_batch(self, batch: list[Any]) -> None:
+        """Lock every worker of the batch in worker order, each lock request carrying the
+        batch's first-phase parts for that worker (run as soon as the lock is granted: no
+        other command can see them before every part ran, since each worker stays locked
+        until the end); then the later phases; answer each unit; unlock."""
+        uid = self.new_unit()
+        locked: list[int] = []
+        try:
+            live = []
+            for job in batch:  # a unit needing a worker that is down: LOADING, nothing run
+                down = next((j for j in job[1] if j != self.index and self.links[j] is None), None)
+                if down is None:
+                    live.append(job)
+                else:
+                    job[4].done() or job[4].set_result(Err(self.loading[down][1:-2].decode()))
+            workers = sorted({j for job in live for j in job[1]})
+            for phase in range(max((job[0].phases for job in live), default=0)):
+                replies = await self._phase(uid, phase, live, workers, locked)
+                if type(replies) is int:  # worker ``replies`` is down: LOADING (if nothing ran yet)
+                    _answer(live, Err(self.loading[replies][1:-2].decode()) if phase == 0 and not locked else Err(
+                        "LOADING a shard worker stopped while running the command: it may have run on some "
+                        "workers only"))
+                    return
+                going = []
+                for job, got in zip(live, replies):
+                    unit, fut = job[0], job[4]
+                    err = next((r for r in got.values() if type(r) is Err), None)
+                    if err is not None:
+                        fut.done() or fut.set_result(err)
+                    elif phase < unit.phases - 1:
+                        done = unit.go_on(phase, got)
+                        if done is None:
+                            going.append(job)
+                        else:
+                            fut.done() or fut.set_result(done)
+                    else:
+                        fut.done() or fut.set_result(unit.merge(got, job[2]))
+                live = going
+                if not live:
+                    break
+        except BaseException:
+            _answer(batch, Err("ERR internal error: a unit across shard workers failed"))
+            raise
+        finally:
+            for j in locked:
+                self.unlock(j, uid)
+            self._next_batch()
+
+    async def _phase(self, uid: int, phase: int, batch: list[Any], workers: list[int],
+                     locked: list[int]) -> Any:
+        """One phase of every unit of ``batch``: each unit's replies by worker (or the index
+        of a worker that is or went down). The first phase takes the locks (``locked``), in
+        order."""
+        node, number, table = self.node, self.plan.number, self.node.table
+        out: list[dict[int, Any]] = [{} for _ in batch]
+        waits = []
+        for j in workers:
+            local: list[tuple[int, Command, list[bytes], Context]] = []
+            ks: list[int] = []
+            entries = []
+            for k, (unit, parts, _, ctx, _, remote) in enumerate(batch):
+                own = parts.get(j)
+                if own is None:
+                    continue
+                argv = unit.part(phase, own)
+                cmd = table.lookup(argv[0])
+                assert cmd is not None
+                if j == self.index:
+                    local.append((k, cmd, argv, ctx))
+                else:
+                    ks.append(k)
+                    entries.append([ctx.id, ctx.proto, _PART + number[id(cmd)], argv])
+                    remote.add(j)
+            if phase == 0:  # take j's lock (with its parts: run once granted), then the next
+                got = await self.lock(j, uid, entries)
+                if got is None:
+                    return j
+                locked.append(j)
+                for k, v in zip(ks, got):
+                    out[k][j] = unpack(v)
+            elif entries:
+                waits.append((j, ks, self.parts_of(j, uid, entries)))
+            for k, cmd, argv, ctx in local:  # (this worker's lock held)
+                r = node.execute(ctx, cmd, argv)
+                out[k][j] = await r.awaitable if type(r) is Blocking else r  # type: ignore[misc]
+        for j, ks, fut in waits:
+            got = await fut
+            if got is None:
+                return j
+            for k, v in zip(ks, got):
+                out[k][j] = unpack(v)
+        return out
+
     def new_unit(self) -> int:
         self.unit_seq += 1
         return self.unit_seq << 8 | self.index
 
-    def lock(self, j: int, unit: int) -> asyncio.Future[Any]:
-        """Ask worker ``j`` for ``unit``'s lock: the future is True once held, None if ``j`` is down."""
+    def lock(self, j: int, unit: int, parts: list[list[Any]]) -> asyncio.Future[Any]:
+        """Ask worker ``j`` for ``unit``'s lock, ``parts`` to run there once it is held:
+        the future gets their replies, packed (``[]`` for this worker's own lock, whose
+        parts the caller runs), or None if ``j`` is down."""
         loop = self.node.loop
         assert loop is not None
         fut: asyncio.Future[Any] = loop.create_future()
         if j == self.index:
-            self.acquire(unit, lambda: fut.done() or fut.set_result(True))
+            self.acquire(unit, lambda: fut.done() or fut.set_result([]))
             return fut
         link = self.links[j]
         if link is None:
             fut.set_result(None)
             return fut
         self.unit_waits[(unit, j)] = fut
-        link.post([unit, 0, _LOCK, None])
+        link.post([unit, 0, _LOCK, parts])
         return fut
 
     def unlock(self, j: int, unit: int) -> None:
@@ -534,9 +676,9 @@ class Mesh:
         if link is not None:  # (a sibling that went down released it with our link)
             link.post([unit, 0, _UNLOCK, None])
 
-    def part(self, j: int, unit: int, entry: list[Any]) -> asyncio.Future[Any]:
-        """Run a part of ``unit`` (holding ``j``) there: the future gets its reply, packed
-        (None if ``j`` went down)."""
+    def parts_of(self, j: int, unit: int, entries: list[list[Any]]) -> asyncio.Future[Any]:
+        """Run parts of ``unit`` (holding ``j``) there: the future gets their replies, packed,
+        in order (None if ``j`` went down)."""
         loop = self.node.loop
         assert loop is not None
         fut: asyncio.Future[Any] = loop.create_future()
@@ -545,13 +687,15 @@ class Mesh:
             fut.set_result(None)
             return fut
         self.unit_waits[(unit, j)] = fut
-        link.post(entry)
+        for e in entries:
+            link.post(e)
         return fut
 
     def unit_message(self, j: int, frame: dict[str, Any]) -> None:
+        """A lock granted (``g``, with its parts' replies) or parts' replies (``u``)."""
         fut = self.unit_waits.pop((frame["g"] if "g" in frame else frame["u"], j), None)
         if fut is not None and not fut.done():
-            fut.set_result(True if "g" in frame else frame["r"])
+            fut.set_result(frame["r"])
 
     def notify(self, channel: bytes, message: bytes, shard: bool) -> None:
         """A keyspace notification fired here, to the subscribers of the other workers (a
@@ -790,48 +934,7 @@ class ShardConnection(Connection):
         split = unit.split(args, self.mesh.plan.owner, partition_of)
         if split is None:  # not the command's arguments: its error, from here
             return self.node.execute(self.ctx, cmd, args)
-        return Blocking(self._run_unit(unit, *split))
-
-    async def _run_unit(self, unit: Unit, parts: dict[int, list[bytes]], where: list[int]) -> Any:
-        mesh, ctx, node = self.mesh, self.ctx, self.node
-        uid = mesh.new_unit()
-        workers = sorted(parts)
-        locked: list[int] = []
-        try:
-            for j in workers:  # in worker order: two units never wait for each other
-                if await mesh.lock(j, uid) is None:
-                    return Err(mesh.loading[j][1:-2].decode())
-                locked.append(j)
-            replies: dict[int, Any] = {}
-            for phase in range(unit.phases):
-                waits = {}
-                for j in workers:
-                    argv = unit.part(phase, parts[j])
-                    cmd = node.table.lookup(argv[0])
-                    assert cmd is not None
-                    if j == mesh.index:
-                        r = node.execute(ctx, cmd, argv)
-                        replies[j] = await r.awaitable if type(r) is Blocking else r  # type: ignore[misc]
-                    else:
-                        self.remote.add(j)
-                        waits[j] = mesh.part(j, uid, [ctx.id, ctx.proto, _PART + mesh.plan.number[id(cmd)], argv])
-                for j, fut in waits.items():
-                    got = await fut
-                    if got is None:
-                        return Err("LOADING a shard worker stopped while running the command: it may have run "
-                                   "on some workers only")
-                    replies[j] = unpack(got)
-                for r in replies.values():
-                    if type(r) is Err:
-                        return r
-                if phase < unit.phases - 1:
-                    done = unit.go_on(phase, replies)
-                    if done is not None:
-                        return done
-            return unit.merge(replies, where)
-        finally:
-            for j in locked:
-                mesh.unlock(j, uid)
+        return Blocking(self.mesh.submit(unit, split[0], split[1], self.ctx, self.remote))
 
     def _hopped(self, mutes: list[bool], replies: list[bytes] | None) -> None:
         """The replies of a run sent by ``_hop``: spliced in order, then the backlog runs."""
