@@ -43,15 +43,15 @@ connections). A client's command runs where its keys live:
   waiting gets the lock (``Mesh.lock_queue``, request order). So no command sees one
   worker's part done and another's not, and as every unit locks in the same order, two
   units never wait for each other (no deadlock). A sibling that goes down fails the units
-  waiting on it (LOADING) and releases, on the others, the locks its own units held;
+  waiting on it (LOADING) and releases, on the others, the locks its own units held.
+  An EXEC whose queue runs on several workers is a unit too (``Mesh.run_transaction``);
 - **refused**: what is not carried across workers yet answers
   ``ERR <command> is not supported with shards > 1 yet`` (``Plan``): node records (ACL
   SETUSER, FUNCTION LOAD), the node-wide commands ``fanout.MERGES`` does not name (ACL
   LOG, MEMORY STATS, LATENCY, FUNCTION STATS, ...), the other commands whose keys are on
   several workers (RENAME, COPY, SMOVE, LMOVE, SUNIONSTORE, ... — on one worker they
-  run), scripts
-  (EVAL/EVALSHA/FCALL), an EXEC whose queued commands touch another worker's keys (or
-  are node-wide), WATCH of another worker's key, a blocking command (BLPOP, XREAD BLOCK,
+  run), scripts (EVAL/EVALSHA/FCALL), an EXEC queueing a node-wide command or MSETNX
+  across workers, WATCH of another worker's key, a blocking command (BLPOP, XREAD BLOCK,
   ...) on another worker's key, SORT with BY/GET, client tracking and MONITOR.
 
 A proxy context runs what a handler would do in steps (DBSIZE, KEYS, the first read of a
@@ -82,8 +82,8 @@ from typing import Any, Callable
 
 import msgpack
 
-from marekvs.commands.context import Context
-from marekvs.commands.reply import NO_REPLY, OK, Blocking, Err
+from marekvs.commands.context import MULTI, Context
+from marekvs.commands.reply import NO_REPLY, NULL_ARRAY, OK, Blocking, Err
 from marekvs.commands.table import Command
 from marekvs.core.partition import ShardMap, partition_of
 from marekvs.node import Node
@@ -118,6 +118,9 @@ _SCRIPTS = frozenset(("eval", "eval_ro", "evalsha", "evalsha_ro", "fcall", "fcal
 
 # a plan's kinds
 _LOCAL, _KEY, _KEYS, _REFUSE, _EXEC, _SORT, _FANOUT, _SCAN = range(8)
+
+
+TRANSACTION = object()  # Plan.where's answer for an EXEC whose queue spans workers
 
 
 class Fan:
@@ -189,7 +192,7 @@ class Plan:
                 p = (_KEYS, blocking)
             self.plan[id(cmd)] = p
 
-    def where(self, ctx: Context, cmd: Command, args: list[bytes]) -> int | str | Fan | Unit | None:
+    def where(self, ctx: Context, cmd: Command, args: list[bytes]) -> Any:
         kind, arg = self.plan[id(cmd)]
         if kind == _KEY:
             j = self.owner[partition_of(args[arg])]
@@ -222,13 +225,21 @@ class Plan:
             return unsupported(cmd, "the key is on another shard worker")
         return shards.pop()
 
-    def _exec(self, ctx: Context, cmd: Command) -> str | None:
-        """An EXEC runs here when every queued command would (slice 4 carries the others)."""
-        for c, a in ctx.multi or ():
+    def _exec(self, ctx: Context, cmd: Command) -> Any:
+        """An EXEC runs here when every queued command would; as a transaction unit
+        (``TRANSACTION``: ``Mesh.run_transaction``) when each runs on one worker, some on
+        others; else it is refused (a queued node-wide or multi-worker command)."""
+        if ctx.multi_error or not ctx.multi:
+            return None  # (EXECABORT, or an empty transaction: here)
+        elsewhere = False
+        for c, a in ctx.multi:
             w = self.where(ctx, c, a)
-            if w is not None:
-                return unsupported(cmd, "a queued command runs on another shard worker")
-        return None
+            if w is None:
+                continue
+            if type(w) is not int and not (isinstance(w, Unit) and w.phases == 1):
+                return unsupported(cmd, "a queued command is node-wide or needs several steps across shard workers")
+            elsewhere = True
+        return TRANSACTION if elsewhere else None
 
 
 class Link(asyncio.Protocol):
@@ -646,6 +657,94 @@ class Mesh:
                 out[k][j] = unpack(v)
         return out
 
+    async def run_transaction(self, ctx: Context, remote: set[int]) -> Any:
+        """EXEC of a queue whose commands run on several workers (each on one): lock the
+        workers of the queue and this one, in order; then, under the locks, EXEC's own
+        checks (WATCH: a client's watches are on this worker), each worker's commands sent
+        at once (in queue order) while this worker's run here, the replies in queue order."""
+        node, plan = self.node, self.plan
+        queued = ctx.multi or []
+        places: list[Any] = []  # per queued command: None (here), a worker, or a unit's split
+        for c, a in queued:
+            w = plan.where(ctx, c, a)
+            places.append(w.split(a, plan.owner, partition_of) or None if isinstance(w, Unit) else w)
+        workers = sorted({j for p in places if p is not None for j in (p[0] if type(p) is tuple else (p,))}
+                         | {self.index})
+        uid = self.new_unit()
+        locked: list[int] = []
+        try:
+            for j in workers:
+                if j != self.index and self.links[j] is None:
+                    self._end_multi(ctx)
+                    return Err(self.loading[j][1:-2].decode())
+            for j in workers:
+                if await self.lock(j, uid, []) is None:
+                    self._end_multi(ctx)
+                    return Err(self.loading[j][1:-2].decode())
+                locked.append(j)
+            valid = node.watches.still_valid(ctx)
+            self._end_multi(ctx)
+            if not valid:
+                return NULL_ARRAY
+            replies: list[Any] = [None] * len(queued)
+            split: dict[int, dict[int, Any]] = {}  # a unit's replies by worker
+            sends: dict[int, list[tuple[int, list[Any]]]] = {}  # per worker: (queue index, entry)
+            here: list[tuple[int, Any, list[bytes]]] = []  # (queue index, command, arguments)
+            for i, p in enumerate(places):
+                cmd, args = queued[i]
+                if p is None:
+                    here.append((i, None, args))
+                elif type(p) is int:
+                    sends.setdefault(p, []).append((i, [ctx.id, ctx.proto, _PART + plan.number[id(cmd)], args]))
+                else:  # a unit's parts, each on its worker
+                    unit = plan.where(ctx, cmd, args)
+                    split[i] = {}
+                    for j, own in p[0].items():
+                        argv = unit.part(0, own)
+                        pc = node.table.lookup(argv[0])
+                        if j == self.index:
+                            here.append((i, pc, argv))
+                        else:
+                            sends.setdefault(j, []).append((i, [ctx.id, ctx.proto, _PART + plan.number[id(pc)], argv]))
+            waits = []
+            for j, items in sends.items():
+                remote.add(j)
+                waits.append((j, [i for i, _ in items], self.parts_of(j, uid, [e for _, e in items])))
+            deny, acl_where = ctx.deny_blocking, ctx.acl_context
+            ctx.deny_blocking = True
+            ctx.acl_context = MULTI
+            try:
+                for i, pc, argv in here:  # (in queue order)
+                    if pc is None:
+                        replies[i] = node.dispatch(ctx, argv)
+                    else:
+                        split[i][self.index] = node.execute(ctx, pc, argv)
+            finally:
+                ctx.deny_blocking = deny
+                ctx.acl_context = acl_where
+            for j, idx, fut in waits:
+                got = await fut
+                if got is None:
+                    return Err("LOADING a shard worker stopped while running the transaction: it may have run "
+                               "on some workers only")
+                for i, v in zip(idx, got):
+                    if i in split:
+                        split[i][j] = unpack(v)
+                    else:
+                        replies[i] = unpack(v)
+            for i, parts in split.items():
+                err = next((r for r in parts.values() if type(r) is Err), None)
+                replies[i] = err if err is not None else plan.where(ctx, *queued[i]).merge(parts, places[i][1])
+            return replies
+        finally:
+            for j in locked:
+                self.unlock(j, uid)
+
+    def _end_multi(self, ctx: Context) -> None:
+        ctx.multi = None
+        ctx.multi_error = False
+        self.node.watches.unwatch_all(ctx)
+
     def new_unit(self) -> int:
         self.unit_seq += 1
         return self.unit_seq << 8 | self.index
@@ -801,6 +900,8 @@ class ShardConnection(Connection):
                         continue
                     elif type(w) is Fan:
                         r = self._fan(w, r, args)
+                    elif w is TRANSACTION:
+                        r = Blocking(mesh.run_transaction(ctx, self.remote))
                     elif type(w) is not str:
                         r = self._unit(w, r, args)  # type: ignore[arg-type]
                     else:

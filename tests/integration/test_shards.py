@@ -197,8 +197,9 @@ def test_what_is_not_carried_yet_is_refused(node):
         with pytest.raises(redis.ResponseError, match=f"^{name} is not supported with shards > 1 yet"):
             c.execute_command(*args)
     # (on c's own connection: a redis-py pipeline takes another one, maybe on the other worker)
-    c.execute_command("MULTI")  # a transaction on another worker's keys (slice 4)
+    c.execute_command("MULTI")  # a transaction queueing a node-wide command (slice 4 left it)
     c.execute_command("SET", k1, "x")
+    c.execute_command("DBSIZE")
     with pytest.raises(redis.ResponseError, match="^EXEC is not supported with shards > 1 yet"):
         c.execute_command("EXEC")
     assert c.get(k1) is None
@@ -630,3 +631,71 @@ def test_a_worker_killed_amid_units_leaves_no_lock_behind(tmp_path):
         assert vx == vy
     finally:
         n.stop(timeout=DEADLINE)
+
+
+def test_transactions_across_workers_are_atomic(node):
+    """MULTI/EXEC whose commands run on both workers: one unit (docs/shards.md slice 4).
+    Concurrent EXECs of INCR a, INCR b from both workers all apply; a reader's EXEC of
+    GET a, GET b never sees them differ; WATCH of a key of the connection's worker still
+    aborts; a redis-py pipeline (MULTI/EXEC) over keys of both workers works."""
+    a, b = client_on(node.port, 0), client_on(node.port, 1)
+    x, y = keys_on(0, 1, "tx:")[0], keys_on(1, 1, "tx:")[0]
+    a.delete(x, y)
+    stop = threading.Event()
+    torn: list[list] = []
+    failures: list[BaseException] = []
+    done = [0]
+
+    def tx(c: redis.Redis, *cmds) -> list:
+        c.execute_command("MULTI")
+        for cmd in cmds:
+            c.execute_command(*cmd)  # QUEUED (redis-py's callbacks read it as their reply type)
+        return c.execute_command("EXEC")
+
+    def incr(w: int) -> None:
+        c = client_on(node.port, w)
+        try:
+            for _ in range(150):
+                r = tx(c, ("INCR", x), ("INCR", y))
+                assert r[0] == r[1], r  # (both counters move together: whole transactions only)
+                done[0] += 1
+        except BaseException as e:  # noqa: BLE001
+            failures.append(e)
+
+    def read(w: int) -> None:
+        c = client_on(node.port, w)
+        try:
+            while not stop.is_set():
+                vx, vy = tx(c, ("GET", x), ("GET", y))
+                if vx != vy:
+                    torn.append([vx, vy])
+        except BaseException as e:  # noqa: BLE001
+            failures.append(e)
+
+    writers = [threading.Thread(target=incr, args=(w,)) for w in (0, 1, 0, 1)]
+    readers = [threading.Thread(target=read, args=(w,)) for w in (0, 1)]
+    for t in writers + readers:
+        t.start()
+    for t in writers:
+        t.join(DEADLINE)
+    stop.set()
+    for t in readers:
+        t.join(DEADLINE)
+    assert not failures, failures[:3]
+    assert not torn, f"EXEC saw a transaction half done: {torn[:5]}"
+    assert a.mget(x, y) == [b"600", b"600"]
+    # replies keep their types and order; errors of one command are its reply
+    h = keys_on(1, 1, "txh:")[0]
+    r = tx(b, ("SET", x, "v"), ("HSET", h, "f", "1"), ("GET", x), ("LPUSH", x, "z"), ("HGETALL", h))
+    assert r[:3] == [b"OK", 1, b"v"] and isinstance(r[3], redis.ResponseError) and r[4] in ([b"f", b"1"], {b"f": b"1"})
+    # WATCH (a key of this worker) aborts when it changed, and nothing of the queue runs
+    mine = keys_on(1, 1, "watched:")[0]
+    b.execute_command("WATCH", mine)
+    a.set(mine, "changed")
+    assert tx(b, ("SET", x, "no"), ("SET", y, "no")) is None
+    assert a.get(x) == b"v"
+    # redis-py's pipeline is MULTI/EXEC
+    with client_of(node.port) as c:
+        p = c.pipeline()
+        p.set(x, 1).set(y, 2).mget(x, y)
+        assert p.execute() == [True, True, [b"1", b"2"]]
