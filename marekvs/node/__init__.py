@@ -47,7 +47,7 @@ from marekvs.node.pubsub import PubSub, push_limited
 from marekvs.node.scripting import Scripting
 from marekvs.node.tracking import Tracking
 from marekvs.node.watch import Watches
-from marekvs.storage.engine import Engine, StorageWriteError
+from marekvs.storage.engine import Engine, OutsideRange, StorageWriteError
 from marekvs.storage.sweeper import Sweeper
 
 log = logging.getLogger("marekvs.node")
@@ -264,6 +264,8 @@ class Node:
             r = Err(e.message)
         except KeyspaceError as e:
             r = Err(errors.status_text(e))
+        except OutsideRange:  # a shard worker's command reached a key of another (a script's undeclared key)
+            r = Err(errors.OTHER_SHARD_WORKER)
         except Exception:
             self.stats.unexpected_errors += 1
             log.exception("command %s failed", cmd.fullname)

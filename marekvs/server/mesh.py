@@ -50,7 +50,7 @@ connections). A client's command runs where its keys live:
   SETUSER, FUNCTION LOAD), the node-wide commands ``fanout.MERGES`` does not name (ACL
   LOG, MEMORY STATS, LATENCY, FUNCTION STATS, ...), the other commands whose keys are on
   several workers (RENAME, COPY, SMOVE, LMOVE, SUNIONSTORE, ... — on one worker they
-  run), scripts (EVAL/EVALSHA/FCALL), an EXEC queueing a node-wide command or MSETNX
+  run), scripts whose declared keys are on several workers, FCALL, an EXEC queueing a node-wide command or MSETNX
   across workers, WATCH of another worker's key, a blocking command (BLPOP, XREAD BLOCK,
   ...) on another worker's key, SORT with BY/GET, client tracking and MONITOR.
 
@@ -87,6 +87,7 @@ from marekvs.commands.reply import NO_REPLY, NULL_ARRAY, OK, Blocking, Err
 from marekvs.commands.table import Command
 from marekvs.core.partition import ShardMap, partition_of
 from marekvs.node import Node
+from marekvs.node.scripting import libs
 from marekvs.server import resp
 from marekvs.server.listener import Connection, RespServer
 from marekvs.shards.fanout import MERGES, Merge, pack, unpack
@@ -102,6 +103,7 @@ _DROP = -1  # a frame entry's command index: forget the proxy context of this cl
 _NOTIFY = -2  # ... a keyspace notification to deliver here: [channel, message] (no reply)
 _LOCK = -3  # ... lock this worker for the unit in the client id's slot (no reply: a "g" frame later)
 _UNLOCK = -4  # ... the unit is done here
+_SCRIPT = -5  # ... a script body to cache here (EVAL elsewhere: EVALSHA then works on every worker)
 _FAN = 1 << 16  # ... plus a command's index: a node-wide command, its reply as a value (fanout.py)
 _PART = 1 << 17  # ... plus a command's index: a part of the unit holding this worker (a "u" frame)
 _RECONNECT_S = 0.05
@@ -114,7 +116,8 @@ _FRONT_REFUSED = frozenset(("client|tracking", "monitor"))
 _ALL_HERE = frozenset(("wait", "swapdb", "shutdown"))
 # commands with keys whose run needs state only the connection's worker has, or runs code
 # that may touch any key (scripts)
-_SCRIPTS = frozenset(("eval", "eval_ro", "evalsha", "evalsha_ro", "fcall", "fcall_ro"))
+_SCRIPTS = frozenset(("fcall", "fcall_ro"))  # (functions: FUNCTION LOAD is not carried yet)
+_EVALS = frozenset(("eval", "eval_ro"))
 
 # a plan's kinds
 _LOCAL, _KEY, _KEYS, _REFUSE, _EXEC, _SORT, _FANOUT, _SCAN = range(8)
@@ -388,6 +391,8 @@ class Owner(asyncio.Protocol):
         mesh = self.mesh
         if ci == _NOTIFY:
             self.node.pubsub.deliver(args[0], args[1])
+        elif ci == _SCRIPT:
+            self.node.scripting.script_load(args)
         elif ci == _LOCK:  # its parts run once it is granted, their replies in the grant
             self.locks.add(cid)
             mesh.acquire(cid, lambda: self._unit_frame({"g": cid, "r": [self._part(e) for e in args]}))
@@ -796,6 +801,18 @@ class Mesh:
         if fut is not None and not fut.done():
             fut.set_result(frame["r"])
 
+    def share_script(self, body: bytes) -> None:
+        """EVAL of ``body``, wherever it runs: cached here and on every sibling (Redis
+        caches what EVAL ran, and EVALSHA may come through any worker). A body cached here
+        was shared already (SCRIPT FLUSH empties every worker)."""
+        scripting = self.node.scripting
+        if libs.sha1hex(body) in scripting.scripts:
+            return
+        scripting.script_load(body)  # (a script that does not compile: EVAL answers why)
+        for link in self.links:
+            if link is not None:
+                link.post([0, 0, _SCRIPT, body])
+
     def notify(self, channel: bytes, message: bytes, shard: bool) -> None:
         """A keyspace notification fired here, to the subscribers of the other workers (a
         worker that is down misses it, as a disconnected subscriber would)."""
@@ -890,6 +907,8 @@ class ShardConnection(Connection):
                 else:
                     r = admit(ctx, args)
                 if isinstance(r, Command):
+                    if r.fullname in _EVALS and len(args) > 1:
+                        mesh.share_script(args[1])
                     w = where(ctx, r, args)
                     if w is None:
                         r = execute(ctx, r, args)

@@ -14,6 +14,7 @@ lands on the one it wants.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import signal
 import subprocess
@@ -191,7 +192,7 @@ def test_what_is_not_carried_yet_is_refused(node):
     assert c.get(k0) == b"v" and c.get(k1) is None  # nothing of it ran
     assert c.delete(k0) == 1
     assert c.mset({"{t}a": "1", "{t}b": "2"}) and c.mget("{t}a", "{t}b") == [b"1", b"2"]  # one worker: it runs
-    for args, name in ((("EVAL", "return 1", "0"), "EVAL"), (("ACL", "SETUSER", "u"), "ACL SETUSER"),
+    for args, name in ((("EVAL", "return 1", "2", k0, k1), "EVAL"), (("ACL", "SETUSER", "u"), "ACL SETUSER"),
                        (("MEMORY", "STATS"), "MEMORY STATS"), (("CLIENT", "TRACKING", "on"), "CLIENT TRACKING"),
                        (("MONITOR",), "MONITOR")):
         with pytest.raises(redis.ResponseError, match=f"^{name} is not supported with shards > 1 yet"):
@@ -699,3 +700,30 @@ def test_transactions_across_workers_are_atomic(node):
         p = c.pipeline()
         p.set(x, 1).set(y, 2).mget(x, y)
         assert p.execute() == [True, True, [b"1", b"2"]]
+
+
+RATE_LIMITER = ("local n = redis.call('INCR', KEYS[1]) "
+                "if n == 1 then redis.call('EXPIRE', KEYS[1], ARGV[2]) end "
+                "if n > tonumber(ARGV[1]) then return 0 end return 1")
+
+
+def test_scripts_run_on_the_worker_of_their_keys(node):
+    """EVAL/EVALSHA whose declared keys are on one worker run there, from a connection on
+    either; EVAL caches the script on every worker (EVALSHA anywhere after it); a key of
+    another worker that the script did not declare is an error, not a hang or a crash."""
+    a, b = client_on(node.port, 0), client_on(node.port, 1)
+    k1 = keys_on(1, 1, "limit:")[0]
+    k0 = keys_on(0, 1, "limit:")[0]
+    a.delete(k0, k1)
+    assert [a.eval(RATE_LIMITER, 1, k1, 3, 60) for _ in range(4)] == [1, 1, 1, 0]  # on worker 1, from 0
+    assert 0 < b.ttl(k1) <= 60 and b.get(k1) == b"4"
+    sha = hashlib.sha1(RATE_LIMITER.encode()).hexdigest()
+    assert a.script_exists(sha) == b.script_exists(sha) == [True]
+    assert b.evalsha(sha, 1, k0, 1, 60) == 1 and a.evalsha(sha, 1, k0, 1, 60) == 0
+    assert a.eval("return redis.call('GET', KEYS[1])", 1, k1) == b"4"
+    assert a.eval("return 7", 0) == 7  # no keys: where the connection is
+    with pytest.raises(redis.ResponseError, match="another shard worker"):  # undeclared, elsewhere
+        a.eval("return redis.call('GET', ARGV[1])", 0, k1)
+    assert a.ping() and a.get(k0) == b"2"
+    with pytest.raises(redis.ResponseError, match="^EVAL is not supported with shards > 1 yet"):
+        a.eval("return 1", 2, k0, k1)
