@@ -51,8 +51,12 @@ connections). A client's command runs where its keys live:
   LOG, MEMORY STATS, LATENCY, FUNCTION STATS, ...), the other commands whose keys are on
   several workers (RENAME, COPY, SMOVE, LMOVE, SUNIONSTORE, ... — on one worker they
   run), scripts whose declared keys are on several workers, FCALL, an EXEC queueing a node-wide command or MSETNX
-  across workers, WATCH of another worker's key, a blocking command (BLPOP, XREAD BLOCK,
-  ...) on another worker's key, SORT with BY/GET, client tracking and MONITOR.
+  across workers, WATCH of another worker's key, a blocking command on keys of several
+  workers, SORT with BY/GET, client tracking and MONITOR.
+
+A blocking command (BLPOP, XREAD BLOCK, ...) whose keys are on one other worker waits
+there (``_BLOCKING``): the owner runs it on the client's proxy, which may block, and
+answers in a ``{"b": client id}`` frame when it ends; a ``_DROP`` cancels the wait.
 
 A proxy context runs what a handler would do in steps (DBSIZE, KEYS, the first read of a
 cold zset) to its end at once (``deny_blocking``, as inside MULTI): the owner's other
@@ -83,6 +87,7 @@ from typing import Any, Callable
 import msgpack
 
 from marekvs.commands.context import MULTI, Context
+from marekvs.commands.errors import CommandError
 from marekvs.commands.reply import NO_REPLY, NULL_ARRAY, OK, Blocking, Err
 from marekvs.commands.table import Command
 from marekvs.core.partition import ShardMap, partition_of
@@ -106,6 +111,7 @@ _UNLOCK = -4  # ... the unit is done here
 _SCRIPT = -5  # ... a script body to cache here (EVAL elsewhere: EVALSHA then works on every worker)
 _FAN = 1 << 16  # ... plus a command's index: a node-wide command, its reply as a value (fanout.py)
 _PART = 1 << 17  # ... plus a command's index: a part of the unit holding this worker (a "u" frame)
+_BLOCKING = 1 << 18  # ... plus a command's index: a blocking command of a client (a "b" frame when it ends)
 _RECONNECT_S = 0.05
 
 # keyless commands a worker cannot answer for the node yet: they need every worker's state
@@ -124,6 +130,15 @@ _LOCAL, _KEY, _KEYS, _REFUSE, _EXEC, _SORT, _FANOUT, _SCAN = range(8)
 
 
 TRANSACTION = object()  # Plan.where's answer for an EXEC whose queue spans workers
+
+
+class BlockAt:
+    """Plan.where's answer for a blocking command whose keys are all on worker ``j``."""
+
+    __slots__ = ("j",)
+
+    def __init__(self, j: int):
+        self.j = j
 
 
 class Fan:
@@ -170,6 +185,7 @@ class Plan:
         self.commands: list[Command] = list(node.table.all_commands())
         self.number = {id(c): i for i, c in enumerate(self.commands)}
         self.plan: dict[int, tuple[int, Any]] = {}
+        self.block_at = [BlockAt(j) for j in range(len(shards))]
         for cmd in self.commands:
             cls = router.class_of(cmd)
             blocking = "blocking" in cmd.flags
@@ -223,7 +239,7 @@ class Plan:
                 return unit
             return unsupported(cmd, "its keys are on several shard workers")
         if kind == _KEYS and arg:  # a blocking command waits where its keys are
-            return unsupported(cmd, "a blocking command on another shard worker's key")
+            return self.block_at[shards.pop()]
         if cmd.fullname == "watch":  # watches live with the key's owner (slice 4)
             return unsupported(cmd, "the key is on another shard worker")
         return shards.pop()
@@ -239,6 +255,8 @@ class Plan:
             w = self.where(ctx, c, a)
             if w is None:
                 continue
+            if type(w) is BlockAt:  # (inside MULTI it does not block: a plain hop)
+                w = w.j
             if type(w) is not int and not (isinstance(w, Unit) and w.phases == 1):
                 return unsupported(cmd, "a queued command is node-wide or needs several steps across shard workers")
             elsewhere = True
@@ -332,6 +350,7 @@ class Owner(asyncio.Protocol):
         self.queue: deque[list[Any]] = deque()  # entries waiting for a unit to release this worker
         self.locks: set[int] = set()  # the units of this sibling holding (or waiting for) this worker
         self.parts: list[bytes] = []  # the replies of the holder's parts in this frame
+        self.blocked: dict[int, asyncio.Task[None]] = {}  # clients' blocking commands waiting here
         self.scheduled = False
         self.flush_cb = self._flush
 
@@ -346,7 +365,7 @@ class Owner(asyncio.Protocol):
         for frame in self.unpacker:
             for e in frame:
                 ci = e[2]
-                if ci >= _PART or ci < _DROP:  # a unit's lock, unlock or part, a notification: now
+                if _PART <= ci < _BLOCKING or ci < _DROP:  # a unit's lock, unlock or part, a notification: now
                     self._now(e)
                 elif queue or mesh.holder is not None:  # (this worker is locked for a unit)
                     queue.append(e)
@@ -361,8 +380,14 @@ class Owner(asyncio.Protocol):
         cid, proto, ci, args = e
         if ci == _DROP:
             self.proxies.pop(cid, None)
+            task = self.blocked.pop(cid, None)
+            if task is not None:  # the client went away while blocked here: its wait ends
+                task.cancel()
             return
         ctx = self._proxy(cid, proto)
+        if ci >= _BLOCKING:
+            self._block(ctx, self.mesh.plan.commands[ci - _BLOCKING], args)
+            return
         if ci >= _FAN:
             self.replies.append(self._value(self.node.execute(ctx, self.mesh.plan.commands[ci - _FAN], args)))
             ctx.deferred = None
@@ -375,6 +400,37 @@ class Owner(asyncio.Protocol):
             _enc(r, proto, out)
             self.replies.append(b"".join(out))
         ctx.deferred = None
+
+    def _block(self, ctx: Context, cmd: Command, args: list[bytes]) -> None:
+        """A client's blocking command for our keys: it waits here (as a client of ours
+        would: woken by any write to its keys, CLIENT UNBLOCK, its timeout) and its reply
+        goes in a "b" frame when it ends (other entries' replies do not wait for it)."""
+        ctx.deny_blocking = False
+        try:
+            r = self.node.execute(ctx, cmd, args)
+        finally:
+            ctx.deny_blocking = True
+        ctx.deferred = None
+        if type(r) is not Blocking:
+            self._unit_frame({"b": ctx.id, "r": self._value(r)})
+            return
+        task = asyncio.get_running_loop().create_task(self._wait(ctx.id, r.awaitable))
+        self.blocked[ctx.id] = task
+
+    async def _wait(self, cid: int, awaitable: Any) -> None:
+        try:
+            r = await awaitable
+        except CommandError as e:
+            r = Err(e.message)
+        except asyncio.CancelledError:
+            return
+        except Exception:
+            log.exception("blocking command on a shard worker proxy failed")
+            r = Err("ERR internal error: a blocking command on a shard worker proxy")
+        finally:
+            if self.blocked.get(cid) is asyncio.current_task():
+                del self.blocked[cid]
+        self._unit_frame({"b": cid, "r": self._value(r)})
 
     def _proxy(self, cid: int, proto: int) -> Context:
         ctx = self.proxies.get(cid)
@@ -457,6 +513,9 @@ class Owner(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
         self.proxies.clear()
+        for task in self.blocked.values():
+            task.cancel()
+        self.blocked.clear()
         self.queue.clear()  # (their front closed their clients: outcome unknown)
         self.mesh.owners.discard(self)
         for unit in list(self.locks):  # its units' coordinator is gone: release what they hold
@@ -488,6 +547,7 @@ class Mesh:
         self.unit_seq = 0
         self.unit_waits: dict[tuple[int, int], asyncio.Future[Any]] = {}
         self.batch: list[Any] = []  # units waiting for the batch running (``submit``)
+        self.parked: dict[tuple[int, int], asyncio.Future[Any]] = {}  # (client id, worker): a blocking command
         self.batching = False
 
     async def start(self) -> None:
@@ -672,6 +732,8 @@ class Mesh:
         places: list[Any] = []  # per queued command: None (here), a worker, or a unit's split
         for c, a in queued:
             w = plan.where(ctx, c, a)
+            if type(w) is BlockAt:
+                w = w.j
             places.append(w.split(a, plan.owner, partition_of) or None if isinstance(w, Unit) else w)
         workers = sorted({j for p in places if p is not None for j in (p[0] if type(p) is tuple else (p,))}
                          | {self.index})
@@ -796,7 +858,13 @@ class Mesh:
         return fut
 
     def unit_message(self, j: int, frame: dict[str, Any]) -> None:
-        """A lock granted (``g``, with its parts' replies) or parts' replies (``u``)."""
+        """A lock granted (``g``, with its parts' replies), parts' replies (``u``), or the
+        end of a client's blocking command (``b``)."""
+        if "b" in frame:
+            parked = self.parked.pop((frame["b"], j), None)
+            if parked is not None and not parked.done():
+                parked.set_result(frame["r"])
+            return
         fut = self.unit_waits.pop((frame["g"] if "g" in frame else frame["u"], j), None)
         if fut is not None and not fut.done():
             fut.set_result(frame["r"])
@@ -825,10 +893,11 @@ class Mesh:
         j = link.j
         if self.links[j] is link:
             self.links[j] = None
-        for key in [k for k in self.unit_waits if k[1] == j]:  # our units waiting on it fail
-            fut = self.unit_waits.pop(key)
-            if not fut.done():
-                fut.set_result(None)
+        for waits in (self.unit_waits, self.parked):  # our units and blocked clients waiting on it fail
+            for key in [k for k in waits if k[1] == j]:
+                fut = waits.pop(key)
+                if not fut.done():
+                    fut.set_result(None)
         if self.stopping:
             return
         log.warning("shard worker %d: lost worker %d; its partitions %s answer LOADING until it is back",
@@ -919,6 +988,8 @@ class ShardConnection(Connection):
                         continue
                     elif type(w) is Fan:
                         r = self._fan(w, r, args)
+                    elif type(w) is BlockAt:
+                        r = self._block_at(w.j, r, args)
                     elif w is TRANSACTION:
                         r = Blocking(mesh.run_transaction(ctx, self.remote))
                     elif type(w) is not str:
@@ -1047,6 +1118,28 @@ class ShardConnection(Connection):
                            "workers only")
             replies.append(unpack(got[0]))
         return fan.merge(replies, args)
+
+    def _block_at(self, j: int, cmd: Command, args: list[bytes]) -> Any:
+        """A blocking command whose keys are on worker ``j``: it waits there; this
+        connection holds its later commands until the reply comes (a Blocking reply)."""
+        mesh, ctx = self.mesh, self.ctx
+        link = mesh.links[j]
+        if link is None:
+            return Err(mesh.loading[j][1:-2].decode())
+        loop = self.node.loop
+        assert loop is not None
+        fut: asyncio.Future[Any] = loop.create_future()
+        mesh.parked[(ctx.id, j)] = fut
+        self.remote.add(j)
+        link.post([ctx.id, ctx.proto, _BLOCKING + mesh.plan.number[id(cmd)], args])
+        return Blocking(self._parked(fut))
+
+    async def _parked(self, fut: asyncio.Future[Any]) -> Any:
+        got = await fut
+        if got is None:  # the worker went down: the command's outcome is unknown
+            self._close_now()
+            return NO_REPLY
+        return unpack(got)
 
     def _unit(self, unit: Unit, cmd: Command, args: list[bytes]) -> Any:
         """A command whose keys are on several workers, as one unit (``shards/units.py``):

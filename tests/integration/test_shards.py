@@ -727,3 +727,51 @@ def test_scripts_run_on_the_worker_of_their_keys(node):
     assert a.ping() and a.get(k0) == b"2"
     with pytest.raises(redis.ResponseError, match="^EVAL is not supported with shards > 1 yet"):
         a.eval("return 1", 2, k0, k1)
+
+
+def test_blocking_commands_wait_on_the_worker_of_their_keys(node):
+    """BLPOP (and the other blocking commands) on keys of another worker wait there:
+    woken by a push from any connection, timing out with the nil reply, ended by CLIENT
+    UNBLOCK, dropped when the client goes away; the connection's later commands wait."""
+    a, b = client_on(node.port, 0), client_on(node.port, 1)
+    q, q2 = keys_on(1, 2, "queue:")
+    a.delete(q, q2)
+    got: list = []
+    t = threading.Thread(target=lambda: got.append(a.blpop([q, q2], timeout=60)))
+    t.start()
+    wait_until(lambda: _blocked(b), "the client to block")
+    assert b.rpush(q2, "job") == 1  # from a connection on the worker of the keys
+    t.join(DEADLINE)
+    assert got == [(q2.encode(), b"job")]
+    assert a.blpop([q], timeout=0.2) is None  # its timeout
+    assert a.xread({keys_on(1, 1, "s:")[0]: "$"}, block=100) == []  # XREAD BLOCK too
+    # CLIENT UNBLOCK from any worker ends it
+    c = client_on(node.port, 0)
+    cid = c.client_id()
+    t = threading.Thread(target=lambda: got.append(c.blpop([q], timeout=60)))
+    t.start()
+    wait_until(lambda: _blocked(b), "the client to block again")
+    assert b.client_unblock(cid) == 1
+    t.join(DEADLINE)
+    assert got[-1] is None
+    # a client that goes away while blocked: its wait is dropped, the element stays
+    d = client_on(node.port, 0)
+    did = d.client_id()
+    t = threading.Thread(target=lambda: _ignore(lambda: d.blpop([q], timeout=60)))
+    t.start()
+    wait_until(lambda: _blocked(b), "the third client to block")
+    assert b.client_kill_filter(_id=did) == 1
+    wait_until(lambda: not _blocked(b), "the wait to be dropped")
+    assert a.rpush(q, "kept") == 1 and b.lrange(q, 0, -1) == [b"kept"]
+    t.join(DEADLINE)
+
+
+def _blocked(c: redis.Redis) -> int:
+    return int(c.info("clients")["blocked_clients"])
+
+
+def _ignore(fn) -> None:
+    try:
+        fn()
+    except redis.ConnectionError:
+        pass
