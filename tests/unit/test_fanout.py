@@ -18,7 +18,7 @@ VALUES = [
 ]
 
 
-@pytest.mark.parametrize("value", VALUES, ids=repr)
+@pytest.mark.parametrize("value", VALUES, ids=[f"{i}-{type(v).__name__}" for i, v in enumerate(VALUES)])
 def test_a_reply_crosses_the_mesh_with_its_type(value):
     back = unpack(pack(value))
     assert back == value and type(back) is type(value)
