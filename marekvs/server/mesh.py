@@ -31,8 +31,9 @@ connections). A client's command runs where its keys live:
   run where the connection is (PUBLISH reaches every worker); a keyspace notification
   is fired by the worker that changed the key and posted to the others (``_NOTIFY``).
   SHUTDOWN asks the supervisor, which stops every worker;
-- **a unit** (MSET, MGET, MSETNX, DEL, UNLINK, EXISTS, TOUCH with keys on several
-  workers: ``shards/units.py`` splits and merges them): the connection's worker
+- **a unit** (MSET, MGET, MSETNX, DEL, UNLINK, EXISTS, TOUCH, RENAME, RENAMENX, COPY,
+  LMOVE, RPOPLPUSH, SMOVE with keys on several workers: ``shards/units.py`` splits them
+  into phases of commands per worker and makes the reply): the connection's worker
   coordinates. It locks each worker of the unit in worker order (``_LOCK``, granted by a
   ``{"g": unit}`` frame; its own worker directly), runs each worker's part there
   (``_PART`` plus the part command's index, answered by a ``{"u": unit, "r": value}``
@@ -49,10 +50,11 @@ connections). A client's command runs where its keys live:
   ``ERR <command> is not supported with shards > 1 yet`` (``Plan``): node records (ACL
   SETUSER, FUNCTION LOAD), the node-wide commands ``fanout.MERGES`` does not name (ACL
   LOG, MEMORY STATS, LATENCY, FUNCTION STATS, ...), the other commands whose keys are on
-  several workers (RENAME, COPY, SMOVE, LMOVE, SUNIONSTORE, ... — on one worker they
-  run), scripts whose declared keys are on several workers, FCALL, an EXEC queueing a node-wide command or MSETNX
-  across workers, WATCH of another worker's key, a blocking command on keys of several
-  workers, SORT with BY/GET, client tracking and MONITOR.
+  several workers (SUNIONSTORE, ZUNION, BITOP, PFMERGE, ... — on one worker they run),
+  scripts whose declared keys are on several workers, FCALL, an EXEC queueing a
+  node-wide command or a unit of several phases (MSETNX, RENAME, ...) across workers,
+  WATCH of another worker's key, a blocking command on keys of several workers, SORT
+  with BY/GET, client tracking and MONITOR.
 
 A blocking command (BLPOP, XREAD BLOCK, ...) whose keys are on one other worker waits
 there (``_BLOCKING``): the owner runs it on the client's proxy, which may block, and
@@ -97,7 +99,7 @@ from marekvs.server import resp
 from marekvs.server.listener import Connection, RespServer
 from marekvs.shards.fanout import MERGES, Merge, pack, unpack
 from marekvs.shards.router import ALL, FRONT, KEY, NODE_RECORD, Router
-from marekvs.shards.units import UNITS, Unit
+from marekvs.shards.units import UNITS, Got, Unit, final
 
 log = logging.getLogger("marekvs.mesh")
 
@@ -645,30 +647,28 @@ class Mesh:
                 else:
                     job[4].done() or job[4].set_result(Err(self.loading[down][1:-2].decode()))
             workers = sorted({j for job in live for j in job[1]})
-            for phase in range(max((job[0].phases for job in live), default=0)):
-                replies = await self._phase(uid, phase, live, workers, locked)
+            got: list[Got] = [[] for _ in live]
+            phase = 0
+            while live:
+                replies = await self._phase(uid, phase, live, workers, locked, got)
                 if type(replies) is int:  # worker ``replies`` is down: LOADING (if nothing ran yet)
                     _answer(live, Err(self.loading[replies][1:-2].decode()) if phase == 0 and not locked else Err(
                         "LOADING a shard worker stopped while running the command: it may have run on some "
                         "workers only"))
                     return
-                going = []
-                for job, got in zip(live, replies):
-                    unit, fut = job[0], job[4]
-                    err = next((r for r in got.values() if type(r) is Err), None)
-                    if err is not None:
-                        fut.done() or fut.set_result(err)
-                    elif phase < unit.phases - 1:
-                        done = unit.go_on(phase, got)
-                        if done is None:
-                            going.append(job)
-                        else:
-                            fut.done() or fut.set_result(done)
-                    else:
-                        fut.done() or fut.set_result(unit.merge(got, job[2]))
-                live = going
-                if not live:
-                    break
+                going, going_got = [], []
+                for job, g, r in zip(live, got, replies):
+                    unit, parts, where, fut = job[0], job[1], job[2], job[4]
+                    g.append(r)
+                    err = next((v for vs in r.values() for v in vs if type(v) is Err), None)
+                    done = err if err is not None else unit.after(phase, parts, where, g)
+                    if done is None and phase < unit.phases - 1:
+                        going.append(job)
+                        going_got.append(g)
+                    elif not fut.done():
+                        fut.set_result(final(done))
+                live, got = going, going_got
+                phase += 1
         except BaseException:
             _answer(batch, Err("ERR internal error: a unit across shard workers failed"))
             raise
@@ -678,48 +678,48 @@ class Mesh:
             self._next_batch()
 
     async def _phase(self, uid: int, phase: int, batch: list[Any], workers: list[int],
-                     locked: list[int]) -> Any:
-        """One phase of every unit of ``batch``: each unit's replies by worker (or the index
-        of a worker that is or went down). The first phase takes the locks (``locked``), in
-        order."""
+                     locked: list[int], got: list[Got]) -> Any:
+        """One phase of every unit of ``batch``: each unit's replies by worker, a list per
+        worker (or the index of a worker that is or went down). The first phase takes the
+        locks (``locked``), in order: every worker of the batch, with or without a part."""
         node, number, table = self.node, self.plan.number, self.node.table
-        out: list[dict[int, Any]] = [{} for _ in batch]
+        steps = [job[0].step(phase, job[1], job[2], g) for job, g in zip(batch, got)]
+        out: list[dict[int, list[Any]]] = [{} for _ in batch]
         waits = []
         for j in workers:
             local: list[tuple[int, Command, list[bytes], Context]] = []
             ks: list[int] = []
             entries = []
-            for k, (unit, parts, _, ctx, _, remote) in enumerate(batch):
-                own = parts.get(j)
-                if own is None:
-                    continue
-                argv = unit.part(phase, own)
-                cmd = table.lookup(argv[0])
-                assert cmd is not None
-                if j == self.index:
-                    local.append((k, cmd, argv, ctx))
-                else:
-                    ks.append(k)
-                    entries.append([ctx.id, ctx.proto, _PART + number[id(cmd)], argv])
-                    remote.add(j)
+            for k, job in enumerate(batch):
+                ctx, remote = job[3], job[5]
+                cmds = steps[k].get(j, ())
+                for argv in cmds:
+                    cmd = table.lookup(argv[0])
+                    assert cmd is not None
+                    if j == self.index:
+                        local.append((k, cmd, argv, ctx))
+                    else:
+                        ks.append(k)
+                        entries.append([ctx.id, ctx.proto, _PART + number[id(cmd)], argv])
+                        remote.add(j)
             if phase == 0:  # take j's lock (with its parts: run once granted), then the next
-                got = await self.lock(j, uid, entries)
-                if got is None:
+                granted = await self.lock(j, uid, entries)
+                if granted is None:
                     return j
                 locked.append(j)
-                for k, v in zip(ks, got):
-                    out[k][j] = unpack(v)
+                for k, v in zip(ks, granted):
+                    out[k].setdefault(j, []).append(unpack(v))
             elif entries:
                 waits.append((j, ks, self.parts_of(j, uid, entries)))
             for k, cmd, argv, ctx in local:  # (this worker's lock held)
                 r = node.execute(ctx, cmd, argv)
-                out[k][j] = await r.awaitable if type(r) is Blocking else r  # type: ignore[misc]
+                out[k].setdefault(j, []).append(await r.awaitable if type(r) is Blocking else r)  # type: ignore[misc]
         for j, ks, fut in waits:
-            got = await fut
-            if got is None:
+            replies = await fut
+            if replies is None:
                 return j
-            for k, v in zip(ks, got):
-                out[k][j] = unpack(v)
+            for k, v in zip(ks, replies):
+                out[k].setdefault(j, []).append(unpack(v))
         return out
 
     async def run_transaction(self, ctx: Context, remote: set[int]) -> Any:
@@ -754,7 +754,7 @@ class Mesh:
             if not valid:
                 return NULL_ARRAY
             replies: list[Any] = [None] * len(queued)
-            split: dict[int, dict[int, Any]] = {}  # a unit's replies by worker
+            split: dict[int, dict[int, list[Any]]] = {}  # a unit's replies by worker
             sends: dict[int, list[tuple[int, list[Any]]]] = {}  # per worker: (queue index, entry)
             here: list[tuple[int, Any, list[bytes]]] = []  # (queue index, command, arguments)
             for i, p in enumerate(places):
@@ -766,13 +766,14 @@ class Mesh:
                 else:  # a unit's parts, each on its worker
                     unit = plan.where(ctx, cmd, args)
                     split[i] = {}
-                    for j, own in p[0].items():
-                        argv = unit.part(0, own)
-                        pc = node.table.lookup(argv[0])
-                        if j == self.index:
-                            here.append((i, pc, argv))
-                        else:
-                            sends.setdefault(j, []).append((i, [ctx.id, ctx.proto, _PART + plan.number[id(pc)], argv]))
+                    for j, cmds in unit.step(0, p[0], p[1], []).items():
+                        for argv in cmds:
+                            pc = node.table.lookup(argv[0])
+                            if j == self.index:
+                                here.append((i, pc, argv))
+                            else:
+                                sends.setdefault(j, []).append(
+                                    (i, [ctx.id, ctx.proto, _PART + plan.number[id(pc)], argv]))
             waits = []
             for j, items in sends.items():
                 remote.add(j)
@@ -785,7 +786,7 @@ class Mesh:
                     if pc is None:
                         replies[i] = node.dispatch(ctx, argv)
                     else:
-                        split[i][self.index] = node.execute(ctx, pc, argv)
+                        split[i].setdefault(self.index, []).append(node.execute(ctx, pc, argv))
             finally:
                 ctx.deny_blocking = deny
                 ctx.acl_context = acl_where
@@ -796,12 +797,13 @@ class Mesh:
                                "on some workers only")
                 for i, v in zip(idx, got):
                     if i in split:
-                        split[i][j] = unpack(v)
+                        split[i].setdefault(j, []).append(unpack(v))
                     else:
                         replies[i] = unpack(v)
             for i, parts in split.items():
-                err = next((r for r in parts.values() if type(r) is Err), None)
-                replies[i] = err if err is not None else plan.where(ctx, *queued[i]).merge(parts, places[i][1])
+                err = next((r for rs in parts.values() for r in rs if type(r) is Err), None)
+                replies[i] = err if err is not None else final(
+                    plan.where(ctx, *queued[i]).after(0, places[i][0], places[i][1], [parts]))
             return replies
         finally:
             for j in locked:

@@ -186,10 +186,10 @@ def test_pipeline_alternating_workers_keeps_order(node):
 def test_what_is_not_carried_yet_is_refused(node):
     c = client_on(node.port, 0)
     k0, k1 = keys_on(0, 1, "m")[0], keys_on(1, 1, "m")[0]
-    c.set(k0, "v")
-    with pytest.raises(redis.ResponseError, match=r"^RENAME is not supported with shards > 1 yet"):
-        c.rename(k0, k1)
-    assert c.get(k0) == b"v" and c.get(k1) is None  # nothing of it ran
+    c.sadd(k0, "v")
+    with pytest.raises(redis.ResponseError, match=r"^SUNIONSTORE is not supported with shards > 1 yet"):
+        c.sunionstore(k1, [k0])
+    assert c.smembers(k0) == {b"v"} and c.exists(k1) == 0  # nothing of it ran
     assert c.delete(k0) == 1
     assert c.mset({"{t}a": "1", "{t}b": "2"}) and c.mget("{t}a", "{t}b") == [b"1", b"2"]  # one worker: it runs
     for args, name in ((("EVAL", "return 1", "2", k0, k1), "EVAL"), (("ACL", "SETUSER", "u"), "ACL SETUSER"),
@@ -627,7 +627,8 @@ def test_a_worker_killed_amid_units_leaves_no_lock_behind(tmp_path):
             stop.set()
             for t in threads:
                 t.join(DEADLINE)
-        c0 = client_on(n.port, 0)
+        c0 = client_on(n.port, 0)  # (worker 0's own link to worker 1 may reconnect a little later)
+        wait_until(lambda: _get(c0, y) is not None, "worker 0 reaching worker 1 again")
         vx, vy = c0.mget(x, y)
         assert vx == vy
     finally:
@@ -775,3 +776,42 @@ def _ignore(fn) -> None:
         fn()
     except redis.ConnectionError:
         pass
+
+
+def test_moves_between_workers(node):
+    """RENAME, RENAMENX, COPY, LMOVE, RPOPLPUSH and SMOVE from a key of one worker to a key
+    of the other: the value moves whole (TTL kept), Redis's replies and errors, and nothing
+    moves when a check fails."""
+    c = client_on(node.port, 0)
+    a, b, t = keys_on(0, 1, "mv:")[0], keys_on(1, 1, "mv:")[0], keys_on(1, 1, "typed:")[0]
+    c.delete(a, b, t)
+    c.set(a, "v", ex=100)
+    assert c.rename(a, b) and c.get(b) == b"v" and 90 < c.ttl(b) <= 100 and c.exists(a) == 0
+    with pytest.raises(redis.ResponseError, match="no such key"):
+        c.rename(a, b)
+    c.set(a, "w")
+    assert c.renamenx(a, b) is False and c.get(a) == b"w" and c.get(b) == b"v"
+    c.delete(b)
+    assert c.renamenx(a, b) is True and c.get(b) == b"w" and c.exists(a) == 0
+    c.hset(a, mapping={"f": "1", "g": "2"})
+    assert c.copy(a, b) is False and c.get(b) == b"w"  # the destination exists
+    assert c.copy(a, b, replace=True) is True and c.hgetall(b) == {b"f": b"1", b"g": b"2"} == c.hgetall(a)
+    assert c.copy("absent:" + a, b) is False
+    with pytest.raises(redis.ResponseError, match="DB index is out of range"):
+        c.copy(a, b, destination_db=3)
+    c.delete(a, b)
+    c.rpush(a, "1", "2", "3")
+    assert c.lmove(a, b, "LEFT", "RIGHT") == b"1" and c.rpoplpush(a, b) == b"3"
+    assert c.lrange(a, 0, -1) == [b"2"] and c.lrange(b, 0, -1) == [b"3", b"1"]
+    assert c.lmove("absent:" + a, b) is None
+    c.set(t, "x")
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        c.lmove(a, t)
+    assert c.lrange(a, 0, -1) == [b"2"]  # nothing popped
+    c.delete(a, b)
+    c.sadd(a, "m", "n")
+    assert c.smove(a, b, "m") is True and c.smove(a, b, "zz") is False
+    assert c.smembers(b) == {b"m"} and c.smembers(a) == {b"n"}
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        c.smove(a, t, "n")
+    assert c.smembers(a) == {b"n"} and c.smove("absent:" + a, b, "n") is False

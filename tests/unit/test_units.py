@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from marekvs.shards.units import UNITS
+from marekvs.commands import errors
+from marekvs.commands.reply import Err
+from marekvs.shards.units import UNITS, final
 
 OWNER = [0] * 2048 + [1] * 2048
 
@@ -17,26 +19,53 @@ A, B, C = b"5:a", b"3000:b", b"7:c"  # workers 0, 1, 0
 def test_keys_split_by_worker_in_the_order_given():
     parts, where = UNITS["mget"].split([b"MGET", A, B, C, A], OWNER, pid)
     assert parts == {0: [A, C, A], 1: [B]} and where == [0, 1, 0, 0]
-    assert UNITS["mget"].part(0, parts[0]) == [b"MGET", A, C, A]
-    assert UNITS["mget"].merge({0: [b"va", b"vc", b"va"], 1: [None]}, where) == [b"va", None, b"vc", b"va"]
+    assert UNITS["mget"].step(0, parts, where, []) == {0: [[b"MGET", A, C, A]], 1: [[b"MGET", B]]}
+    got = [{0: [[b"va", b"vc", b"va"]], 1: [[None]]}]
+    assert UNITS["mget"].after(0, parts, where, got) == [b"va", None, b"vc", b"va"]
 
 
 def test_pairs_and_counts():
     parts, where = UNITS["mset"].split([b"MSET", A, b"1", B, b"2", C, b"3"], OWNER, pid)
     assert parts == {0: [A, b"1", C, b"3"], 1: [B, b"2"]}
-    assert UNITS["mset"].part(0, parts[1]) == [b"MSET", B, b"2"]
+    assert UNITS["mset"].step(0, parts, where, [])[1] == [[b"MSET", B, b"2"]]
     assert UNITS["mset"].split([b"MSET", A, b"1", B], OWNER, pid) is None  # its arity error, run whole
     assert UNITS["mset"].split([b"MSET"], OWNER, pid) is None
     for name in ("del", "unlink", "exists", "touch"):
         parts, where = UNITS[name].split([name.encode(), A, B, A], OWNER, pid)
         assert parts == {0: [A, A], 1: [B]}
-        assert UNITS[name].merge({0: 2, 1: 0}, where) == 2
+        assert UNITS[name].after(0, parts, where, [{0: [2], 1: [0]}]) == 2
 
 
 def test_msetnx_checks_every_worker_then_sets():
     u = UNITS["msetnx"]
-    parts, _ = u.split([b"MSETNX", A, b"1", B, b"2"], OWNER, pid)
+    parts, where = u.split([b"MSETNX", A, b"1", B, b"2"], OWNER, pid)
     assert u.phases == 2
-    assert u.part(0, parts[0]) == [b"EXISTS", A] and u.part(1, parts[0]) == [b"MSET", A, b"1"]
-    assert u.go_on(0, {0: 0, 1: 1}) == 0  # a key exists: 0, nothing written
-    assert u.go_on(0, {0: 0, 1: 0}) is None and u.merge({0: b"OK", 1: b"OK"}, []) == 1
+    assert u.step(0, parts, where, []) == {0: [[b"EXISTS", A]], 1: [[b"EXISTS", B]]}
+    assert u.step(1, parts, where, []) == {0: [[b"MSET", A, b"1"]], 1: [[b"MSET", B, b"2"]]}
+    assert u.after(0, parts, where, [{0: [0], 1: [1]}]) == 0  # a key exists: 0, nothing written
+    assert u.after(0, parts, where, [{0: [0], 1: [0]}]) is None and u.after(1, parts, where, []) == 1
+
+
+def test_a_rename_dumps_then_restores_and_deletes():
+    u = UNITS["rename"]
+    parts, where = u.split([b"RENAME", A, B], OWNER, pid)
+    assert set(parts) == {0, 1}
+    assert u.step(0, parts, where, []) == {0: [[b"DUMP", A], [b"PTTL", A]]}
+    got = [{0: [b"payload", 5000]}]
+    assert u.after(0, parts, where, got) is None
+    assert u.step(1, parts, where, got) == {1: [[b"RESTORE", B, b"5000", b"payload", b"REPLACE"]], 0: [[b"DEL", A]]}
+    assert u.after(0, parts, where, [{0: [None, -2]}]) == Err(errors.NO_SUCH_KEY)
+    assert UNITS["copy"].split([b"COPY", A, B, b"DB", b"1"], OWNER, pid) is None  # its own error, whole
+
+
+def test_an_lmove_checks_types_pops_then_pushes():
+    u = UNITS["lmove"]
+    parts, where = u.split([b"LMOVE", A, B, b"left", b"RIGHT"], OWNER, pid)
+    assert u.step(0, parts, where, []) == {0: [[b"TYPE", A]], 1: [[b"TYPE", B]]}
+    assert final(u.after(0, parts, where, [{0: [b"none"], 1: [b"list"]}])) is None  # no source: nil
+    assert u.after(0, parts, where, [{0: [b"list"], 1: [b"hash"]}]) == Err(errors.WRONGTYPE)
+    got = [{0: [b"list"], 1: [b"none"]}]
+    assert u.after(0, parts, where, got) is None
+    assert u.step(1, parts, where, got) == {0: [[b"LPOP", A]]}
+    got.append({0: [b"x"]})
+    assert u.step(2, parts, where, got) == {1: [[b"RPUSH", B, b"x"]]} and u.after(2, parts, where, got) == b"x"
