@@ -80,6 +80,18 @@ def wait_until(pred, what: str, timeout: float = DEADLINE):
         time.sleep(0.05)
 
 
+def run_until(threads: list[threading.Thread], stop: threading.Event, pred, what: str) -> None:
+    """Start ``threads``, wait for ``pred()``, then set ``stop`` and join them."""
+    for t in threads:
+        t.start()
+    try:
+        wait_until(pred, what)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(DEADLINE)
+
+
 def children(pid: int) -> list[int]:
     """The pids whose parent is ``pid`` (from /proc)."""
     out = []
@@ -519,14 +531,7 @@ def test_multi_key_commands_across_workers_are_atomic(node):
             failures.append(e)
 
     threads = [threading.Thread(target=f, args=(w,)) for f in (writer, reader) for w in (0, 1)]
-    for t in threads:
-        t.start()
-    try:
-        wait_until(lambda: counts["w"] >= 300 and counts["r"] >= 300 or failures, "units from both workers")
-    finally:
-        stop.set()
-        for t in threads:
-            t.join(DEADLINE)
+    run_until(threads, stop, lambda: counts["w"] >= 300 and counts["r"] >= 300 or failures, "units from both workers")
     assert not failures, failures[:3]
     assert not torn, f"MGET saw one MSET half done: {torn[:5]}"
     assert a.get(x) == b.get(y)
@@ -562,14 +567,7 @@ def test_multi_key_commands_across_workers_are_atomic(node):
 
     threads = [threading.Thread(target=counting_writer)] + [
         threading.Thread(target=get_reader, args=(w, f, s_)) for w in (0, 1) for f, s_ in ((x, y), (y, x))]
-    for t in threads:
-        t.start()
-    try:
-        wait_until(lambda: counts["w"] >= 300 and counts["r"] >= 600 or failures, "GETs beside MSETs")
-    finally:
-        stop.set()
-        for t in threads:
-            t.join(DEADLINE)
+    run_until(threads, stop, lambda: counts["w"] >= 300 and counts["r"] >= 600 or failures, "GETs beside MSETs")
     assert not failures, failures[:3]
     assert not torn, f"a GET saw one MSET half done: {torn[:5]}"
     # MSETNX: of racing clients on both workers, one sets both keys
