@@ -74,6 +74,7 @@ class Process:
             self.resp.connection_factory = lambda: ShardConnection(self.resp, mesh)
             self.resp.reuse_port = True
             self.node.shutdown_hook = lambda: os.kill(os.getppid(), signal.SIGTERM)  # the supervisor stops them all
+            self.node.pid = os.getppid()
 
     async def run(self) -> None:
         node, config = self.node, self.node.config

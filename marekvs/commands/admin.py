@@ -305,7 +305,7 @@ def _section_server(s) -> list[tuple[str, object]]:
         ("redis_git_sha1", "00000000"), ("redis_git_dirty", 0), ("redis_mode", "standalone"),
         ("os", f"{platform.system()} {platform.release()} {platform.machine()}"),
         ("arch_bits", 64 if sys.maxsize > 2**32 else 32), ("multiplexing_api", "epoll"),
-        ("python_version", platform.python_version()), ("process_id", os.getpid()),
+        ("python_version", platform.python_version()), ("process_id", s.pid),
         ("run_id", s.run_id), ("tcp_port", s.config.client_port), ("server_time_usec", time.time_ns() // 1000),
         ("uptime_in_seconds", up), ("uptime_in_days", up // 86400), ("hz", 10),
         ("executable", sys.argv[0]), ("config_file", s.config_file or ""),

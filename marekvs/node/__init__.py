@@ -138,6 +138,7 @@ class Node:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.stopping: asyncio.Event | None = None
         self.shutdown_hook: Callable[[], None] | None = None  # a shard worker's: ask the supervisor
+        self.pid = os.getpid()  # the node's (INFO process_id): a shard worker's is its supervisor's
         self._after_commit: list[Callable[[bool], None]] = []
         self._tick_scheduled = False
         self._ack_event: asyncio.Event | None = None

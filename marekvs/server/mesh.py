@@ -924,13 +924,36 @@ class ShardConnection(Connection):
     where ``Plan.where`` says (the module docstring). Its ``_run`` is ``Connection._run``
     with that one branch; a single process keeps using ``Connection`` untouched."""
 
-    __slots__ = ("mesh", "admitted", "remote")
+    __slots__ = ("mesh", "admitted", "remote", "in_mesh", "eof")
 
     def __init__(self, server: RespServer, mesh: Mesh):
         super().__init__(server)
         self.mesh = mesh
         self.admitted: Any = None  # the next backlog command, admitted while gathering a run
         self.remote: set[int] = set()  # siblings holding a proxy context of this client
+        self.in_mesh = False  # a hop, node-wide command or unit of ours is out on the mesh
+        self.eof = False  # the client shut its writing side: close once those replies went
+
+    def eof_received(self) -> bool | None:
+        """The client half-closed (``nc -N``): what it sent before still gets its replies,
+        as from one process, also those coming back from other workers; then the
+        connection closes. (A blocking command waiting is dropped, as Redis does.)"""
+        if self.in_mesh:
+            self.eof = True
+            return True  # keep the transport open until they are written
+        return None
+
+    def _on_mesh(self, awaitable: Any) -> Blocking:
+        """The reply of a command out on the mesh (a node-wide command, a unit): the
+        connection's later commands wait for it (``in_mesh`` meanwhile)."""
+        self.in_mesh = True
+
+        async def reply() -> Any:
+            try:
+                return await awaitable
+            finally:
+                self.in_mesh = False
+        return Blocking(reply())
 
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
@@ -993,7 +1016,7 @@ class ShardConnection(Connection):
                     elif type(w) is BlockAt:
                         r = self._block_at(w.j, r, args)
                     elif w is TRANSACTION:
-                        r = Blocking(mesh.run_transaction(ctx, self.remote))
+                        r = self._on_mesh(mesh.run_transaction(ctx, self.remote))
                     elif type(w) is not str:
                         r = self._unit(w, r, args)  # type: ignore[arg-type]
                     else:
@@ -1041,6 +1064,10 @@ class ShardConnection(Connection):
         if self.out and not self.scheduled:
             self.scheduled = True
             self.node.after_commit(self.flush_cb)
+        if self.eof and not self.in_mesh and not self.ctx.blocked and self.transport is not None:
+            self.eof = False  # (half-closed: every reply is out now; close after their flush)
+            t = self.transport
+            self.node.after_commit(lambda ok: t.close())
 
     def _abort_multi(self) -> None:
         """A refused EXEC ends the transaction, as an EXEC that ran would."""
@@ -1086,6 +1113,7 @@ class ShardConnection(Connection):
         self.backlog = cmds[k:]
         self.backlog_err = err
         self.remote.add(j)
+        self.in_mesh = True
         link.send(entries, lambda replies: self._hopped(mutes, replies))
         return -1
 
@@ -1106,7 +1134,7 @@ class ShardConnection(Connection):
                 link.send(entry, lambda replies, f=fut: f.done() or f.set_result(replies))
                 waits.append(fut)
                 self.remote.add(j)
-        return Blocking(self._gather(fan, args, node.execute(ctx, cmd, args), waits))
+        return self._on_mesh(self._gather(fan, args, node.execute(ctx, cmd, args), waits))
 
     async def _gather(self, fan: Fan, args: list[bytes], here: Any,
                       waits: list[asyncio.Future[list[bytes] | None]]) -> Any:
@@ -1149,11 +1177,12 @@ class ShardConnection(Connection):
         split = unit.split(args, self.mesh.plan.owner, partition_of)
         if split is None:  # not the command's arguments: its error, from here
             return self.node.execute(self.ctx, cmd, args)
-        return Blocking(self.mesh.submit(unit, split[0], split[1], self.ctx, self.remote))
+        return self._on_mesh(self.mesh.submit(unit, split[0], split[1], self.ctx, self.remote))
 
     def _hopped(self, mutes: list[bool], replies: list[bytes] | None) -> None:
         """The replies of a run sent by ``_hop``: spliced in order, then the backlog runs."""
         ctx = self.ctx
+        self.in_mesh = False
         if replies is None:  # the owner died (or a commit failed): their outcome is unknown
             self.admitted = None
             self._close_now()

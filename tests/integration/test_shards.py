@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -236,6 +237,21 @@ def raw_on(port: int, worker: int) -> redis.Connection:
     raise AssertionError(f"no connection landed on worker {worker}")
 
 
+def sock_on(port: int, worker: int) -> socket.socket:
+    """A plain socket connected to ``worker`` (its CLIENT ID reply read)."""
+    deadline = time.monotonic() + DEADLINE
+    while time.monotonic() < deadline:
+        s = socket.create_connection(("127.0.0.1", port), timeout=DEADLINE)
+        s.sendall(b"CLIENT ID\r\n")
+        got = b""
+        while not got.endswith(b"\r\n"):
+            got += s.recv(64)
+        if int(got[1:]) % SHARDS == worker:
+            return s
+        s.close()
+    raise AssertionError(f"no connection landed on worker {worker}")
+
+
 def read_push(conn: redis.Connection):
     assert conn.can_read(timeout=DEADLINE), "no message within the deadline"
     return conn.read_response(push_request=True)
@@ -276,6 +292,7 @@ def test_node_wide_commands_see_every_worker(node, tmp_path, protocol):
     info = wait_until(lambda: (i := b.info()) and i.get("db0", {}).get("keys") == 51 and i,
                       "INFO keyspace to count every worker's keys")
     assert info["connected_clients"] >= 2 and info["shards"] == 2
+    assert info["process_id"] == node.pid  # the node's: the supervisor's, whichever worker answers
     stats = a.info("commandstats")
     assert stats["cmdstat_set"]["calls"] >= 50  # commands run on both workers
     # DEBUG DIGEST: what one process holding the same data answers (strings: a collection's
@@ -372,6 +389,8 @@ def test_refused_configurations(tmp_path):
 
     r = serve("--shards", "2", "--data-dir", str(tmp_path / "p"), "--peers", "2@127.0.0.1:1")
     assert r.returncode == 1 and "shards > 1 and peers does not start yet" in r.stderr
+    r = serve("--shards", "2", "--data-dir", str(tmp_path / "p"), "--requirepass", "secret")
+    assert r.returncode == 1 and "requirepass is not supported with shards > 1 yet" in r.stderr
     os.makedirs(tmp_path / "two" / "shards")
     (tmp_path / "two" / "shards" / "map").write_text('{"shards": 2, "ranges": [[0, 2047], [2048, 4095]]}')
     r = serve("--shards", "1", "--data-dir", str(tmp_path / "two"))
@@ -813,3 +832,20 @@ def test_moves_between_workers(node):
     with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
         c.smove(a, t, "n")
     assert c.smembers(a) == {b"n"} and c.smove("absent:" + a, b, "n") is False
+
+
+def test_a_half_closed_client_gets_every_reply(node):
+    """A client that sends a pipeline over both workers and shuts its writing side (``nc
+    -N``) still gets every reply, those from the other worker too, then the close."""
+    k0, k1 = keys_on(0, 1, "half:")[0], keys_on(1, 1, "half:")[0]
+    for w in (0, 1):
+        s = sock_on(node.port, w)
+        s.sendall(b"SET %s 1\r\nSET %s 2\r\nPING\r\nMGET %s %s\r\nDBSIZE\r\nGET %s\r\n" % (
+            k0.encode(), k1.encode(), k0.encode(), k1.encode(), k1.encode()))
+        s.shutdown(socket.SHUT_WR)
+        out = b""
+        while d := s.recv(65536):
+            out += d
+        s.close()
+        assert out.startswith(b"+OK\r\n+OK\r\n+PONG\r\n*2\r\n$1\r\n1\r\n$1\r\n2\r\n:") and \
+            out.endswith(b"\r\n$1\r\n2\r\n"), out
