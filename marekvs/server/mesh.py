@@ -45,7 +45,9 @@ connections). A client's command runs where its keys live:
   worker's part done and another's not, and as every unit locks in the same order, two
   units never wait for each other (no deadlock). A sibling that goes down fails the units
   waiting on it (LOADING) and releases, on the others, the locks its own units held.
-  An EXEC whose queue runs on several workers is a unit too (``Mesh.run_transaction``);
+  An EXEC whose queue runs on several workers is a unit too (``Mesh.run_transaction``),
+  and so is the EXEC of a client that WATCHes keys of other workers (each worker watches
+  its keys on the client's proxy; the EXEC asks each under its lock, ``_WATCHED``);
 - **refused**: what is not carried across workers yet answers
   ``ERR <command> is not supported with shards > 1 yet`` (``Plan``): node records (ACL
   SETUSER, FUNCTION LOAD), the node-wide commands ``fanout.MERGES`` does not name (ACL
@@ -53,7 +55,7 @@ connections). A client's command runs where its keys live:
   several workers (SUNIONSTORE, ZUNION, BITOP, PFMERGE, ... — on one worker they run),
   scripts whose declared keys are on several workers, FCALL, an EXEC queueing a
   node-wide command or a unit of several phases (MSETNX, RENAME, ...) across workers,
-  WATCH of another worker's key, a blocking command on keys of several workers, SORT
+  a blocking command on keys of several workers, SORT
   with BY/GET, client tracking and MONITOR.
 
 A blocking command (BLPOP, XREAD BLOCK, ...) whose keys are on one other worker waits
@@ -111,6 +113,8 @@ _NOTIFY = -2  # ... a keyspace notification to deliver here: [channel, message] 
 _LOCK = -3  # ... lock this worker for the unit in the client id's slot (no reply: a "g" frame later)
 _UNLOCK = -4  # ... the unit is done here
 _SCRIPT = -5  # ... a script body to cache here (EVAL elsewhere: EVALSHA then works on every worker)
+_WATCHED = -6  # ... (under a unit's lock) are the client's watches here still valid? then unwatch
+_UNWATCH = -7  # ... forget the client's watches here (UNWATCH, DISCARD, RESET, an EXEC that ran)
 _FAN = 1 << 16  # ... plus a command's index: a node-wide command, its reply as a value (fanout.py)
 _PART = 1 << 17  # ... plus a command's index: a part of the unit holding this worker (a "u" frame)
 _BLOCKING = 1 << 18  # ... plus a command's index: a blocking command of a client (a "b" frame when it ends)
@@ -132,6 +136,8 @@ _LOCAL, _KEY, _KEYS, _REFUSE, _EXEC, _SORT, _FANOUT, _SCAN = range(8)
 
 
 TRANSACTION = object()  # Plan.where's answer for an EXEC whose queue spans workers
+WATCH = object()  # ... for a WATCH of keys of other workers (watches live with the key's owner)
+_ENDS_WATCH = frozenset(("exec", "discard", "unwatch", "reset"))
 
 
 class BlockAt:
@@ -235,6 +241,8 @@ class Plan:
         shards = self.router.shards_of(cmd, args)
         if not shards or shards == {self.index}:
             return None
+        if cmd.fullname == "watch":  # watches live with the key's owner
+            return WATCH
         if len(shards) > 1:
             unit = UNITS.get(cmd.fullname)
             if unit is not None and not arg:
@@ -242,8 +250,6 @@ class Plan:
             return unsupported(cmd, "its keys are on several shard workers")
         if kind == _KEYS and arg:  # a blocking command waits where its keys are
             return self.block_at[shards.pop()]
-        if cmd.fullname == "watch":  # watches live with the key's owner (slice 4)
-            return unsupported(cmd, "the key is on another shard worker")
         return shards.pop()
 
     def _exec(self, ctx: Context, cmd: Command) -> Any:
@@ -381,7 +387,9 @@ class Owner(asyncio.Protocol):
     def _run(self, e: list[Any]) -> None:
         cid, proto, ci, args = e
         if ci == _DROP:
-            self.proxies.pop(cid, None)
+            gone = self.proxies.pop(cid, None)
+            if gone is not None and gone.watched is not None:
+                self.node.watches.unwatch_all(gone)
             task = self.blocked.pop(cid, None)
             if task is not None:  # the client went away while blocked here: its wait ends
                 task.cancel()
@@ -451,6 +459,13 @@ class Owner(asyncio.Protocol):
             self.node.pubsub.deliver(args[0], args[1])
         elif ci == _SCRIPT:
             self.node.scripting.script_load(args)
+        elif ci == _WATCHED or ci == _UNWATCH:
+            ctx = self._proxy(cid, proto)
+            valid = ctx.watched is None or self.node.watches.still_valid(ctx)
+            if ctx.watched is not None:
+                self.node.watches.unwatch_all(ctx)
+            if ci == _WATCHED:
+                self.parts.append(self._value(int(valid)))
         elif ci == _LOCK:  # its parts run once it is granted, their replies in the grant
             self.locks.add(cid)
             mesh.acquire(cid, lambda: self._unit_frame({"g": cid, "r": [self._part(e) for e in args]}))
@@ -722,7 +737,7 @@ class Mesh:
                 out[k].setdefault(j, []).append(unpack(v))
         return out
 
-    async def run_transaction(self, ctx: Context, remote: set[int]) -> Any:
+    async def run_transaction(self, ctx: Context, remote: set[int], watching: set[int]) -> Any:
         """EXEC of a queue whose commands run on several workers (each on one): lock the
         workers of the queue and this one, in order; then, under the locks, EXEC's own
         checks (WATCH: a client's watches are on this worker), each worker's commands sent
@@ -736,7 +751,7 @@ class Mesh:
                 w = w.j
             places.append(w.split(a, plan.owner, partition_of) or None if isinstance(w, Unit) else w)
         workers = sorted({j for p in places if p is not None for j in (p[0] if type(p) is tuple else (p,))}
-                         | {self.index})
+                         | {self.index} | watching)
         uid = self.new_unit()
         locked: list[int] = []
         try:
@@ -751,6 +766,12 @@ class Mesh:
                 locked.append(j)
             valid = node.watches.still_valid(ctx)
             self._end_multi(ctx)
+            for j in sorted(watching):  # the watches on other workers (each checked and dropped there)
+                got = await self.parts_of(j, uid, [[ctx.id, ctx.proto, _WATCHED, None]])
+                if got is None:
+                    return Err(self.loading[j][1:-2].decode())
+                valid = valid and bool(unpack(got[0]))
+            watching.clear()
             if not valid:
                 return NULL_ARRAY
             replies: list[Any] = [None] * len(queued)
@@ -924,7 +945,7 @@ class ShardConnection(Connection):
     where ``Plan.where`` says (the module docstring). Its ``_run`` is ``Connection._run``
     with that one branch; a single process keeps using ``Connection`` untouched."""
 
-    __slots__ = ("mesh", "admitted", "remote", "in_mesh", "eof")
+    __slots__ = ("mesh", "admitted", "remote", "in_mesh", "eof", "watching")
 
     def __init__(self, server: RespServer, mesh: Mesh):
         super().__init__(server)
@@ -933,6 +954,7 @@ class ShardConnection(Connection):
         self.remote: set[int] = set()  # siblings holding a proxy context of this client
         self.in_mesh = False  # a hop, node-wide command or unit of ours is out on the mesh
         self.eof = False  # the client shut its writing side: close once those replies went
+        self.watching: set[int] = set()  # the other workers where this client WATCHes keys
 
     def eof_received(self) -> bool | None:
         """The client half-closed (``nc -N``): what it sent before still gets its replies,
@@ -1004,6 +1026,8 @@ class ShardConnection(Connection):
                     if r.fullname in _EVALS and len(args) > 1:
                         mesh.share_script(args[1])
                     w = where(ctx, r, args)
+                    if self.watching and r.fullname in _ENDS_WATCH:
+                        w = self._end_watch(r, w)
                     if w is None:
                         r = execute(ctx, r, args)
                     elif type(w) is int:
@@ -1016,7 +1040,9 @@ class ShardConnection(Connection):
                     elif type(w) is BlockAt:
                         r = self._block_at(w.j, r, args)
                     elif w is TRANSACTION:
-                        r = self._on_mesh(mesh.run_transaction(ctx, self.remote))
+                        r = self._on_mesh(mesh.run_transaction(ctx, self.remote, self.watching))
+                    elif w is WATCH:
+                        r = self._watch(r, args)
                     elif type(w) is not str:
                         r = self._unit(w, r, args)  # type: ignore[arg-type]
                     else:
@@ -1069,6 +1095,59 @@ class ShardConnection(Connection):
             t = self.transport
             self.node.after_commit(lambda ok: t.close())
 
+    def _end_watch(self, cmd: Command, w: Any) -> Any:
+        """EXEC, DISCARD, UNWATCH or RESET of a client watching keys of other workers: an
+        EXEC that runs checks them under the transaction's locks; otherwise they are
+        dropped there (as here)."""
+        ctx = self.ctx
+        if cmd.fullname == "exec" and ctx.multi is not None and not ctx.multi_error and (w is None or w is TRANSACTION):
+            return TRANSACTION
+        for j in self.watching:
+            link = self.mesh.links[j]
+            if link is not None:
+                link.post([ctx.id, ctx.proto, _UNWATCH, None])
+        self.watching.clear()
+        return w
+
+    def _watch(self, cmd: Command, args: list[bytes]) -> Any:
+        """WATCH of keys of other workers: each worker watches its keys (for this client's
+        proxy there); EXEC checks them all under its locks."""
+        mesh, ctx, node = self.mesh, self.ctx, self.node
+        if ctx.multi is not None:  # (WATCH inside MULTI: its error, from here)
+            return node.execute(ctx, cmd, args)
+        owner = mesh.plan.owner
+        by_worker: dict[int, list[bytes]] = {}
+        for key in args[1:]:
+            by_worker.setdefault(owner[partition_of(key)], []).append(key)
+        for j in by_worker:
+            if j != mesh.index and mesh.links[j] is None:
+                return Err(mesh.loading[j][1:-2].decode())
+        loop = node.loop
+        assert loop is not None
+        waits = []
+        number = mesh.plan.number[id(cmd)]
+        for j, keys in by_worker.items():
+            if j == mesh.index:
+                continue
+            fut: asyncio.Future[list[bytes] | None] = loop.create_future()
+            link = mesh.links[j]
+            assert link is not None
+            link.send([[ctx.id, ctx.proto, number, [b"WATCH", *keys]]],
+                      lambda replies, f=fut: f.done() or f.set_result(replies))
+            waits.append(fut)
+            self.remote.add(j)
+            self.watching.add(j)
+        here = by_worker.get(mesh.index)
+        r = node.execute(ctx, cmd, [b"WATCH", *here]) if here else OK
+
+        async def gathered() -> Any:
+            for fut in waits:
+                got = await fut
+                if got is None:
+                    return Err("LOADING a shard worker stopped while watching keys")
+            return r
+        return self._on_mesh(gathered())
+
     def _abort_multi(self) -> None:
         """A refused EXEC ends the transaction, as an EXEC that ran would."""
         ctx = self.ctx
@@ -1076,6 +1155,8 @@ class ShardConnection(Connection):
         ctx.multi_error = False
         if ctx.watched is not None:
             self.node.watches.unwatch_all(ctx)
+        if self.watching:
+            self._end_watch(ctx.node.table.lookup(b"unwatch"), None)  # type: ignore[arg-type]
 
     def _hop(self, cmds: list[list[bytes]], i: int, j: int, cmd: Command, muted: int, err: str | None) -> int:
         """Send the run of commands from ``cmds[i]`` that go to worker ``j`` (admitting

@@ -849,3 +849,40 @@ def test_a_half_closed_client_gets_every_reply(node):
         s.close()
         assert out.startswith(b"+OK\r\n+OK\r\n+PONG\r\n*2\r\n$1\r\n1\r\n$1\r\n2\r\n:") and \
             out.endswith(b"\r\n$1\r\n2\r\n"), out
+
+
+def test_watch_of_keys_of_other_workers(node):
+    """WATCH of keys on both workers: a change to either by another client aborts EXEC
+    (nothing of the queue runs); unchanged, EXEC runs; UNWATCH and DISCARD drop them."""
+    a, b = client_on(node.port, 0), client_on(node.port, 1)
+    x, y = keys_on(0, 1, "w:")[0], keys_on(1, 1, "w:")[0]
+    a.mset({x: "0", y: "0"})
+
+    def tx(*cmds):
+        a.execute_command("MULTI")
+        for cmd in cmds:
+            a.execute_command(*cmd)
+        return a.execute_command("EXEC")
+
+    for changed in (x, y):
+        assert a.execute_command("WATCH", x, y)
+        b.set(changed, "by b")
+        assert tx(("SET", x, "a"), ("SET", y, "a")) is None  # aborted
+        assert a.mget(x, y) == ([b"by b", b"0"] if changed == x else [b"0", b"by b"])
+        a.mset({x: "0", y: "0"})
+    assert a.execute_command("WATCH", y)
+    assert tx(("SET", x, "a"), ("SET", y, "a")) == [b"OK", b"OK"]  # unchanged: it runs
+    assert a.execute_command("WATCH", y) and a.execute_command("UNWATCH")
+    b.set(y, "later")
+    assert tx(("INCR", "{w}n"),) == [1]  # unwatched: runs
+    assert a.execute_command("WATCH", y)
+    a.execute_command("MULTI")
+    a.execute_command("DISCARD")
+    b.set(y, "after discard")
+    assert tx(("GET", y),) == [b"after discard"]
+    with pytest.raises(redis.ResponseError, match="WATCH inside MULTI is not allowed"):
+        a.execute_command("MULTI")
+        try:
+            a.execute_command("WATCH", y)
+        finally:
+            a.execute_command("DISCARD")
