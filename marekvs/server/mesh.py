@@ -32,7 +32,8 @@ connections). A client's command runs where its keys live:
   is fired by the worker that changed the key and posted to the others (``_NOTIFY``).
   SHUTDOWN asks the supervisor, which stops every worker;
 - **a unit** (MSET, MGET, MSETNX, DEL, UNLINK, EXISTS, TOUCH, RENAME, RENAMENX, COPY,
-  LMOVE, RPOPLPUSH, SMOVE with keys on several workers: ``shards/units.py`` splits them
+  LMOVE, RPOPLPUSH, SMOVE, SUNION, SINTER, SDIFF, SINTERCARD and the STORE forms with
+  keys on several workers: ``shards/units.py`` splits them
   into phases of commands per worker and makes the reply): the connection's worker
   coordinates. It locks each worker of the unit in worker order (``_LOCK``, granted by a
   ``{"g": unit}`` frame; its own worker directly), runs each worker's part there
@@ -52,7 +53,7 @@ connections). A client's command runs where its keys live:
   ``ERR <command> is not supported with shards > 1 yet`` (``Plan``): node records (ACL
   SETUSER, FUNCTION LOAD), the node-wide commands ``fanout.MERGES`` does not name (ACL
   LOG, MEMORY STATS, LATENCY, FUNCTION STATS, ...), the other commands whose keys are on
-  several workers (SUNIONSTORE, ZUNION, BITOP, PFMERGE, ... — on one worker they run),
+  several workers (ZUNION, LCS, BITOP, PFMERGE, ... — on one worker they run),
   scripts whose declared keys are on several workers, FCALL, an EXEC queueing a
   node-wide command or a unit of several phases (MSETNX, RENAME, ...) across workers,
   a blocking command on keys of several workers, SORT

@@ -33,7 +33,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from marekvs.commands import errors
-from marekvs.commands.reply import OK, Err
+from marekvs.commands.reply import OK, Err, SetReply
 
 Parts = dict[int, Any]  # the workers a unit locks, each with what its parts need
 Steps = dict[int, list[list[bytes]]]  # one phase: the commands each worker runs, in order
@@ -266,6 +266,110 @@ class _Smove(_TwoKeys):
         return 1
 
 
+class _SetAlgebra(Unit):
+    """SUNION, SINTER, SDIFF, SINTERCARD and the STORE forms over keys of several workers:
+    each worker combines its own keys (``SUNION``/``SINTER`` of them: the same type checks,
+    a missing key an empty set), the results combine here (union and intersection are
+    associative; a difference is the first key's members less the union of the others),
+    and a STORE writes the result at the destination's worker (``DEL``, then ``SADD`` of
+    the members: its events are ``del`` and ``sadd``, not ``sunionstore``)."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.op = name[1:6] if name != "sintercard" else "inter"  # union, inter, diff (sdiff: "diff")
+        if name.startswith("sdiff"):
+            self.op = "diff"
+        self.store = name.endswith("store")
+        self.phases = 2 if self.store else 1
+
+    def split(self, args: list[bytes], owner: Sequence[int], pid_of: Any) -> tuple[Parts, Any] | None:
+        dst = None
+        limit = 0
+        if self.name == "sintercard":
+            n = _int(args[1]) if len(args) > 2 else None
+            if n is None or n < 1 or n > len(args) - 2:
+                return None
+            keys, rest = args[2:2 + n], args[2 + n:]
+            while rest:  # LIMIT n, the last one given counting (any other option: its error, whole)
+                lim = _int(rest[1]) if len(rest) > 1 and rest[0].lower() == b"limit" else None
+                if lim is None or lim < 0:
+                    return None
+                limit, rest = lim, rest[2:]
+        elif self.store:
+            if len(args) < 3:
+                return None
+            dst, keys = args[1], args[2:]
+        else:
+            if len(args) < 2:
+                return None
+            keys = args[1:]
+        first = owner[pid_of(keys[0])]
+        others: dict[int, list[bytes]] = {}
+        for k in keys[1:] if self.op == "diff" else keys:
+            others.setdefault(owner[pid_of(k)], []).append(k)
+        parts: Parts = dict.fromkeys(others)
+        parts[first] = None
+        jd = owner[pid_of(dst)] if dst is not None else None
+        if jd is not None:
+            parts[jd] = None
+        return parts, (keys[0], first, others, dst, jd, limit)
+
+    def step(self, phase: int, parts: Parts, where: Any, got: Got) -> Steps:
+        first_key, first, others, dst, jd, _ = where
+        if phase == 0:
+            steps: Steps = {}
+            if self.op == "diff":
+                steps[first] = [[b"SUNION", first_key]]
+            cmd = b"SINTER" if self.op == "inter" else b"SUNION"
+            for j, keys in others.items():
+                steps.setdefault(j, []).append([cmd, *keys])
+            return steps
+        members = self._result(where, got)
+        return {jd: [[b"DEL", dst]] + ([[b"SADD", dst, *members]] if members else [])}
+
+    def _result(self, where: Any, got: Got) -> list[bytes]:
+        first_key, first, others, _, _, _ = where
+        replies = got[0]
+        at = dict.fromkeys(replies, 0)
+        if self.op == "diff":
+            base = dict.fromkeys(replies[first][0])
+            at[first] = 1
+        parts = []
+        for j in others:
+            parts.append(replies[j][at[j]])
+            at[j] += 1
+        if self.op == "union":
+            out: dict[bytes, None] = {}
+            for p in parts:
+                out.update(dict.fromkeys(p))
+            return list(out)
+        if self.op == "inter":
+            common = set(parts[0])
+            for p in parts[1:]:
+                common.intersection_update(p)
+            return [m for m in parts[0] if m in common]
+        for p in parts:
+            for m in p:
+                base.pop(m, None)
+        return list(base)
+
+    def after(self, phase: int, parts: Parts, where: Any, got: Got) -> Any:
+        if self.store:
+            return None if phase == 0 else len(self._result(where, got))
+        members = self._result(where, got)
+        if self.name == "sintercard":
+            limit = where[5]
+            return min(len(members), limit) if limit else len(members)
+        return SetReply(members)
+
+
+def _int(b: bytes) -> int | None:
+    try:
+        return int(b) if b.lstrip(b"-").isdigit() else None
+    except ValueError:
+        return None
+
+
 def final(reply: Any) -> Any:
     """A unit's reply as the client gets it (``_NIL``: the null reply)."""
     return None if reply is _NIL else reply
@@ -274,4 +378,6 @@ def final(reply: Any) -> Any:
 UNITS: dict[str, Unit] = {u.name: u for u in (
     _Mget(), _Mset(), _Msetnx(), _Sum("del"), _Sum("unlink"), _Sum("exists"), _Sum("touch"),
     _Move("rename"), _Move("renamenx"), _Move("copy"), _ListMove("lmove"), _ListMove("rpoplpush"), _Smove(),
+    *(_SetAlgebra(n) for n in ("sunion", "sinter", "sdiff", "sintercard", "sunionstore", "sinterstore",
+                               "sdiffstore")),
 )}

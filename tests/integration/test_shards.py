@@ -199,10 +199,10 @@ def test_pipeline_alternating_workers_keeps_order(node):
 def test_what_is_not_carried_yet_is_refused(node):
     c = client_on(node.port, 0)
     k0, k1 = keys_on(0, 1, "m")[0], keys_on(1, 1, "m")[0]
-    c.sadd(k0, "v")
-    with pytest.raises(redis.ResponseError, match=r"^SUNIONSTORE is not supported with shards > 1 yet"):
-        c.sunionstore(k1, [k0])
-    assert c.smembers(k0) == {b"v"} and c.exists(k1) == 0  # nothing of it ran
+    c.zadd(k0, {"v": 1})
+    with pytest.raises(redis.ResponseError, match=r"^ZUNIONSTORE is not supported with shards > 1 yet"):
+        c.zunionstore(k1, [k0])
+    assert c.zrange(k0, 0, -1) == [b"v"] and c.exists(k1) == 0  # nothing of it ran
     assert c.delete(k0) == 1
     assert c.mset({"{t}a": "1", "{t}b": "2"}) and c.mget("{t}a", "{t}b") == [b"1", b"2"]  # one worker: it runs
     for args, name in ((("EVAL", "return 1", "2", k0, k1), "EVAL"), (("ACL", "SETUSER", "u"), "ACL SETUSER"),
@@ -886,3 +886,27 @@ def test_watch_of_keys_of_other_workers(node):
             a.execute_command("WATCH", y)
         finally:
             a.execute_command("DISCARD")
+
+
+def test_set_algebra_over_workers(node):
+    """SUNION/SINTER/SDIFF/SINTERCARD and their STORE forms over sets of both workers
+    answer as one process does (each worker combines its own keys, the results combine on
+    the connection's worker, a STORE writes at the destination's worker)."""
+    c = client_on(node.port, 1)
+    s0, t0 = keys_on(0, 2, "alg:")
+    s1, t1 = keys_on(1, 2, "alg:")
+    c.delete(s0, t0, s1, t1)
+    c.sadd(s0, "a", "b", "c")
+    c.sadd(s1, "b", "c", "d")
+    c.sadd(t1, "c", "x")
+    assert c.sunion(s0, s1, t1) == {b"a", b"b", b"c", b"d", b"x"}
+    assert c.sinter(s0, s1, t1) == {b"c"} and c.sinter(s0, s1, "absent") == set()
+    assert c.sdiff(s0, s1) == {b"a"} and c.sdiff(s1, s0, t1) == {b"d"}
+    assert c.sintercard(3, [s0, s1, t1]) == 1 and c.sintercard(2, [s0, s1], limit=1) == 1
+    assert c.sunionstore(t0, [s1, t1]) == 4 and c.smembers(t0) == {b"b", b"c", b"d", b"x"}
+    assert c.sdiffstore(t0, [s0, s1]) == 1 and c.smembers(t0) == {b"a"}
+    assert c.sinterstore(t0, [s0, "absent"]) == 0 and c.exists(t0) == 0  # an empty result deletes it
+    c.set(t0, "string")
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        c.sunion(s1, t0)
+    assert c.sunionstore(t0, [s0, s1]) == 4 and c.type(t0) == b"set"  # a STORE overwrites any type
