@@ -910,3 +910,12 @@ def test_set_algebra_over_workers(node):
     with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
         c.sunion(s1, t0)
     assert c.sunionstore(t0, [s0, s1]) == 4 and c.type(t0) == b"set"  # a STORE overwrites any type
+
+
+def test_pfmerge_of_the_destination_alone_runs_where_it_is(node):
+    """PFMERGE destkey (no source) has no key for Redis 7.0's key specs, yet reads it."""
+    c = client_on(node.port, 0)
+    k = keys_on(1, 1, "hll:")[0]
+    c.set(k, "not an hll")
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE Key is not a valid HyperLogLog string value"):
+        c.execute_command("PFMERGE", k)
