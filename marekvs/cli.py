@@ -97,10 +97,11 @@ def main(argv: list[str] | None = None) -> int:
 def _worker(args: argparse.Namespace) -> int:
     import os
 
-    from marekvs.shards.supervisor import worker_config
+    from marekvs.shards.supervisor import watch_parent, worker_config
 
     if os.getppid() != args.parent:  # the supervisor died before PR_SET_PDEATHSIG was set
         return 1
+    watch_parent(args.parent)
     config = worker_config(args.config_json)
     logging.basicConfig(level=config.log_level.upper(),
                         format=f"%(asctime)s %(levelname)s %(name)s[worker {args.index}]: %(message)s")

@@ -246,6 +246,26 @@ def serve(config: Config, config_file: str | None = None) -> int:
     return sup.run()
 
 
+ORPHAN_GRACE_S = 5.0
+
+
+def watch_parent(parent: int, grace: float = ORPHAN_GRACE_S) -> None:
+    """In a worker: once its supervisor is gone, the SIGTERM of PR_SET_PDEATHSIG gets
+    ``grace`` seconds to stop it cleanly; then SIGKILL. A worker whose event loop cannot run
+    its signal handler (a script in an endless loop, say) is still never left behind. A
+    thread: it runs while the main thread is busy (the Lua hook lets Python threads in)."""
+    import threading
+    import time
+
+    def run() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        time.sleep(grace)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=run, name="orphan-watchdog", daemon=True).start()
+
+
 def worker_config(text: str) -> Config:
     """The configuration a worker gets from its supervisor (``--config-json``)."""
     cfg = Config(**json.loads(text))

@@ -416,6 +416,29 @@ def test_sigkill_of_the_supervisor_leaves_no_orphan(tmp_path):
     wait_until(lambda: not [p for p in workers if alive(p)], "the workers to exit after their supervisor")
 
 
+def test_a_worker_stuck_in_a_script_does_not_outlive_its_supervisor(tmp_path):
+    """SIGKILL of the supervisor while a worker runs an endless script (its event loop
+    cannot run the SIGTERM handler): the worker still exits (its watchdog)."""
+    n = start(tmp_path)
+    workers = children(n.pid)
+    c = client_on(n.port, 1)
+    w1 = next(p for p in workers if _cmdline(p)[_cmdline(p).index(b"--index") + 1] == b"1")
+    before = _cpu_ticks(w1)
+    t = threading.Thread(target=_ignore, args=(lambda: c.eval("while true do end", 0),), daemon=True)
+    t.start()
+    # spinning in the script: a second of CPU (100 ticks) more than before it was sent
+    wait_until(lambda: _cpu_ticks(w1) - before >= 100, "worker 1 spinning in the script")
+    n.kill9()
+    wait_until(lambda: not [p for p in workers if alive(p)], "the workers to exit after their supervisor")
+
+
+def _cpu_ticks(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        stat = f.read()
+    fields = stat[stat.rindex(")") + 2:].split()
+    return int(fields[11]) + int(fields[12])  # utime + stime
+
+
 def test_a_killed_worker_comes_back_and_its_partitions_answer_loading_meanwhile(tmp_path):
     n = start(tmp_path, durability="always")  # (every acknowledged write synced: none lost to SIGKILL)
     try:
