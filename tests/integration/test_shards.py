@@ -421,15 +421,21 @@ def test_a_worker_stuck_in_a_script_does_not_outlive_its_supervisor(tmp_path):
     cannot run the SIGTERM handler): the worker still exits (its watchdog)."""
     n = start(tmp_path)
     workers = children(n.pid)
-    c = client_on(n.port, 1)
-    w1 = next(p for p in workers if _cmdline(p)[_cmdline(p).index(b"--index") + 1] == b"1")
-    before = _cpu_ticks(w1)
-    t = threading.Thread(target=_ignore, args=(lambda: c.eval("while true do end", 0),), daemon=True)
-    t.start()
-    # spinning in the script: a second of CPU (100 ticks) more than before it was sent
-    wait_until(lambda: _cpu_ticks(w1) - before >= 100, "worker 1 spinning in the script")
-    n.kill9()
-    wait_until(lambda: not [p for p in workers if alive(p)], "the workers to exit after their supervisor")
+    try:
+        c = client_on(n.port, 1)
+        w1 = next(p for p in workers if _cmdline(p)[_cmdline(p).index(b"--index") + 1] == b"1")
+        before = _cpu_ticks(w1)
+        t = threading.Thread(target=_ignore, args=(lambda: c.eval("while true do end", 0),), daemon=True)
+        t.start()
+        # spinning in the script: a second of CPU (100 ticks) more than before it was sent
+        wait_until(lambda: _cpu_ticks(w1) - before >= 100, "worker 1 spinning in the script")
+        n.kill9()
+        wait_until(lambda: not [p for p in workers if alive(p)], "the workers to exit after their supervisor")
+    finally:
+        n.kill9()
+        for p in workers:
+            if alive(p):
+                os.kill(p, signal.SIGKILL)
 
 
 def _cpu_ticks(pid: int) -> int:
