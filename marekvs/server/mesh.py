@@ -553,6 +553,7 @@ class Mesh:
         self.links: list[Link | None] = [None] * len(shards)
         node.pubsub.siblings = self.notify
         self.loading = [loading(shards, j) for j in range(len(shards))]
+        self.loading_err = [Err(b[1:-2].decode()) for b in self.loading]  # (the same, as a reply value)
         self.server: Any = None
         self.tasks: set[asyncio.Task[None]] = set()
         self.stopping = False
@@ -663,14 +664,14 @@ class Mesh:
                 if down is None:
                     live.append(job)
                 else:
-                    job[4].done() or job[4].set_result(Err(self.loading[down][1:-2].decode()))
+                    job[4].done() or job[4].set_result(self.loading_err[down])
             workers = sorted({j for job in live for j in job[1]})
             got: list[Got] = [[] for _ in live]
             phase = 0
             while live:
                 replies = await self._phase(uid, phase, live, workers, locked, got)
                 if type(replies) is int:  # worker ``replies`` is down: LOADING (if nothing ran yet)
-                    _answer(live, Err(self.loading[replies][1:-2].decode()) if phase == 0 and not locked else Err(
+                    _answer(live, self.loading_err[replies] if phase == 0 and not locked else Err(
                         "LOADING a shard worker stopped while running the command: it may have run on some "
                         "workers only"))
                     return
@@ -700,7 +701,7 @@ class Mesh:
         """One phase of every unit of ``batch``: each unit's replies by worker, a list per
         worker (or the index of a worker that is or went down). The first phase takes the
         locks (``locked``), in order: every worker of the batch, with or without a part."""
-        node, number, table = self.node, self.plan.number, self.node.table
+        node, table = self.node, self.node.table
         steps = [job[0].step(phase, job[1], job[2], g) for job, g in zip(batch, got)]
         out: list[dict[int, list[Any]]] = [{} for _ in batch]
         waits = []
@@ -718,7 +719,7 @@ class Mesh:
                         local.append((k, cmd, argv, ctx))
                     else:
                         ks.append(k)
-                        entries.append([ctx.id, ctx.proto, _PART + number[id(cmd)], argv])
+                        entries.append(self.part_entry(ctx, cmd, argv))
                         remote.add(j)
             if phase == 0:  # take j's lock (with its parts: run once granted), then the next
                 granted = await self.lock(j, uid, entries)
@@ -761,18 +762,18 @@ class Mesh:
             for j in workers:
                 if j != self.index and self.links[j] is None:
                     self._end_multi(ctx)
-                    return Err(self.loading[j][1:-2].decode())
+                    return self.loading_err[j]
             for j in workers:
                 if await self.lock(j, uid, []) is None:
                     self._end_multi(ctx)
-                    return Err(self.loading[j][1:-2].decode())
+                    return self.loading_err[j]
                 locked.append(j)
             valid = node.watches.still_valid(ctx)
             self._end_multi(ctx)
             for j in sorted(watching):  # the watches on other workers (each checked and dropped there)
                 got = await self.parts_of(j, uid, [[ctx.id, ctx.proto, _WATCHED, None]])
                 if got is None:
-                    return Err(self.loading[j][1:-2].decode())
+                    return self.loading_err[j]
                 valid = valid and bool(unpack(got[0]))
             watching.clear()
             if not valid:
@@ -786,7 +787,7 @@ class Mesh:
                 if p is None:
                     here.append((i, None, args))
                 elif type(p) is int:
-                    sends.setdefault(p, []).append((i, [ctx.id, ctx.proto, _PART + plan.number[id(cmd)], args]))
+                    sends.setdefault(p, []).append((i, self.part_entry(ctx, cmd, args)))
                 else:  # a unit's parts, each on its worker
                     unit = plan.where(ctx, cmd, args)
                     split[i] = {}
@@ -796,8 +797,7 @@ class Mesh:
                             if j == self.index:
                                 here.append((i, pc, argv))
                             else:
-                                sends.setdefault(j, []).append(
-                                    (i, [ctx.id, ctx.proto, _PART + plan.number[id(pc)], argv]))
+                                sends.setdefault(j, []).append((i, self.part_entry(ctx, pc, argv)))
             waits = []
             for j, items in sends.items():
                 remote.add(j)
@@ -837,6 +837,10 @@ class Mesh:
         ctx.multi = None
         ctx.multi_error = False
         self.node.watches.unwatch_all(ctx)
+
+    def part_entry(self, ctx: Context, cmd: Command, argv: list[bytes]) -> list[Any]:
+        """The entry running ``argv`` for ``ctx`` as a part of the unit holding a worker."""
+        return [ctx.id, ctx.proto, _PART + self.plan.number[id(cmd)], argv]
 
     def new_unit(self) -> int:
         self.unit_seq += 1
@@ -1124,7 +1128,7 @@ class ShardConnection(Connection):
             by_worker.setdefault(owner[partition_of(key)], []).append(key)
         for j in by_worker:
             if j != mesh.index and mesh.links[j] is None:
-                return Err(mesh.loading[j][1:-2].decode())
+                return mesh.loading_err[j]
         loop = node.loop
         assert loop is not None
         waits = []
@@ -1207,7 +1211,7 @@ class ShardConnection(Connection):
         mesh, ctx, node = self.mesh, self.ctx, self.node
         for j, link in enumerate(mesh.links):
             if link is None and j != mesh.index:
-                return Err(mesh.loading[j][1:-2].decode())
+                return mesh.loading_err[j]
         loop = node.loop
         assert loop is not None
         entry = [[ctx.id, ctx.proto, fan.number, args]]
@@ -1239,7 +1243,7 @@ class ShardConnection(Connection):
         mesh, ctx = self.mesh, self.ctx
         link = mesh.links[j]
         if link is None:
-            return Err(mesh.loading[j][1:-2].decode())
+            return mesh.loading_err[j]
         loop = self.node.loop
         assert loop is not None
         fut: asyncio.Future[Any] = loop.create_future()
