@@ -14,7 +14,8 @@ before/after figure for a change to one row; the ratios to Redis come from
 ``bench_single.py``. ``--profile FILE`` runs the rows under py-spy (raw format; read it
 with ``bench/profile_summary.py FILE``).
 
-Rows: SET/GET/INCR over 100k keys; HSET/SADD/ZADD of new members into one collection
+Rows: SET/GET/INCR over 100k keys; MSET of 10 of them; EVALSHA of bench_single.py's rate
+limiter; HSET/SADD/ZADD of new members into one collection
 (then overwrites: every run names the same members); LPUSH and XADD onto one key; and
 the *hot* rows, 100 members updated over and over (a leaderboard, a hash of counters):
 their records carry what an ORSWOT element keeps of its past (up to 255 covered dots).
@@ -36,8 +37,11 @@ sys.path.insert(0, ROOT)
 
 from marekvs.config import Config  # noqa: E402
 from marekvs.node import Node  # noqa: E402
+from bench_single import RATE_LIMITER, RATE_LIMITER_SHA  # noqa: E402  (bench/: this script's directory)
 
 TICK = 16  # commands per commit, as a client pipelining 16 deep
+# bench_single.py's EVALSHA row: its rate limiter (INCR, EXPIRE on the first call)
+SCRIPT, SHA = RATE_LIMITER, RATE_LIMITER_SHA.encode()
 
 ROWS: dict[str, Callable[[int], list[bytes]]] = {
     "set": lambda i: [b"SET", b"key:%d" % (i % 100_000), b"v" * 64],
@@ -48,6 +52,8 @@ ROWS: dict[str, Callable[[int], list[bytes]]] = {
     "zadd": lambda i: [b"ZADD", b"myzset", b"%d" % (i * 7919 % 1000), b"element:%d" % (i % 100_000)],
     "lpush": lambda i: [b"LPUSH", b"mylist", b"v"],
     "xadd": lambda i: [b"XADD", b"mystream", b"*", b"field", b"value"],
+    "mset": lambda i: [b"MSET", *(x for j in range(10) for x in (b"key:%d" % ((i * 10 + j) % 100_000), b"v" * 64))],
+    "evalsha": lambda i: [b"EVALSHA", SHA, b"1", b"rl:%d" % (i % 100_000), b"100", b"60"],
     "hset_hot": lambda i: [b"HSET", b"hothash", b"field:%d" % (i % 100), b"v%d" % i],
     "zadd_hot": lambda i: [b"ZADD", b"hotzset", b"%d" % i, b"element:%d" % (i % 100)],
 }
@@ -56,6 +62,7 @@ ROWS: dict[str, Callable[[int], list[bytes]]] = {
 def run_row(node: Node, mk: Callable[[int], list[bytes]], calls: int, runs: int) -> float:
     """Best of ``runs`` runs of ``calls`` commands: process CPU µs per command."""
     ctx = node.new_context()
+    node.dispatch(ctx, [b"SCRIPT", b"LOAD", SCRIPT])
     for i in range(min(calls, 2000)):  # warm: the key exists, the caches hold it
         node.dispatch(ctx, mk(i))
         if i % TICK == TICK - 1:

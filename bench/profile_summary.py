@@ -73,14 +73,17 @@ def load_speedscope(path: str) -> list[tuple[list[str], int]]:
 
 
 def summarize(stacks: list[tuple[list[str], int]], lines: bool = False,
-              drop_roots: tuple[str, ...] = ("process ", "thread ")) -> tuple[int, Counter, Counter, Counter]:
+              drop_roots: tuple[str, ...] = ("process ", "thread "),
+              under: str | None = None) -> tuple[int, Counter, Counter, Counter]:
+    """``under``: only the samples with a frame of that function name on their stack (e.g.
+    ``run_row``: bench_dispatch.py's measured loop, not its imports and setup)."""
     total = 0
     self_c: Counter = Counter()
     incl_c: Counter = Counter()
     file_c: Counter = Counter()
     for frames, n in stacks:
         frames = [fr for fr in frames if not fr.startswith(drop_roots)]
-        if not frames:
+        if not frames or (under is not None and not any(fr.startswith(under + " (") for fr in frames)):
             continue
         total += n
         keys = [frame_key(fr, lines) for fr in frames]
@@ -99,12 +102,13 @@ NOTES = {
 }
 
 
-def report(path: str, top: int = 15, lines: bool = False, out=sys.stdout, roots: float = 0.97) -> None:
+def report(path: str, top: int = 15, lines: bool = False, out=sys.stdout, roots: float = 0.97,
+           under: str | None = None) -> None:
     if path.endswith(".json"):
         stacks = load_speedscope(path)
     else:
         stacks = load_raw(path)
-    total, self_c, incl_c, file_c = summarize(stacks, lines)
+    total, self_c, incl_c, file_c = summarize(stacks, lines, under=under)
     if not total:
         print(f"{path}: no samples", file=out)
         return
@@ -136,12 +140,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("profiles", nargs="+", help="py-spy raw (.txt) or speedscope (.json) files")
     p.add_argument("--top", type=int, default=15)
     p.add_argument("--lines", action="store_true", help="keep line numbers (aggregate per line)")
+    p.add_argument("--under", metavar="FUNCTION",
+                   help="only samples with FUNCTION on the stack (bench_dispatch.py profiles: run_row)")
     a = p.parse_args(argv)
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # quiet under | head
     rc = 0
     for path in a.profiles:
         try:
-            report(path, a.top, a.lines)
+            report(path, a.top, a.lines, under=a.under)
         except (OSError, ValueError, KeyError) as e:
             print(f"{path}: cannot read profile: {e}", file=sys.stderr)
             rc = 1

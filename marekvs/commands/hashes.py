@@ -89,7 +89,7 @@ def _fields(args: list[bytes], at: int, msg: str) -> list[bytes]:
 def _hexpire(ctx, args: list[bytes], name: str, seconds: bool, relative: bool):
     ks, key = ctx.ks, args[1]
     now = ks.now()
-    khash.lookup(ks, key, now)  # WRONGTYPE before anything else, as Redis 7.4
+    found = khash.lookup(ks, key, now)  # WRONGTYPE before anything else, as Redis 7.4
     when = A.int_arg(args[2])
     if when < 0:
         raise CommandError(errors.EXPIRE_NEGATIVE)
@@ -102,7 +102,7 @@ def _hexpire(ctx, args: list[bytes], name: str, seconds: bool, relative: bool):
         raise CommandError(errors.invalid_expire(name))
     cond = _CONDITIONS.get(args[3].lower(), 0)
     fields = _fields(args, 4 if cond else 3, errors.NUMFIELDS_POSITIVE)
-    out = khash.expire_fields(ks, key, fields, when + base, cond, now)
+    out = khash.expire_fields(ks, found, fields, when + base, cond, now)
     if khash.DELETED in out:  # (a deadline in the past deletes every field it names)
         fire_removal(ctx, "h", b"hdel", key)
     elif khash.SET in out:
@@ -372,9 +372,9 @@ def hpexpiretime(ctx, args: list[bytes]):
 def hpersist(ctx, args: list[bytes]):
     ks, key = ctx.ks, args[1]
     now = ks.now()
-    khash.lookup(ks, key, now)
+    found = khash.lookup(ks, key, now)
     fields = _fields(args, 2, errors.NUMFIELDS_NOT_POSITIVE_INT)
-    out = khash.persist_fields(ks, key, fields, now)
+    out = khash.persist_fields(ks, found, fields, now)
     if khash.SET in out:
         fire(ctx, "h", b"hpersist", key)
     return out

@@ -222,7 +222,7 @@ def _expire(ctx, args: list[bytes], name: str, seconds: bool, relative: bool):
         ks.delete(key, now)
         ctx.fire("g", b"del", key)
     else:
-        ks.set_ttl(key, when, now)
+        ks.write_ttl(found, when)
         ctx.fire("g", b"expire", key)
     return 1
 
@@ -321,7 +321,7 @@ def persist(ctx, args: list[bytes]):
     found = ctx.ks.live_record(args[1], now)
     if found is None or not env.ttl_of(found[1]):
         return 0
-    ctx.ks.set_ttl(args[1], 0, now)
+    ctx.ks.write_ttl(found, 0)
     ctx.fire("g", b"persist", args[1])
     return 1
 
@@ -386,13 +386,14 @@ def _rename(ctx, args: list[bytes], nx: bool):
         raise CommandError(errors.NO_SUCH_KEY)
     if src == dst:
         return 0 if nx else reply.OK
-    if nx and ks.exists(dst, now):
+    dst_found = ks.live_record(dst, now)
+    if nx and dst_found is not None:
         return 0
     ikey, rec = found
     if is_string_ikey(ikey):
-        kstr.copy(ks, rec, dst, now, delete_src=src)
+        kstr.copy(ks, rec, dst, dst_found, now, src_ik=ikey)
     else:
-        kcoll.move(ks, src, rec, dst, now, delete_source=True)
+        kcoll.move(ks, src, rec, dst, dst_found, now, delete_source=True)
     if ctx.node.events.on:
         ctx.node.events.flush_new()  # (Redis fires the destination's "new" first)
     ctx.fire("g", b"rename_from", src)
@@ -440,13 +441,14 @@ def copy(ctx, args: list[bytes]):
     found = ks.read_record(src, now)  # (Redis reads the source: a keyspace hit or miss)
     if found is None:
         return 0
-    if not replace and ks.exists(dst, now):
+    dst_found = ks.live_record(dst, now)
+    if not replace and dst_found is not None:
         return 0
     ikey, rec = found
     if is_string_ikey(ikey):
-        kstr.copy(ks, rec, dst, now)
+        kstr.copy(ks, rec, dst, dst_found, now)
     else:
-        kcoll.move(ks, src, rec, dst, now, delete_source=False)
+        kcoll.move(ks, src, rec, dst, dst_found, now, delete_source=False)
     ctx.fire("g", b"copy_to", dst)
     return 1
 

@@ -246,9 +246,10 @@ def lindex(ctx, args: list[bytes]):
          syntax="key index element")
 def lset(ctx, args: list[bytes]):
     lx, now = lists(ctx), ctx.ks.now()
-    if kl.lookup(lx, args[1], now)[1] is None:
+    found = kl.lookup(lx, args[1], now)
+    if found[1] is None:
         raise CommandError(errors.NO_SUCH_KEY)
-    if not kl.op_set(lx, args[1], A.int_arg(args[2]), args[3], now):
+    if not kl.op_set(lx, args[1], found, A.int_arg(args[2]), args[3], now):
         raise CommandError(errors.INDEX_OUT_OF_RANGE)
     ctx.fire("l", b"lset", args[1])
     return reply.OK

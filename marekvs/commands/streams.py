@@ -348,7 +348,7 @@ def xdel(ctx, args: list[bytes]):
     if st is None:
         return 0
     ids = [full_id(a) for a in args[2:]]
-    n = xs.delete(ctx.ks, args[1], ids, ctx.ks.now())
+    n = xs.delete(ctx.ks, st, ids)
     if n:
         ctx.fire("t", b"xdel", args[1])
     return n
@@ -363,9 +363,10 @@ def xdel(ctx, args: list[bytes]):
 def xtrim(ctx, args: list[bytes]):
     _, trim, _, _ = parse_add_or_trim(args, False)
     assert trim is not None
-    if _lookup(ctx, args[1]) is None:
+    st = _lookup(ctx, args[1])
+    if st is None:
         return 0
-    n = xs.trim(ctx.ks, args[1], trim, ctx.ks.now())
+    n = xs.trim(ctx.ks, st, trim)
     if n:
         ctx.fire("t", b"xtrim", args[1])
     return n
@@ -861,7 +862,9 @@ def xgroup_create(ctx, args: list[bytes]):
         else:
             p.fail(errors.subcommand_syntax("xgroup", args[1]))
     p.check()
-    st, _ = _xgroup_target(ctx, args, mkstream, False)
+    st = _lookup(ctx, args[2])  # (``_xgroup_target``'s checks; the group is read once, below)
+    if st is None and not mkstream:
+        raise CommandError(errors.XGROUP_NO_KEY)
     if args[4] == b"$":
         sid = MIN_ID if st is None else st.last_id
     else:

@@ -148,8 +148,8 @@ def set_(ctx, args: list[bytes]):
     now = ctx.ks.now()
     flags, expire = A.parse_set_options(args, 3, for_set=True)
     deadline = A.expire_deadline("set", expire, flags, now) if expire is not None else 0
-    old = kstr.read(ks, key, now) if flags & A.GET else None
     found = ks.live_record(key, now)
+    old = kstr.read_found(ks, key, found) if flags & A.GET else None
     if (flags & A.NX and found) or (flags & A.XX and not found):
         return old
     if flags & A.KEEPTTL and found:
@@ -210,7 +210,7 @@ def getex(ctx, args: list[bytes]):
     flags, expire = A.parse_set_options(args, 2, for_set=False)
     ks, key = ctx.ks, args[1]
     now = ctx.ks.now()
-    rec = kstr.record(ks, key, now)
+    ik, rec = kstr.lookup(ks, key, now)
     if rec is None:
         return None
     deadline = A.expire_deadline("getex", expire, flags, now) if expire is not None else 0
@@ -219,10 +219,10 @@ def getex(ctx, args: list[bytes]):
         ks.delete(key, now)
         ctx.fire("g", b"del", key)
     elif expire is not None:
-        ks.set_ttl(key, deadline, now)
+        ks.write_ttl((ik, rec), deadline)
         ctx.fire("g", b"expire", key)
     elif flags & A.PERSIST and env.ttl_of(rec):
-        ks.set_ttl(key, 0, now)
+        ks.write_ttl((ik, rec), 0)
         ctx.fire("g", b"persist", key)
     return value
 
@@ -231,10 +231,11 @@ def getex(ctx, args: list[bytes]):
          summary="Get the value of a key and delete the key", since="6.2.0",
          complexity="O(1)", syntax="key")
 def getdel(ctx, args: list[bytes]):
-    now = ctx.ks.now()
-    value = kstr.read(ctx.ks, args[1], now)
-    if value is not None:
-        ctx.ks.delete(args[1], now)
+    ks = ctx.ks
+    found = ks.live_record(args[1], ks.now())
+    value = kstr.read_found(ks, args[1], found)
+    if found is not None:
+        ks.apply(ks.tombstones(found))
         ctx.fire("g", b"del", args[1])
     return value
 

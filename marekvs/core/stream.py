@@ -205,12 +205,24 @@ def counters_from_bytes(payload: bytes) -> Counters:
     return Counters(gen, (eh, eo), added, (lms, lseq), (ms, seq))
 
 
+# The last counters record built and what it holds: the stream summary that follows the
+# change feed (keyspace/streams.py) reads an XADD's record back as it is applied, and gets
+# the counters without parsing them again. The same object only (``is``): a pure memo.
+_last_built: tuple[bytes, Counters] = (b"", Counters(0, (0, 0), 0, (0, 0), (0, 0)))
+
+
 def counters_of(record: bytes) -> Counters:
+    last = _last_built
+    if record is last[0]:  # the record ``counters_record`` built last (an XADD's)
+        return last[1]
     return counters_from_bytes(record[_SIZE:])
 
 
 def counters_record(c: Counters, hlc: int, origin: int) -> bytes:
-    return env.pack(env.make_flags(RecordType.STREAM_ENTRY), hlc, origin, 0, counters_to_bytes(c))
+    global _last_built
+    rec = env.pack(env.make_flags(RecordType.STREAM_ENTRY), hlc, origin, 0, counters_to_bytes(c))
+    _last_built = (rec, c)
+    return rec
 
 
 KNOWN = joins.Known()  # counter records built over the stored one (``bumped``)

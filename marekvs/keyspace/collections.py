@@ -104,11 +104,12 @@ def copier(kind: RecordKind) -> Copier:
     return _lww_copy
 
 
-def move_records(ks: Keyspace, src: bytes, src_head: bytes, dst: bytes, now: int,
-                 delete_source: bool) -> list[Record]:
+def move_records(ks: Keyspace, src: bytes, src_head: bytes, dst: bytes, dst_found: tuple[bytes, bytes] | None,
+                 now: int, delete_source: bool) -> list[Record]:
     """The records that make ``dst`` a copy of the live collection ``src`` (head record
-    ``src_head``), replacing whatever ``dst`` holds, and with ``delete_source`` the
-    source's head tombstone: one apply's worth (see the module docstring)."""
+    ``src_head``), replacing whatever ``dst`` holds (its live record: ``dst_found``,
+    ``ks.live_record``'s answer), and with ``delete_source`` the source's head tombstone:
+    one apply's worth (see the module docstring)."""
     ctype = head.ctype_of(src_head)
     found: list[tuple[RecordKind, list[tuple[bytes, bytes]]]] = []
     for kind in registry.element_kinds(ctype):
@@ -120,9 +121,8 @@ def move_records(ks: Keyspace, src: bytes, src_head: bytes, dst: bytes, now: int
     # The destination: a live string dies (its tombstone); the new head's delete clock is
     # its own stamp, so every record the destination held (a live or dead collection of
     # any type: all older than this stamp) reads as dead and only the moved ones are live.
-    for ikey, rec in ks.delete_records(dst, now):
-        if ikey[K.TAG_AT] == _ORD_STRING:
-            out.append((ikey, rec))
+    if dst_found is not None and dst_found[0][K.TAG_AT] == _ORD_STRING:
+        out.extend(ks.tombstones(dst_found))
     hk = K.encode_head_key(dst)
     prior = ks.get(hk)
     stamp = ks.hlc.now()
@@ -152,10 +152,11 @@ def move_records(ks: Keyspace, src: bytes, src_head: bytes, dst: bytes, now: int
     return out
 
 
-def move(ks: Keyspace, src: bytes, src_head: bytes, dst: bytes, now: int, delete_source: bool) -> int:
-    """RENAME (``delete_source``) or COPY of the collection ``src`` to ``dst`` as one
-    apply; the number of element records written."""
-    recs = move_records(ks, src, src_head, dst, now, delete_source)
+def move(ks: Keyspace, src: bytes, src_head: bytes, dst: bytes, dst_found: tuple[bytes, bytes] | None, now: int,
+         delete_source: bool) -> int:
+    """RENAME (``delete_source``) or COPY of the collection ``src`` to ``dst`` (its live
+    record ``dst_found``) as one apply; the number of element records written."""
+    recs = move_records(ks, src, src_head, dst, dst_found, now, delete_source)
     ks.apply(recs)
     return len(recs)
 

@@ -121,12 +121,8 @@ def set_fields(ks: Keyspace, key: bytes, pairs: Sequence[bytes], now: int, nx: b
     """HSET / HMSET (``pairs`` = field, value, ...) and HSETNX (``nx``: only fields that
     do not exist): the number of fields added. A field named twice takes its last
     value."""
-    r = ks.lookup(key, HASH, now)
-    if r is not None and r.stable:
-        hk, h, created, prefix, dc = r.hk, r.head, False, r.prefix, r.dc  # the hot path
-    else:
-        hk, h, created = ks.head_for_write(key, HASH, now)
-        prefix, dc = prefix_of(hk), M.gate(h, now)
+    r, created = ks.write_home(key, HASH, now)
+    hk, h, prefix, dc = r.hk, r.head, r.prefix, r.dc
     g = ks.get
     hlc, node = ks.hlc.now(), ks.node_id
     if len(pairs) == 2:  # one field (HSET's usual form)
@@ -155,10 +151,10 @@ def update(ks: Keyspace, key: bytes, field: bytes, compute: Callable[[bytes | No
            now: int) -> bytes:
     """HINCRBY / HINCRBYFLOAT: write ``compute(current value or None)`` to ``field``,
     keeping its TTL; returns the new value. Whatever ``compute`` raises writes nothing."""
-    hk, h, created = ks.head_for_write(key, HASH, now)
-    ik = prefix_of(hk) + field
+    r, created = ks.write_home(key, HASH, now)
+    hk, h, dc = r.hk, r.head, r.dc
+    ik = r.prefix + field
     cur = ks.get(ik)
-    dc = M.gate(h, now)
     old = M.value(cur, dc, now)
     new = compute(old)
     deadline = M.deadline_of(cur) if old is not None and cur is not None else 0
@@ -184,12 +180,12 @@ DELETED = 2  # HEXPIRE: a deadline at or before now deletes the field
 NX, XX, GT, LT = 1, 2, 3, 4
 
 
-def expire_fields(ks: Keyspace, key: bytes, fields: Sequence[bytes], deadline: int, cond: int,
+def expire_fields(ks: Keyspace, found: Head, fields: Sequence[bytes], deadline: int, cond: int,
                   now: int) -> list[int]:
-    """HEXPIRE and friends: per field NO_FIELD, CONDITION_NOT_MET, SET or DELETED, in
-    order (a field named twice sees the first one's effect). No field TTL counts as
-    infinite for GT and LT, as in Redis 7.4."""
-    hk, h = ks.collection(key, HASH, now)
+    """HEXPIRE and friends on the hash ``found`` (``lookup``'s answer): per field
+    NO_FIELD, CONDITION_NOT_MET, SET or DELETED, in order (a field named twice sees the
+    first one's effect). No field TTL counts as infinite for GT and LT, as in Redis 7.4."""
+    hk, h = found
     if h is None:
         return [NO_FIELD] * len(fields)
     prefix, dc, node = prefix_of(hk), M.gate(h, now), ks.node_id
@@ -233,9 +229,10 @@ def field_deadlines(ks: Keyspace, key: bytes, fields: Sequence[bytes], now: int)
     return out
 
 
-def persist_fields(ks: Keyspace, key: bytes, fields: Sequence[bytes], now: int) -> list[int]:
-    """HPERSIST: per field SET (its TTL removed), NO_TTL or NO_FIELD."""
-    hk, h = ks.collection(key, HASH, now)
+def persist_fields(ks: Keyspace, found: Head, fields: Sequence[bytes], now: int) -> list[int]:
+    """HPERSIST on the hash ``found`` (``lookup``'s answer): per field SET (its TTL
+    removed), NO_TTL or NO_FIELD."""
+    hk, h = found
     if h is None:
         return [NO_FIELD] * len(fields)
     prefix, dc, node = prefix_of(hk), M.gate(h, now), ks.node_id

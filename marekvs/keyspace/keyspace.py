@@ -179,19 +179,26 @@ class Keyspace:
         by the head's delete clock, ``head_for_write`` re-creates a dead or emptied head);
         None when the key holds no head of this type. WrongType if a live string or an
         existing collection of another type holds the key."""
+        hk, h, _ = self.typed_head(key, ctype, now)
+        return hk, h
+
+    def typed_head(self, key: bytes, ctype: int, now: int) -> tuple[bytes, bytes | None, bytes | None]:
+        """``collection``'s answer and the head record it read at the head key (of any
+        type; None when there is none), which a write carries forward (``head_to_write``):
+        each record is read once per command."""
         pid, ik = K.locate_string(key)
         s = self.get(ik)
         if s is not None and is_live(s, now):
             raise WrongType()
         hk = K.head_key_of_string_key(ik)
-        h = self.get(hk) if self.head_pids[pid] else None
-        if h is None:
-            return hk, None
-        if head.ctype_of(h) == ctype:
-            return hk, h
-        if self.present(hk, h, now):
+        raw = self.get(hk) if self.head_pids[pid] else None
+        if raw is None:
+            return hk, None, None
+        if head.ctype_of(raw) == ctype:
+            return hk, raw, raw
+        if self.present(hk, raw, now):
             raise WrongType()
-        return hk, None  # another type's head that stands for no key
+        return hk, None, raw  # another type's head that stands for no key
 
     def existing(self, key: bytes, ctype: int, now: int) -> tuple[bytes, bytes] | None:
         """(head key, head record) of the collection ``key`` of type ``ctype`` if it
@@ -211,21 +218,30 @@ class Keyspace:
         deadline and no live string appeared at the key: a hit costs two dict reads and
         one point read of the string key instead of the partition hash, two key builds
         and the delete clock. The one lookup every collection family reads through."""
-        homes = self.homes
-        r = homes.get((key, ctype))
+        r = self._remembered(key, ctype, now)
+        if r is not None:
+            return r
+        hk, h = self.collection(key, ctype, now)  # (WrongType from here)
+        return None if h is None else self._home(key, ctype, hk, h, now)
+
+    def _remembered(self, key: bytes, ctype: int, now: int) -> Home | None:
+        """``lookup``'s remembered home, if it still holds."""
+        r = self.homes.get((key, ctype))
         if r is not None:
             g = self.get
             s = g(r.ik)
             if g(r.hk) is r.head and (s is None or not is_live(s, now)):
                 return r
-            del homes[(key, ctype)]
-        hk, h = self.collection(key, ctype, now)  # (WrongType from here)
-        if h is None:
-            return None
+            del self.homes[(key, ctype)]
+        return None
+
+    def _home(self, key: bytes, ctype: int, hk: bytes, h: bytes, now: int) -> Home:
+        """The ``Home`` of head ``h`` at ``hk``, remembered when it is stable."""
         stable = h[_TTL_AT:_HEADER] == _NO_TTL and is_live(h, now)
         r = Home(K.string_key_in(K.pid_of_ikey(hk), key), hk, h, content_prefix(hk, h), head.delete_clock(h, now),
                  stable)
         if stable:
+            homes = self.homes
             if len(homes) >= HOMES_KEPT:
                 homes.clear()
             homes[(key, ctype)] = r
@@ -265,11 +281,30 @@ class Keyspace:
         ``collection``. A live head is kept while the collection exists or has no TTL;
         an emptied collection with a TTL, and one whose head is dead, get a new head
         without one (the key was gone, as in Redis)."""
-        hk, h = self.collection(key, ctype, now)
+        hk, h, raw = self.typed_head(key, ctype, now)
+        return self.head_to_write(hk, h, raw, ctype, now)
+
+    def head_to_write(self, hk: bytes, h: bytes | None, raw: bytes | None, ctype: int,
+                    now: int) -> tuple[bytes, bytes, bool]:
+        """``head_for_write`` of ``_collection``'s answer."""
         if h is not None and is_live(h, now) and (h[_TTL_AT:_HEADER] == _NO_TTL or self.present(hk, h, now)):
             return hk, h, False
-        prior = self.get(hk)
-        return hk, head.new(ctype, self.hlc.now(), self.node_id, prior=prior, now_ms=now), True
+        return hk, head.new(ctype, self.hlc.now(), self.node_id, prior=raw, now_ms=now), True
+
+    def write_home(self, key: bytes, ctype: int, now: int) -> tuple[Home, bool]:
+        """(the typed home a write to the collection ``key`` goes to, whether its head is
+        new: ``head_for_write``, the caller writes it in the same apply as its first
+        element). A remembered home (``lookup``) is written as it is: the hot path of
+        every collection write, and each record is read once either way."""
+        r = self._remembered(key, ctype, now)
+        if r is not None:
+            return r, False
+        hk, h, raw = self.typed_head(key, ctype, now)  # (WrongType from here)
+        hk, h, created = self.head_to_write(hk, h, raw, ctype, now)
+        if created:
+            return Home(K.string_key_in(K.pid_of_ikey(hk), key), hk, h, content_prefix(hk, h),
+                        head.delete_clock(h, now), False), True
+        return self._home(key, ctype, hk, h, now), False
 
     def elements(self, tag: bytes, key: bytes, head_rec: bytes | None, now: int,
                  start: bytes = b"") -> Iterator[tuple[bytes, bytes]]:
@@ -308,8 +343,11 @@ class Keyspace:
         """Tombstones for whatever live record holds ``key`` (none if absent): a
         string's LWW tombstone, or ONE head tombstone for a whole collection."""
         found = self.live_record(key, now)
-        if found is None:
-            return []
+        return [] if found is None else self.tombstones(found)
+
+    def tombstones(self, found: tuple[bytes, bytes]) -> list[tuple[bytes, bytes]]:
+        """``delete_records`` of the live record ``found`` (``live_record``'s answer) the
+        caller already read."""
         ikey, rec = found
         if ikey[_TAG_AT] == _ORD_STRING:
             return [(ikey, lww.tombstone(RecordType.STRING, self.hlc.now(), self.node_id))]
@@ -329,9 +367,14 @@ class Keyspace:
         found = self.live_record(key, now)
         if found is None:
             return False
+        self.write_ttl(found, deadline)
+        return True
+
+    def write_ttl(self, found: tuple[bytes, bytes], deadline: int) -> None:
+        """``set_ttl`` of the live record ``found`` (``live_record``'s answer) the caller
+        already read: each record read once per command."""
         ikey, rec = found
         self.apply([(ikey, env.with_ttl(rec, self.hlc.now(), self.node_id, deadline))])
-        return True
 
     # -- iteration -------------------------------------------------------------------
     # A user key can have a live string record and a live collection head at once (a

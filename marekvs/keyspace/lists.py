@@ -658,11 +658,13 @@ def op_mpop(lx: Lists, keys: list[bytes], left: bool, count: int, now: int,
     return None
 
 
-def op_set(lx: Lists, key: bytes, index: int, value: bytes, now: int) -> bool:
-    """LSET: overwrite rank ``index``; False if it is out of range, NoSuchKey if the
-    list does not exist."""
+def op_set(lx: Lists, key: bytes, found: tuple[Keys, bytes | None, bytes | None], index: int,
+           value: bytes, now: int) -> bool:
+    """LSET of the list ``found`` (``lookup``'s answer for ``key``, which Redis checks
+    before it parses the index): overwrite rank ``index``; False if it is out of range,
+    NoSuchKey if the list does not exist."""
     ks = lx.ks
-    keys, hd, _ = lookup(lx, key, now)
+    keys, hd, _ = found
     if hd is None:
         raise NoSuchKey()
     h = lx.hint(key, hd, now, keys, True)

@@ -115,12 +115,8 @@ def scan(ks: Keyspace, key: bytes, cursor: int, count: int, now: int) -> tuple[i
 def add(ks: Keyspace, key: bytes, members: Sequence[bytes], now: int) -> int:
     """SADD: the number of members that were not in the set. Every named member gets a
     new dot (see the module docstring); one already there keeps its deadline."""
-    r = ks.lookup(key, SET, now)
-    if r is not None and r.stable:
-        hk, h, created, prefix, dc = r.hk, r.head, False, r.prefix, r.dc  # the hot path
-    else:
-        hk, h, created = ks.head_for_write(key, SET, now)
-        prefix, dc = prefix_of(hk), M.gate(h, now)
+    r, created = ks.write_home(key, SET, now)
+    hk, h, prefix, dc = r.hk, r.head, r.prefix, r.dc
     g = ks.get
     hlc, node = ks.hlc.now(), ks.node_id
     recs = [(hk, h)] if created else []
@@ -168,7 +164,7 @@ def move(ks: Keyspace, src: bytes, dst: bytes, member: bytes, now: int) -> tuple
     scur = ks.get(sik)
     present = scur is not None and M.live(scur, M.gate(sh, now), now)
     try:
-        dhk, dh = ks.collection(dst, SET, now)
+        dhk, dh, draw = ks.typed_head(dst, SET, now)
     except WrongType:
         if present or ks.present(shk, sh, now):
             raise
@@ -178,7 +174,7 @@ def move(ks: Keyspace, src: bytes, dst: bytes, member: bytes, now: int) -> tuple
     assert scur is not None
     if dhk == shk:
         return True, False
-    dhk, dh, created = ks.head_for_write(dst, SET, now)
+    dhk, dh, created = ks.head_to_write(dhk, dh, draw, SET, now)
     dik = prefix_of(dhk) + member
     dcur = ks.get(dik)
     had = dcur is not None and M.live(dcur, M.gate(dh, now), now)

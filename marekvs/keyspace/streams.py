@@ -352,14 +352,8 @@ def lookup(ks: Keyspace, key: bytes, now: int) -> Stream | None:
 def _for_write(ks: Keyspace, key: bytes, now: int) -> tuple[Stream, bool]:
     """(the stream at ``key`` for a write, whether its head is new: to be written in the
     same apply)."""
-    r = ks.lookup(key, STREAM, now)
-    if r is not None and r.stable:  # (a live head without a deadline: written as it is)
-        hk, h, created, dc, xp = r.hk, r.head, False, r.dc, r.prefix
-    else:
-        hk, h, created = ks.head_for_write(key, STREAM, now)
-        dc = head.delete_clock(h, now)
-        xp = K.collection_prefix(K.TAG_STREAM, key)
-    return Stream(key, hk, h, dc, cache_of(ks).meta(ks, key, dc), xp), created
+    r, created = ks.write_home(key, STREAM, now)
+    return Stream(key, r.hk, r.head, r.dc, cache_of(ks).meta(ks, key, r.dc), r.prefix), created
 
 
 def create_empty(ks: Keyspace, key: bytes, now: int) -> Stream:
@@ -607,11 +601,9 @@ def _counters_write(ks: Keyspace, st: Stream, tot: Totals, added: int = 0, last:
     return ck, stream.bumped(ks.get(ck), own, c, ks.hlc.now(), origin)
 
 
-def delete(ks: Keyspace, key: bytes, ids: list[StreamId], now: int) -> int:
-    """XDEL: how many of ``ids`` were live entries (now tombstones)."""
-    st = lookup(ks, key, now)
-    if st is None:
-        return 0
+def delete(ks: Keyspace, st: Stream, ids: list[StreamId]) -> int:
+    """XDEL on the stream ``st`` (``lookup``'s): how many of ``ids`` were live entries
+    (now tombstones)."""
     recs: list[tuple[bytes, bytes]] = []
     seen: set[StreamId] = set()
     top = MIN_ID
@@ -629,11 +621,8 @@ def delete(ks: Keyspace, key: bytes, ids: list[StreamId], now: int) -> int:
     return len(seen)
 
 
-def trim(ks: Keyspace, key: bytes, how: Trim, now: int) -> int:
-    """XTRIM: the number of entries removed."""
-    st = lookup(ks, key, now)
-    if st is None:
-        return 0
+def trim(ks: Keyspace, st: Stream, how: Trim) -> int:
+    """XTRIM of the stream ``st`` (``lookup``'s): the number of entries removed."""
     victims = _trim_victims(ks, st, how, st.length)
     if victims:
         ks.apply([(st.entry_key(v), stream.tombstone(ks.hlc.now(), ks.node_id)) for v in victims])

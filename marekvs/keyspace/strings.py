@@ -39,6 +39,7 @@ _HEADER: Final = env.HEADER
 _TOMB = env.FLAG_TOMBSTONE
 _ENV_PACK = env.pack_envelope
 _ORD_HEAD = K.ORD_HEAD
+_ORD_STRING = K.ORD_STRING
 _TAG_AT = K.TAG_AT
 _locate = K.locate_string
 _string_key_in = K.string_key_in
@@ -51,9 +52,11 @@ def string_value(rec: bytes) -> bytes:
     return rec[_HEADER:]
 
 
-def lookup(ks: Keyspace, key: bytes, now: int) -> tuple[bytes, bytes | None]:
+def lookup(ks: Keyspace, key: bytes, now: int, dead: bool = False) -> tuple[bytes, bytes | None]:
     """(string ikey of ``key``, its live record or None); WrongType if the key holds a
-    collection. The hot path of every string write: one key build."""
+    collection. The hot path of every string write: one key build. ``dead``: a dead
+    record there comes back too (INCR builds on a dead counter's base), so the caller
+    reads it once."""
     pid, ik = _locate(key)
     rec = ks.get(ik)
     if rec is not None and not rec[0] & _TOMB:
@@ -62,7 +65,7 @@ def lookup(ks: Keyspace, key: bytes, now: int) -> tuple[bytes, bytes | None]:
             return ik, rec
     if ks.live_head(pid, ik, now) is not None:
         raise WrongType()
-    return ik, None
+    return ik, (rec if dead else None)
 
 
 def record(ks: Keyspace, key: bytes, now: int) -> bytes | None:
@@ -86,6 +89,19 @@ def read(ks: Keyspace, key: bytes, now: int = 0) -> bytes | None:
         raise WrongType()
     ks.counted(key, False)
     return None
+
+
+def read_found(ks: Keyspace, key: bytes, found: tuple[bytes, bytes] | None) -> bytes | None:
+    """``read`` of ``key`` whose live record the caller already has (``found``, what
+    ``ks.live_record`` answered): counted the same, WrongType for a collection. SET ... GET
+    reads the key once for both its answer and its write."""
+    if found is None:
+        ks.counted(key, False)
+        return None
+    ks.counted(key, True)
+    if found[0][_TAG_AT] != _ORD_STRING:
+        raise WrongType()
+    return string_value(found[1])
 
 
 def records(ks: Keyspace, key: bytes, value: bytes, ttl: int, now: int = 0,
@@ -143,8 +159,7 @@ def mset_records(ks: Keyspace, pairs: list[bytes], now: int) -> list[tuple[bytes
 def incr(ks: Keyspace, key: bytes, delta: int, now: int) -> int:
     """INCRBY ``delta`` on ``key`` (core's ``pncounter.incr_value``): the new value.
     NotInteger if it holds a string that is not an integer, Overflow past int64."""
-    ik, live = lookup(ks, key, now)
-    current = live if live is not None else ks.get(ik)  # a dead record sets the base
+    ik, current = lookup(ks, key, now, True)  # a dead record sets the base
     try:
         rec, value = pncounter.incr_value(current, delta, ks.hlc.now(), ks.node_id, now)
     except ValueError:
@@ -155,10 +170,12 @@ def incr(ks: Keyspace, key: bytes, delta: int, now: int) -> int:
     return value
 
 
-def copy(ks: Keyspace, src_rec: bytes, dst: bytes, now: int, delete_src: bytes | None = None) -> None:
-    """Write ``src_rec``'s string (and deadline) at ``dst``, optionally deleting the key
-    ``delete_src``, as one apply (one replication-log entry)."""
-    recs = records(ks, dst, string_value(src_rec), env.ttl_of(src_rec), now)
-    if delete_src is not None:
-        recs.extend(ks.delete_records(delete_src, now))
+def copy(ks: Keyspace, src_rec: bytes, dst: bytes, dst_found: tuple[bytes, bytes] | None, now: int,
+         src_ik: bytes | None = None) -> None:
+    """Write ``src_rec``'s string (and deadline) at ``dst`` (whose live record is
+    ``dst_found``, ``ks.live_record``'s answer), optionally deleting the source (RENAME:
+    ``src_ik``, its string key), as one apply (one replication-log entry)."""
+    recs = records(ks, dst, string_value(src_rec), env.ttl_of(src_rec), now, dst_found)
+    if src_ik is not None:
+        recs.extend(ks.tombstones((src_ik, src_rec)))
     ks.apply(recs)

@@ -633,11 +633,16 @@ def add(z: Zsets, key: bytes, items: list[tuple[float, bytes]], flags: AddFlags,
     (a re-add, as SADD's: a removal on another node that did not see it leaves the
     member). NotAScore if an increment makes a NaN."""
     ks = z.ks
-    if flags.xx and ks.existing(key, ZSET, now) is None:
-        return AddResult(0, 0, 0, None)
-    hk, head_rec, created = ks.head_for_write(key, ZSET, now)
+    if flags.xx:  # (only an existing zset: one read of its head either way)
+        hk, h, raw = ks.typed_head(key, ZSET, now)
+        if h is None or not ks.present(hk, h, now):
+            return AddResult(0, 0, 0, None)
+        hk, head_rec, created = ks.head_to_write(hk, h, raw, ZSET, now)
+        dc = head.delete_clock(head_rec, now)
+    else:
+        r, created = ks.write_home(key, ZSET, now)
+        hk, head_rec, dc = r.hk, r.head, r.dc
     p = prefixes_of_head(key, hk)
-    dc = head.delete_clock(head_rec, now)
     if len(items) == 1 and flags == _NO_FLAGS:  # the common case: one pair, no option
         sc, member = items[0]
         rec = ks.get(p.members + member)
@@ -698,11 +703,14 @@ def add(z: Zsets, key: bytes, items: list[tuple[float, bytes]], flags: AddFlags,
 
 
 def remove(z: Zsets, key: bytes, members: Iterable[bytes], now: int) -> int:
-    """ZREM: a removal of the dots each member had here."""
-    zs = lookup(z, key, now)
-    if zs is None:
-        return 0
+    """ZREM: a removal of the dots each member had here. The head gates the members
+    (no ``lookup``: whether the zset exists would read a member to tell, and a zset
+    that does not exist has no live member to remove)."""
     ks = z.ks
+    hk, h = ks.collection(key, ZSET, now)
+    if h is None:
+        return 0
+    zs = Zset(prefixes_of_head(key, hk), h)
     gone: dict[bytes, tuple[bytes, float]] = {}
     for m in dict.fromkeys(members):
         rec = ks.get(zs.p.member_key(m))

@@ -229,12 +229,13 @@ class MemberReplicas(RuleBasedStateMachine):
 
     @rule(ri=REPLICA, f=MEMBERS, ttl=st.integers(-1, 3000), cond=st.sampled_from([0, 1, 2, 3, 4]))
     def hexpire(self, ri, f, ttl, cond):
-        self._run(self.replicas[ri],
-                  lambda ks: khash.expire_fields(ks, self.key(b"h"), [f], self.now + ttl, cond, self.now))
+        self._run(self.replicas[ri], lambda ks: khash.expire_fields(
+            ks, khash.lookup(ks, self.key(b"h"), self.now), [f], self.now + ttl, cond, self.now))
 
     @rule(ri=REPLICA, f=MEMBERS)
     def hpersist(self, ri, f):
-        self._run(self.replicas[ri], lambda ks: khash.persist_fields(ks, self.key(b"h"), [f], self.now))
+        self._run(self.replicas[ri], lambda ks: khash.persist_fields(
+            ks, khash.lookup(ks, self.key(b"h"), self.now), [f], self.now))
 
     # -- per-member TTL and whole keys ------------------------------------------------------------
     @rule(ri=REPLICA, key=st.sampled_from([b"s0", b"s1", b"h"]), m=MEMBERS, ttl=st.integers(1, 3000))
