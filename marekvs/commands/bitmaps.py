@@ -178,16 +178,28 @@ def bitpos(ctx, args: list[bytes]):
          group=_GROUP, acl="write bitmap slow", summary="Perform bitwise operations between strings",
          since="2.6.0", complexity="O(N)", syntax="operation destkey key [key ...]")
 def bitop(ctx, args: list[bytes]):
+    op = bitop_of(args)
+    n, deleted = kbit.bitop_store(ctx.ks, op, args[2], args[3:], ctx.ks.now())
+    return bitop_stored(ctx, args[2], n, deleted)
+
+
+def bitop_of(args: list[bytes]) -> int:
+    """BITOP's operation (its errors come before any key is read)."""
     op = _BITOPS.get(c_str(args[1]).lower())
     if op is None:
         raise CommandError(errors.SYNTAX)
     if op == kbit.NOT and len(args) != 4:
         raise CommandError(errors.BITOP_NOT_ONE_KEY)
-    n, deleted = kbit.bitop_store(ctx.ks, op, args[2], args[3:], ctx.ks.now())
+    return op
+
+
+def bitop_stored(ctx, dest: bytes, n: int, deleted: bool) -> int:
+    """BITOP's events once its result (``n`` bytes long) is stored at ``dest`` (or an empty
+    one ``deleted`` it), and its reply."""
     if n:
-        ctx.fire("$", b"set", args[2])
+        ctx.fire("$", b"set", dest)
     elif deleted:
-        ctx.fire("g", b"del", args[2])
+        ctx.fire("g", b"del", dest)
     return n
 
 

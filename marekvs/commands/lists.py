@@ -105,7 +105,7 @@ def _non_negative(b: bytes, msg: str) -> int:
     return v
 
 
-def _mpop_args(args: list[bytes], numkeys_at: int) -> tuple[list[bytes], bool, int]:
+def mpop_args(args: list[bytes], numkeys_at: int) -> tuple[list[bytes], bool, int]:
     """LMPOP / BLMPOP: ``numkeys key... LEFT|RIGHT [COUNT count]`` from ``numkeys_at``:
     (keys, left, count), checked in ``lmpopGenericCommand``'s order."""
     numkeys = _positive(args[numkeys_at], errors.NUMKEYS_POSITIVE)
@@ -346,7 +346,7 @@ def rpoplpush(ctx, args: list[bytes]):
          acl=_W_SLOW, summary="Pop elements from a list", since="7.0.0", complexity=_MPOP_COMPLEXITY,
          syntax="numkeys key [key ...] LEFT | RIGHT [COUNT count]")
 def lmpop(ctx, args: list[bytes]):
-    keys, left, count = _mpop_args(args, 1)
+    keys, left, count = mpop_args(args, 1)
     got = kl.op_mpop(lists(ctx), keys, left, count, ctx.ks.now())
     if got is None:
         return reply.NULL_ARRAY
@@ -401,7 +401,7 @@ def brpop(ctx, args: list[bytes]):
          since="7.0.0", complexity=_MPOP_COMPLEXITY,
          syntax="timeout numkeys key [key ...] LEFT | RIGHT [COUNT count]")
 def blmpop(ctx, args: list[bytes]):
-    keys, left, count = _mpop_args(args, 2)
+    keys, left, count = mpop_args(args, 2)
     return _block_pop(ctx, keys, left, count, parse_timeout(args[1]), False)
 
 

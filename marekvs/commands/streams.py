@@ -418,7 +418,7 @@ class _ReadArgs:
         self.ids: list[bytes] = []
 
 
-def _parse_read(args: list[bytes], xreadgroup: bool, ctx: Any = None) -> _ReadArgs:
+def parse_read(args: list[bytes], xreadgroup: bool, ctx: Any = None) -> _ReadArgs:
     r = _ReadArgs()
     n = len(args)
     streams_arg = 0
@@ -489,7 +489,12 @@ def _resolve(ctx, r: _ReadArgs, xreadgroup: bool,
 
 
 def _read_reply(ctx, served: list[tuple[bytes, list[Any]]]) -> Any:
-    if ctx.proto == 3:
+    return read_reply(ctx.proto, served)
+
+
+def read_reply(proto: int, served: list[tuple[bytes, list[Any]]]) -> Any:
+    """XREAD's reply of the streams ``served`` ((key, entries), in the order asked)."""
+    if proto == 3:
         return Map([x for pair in served for x in pair])
     return [[k, v] for k, v in served]
 
@@ -531,7 +536,7 @@ def _block(ctx, keys: list[bytes], attempt: Callable[[], Any], timeout_ms: int) 
                     "stream getting new data.",
          syntax="[COUNT count] [BLOCK milliseconds] STREAMS key [key ...] id [id ...]")
 def xread(ctx, args: list[bytes]):
-    r = _parse_read(args, False, ctx)
+    r = parse_read(args, False, ctx)
     targets = _resolve(ctx, r, False)
     served = _xread_once(ctx, targets, r.count)
     if served:
@@ -586,7 +591,7 @@ def _group_read(ctx, key: bytes, group: bytes, consumer: bytes, after: StreamId 
          syntax="GROUP group consumer [COUNT count] [BLOCK milliseconds] [NOACK] STREAMS key [key ...] "
                 "id [id ...]")
 def xreadgroup(ctx, args: list[bytes]):
-    r = _parse_read(args, True, ctx)
+    r = parse_read(args, True, ctx)
     resolved: list[xs.GroupRef] = []
     targets = _resolve(ctx, r, True, resolved)
     assert r.group is not None

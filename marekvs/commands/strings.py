@@ -452,6 +452,12 @@ def lcs(ctx, args: list[bytes]):
         b = kstr.read(ctx.ks, args[2], now) or b""
     except WrongType:
         raise CommandError(errors.LCS_NOT_STRINGS) from None
+    return lcs_of(args, a, b, A.proto_max_bulk_len(ctx))
+
+
+def lcs_of(args: list[bytes], a: bytes, b: bytes, max_bulk_len: int):
+    """LCS once its two strings are read (``a`` and ``b``; a missing key's is empty): the
+    options, then the reply (a node of several shard workers reads them on theirs)."""
     getlen = getidx = withmatchlen = False
     minmatchlen = 0
     p = A.Options(args, 3)
@@ -469,7 +475,7 @@ def lcs(ctx, args: list[bytes]):
     if getlen and getidx:
         p.fail(errors.LCS_LEN_AND_IDX)
     p.check()
-    if (len(a) + 1) * (len(b) + 1) * 4 > A.proto_max_bulk_len(ctx):
+    if (len(a) + 1) * (len(b) + 1) * 4 > max_bulk_len:
         raise CommandError(errors.LCS_TOO_MUCH_MEMORY)
     t = LcsTable(a, b)
     length = t(len(a), len(b))

@@ -24,10 +24,11 @@ order, and ``del`` when it emptied its key (``commands/members.py``: ``fire``,
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import re
-from typing import Any, Callable, Generator
+from typing import Any, Callable, Generator, Iterator
 
 from marekvs.commands import args as A
 from marekvs.commands import errors
@@ -202,9 +203,14 @@ def double_text(x: float) -> bytes:
 def with_scores(ctx, entries: list[Z.Entry], withscores: bool) -> list:
     """A range reply: members, or members and scores (RESP2 a flat array of bulk strings,
     RESP3 [member, double] pairs)."""
+    return scored(ctx.proto, entries, withscores)
+
+
+def scored(proto: int, entries: list[Z.Entry], withscores: bool) -> list:
+    """``with_scores`` for a client of protocol ``proto``."""
     if not withscores:
         return BulkArray([m for _, m in entries])
-    if ctx.proto == 3:
+    if proto == 3:
         return [[m, Double(s)] for s, m in entries]
     out = BulkArray()
     for s, m in entries:
@@ -427,9 +433,30 @@ def zrange_generic(ctx, args: list[bytes], at: int, store: bytes | None, rangety
     return with_scores(ctx, entries, withscores)
 
 
+_captured: list[tuple[bytes, bytes, list[Z.Entry]]] | None = None
+
+
+@contextlib.contextmanager
+def stores_captured() -> Iterator[list[tuple[bytes, bytes, list[Z.Entry]]]]:
+    """Within it, a STORE command's write (``store_entries``) is not made but kept, as
+    (destination, event, entries), in the list it gives: a node of several shard workers
+    runs the command where its source lives and writes the result where the destination
+    lives (``shards/units.py``)."""
+    global _captured
+    outer, _captured = _captured, []
+    try:
+        yield _captured
+    finally:
+        _captured = outer
+
+
 def store_entries(ctx, dest: bytes, event: bytes, entries) -> int:
     """A STORE's write (``Z.store``) and its event: ``event`` for a result, ``del`` when
     an empty result deleted the destination, nothing when there was nothing to delete."""
+    if _captured is not None:
+        kept = list(entries)
+        _captured.append((dest, event, kept))
+        return len(kept)
     ks, now = ctx.ks, ctx.ks.now()
     on = ctx.node.events.on
     items = list(entries)
@@ -691,7 +718,7 @@ def zpopmax(ctx, args: list[bytes]):
     return _zpop(ctx, args, True)
 
 
-def _mpop_args(args: list[bytes], at: int) -> tuple[list[bytes], bool, int]:
+def mpop_args(args: list[bytes], at: int) -> tuple[list[bytes], bool, int]:
     """zmpopGenericCommand's parse: numkeys at ``at``, the keys, MIN|MAX, [COUNT n]."""
     v = A.parse_ll(args[at])
     if v is None or v < 1:
@@ -728,7 +755,7 @@ def _mpop_reply(key: bytes, got: list[Z.Entry]) -> list:
                     "the sorted set, and M being the number of elements popped.",
          syntax="numkeys key [key ...] MIN | MAX [COUNT count]")
 def zmpop(ctx, args: list[bytes]):
-    keys, highest, count = _mpop_args(args, 1)
+    keys, highest, count = mpop_args(args, 1)
     found = _pop_first(ctx, keys, highest, count, True)
     return NULL_ARRAY if found is None else _mpop_reply(*found)
 
@@ -776,7 +803,7 @@ def bzpopmax(ctx, args: list[bytes]):
                     "the sorted set, and M being the number of elements popped.",
          syntax="timeout numkeys key [key ...] MIN | MAX [COUNT count]")
 def bzmpop(ctx, args: list[bytes]):
-    keys, highest, count = _mpop_args(args, 2)
+    keys, highest, count = mpop_args(args, 2)
     timeout = timeout_arg(ctx, args[1])
     return _block(ctx, keys, highest, count, timeout, True)
 
@@ -801,15 +828,44 @@ def _aggregate(target: float, val: float, how: str) -> float:
 def setop(ctx, args: list[bytes], at: int, op: str, dest: bytes | None, card_only: bool = False):
     """zunionInterDiffGenericCommand: numkeys at ``at``; the keys are looked up (and
     type-checked) before the options are parsed, as Redis does."""
+    setnum = setop_numkeys(args, at)
+    z, now = _z(ctx), ctx.ks.now()
+    sources: list[tuple[int, Z.Zset] | None] = [Z.lookup_setlike(z, k, now)
+                                                 for k in args[at + 1:at + 1 + setnum]]
+    members = [{} if s is None else Z.members_of(z, s[0], s[1], now) for s in sources]
+    return setop_reply(ctx, args, at, op, dest, card_only, members)
+
+
+def setop_numkeys(args: list[bytes], at: int) -> int:
+    """The number of source keys of a ZUNION/ZINTER/ZDIFF(STORE)/ZINTERCARD (numkeys at
+    ``at``): its errors come before any key is read."""
     setnum = A.int_arg(args[at])
     if setnum < 1:
         name = args[0].decode("latin-1").lower()
         raise CommandError(errors.zset_at_least_one_key(name))
     if setnum > len(args) - (at + 1):
         raise CommandError(errors.SYNTAX)
-    z, now = _z(ctx), ctx.ks.now()
-    sources: list[tuple[int, Z.Zset] | None] = [Z.lookup_setlike(z, k, now)
-                                                 for k in args[at + 1:at + 1 + setnum]]
+    return setnum
+
+
+def setop_reply(ctx, args: list[bytes], at: int, op: str, dest: bytes | None, card_only: bool,
+                members: list[dict[bytes, float]]):
+    """The rest of ``setop`` once the sources are read (``members``: each key's members and
+    scores, a set's at 1, a missing key's empty): the options, the algebra, the reply or
+    the STORE (``store_entries``)."""
+    entries = setop_result(args, at, op, dest is not None, card_only, members)
+    if card_only:
+        return entries
+    if dest is not None:
+        return store_entries(ctx, dest, b"z" + op.encode() + b"store", entries[1])
+    return scored(ctx.proto, entries[1], entries[0])
+
+
+def setop_result(args: list[bytes], at: int, op: str, store: bool, card_only: bool,
+                 members: list[dict[bytes, float]]) -> Any:
+    """The options (parsed after the keys were read) and the algebra over the sources'
+    ``members``: the count for ZINTERCARD, else (WITHSCORES given, the entries in order)."""
+    setnum = len(members)
     weights = [1.0] * setnum
     how = SUM
     withscores = False
@@ -826,7 +882,7 @@ def setop(ctx, args: list[bytes], at: int, op: str, dest: bytes | None, card_onl
                 how = a.decode()
             else:
                 p.fail(errors.SYNTAX)
-        elif dest is None and not card_only and p.accept(b"withscores"):
+        elif not store and not card_only and p.accept(b"withscores"):
             withscores = True
         elif card_only and p.accept(b"limit", 1):
             lv = A.parse_ll(p.value())
@@ -837,7 +893,6 @@ def setop(ctx, args: list[bytes], at: int, op: str, dest: bytes | None, card_onl
         else:
             p.fail(errors.SYNTAX)
     p.check()
-    members = [{} if s is None else Z.members_of(z, s[0], s[1], now) for s in sources]
     result: dict[bytes, float] = {}
     if op == "diff":
         first = members[0]
@@ -883,10 +938,7 @@ def setop(ctx, args: list[bytes], at: int, op: str, dest: bytes | None, card_onl
                         result[m] = _aggregate(result[m], sc, how)
                     else:
                         result[m] = sc
-    entries = sorted((s, m) for m, s in result.items())
-    if dest is not None:
-        return store_entries(ctx, dest, b"z" + op.encode() + b"store", entries)
-    return with_scores(ctx, entries, withscores)
+    return withscores, sorted((s, m) for m, s in result.items())
 
 
 _SETOP_SYNTAX = "numkeys key [key ...] [WEIGHTS weight [weight ...]] [AGGREGATE SUM | MIN | MAX] [WITHSCORES]"

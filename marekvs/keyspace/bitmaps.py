@@ -280,8 +280,11 @@ def bitfield(ks: Keyspace, key: bytes, ops: Sequence[FieldOp], now: int) -> tupl
 def bitop_store(ks: Keyspace, op: int, dest: bytes, sources: Sequence[bytes], now: int) -> tuple[int, bool]:
     """BITOP: ``dest`` becomes the result (any old value or type replaced, no TTL), or is
     deleted when the result is empty; (the result's length, whether a key was deleted)."""
-    values = [kstr.read(ks, k, now) for k in sources]
-    result = bitop(op, values)
+    return store_result(ks, dest, bitop(op, [kstr.read(ks, k, now) for k in sources]), now)
+
+
+def store_result(ks: Keyspace, dest: bytes, result: bytes, now: int) -> tuple[int, bool]:
+    """BITOP's write of its ``result`` (``bitop_store``'s second half)."""
     if result:
         kstr.write(ks, dest, result, 0, now)
         return len(result), False

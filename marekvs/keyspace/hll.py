@@ -399,12 +399,26 @@ def pfmerge(ks: Keyspace, cache: RegisterCache, dest: bytes, sources: list[bytes
     """PFMERGE: ``dest`` becomes the union of itself and ``sources`` (absent ones are
     empty); created if absent. Every key's type is checked before anything is written."""
     found: list[tuple[bytes, bytes | None]] = [read_lookup(ks, k, now, cache) for k in [dest, *sources]]
-    hk, h = found[0]
     union: bytes | bytearray = bytes(M)
     for key, (_, sh) in zip(sources, found[1:]):
         if sh is not None:
             ranks = ranks_of(ks, cache, key, sh, now)
             union = bytes(map(max, union, ranks))
+    raise_registers(ks, cache, dest, found[0], union, now)
+
+
+def ranks_or_none(ks: Keyspace, cache: RegisterCache, key: bytes, now: int) -> bytes | None:
+    """The dense ranks of the HLL ``key`` (None if absent), read as PFCOUNT reads it
+    (``read_lookup``: InvalidHll, WrongType)."""
+    _, h = read_lookup(ks, key, now, cache)
+    return None if h is None else bytes(ranks_of(ks, cache, key, h, now))
+
+
+def raise_registers(ks: Keyspace, cache: RegisterCache, dest: bytes, found: tuple[bytes, bytes | None],
+                    union: bytes | bytearray, now: int) -> None:
+    """PFMERGE's write: the HLL ``dest`` (``found``: its ``lookup``) created if absent and
+    each of its registers raised to ``union``'s where that is higher."""
+    hk, h = found
     recs: list[tuple[bytes, bytes]] = []
     if h is None:
         h = head.new(HLL, ks.hlc.now(), ks.node_id, prior=ks.get(hk), now_ms=now)

@@ -32,9 +32,12 @@ connections). A client's command runs where its keys live:
   is fired by the worker that changed the key and posted to the others (``_NOTIFY``).
   SHUTDOWN asks the supervisor, which stops every worker;
 - **a unit** (MSET, MGET, MSETNX, DEL, UNLINK, EXISTS, TOUCH, RENAME, RENAMENX, COPY,
-  LMOVE, RPOPLPUSH, SMOVE, SUNION, SINTER, SDIFF, SINTERCARD and the STORE forms with
-  keys on several workers: ``shards/units.py`` splits them
-  into phases of commands per worker and makes the reply): the connection's worker
+  LMOVE, RPOPLPUSH, SMOVE, SUNION, SINTER, SDIFF, SINTERCARD, ZUNION, ZINTER, ZDIFF,
+  ZINTERCARD and the STORE forms, ZRANGESTORE, PFCOUNT, PFMERGE, BITOP, LCS,
+  GEOSEARCHSTORE, GEORADIUS[BYMEMBER] STORE, LMPOP, ZMPOP and XREAD without BLOCK with
+  keys on several workers: ``shards/units.py`` splits them into phases of commands per
+  worker, client commands or its part commands such as ``~zread``, numbered after the
+  table's, and makes the reply): the connection's worker
   coordinates. It locks each worker of the unit in worker order (``_LOCK``, granted by a
   ``{"g": unit}`` frame; its own worker directly), runs each worker's part there
   (``_PART`` plus the part command's index, answered by a ``{"u": unit, "r": value}``
@@ -53,11 +56,11 @@ connections). A client's command runs where its keys live:
   ``ERR <command> is not supported with shards > 1 yet`` (``Plan``): node records (ACL
   SETUSER, FUNCTION LOAD), the node-wide commands ``fanout.MERGES`` does not name (ACL
   LOG, MEMORY STATS, LATENCY, FUNCTION STATS, ...), the other commands whose keys are on
-  several workers (ZUNION, LCS, BITOP, PFMERGE, ... — on one worker they run),
-  scripts whose declared keys are on several workers, FCALL, an EXEC queueing a
-  node-wide command or a unit of several phases (MSETNX, RENAME, ...) across workers,
-  a blocking command on keys of several workers, SORT
-  with BY/GET, client tracking and MONITOR.
+  several workers (SORT ... STORE, XREADGROUP of several streams, a blocking command
+  such as BLPOP, BLMPOP or XREAD BLOCK — on one worker they run), scripts whose declared
+  keys are on several workers, FCALL, an EXEC queueing a node-wide command or a unit of
+  several phases (MSETNX, RENAME, ZUNIONSTORE, ...) across workers, SORT with BY/GET,
+  client tracking and MONITOR.
 
 A blocking command (BLPOP, XREAD BLOCK, ...) whose keys are on one other worker waits
 there (``_BLOCKING``): the owner runs it on the client's proxy, which may block, and
@@ -102,7 +105,7 @@ from marekvs.server import resp
 from marekvs.server.listener import Connection, RespServer
 from marekvs.shards.fanout import MERGES, Merge, pack, unpack
 from marekvs.shards.router import ALL, FRONT, KEY, NODE_RECORD, Router
-from marekvs.shards.units import UNITS, Got, Unit, final
+from marekvs.shards.units import PART_COMMANDS, UNITS, Got, Unit, final
 
 log = logging.getLogger("marekvs.mesh")
 
@@ -167,6 +170,14 @@ def _answer(batch: list[Any], reply: Any) -> None:
             job[4].set_result(reply)
 
 
+def part_command(table: Any, name: bytes) -> Command:
+    """The command a unit's part names: a client command, or a part command
+    (``units.PART_COMMANDS``)."""
+    cmd = PART_COMMANDS.get(name) or table.lookup(name)
+    assert cmd is not None
+    return cmd  # type: ignore[no-any-return]
+
+
 def mesh_address(name: str, index: int) -> str:
     """The abstract unix socket worker ``index`` of the node ``name`` accepts siblings on
     (no file: nothing to clean up after a SIGKILL, no path length limit)."""
@@ -191,11 +202,12 @@ class Plan:
         self.router = router = Router(node.table, shards)
         self.index = index
         self.owner = shards.owner
-        self.commands: list[Command] = list(node.table.all_commands())
+        table = list(node.table.all_commands())
+        self.commands: list[Command] = table + list(PART_COMMANDS.values())  # (parts: never planned)
         self.number = {id(c): i for i, c in enumerate(self.commands)}
         self.plan: dict[int, tuple[int, Any]] = {}
         self.block_at = [BlockAt(j) for j in range(len(shards))]
-        for cmd in self.commands:
+        for cmd in table:
             cls = router.class_of(cmd)
             blocking = "blocking" in cmd.flags
             if cmd.fullname in _SCRIPTS:
@@ -248,7 +260,7 @@ class Plan:
             return WATCH
         if len(shards) > 1:
             unit = UNITS.get(cmd.fullname)
-            if unit is not None and not arg:
+            if unit is not None and (not arg or not unit.would_block(args)):
                 return unit
             return unsupported(cmd, "its keys are on several shard workers")
         if kind == _KEYS and arg:  # a blocking command waits where its keys are
@@ -713,8 +725,7 @@ class Mesh:
                 ctx, remote = job[3], job[5]
                 cmds = steps[k].get(j, ())
                 for argv in cmds:
-                    cmd = table.lookup(argv[0])
-                    assert cmd is not None
+                    cmd = part_command(table, argv[0])
                     if j == self.index:
                         local.append((k, cmd, argv, ctx))
                     else:
@@ -753,7 +764,7 @@ class Mesh:
             w = plan.where(ctx, c, a)
             if type(w) is BlockAt:
                 w = w.j
-            places.append(w.split(a, plan.owner, partition_of) or None if isinstance(w, Unit) else w)
+            places.append(w.split(a, plan.owner, partition_of, ctx) or None if isinstance(w, Unit) else w)
         workers = sorted({j for p in places if p is not None for j in (p[0] if type(p) is tuple else (p,))}
                          | {self.index} | watching)
         uid = self.new_unit()
@@ -793,7 +804,7 @@ class Mesh:
                     split[i] = {}
                     for j, cmds in unit.step(0, p[0], p[1], []).items():
                         for argv in cmds:
-                            pc = node.table.lookup(argv[0])
+                            pc = part_command(node.table, argv[0])
                             if j == self.index:
                                 here.append((i, pc, argv))
                             else:
@@ -1262,7 +1273,7 @@ class ShardConnection(Connection):
     def _unit(self, unit: Unit, cmd: Command, args: list[bytes]) -> Any:
         """A command whose keys are on several workers, as one unit (``shards/units.py``):
         each worker's part runs while every worker of the unit is locked for it."""
-        split = unit.split(args, self.mesh.plan.owner, partition_of)
+        split = unit.split(args, self.mesh.plan.owner, partition_of, self.ctx)
         if split is None:  # not the command's arguments: its error, from here
             return self.node.execute(self.ctx, cmd, args)
         return self._on_mesh(self.mesh.submit(unit, split[0], split[1], self.ctx, self.remote))

@@ -23,6 +23,32 @@ to the next phase, else the reply; an error reply of any part ends the unit with
   another type: WRONGTYPE, nothing moved), then the pop or ``SREM`` at the source, then
   the push or ``SADD`` at the destination with what moved.
 
+- SUNION, SINTER, SDIFF, SINTERCARD and their STORE forms: ``_SetAlgebra``.
+- Commands over the values of keys (``_Gather``): ZUNION, ZINTER, ZDIFF, ZINTERCARD and
+  their STORE forms, PFCOUNT, PFMERGE, BITOP, LCS. Each key is read on its worker by a
+  *part command* (``PART_COMMANDS``: ``~zread``, ``~sread``, ``~hread``, which answer a
+  key of another type with a mark, not an error, so the command's own error wins in its
+  own key order), then the computing code of the single-process command (factored out of
+  the commands layer: ``zsets.setop_result``, ``keyspace/bitmaps.bitop``,
+  ``strings.lcs_of``, the registers' maximum and ``keyspace/hll.estimate``) makes the
+  reply here, and a STORE's result is written at the destination's worker by a part
+  command that writes as the command does, with its events (``~zstore``: ``zunionstore``
+  and the others; ``~bstore``: ``set`` or ``del``; ``~hmerge``: PFMERGE's registers
+  raised, ``pfadd``).
+- ZRANGESTORE, GEOSEARCHSTORE, GEORADIUS[BYMEMBER] ... STORE|STOREDIST (``_Capture``):
+  the command runs whole at its source's worker with its write kept, not made
+  (``~capture``, ``zsets.stores_captured``), then ``~zstore`` writes it at the
+  destination's.
+- LMPOP, ZMPOP (``_Mpop``): the TYPE of every key, then the command on the first key of
+  its type, at its worker (WRONGTYPE for a key of another type before it).
+- XREAD without BLOCK (``_Xread``): each worker reads its streams, the replies merge in
+  the order the keys were given (an id that does not parse: the TYPE of the keys before
+  it decides between WRONGTYPE and the id's error, as Redis checks them key by key).
+
+A part's event and command statistics are the part's: a two-worker ZUNIONSTORE counts
+``~zread`` and ``~zstore`` calls (which no client sees), not a ``zunionstore`` call;
+LMPOP counts TYPE and LMPOP calls.
+
 ``split`` returns None where the arguments are not the command's (MSET with a key and no
 value, COPY with an option it does not know): the connection's worker runs the command
 whole, and it answers Redis's error.
@@ -32,8 +58,16 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from marekvs.commands import errors
-from marekvs.commands.reply import OK, Err, SetReply
+from marekvs.commands import args as A
+from marekvs.commands import bitmaps, errors, lists, streams, strings, zsets
+from marekvs.commands.errors import CommandError
+from marekvs.commands.reply import NULL_ARRAY, OK, Err, Map, SetReply
+from marekvs.commands.table import Command
+from marekvs.keyspace import bitmaps as kbit
+from marekvs.keyspace import hll as khll
+from marekvs.keyspace import strings as kstr
+from marekvs.keyspace import zsets as Z
+from marekvs.keyspace.status import KeyspaceError, WrongType
 
 Parts = dict[int, Any]  # the workers a unit locks, each with what its parts need
 Steps = dict[int, list[list[bytes]]]  # one phase: the commands each worker runs, in order
@@ -47,8 +81,10 @@ class Unit:
     pairs = False  # its arguments are key value pairs
     phases = 1
 
-    def split(self, args: list[bytes], owner: Sequence[int], pid_of: Any) -> tuple[Parts, Any] | None:
-        """(each worker's arguments, the worker of each key in the order given)."""
+    def split(self, args: list[bytes], owner: Sequence[int], pid_of: Any, ctx: Any = None
+              ) -> tuple[Parts, Any] | None:
+        """(each worker's arguments, the worker of each key in the order given); ``ctx``:
+        the client's context (its protocol and limits, for units that shape the reply)."""
         step = 2 if self.pairs else 1
         if len(args) < 2 or (self.pairs and len(args) % 2 == 0):
             return None
@@ -62,6 +98,10 @@ class Unit:
                 part = parts[j] = []
             part.extend(args[i:i + step])
         return parts, where
+
+    def would_block(self, args: list[bytes]) -> bool:
+        """Whether this call of a blocking command blocks (no unit carries one yet)."""
+        return True
 
     def step(self, phase: int, parts: Parts, where: Any, got: Got) -> Steps:
         return {j: [[self.name.upper().encode(), *own]] for j, own in parts.items()}
@@ -123,7 +163,8 @@ class _TwoKeys(Unit):
     """A command from a source key to a destination key on another worker: ``where`` is
     (source worker, destination worker, the arguments)."""
 
-    def split(self, args: list[bytes], owner: Sequence[int], pid_of: Any) -> tuple[Parts, Any] | None:
+    def split(self, args: list[bytes], owner: Sequence[int], pid_of: Any, ctx: Any = None
+              ) -> tuple[Parts, Any] | None:
         if len(args) < 3 or not self.valid(args):
             return None
         js, jd = owner[pid_of(args[1])], owner[pid_of(args[2])]
@@ -282,7 +323,8 @@ class _SetAlgebra(Unit):
         self.store = name.endswith("store")
         self.phases = 2 if self.store else 1
 
-    def split(self, args: list[bytes], owner: Sequence[int], pid_of: Any) -> tuple[Parts, Any] | None:
+    def split(self, args: list[bytes], owner: Sequence[int], pid_of: Any, ctx: Any = None
+              ) -> tuple[Parts, Any] | None:
         dst = None
         limit = 0
         if self.name == "sintercard":
@@ -363,6 +405,429 @@ class _SetAlgebra(Unit):
         return SetReply(members)
 
 
+# -- part commands: what a unit runs on a worker that no client command does ------------------
+
+WRONG = 0  # a ``~sread``/``~hread`` of a key of another type (Redis's error depends on the command)
+INVALID_HLL = 1  # a ``~hread`` of a string (not a HyperLogLog here)
+
+
+def _zread(ctx: Any, args: list[bytes]) -> Any:
+    """``~zread key``: the members and scores of the zset or set at ``key`` (a set's at 1,
+    a missing key's none), as ZUNION & co. read their sources; WRONGTYPE for another type."""
+    z, now = Z.state(ctx.ks), ctx.ks.now()
+    found = Z.lookup_setlike(z, args[1], now)
+    return {} if found is None else dict(Z.members_of(z, found[0], found[1], now))
+
+
+def _sread(ctx: Any, args: list[bytes]) -> Any:
+    """``~sread key``: the string at ``key`` (None if absent; ``WRONG`` for another type)."""
+    try:
+        return kstr.read(ctx.ks, args[1], ctx.ks.now())
+    except WrongType:
+        return WRONG
+
+
+def _hread(ctx: Any, args: list[bytes]) -> Any:
+    """``~hread key``: the registers of the HyperLogLog at ``key`` as PFCOUNT reads them
+    (None if absent; ``WRONG``, ``INVALID_HLL``)."""
+    try:
+        return khll.ranks_or_none(ctx.ks, khll.cache_for(ctx.ks), args[1], ctx.ks.now())
+    except WrongType:
+        return WRONG
+    except khll.InvalidHll:
+        return INVALID_HLL
+
+
+def _hmerge(ctx: Any, args: list[Any]) -> Any:
+    """``~hmerge dest ranks``: PFMERGE's write of the sources' union ``ranks`` at ``dest``
+    (its type was checked under the same lock)."""
+    ks, dest, now = ctx.ks, args[1], ctx.ks.now()
+    cache = khll.cache_for(ks)
+    khll.raise_registers(ks, cache, dest, khll.lookup(ks, dest, now, cache), args[2], now)
+    ctx.fire("$", b"pfadd", dest)
+    return OK
+
+
+def _bstore(ctx: Any, args: list[Any]) -> Any:
+    """``~bstore dest value``: BITOP's write of its result (and its events, its reply)."""
+    n, deleted = kbit.store_result(ctx.ks, args[1], args[2], ctx.ks.now())
+    return bitmaps.bitop_stored(ctx, args[1], n, deleted)
+
+
+def _capture(ctx: Any, args: list[bytes]) -> Any:
+    """``~capture command args...``: a STORE command of one source (ZRANGESTORE,
+    GEOSEARCHSTORE, GEORADIUS ... STORE) run here, where the source lives, its write kept
+    (``zsets.stores_captured``): [its reply] or [its reply, destination, event, entries]
+    for ``~zstore`` on the destination's worker. Its parsing, checks and errors are the
+    command's own, in its order."""
+    cmd = ctx.node.table.lookup(args[1])
+    assert cmd is not None and cmd.handler is not None
+    deny = ctx.deny_blocking
+    ctx.deny_blocking = True  # (what would run in steps runs to its end inside the capture)
+    try:
+        with zsets.stores_captured() as kept:
+            r = cmd.handler(ctx, args[1:])
+    finally:
+        ctx.deny_blocking = deny
+    if not kept:
+        return [r]
+    dest, event, entries = kept[0]
+    return [r, dest, event, [[s, m] for s, m in entries]]
+
+
+def _zstore(ctx: Any, args: list[Any]) -> Any:
+    """``~zstore dest event entries``: the write ``~capture`` or ZUNIONSTORE & co. kept."""
+    return zsets.store_entries(ctx, args[1], args[2], [(s, m) for s, m in args[3]])
+
+
+def _part_command(name: str, handler: Any, write: bool) -> Command:
+    return Command(name=name, handler=handler, arity=-2, flags=("write",) if write else ("readonly",),
+                   first_key=1, last_key=1, step=1)
+
+
+PART_COMMANDS: dict[bytes, Command] = {c.name.encode(): c for c in (
+    _part_command("~zread", _zread, False), _part_command("~sread", _sread, False),
+    _part_command("~hread", _hread, False), _part_command("~capture", _capture, False),
+    _part_command("~hmerge", _hmerge, True), _part_command("~bstore", _bstore, True),
+    _part_command("~zstore", _zstore, True),
+)}
+"""The commands units run as parts besides the client commands (``~`` names no client can
+send: they are in no command table, so COMMAND, INFO commandstats and ACL never show
+them). Each worker numbers them after its table's commands, in this order."""
+
+
+# -- units over the values of several keys ----------------------------------------------------
+
+class _Gather(Unit):
+    """A command over the values of keys on several workers: each key is read on its
+    worker (``read``: a part command that answers its value, or a mark for a key of
+    another type), then the command's own code computes the reply from the values here
+    (``compute``, in the commands layer: the same code a single process runs after its
+    reads), and a STORE writes its result at the destination's worker (``write``)."""
+
+    read = b"~zread"
+
+    def __init__(self, name: str, store: bool):
+        self.name = name
+        self.store = store
+        self.phases = 2 if store else 1
+
+    def keys(self, args: list[bytes], ctx: Any) -> tuple[list[bytes], bytes | None]:
+        """(the keys read, in the order the command checks them; the destination or None).
+        A CommandError: not the command's arguments (the connection's worker answers it)."""
+        raise NotImplementedError
+
+    def split(self, args: list[bytes], owner: Sequence[int], pid_of: Any, ctx: Any = None
+              ) -> tuple[Parts, Any] | None:
+        try:
+            keys, dst = self.keys(args, ctx)
+        except CommandError:
+            return None
+        at = [owner[pid_of(k)] for k in keys]
+        parts: Parts = dict.fromkeys(at)
+        jd = None if dst is None else owner[pid_of(dst)]
+        if jd is not None:
+            parts[jd] = None
+        w = {"args": args, "keys": keys, "at": at, "dst": dst, "jd": jd, "proto": getattr(ctx, "proto", 2),
+             "write": None, "reply": None}
+        self.prepare(w, ctx)
+        return parts, w
+
+    def prepare(self, w: dict[str, Any], ctx: Any) -> None:
+        """What the computation needs of the client's context, taken now."""
+
+    def step(self, phase: int, parts: Parts, where: Any, got: Got) -> Steps:
+        steps: Steps = {}
+        if phase == 0:
+            for k, j in zip(where["keys"], where["at"]):
+                steps.setdefault(j, []).append([self.read, k])
+            return steps
+        return {where["jd"]: [where["write"]]}
+
+    def after(self, phase: int, parts: Parts, where: Any, got: Got) -> Any:
+        if phase == 1:
+            return where["reply"] if where["reply"] is not None else got[1][where["jd"]][-1]
+        seen = dict.fromkeys(got[0], 0)
+        values = []
+        for j in where["at"]:
+            values.append(got[0][j][seen[j]])
+            seen[j] += 1
+        try:
+            return self.compute(where, values)
+        except CommandError as e:
+            return Err(e.message)
+        except KeyspaceError as e:
+            return Err(errors.status_text(e))
+
+    def compute(self, w: dict[str, Any], values: list[Any]) -> Any:
+        """The reply (or an error to raise) from the keys' ``values``; a STORE sets
+        ``w["write"]`` (the part command writing the result) and returns None, or its reply
+        in ``w["reply"]`` when the write's own reply is not the command's."""
+        raise NotImplementedError
+
+
+class _ZsetAlgebra(_Gather):
+    """ZUNION, ZINTER, ZDIFF, ZINTERCARD and the STORE forms: each source read on its
+    worker (``~zread``: WRONGTYPE for a key neither a zset nor a set, before the options
+    are parsed, as Redis reads them), the options and the algebra here
+    (``zsets.setop_result``), and a STORE's entries written by ``~zstore`` (its event is
+    the command's: ``zunionstore``, ...)."""
+
+    def __init__(self, name: str):
+        super().__init__(name, name.endswith("store"))
+        self.at = 2 if self.store else 1
+        self.op = "union" if "union" in name else "inter" if "inter" in name else "diff"
+        self.card = name == "zintercard"
+
+    def keys(self, args: list[bytes], ctx: Any) -> tuple[list[bytes], bytes | None]:
+        n = zsets.setop_numkeys(args, self.at)
+        return args[self.at + 1:self.at + 1 + n], args[1] if self.store else None
+
+    def compute(self, w: dict[str, Any], values: list[Any]) -> Any:
+        r = zsets.setop_result(w["args"], self.at, self.op, self.store, self.card, values)
+        if self.card:
+            return r
+        if not self.store:
+            return zsets.scored(w["proto"], r[1], r[0])
+        w["write"] = [b"~zstore", w["dst"], b"z" + self.op.encode() + b"store", [[s, m] for s, m in r[1]]]
+        return None
+
+
+class _Bitop(_Gather):
+    """BITOP op dest key...: each source read on its worker (``~sread``), the operation here
+    (``keyspace/bitmaps.bitop``), the result written at the destination's (``~bstore``)."""
+
+    read = b"~sread"
+
+    def __init__(self) -> None:
+        super().__init__("bitop", True)
+
+    def keys(self, args: list[bytes], ctx: Any) -> tuple[list[bytes], bytes | None]:
+        bitmaps.bitop_of(args)  # (its errors: before any key is read)
+        return args[3:], args[2]
+
+    def compute(self, w: dict[str, Any], values: list[Any]) -> Any:
+        if any(type(v) is int for v in values):  # (WRONG)
+            raise WrongType()
+        w["write"] = [b"~bstore", w["dst"], kbit.bitop(bitmaps.bitop_of(w["args"]), values)]
+        return None
+
+
+class _Lcs(_Gather):
+    """LCS key1 key2 ...: both strings read on their workers, the rest here
+    (``strings.lcs_of``)."""
+
+    read = b"~sread"
+
+    def __init__(self) -> None:
+        super().__init__("lcs", False)
+
+    def keys(self, args: list[bytes], ctx: Any) -> tuple[list[bytes], bytes | None]:
+        return args[1:3], None
+
+    def prepare(self, w: dict[str, Any], ctx: Any) -> None:
+        w["max"] = A.proto_max_bulk_len(ctx)
+
+    def compute(self, w: dict[str, Any], values: list[Any]) -> Any:
+        if any(type(v) is int for v in values):
+            raise CommandError(errors.LCS_NOT_STRINGS)
+        return strings.lcs_of(w["args"], values[0] or b"", values[1] or b"", w["max"])
+
+
+class _Hll(_Gather):
+    """PFCOUNT key... and PFMERGE dest source...: each HyperLogLog's registers read on its
+    worker (``~hread``; PFMERGE reads the destination first, as Redis checks it), their
+    union here (a register's maximum), then the estimate, or the destination's registers
+    raised to the sources' union at its worker (``~hmerge``, with its ``pfadd`` event)."""
+
+    read = b"~hread"
+
+    def keys(self, args: list[bytes], ctx: Any) -> tuple[list[bytes], bytes | None]:
+        return args[1:], args[1] if self.store else None
+
+    def compute(self, w: dict[str, Any], values: list[Any]) -> Any:
+        union: bytes | None = None
+        for i, v in enumerate(values):
+            if type(v) is int:
+                raise khll.InvalidHll() if v == INVALID_HLL else WrongType()
+            if v is not None and (i or not self.store):
+                union = v if union is None else bytes(map(max, union, v))
+        if not self.store:
+            return 0 if union is None else khll.estimate(union)
+        w["write"] = [b"~hmerge", w["dst"], bytes(khll.M) if union is None else union]
+        return None
+
+
+class _Capture(Unit):
+    """ZRANGESTORE, GEOSEARCHSTORE, GEORADIUS[BYMEMBER] ... STORE|STOREDIST with the
+    source on one worker and the destination on another: the command runs at the source
+    (``~capture``: its own parsing, checks and errors, in its order), then what it would
+    have written is written at the destination (``~zstore``, with the command's event)."""
+
+    phases = 2
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def _keys(self, args: list[bytes]) -> tuple[bytes, bytes] | None:
+        if self.name in ("zrangestore", "geosearchstore"):
+            return (args[2], args[1]) if len(args) > 2 else None
+        dst = None
+        i = 5  # (Redis's georadiusGetKeys: from the 6th argument, the last one given)
+        while i < len(args) - 1:
+            if args[i].lower() in (b"store", b"storedist"):
+                dst = args[i + 1]
+                i += 1
+            i += 1
+        return None if dst is None else (args[1], dst)
+
+    def split(self, args: list[bytes], owner: Sequence[int], pid_of: Any, ctx: Any = None
+              ) -> tuple[Parts, Any] | None:
+        keys = self._keys(args)
+        if keys is None:
+            return None
+        js, jd = owner[pid_of(keys[0])], owner[pid_of(keys[1])]
+        return {js: None, jd: None}, [js, jd, args, None]
+
+    def step(self, phase: int, parts: Parts, where: Any, got: Got) -> Steps:
+        if phase == 0:
+            return {where[0]: [[b"~capture", *where[2]]]}
+        return {where[1]: [[b"~zstore", *where[3]]]}
+
+    def after(self, phase: int, parts: Parts, where: Any, got: Got) -> Any:
+        if phase == 1:
+            return got[1][where[1]][0]
+        r = got[0][where[0]][0]
+        if len(r) == 1:  # nothing stored
+            return r[0]
+        where[3] = r[1:]
+        return None
+
+
+class _Mpop(Unit):
+    """LMPOP and ZMPOP numkeys key... over keys of several workers: the TYPE of every key
+    on its worker, then the command on the first key holding its type, at its worker
+    (WRONGTYPE when a key of another type comes before it; the null reply when none)."""
+
+    phases = 2
+
+    def __init__(self, name: str):
+        self.name = name
+        self.kind = b"list" if name == "lmpop" else b"zset"
+        self.parse = lists.mpop_args if name == "lmpop" else zsets.mpop_args
+
+    def split(self, args: list[bytes], owner: Sequence[int], pid_of: Any, ctx: Any = None
+              ) -> tuple[Parts, Any] | None:
+        try:
+            keys = self.parse(args, 1)[0]
+        except CommandError:
+            return None
+        at = [owner[pid_of(k)] for k in keys]
+        return dict.fromkeys(at), [keys, at, args, 2 + len(keys), None]
+
+    def step(self, phase: int, parts: Parts, where: Any, got: Got) -> Steps:
+        keys, at, args, rest, chosen = where
+        if phase == 0:
+            steps: Steps = {}
+            for k, j in zip(keys, at):
+                steps.setdefault(j, []).append([b"TYPE", k])
+            return steps
+        return {at[chosen]: [[args[0], b"1", keys[chosen], *args[rest:]]]}
+
+    def after(self, phase: int, parts: Parts, where: Any, got: Got) -> Any:
+        if phase == 1:
+            return got[1][where[1][where[4]]][0]
+        seen = dict.fromkeys(got[0], 0)
+        for i, j in enumerate(where[1]):
+            t = got[0][j][seen[j]]
+            seen[j] += 1
+            if t == b"none":
+                continue
+            if t != self.kind:
+                return Err(errors.WRONGTYPE)
+            where[4] = i
+            return None
+        return NULL_ARRAY
+
+
+class _Xread(Unit):
+    """XREAD [COUNT n] STREAMS key... id... (not BLOCK) over streams of several workers:
+    each worker reads its streams (XREAD of them), the replies merge in the order the keys
+    were given. An id that does not parse is an error unless a key before it (or its own)
+    is of another type (Redis checks each key's type, then its id): then the TYPE of those
+    keys decides."""
+
+    name = "xread"
+
+    def would_block(self, args: list[bytes]) -> bool:
+        try:
+            return streams.parse_read(args, False).timeout is not None
+        except CommandError:
+            return False
+
+    def split(self, args: list[bytes], owner: Sequence[int], pid_of: Any, ctx: Any = None
+              ) -> tuple[Parts, Any] | None:
+        try:
+            r = streams.parse_read(args, False)
+        except CommandError:
+            return None
+        bad: tuple[int, str] | None = None
+        for i, arg in enumerate(r.ids):
+            if arg == b">":
+                bad = (i, errors.XREAD_GT_OPTION)
+            elif arg != b"$":
+                try:
+                    streams.full_id(arg)
+                except CommandError as e:
+                    bad = (i, e.message)
+            if bad is not None:
+                break
+        keys = r.keys if bad is None else r.keys[:bad[0] + 1]
+        at = [owner[pid_of(k)] for k in keys]
+        return dict.fromkeys(at), [keys, at, r.ids, r.count, bad, getattr(ctx, "proto", 2)]
+
+    def step(self, phase: int, parts: Parts, where: Any, got: Got) -> Steps:
+        keys, at, ids, count, bad, _ = where
+        steps: Steps = {}
+        if bad is not None:
+            for k, j in zip(keys, at):
+                steps.setdefault(j, []).append([b"TYPE", k])
+            return steps
+        mine: dict[int, tuple[list[bytes], list[bytes]]] = {}
+        for k, i, j in zip(keys, ids, at):
+            ks, idl = mine.setdefault(j, ([], []))
+            ks.append(k)
+            idl.append(i)
+        head = [b"XREAD"] + ([b"COUNT", b"%d" % count] if count else []) + [b"STREAMS"]
+        return {j: [[*head, *ks, *idl]] for j, (ks, idl) in mine.items()}
+
+    def after(self, phase: int, parts: Parts, where: Any, got: Got) -> Any:
+        keys, at, ids, count, bad, proto = where
+        if bad is not None:
+            seen = dict.fromkeys(got[0], 0)
+            for j in at:
+                t = got[0][j][seen[j]]
+                seen[j] += 1
+                if t not in (b"none", b"stream"):
+                    return Err(errors.WRONGTYPE)
+            return Err(bad[1])
+        served: dict[int, list[tuple[bytes, Any]]] = {}
+        for j, rs in got[0].items():
+            r = rs[0]
+            if r is None or r is NULL_ARRAY or not r:
+                served[j] = []
+            elif isinstance(r, Map):
+                served[j] = [(r[i], r[i + 1]) for i in range(0, len(r), 2)]
+            else:
+                served[j] = [(p[0], p[1]) for p in r]
+        out = []
+        for k, j in zip(keys, at):
+            mine = served[j]
+            if mine and mine[0][0] == k:
+                out.append(mine.pop(0))
+        return streams.read_reply(proto, out) if out else NULL_ARRAY
+
+
 def _int(b: bytes) -> int | None:
     try:
         return int(b) if b.lstrip(b"-").isdigit() else None
@@ -380,4 +845,9 @@ UNITS: dict[str, Unit] = {u.name: u for u in (
     _Move("rename"), _Move("renamenx"), _Move("copy"), _ListMove("lmove"), _ListMove("rpoplpush"), _Smove(),
     *(_SetAlgebra(n) for n in ("sunion", "sinter", "sdiff", "sintercard", "sunionstore", "sinterstore",
                                "sdiffstore")),
+    *(_ZsetAlgebra(n) for n in ("zunion", "zinter", "zdiff", "zintercard", "zunionstore", "zinterstore",
+                                "zdiffstore")),
+    _Bitop(), _Lcs(), _Hll("pfcount", False), _Hll("pfmerge", True),
+    *(_Capture(n) for n in ("zrangestore", "geosearchstore", "georadius", "georadiusbymember")),
+    _Mpop("lmpop"), _Mpop("zmpop"), _Xread(),
 )}
