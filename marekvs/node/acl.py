@@ -12,6 +12,13 @@ revokes channels a subscribed connection of the user uses, that connection is cl
 (``ACLKillPubsubClientsIfNeeded``), and a deleted user's connections are closed, on every
 node. The ACL log is per node, as Redis's is per server.
 
+Records are read and written through ``Node.records`` (``node/records.py``): a single
+process's own store; on a node of several shard workers each record is stored by the
+worker owning its name's partition and every worker holds every user
+(``server/noderecords.py``): a change through one worker reaches every worker before its
+reply, and a worker applies the aclfile and requirepass (``load_settings``) once it holds
+its siblings' users.
+
 The check (``check``) runs in ``Node.dispatch`` before a command runs (or is queued in
 MULTI), for every client whose user is restricted; the default user with every
 permission (``+@all ~* &*``, one selector) is not checked at all. A denial answers with

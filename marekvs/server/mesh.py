@@ -53,14 +53,17 @@ connections). A client's command runs where its keys live:
   and so is the EXEC of a client that WATCHes keys of other workers (each worker watches
   its keys on the client's proxy; the EXEC asks each under its lock, ``_WATCHED``);
 - **refused**: what is not carried across workers yet answers
-  ``ERR <command> is not supported with shards > 1 yet`` (``Plan``): node records (ACL
-  SETUSER, FUNCTION LOAD), the node-wide commands ``fanout.MERGES`` does not name (ACL
-  LOG, MEMORY STATS, LATENCY, FUNCTION STATS, ...), the other commands whose keys are on
+  ``ERR <command> is not supported with shards > 1 yet`` (``Plan``): the node-wide
+  commands ``fanout.MERGES`` does not name (MEMORY STATS, LATENCY, ...), the other commands whose keys are on
   several workers (SORT ... STORE, XREADGROUP of several streams, a blocking command
   such as BLPOP, BLMPOP or XREAD BLOCK — on one worker they run), scripts whose declared
-  keys are on several workers, FCALL, an EXEC queueing a node-wide command or a unit of
+  keys are on several workers (EVAL's and FCALL's), an EXEC queueing a node-wide command or a unit of
   several phases (MSETNX, RENAME, ZUNIONSTORE, ...) across workers, SORT with BY/GET,
   client tracking and MONITOR.
+
+**Node records** (ACL SETUSER/DELUSER/LOAD, FUNCTION LOAD/DELETE/FLUSH/RESTORE: the
+router's ``node-record`` class) run on the connection's worker; the users and libraries
+they write reach every worker before the reply (``SHARED``; ``server/noderecords.py``).
 
 A blocking command (BLPOP, XREAD BLOCK, ...) whose keys are on one other worker waits
 there (``_BLOCKING``): the owner runs it on the client's proxy, which may block, and
