@@ -112,11 +112,21 @@ class Process:
 
     async def run_worker(self, worker: Worker) -> None:
         """A shard worker: the log trim (no peers, no gRPC), the mesh (every sibling
-        linked), then clients on the shared port; then one byte to the supervisor."""
+        linked), the node records of every worker and the ACL settings, then clients on
+        the shared port; then one byte to the supervisor."""
         assert self.mesh is not None
         node, config = self.node, self.node.config
         self.replication.start_local()
         await self.mesh.start()
+        # every worker's ACL users and function libraries, then the aclfile and requirepass
+        # (server/noderecords.py), before any client is served
+        await self.mesh.records.gather()
+        try:
+            node.acl.load_settings()
+        except StartupError as e:  # a bad aclfile: as Redis, the node does not start
+            log.critical("%s", e)
+            raise SystemExit(1) from None
+        self.mesh.records.acks.clear()  # (each worker applies its settings itself: nobody waits)
         await self.resp.start()
         log.info("marekvs %s node %d shard worker %d (partitions %s) serving %s:%d (data %s)", __version__,
                  config.node_id, worker.index, node.engine.partitions, config.bind, config.port,

@@ -53,9 +53,11 @@ class ChangeFeed:
         takes the tags it owns."""
         if fn not in self.node_subscribers:
             self.node_subscribers.append(fn)
-        self.engine.on_node_change = self._publish_node
+        self.engine.on_node_change = self.publish_node
 
-    def _publish_node(self, changes: list[tuple[bytes, bytes]]) -> None:
+    def publish_node(self, changes: list[tuple[bytes, bytes]]) -> None:
+        """Tell the node-record subscribers of ``changes`` (the engine's, or records a
+        shard worker holds for a sibling's partitions: ``server/mesh.SharedRecords``)."""
         for fn in list(self.node_subscribers):
             fn(changes)
 

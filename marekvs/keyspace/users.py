@@ -1,8 +1,9 @@
 """ACL users as records: read them all, write one, delete one (``core/acluser.py``).
 
 A user is one LWW record per name under the tag b'U', outside the keyspace of user keys
-(iteration, DBSIZE, FLUSHALL and DEBUG DIGEST never see it). Writes go through the one
-apply path like any other, so they replicate, and the engine reports every change of a
+(iteration, DBSIZE, FLUSHALL and DEBUG DIGEST never see it). The node writes these
+records with ``Node.records`` (``node/records.py``: the one apply path on a single process,
+the owning shard worker's on a node of several), so they replicate, and the engine reports every change of a
 user record, local or from a peer, to ``Engine.on_node_change`` (the node rebuilds its
 in-memory user from it: ``node/acl.py``).
 """
@@ -30,19 +31,17 @@ def user_records(ks: Keyspace) -> Iterator[tuple[bytes, bytes | None]]:
             log.error("ignoring a malformed ACL user record %r: %s", ikey, e)
 
 
-def read_rules(ks: Keyspace, name: bytes) -> bytes | None:
-    """The rules of the user ``name``, None if there is no such user."""
-    rec = ks.get(K.encode_user_key(name))
+def rules_in(rec: bytes | None) -> bytes | None:
+    """The rules a user record holds, None for no record or a deleted user."""
     return None if rec is None else acluser.rules_of(rec)
 
 
-def write_user(ks: Keyspace, name: bytes, rules: bytes) -> bool:
-    """Create or change the user ``name`` (one LWW write). True if a record changed."""
-    rec = acluser.new(rules, ks.stamp(), ks.node_id)
-    return bool(ks.apply([(K.encode_user_key(name), rec)]))
+def user_record(ks: Keyspace, name: bytes, rules: bytes) -> tuple[bytes, bytes]:
+    """The record creating or changing the user ``name`` (one LWW write, for
+    ``Node.records.write``)."""
+    return K.encode_user_key(name), acluser.new(rules, ks.stamp(), ks.node_id)
 
 
-def delete_user(ks: Keyspace, name: bytes) -> bool:
-    """Delete the user ``name`` (an LWW tombstone). True if a record changed."""
-    rec = acluser.tombstone(ks.stamp(), ks.node_id)
-    return bool(ks.apply([(K.encode_user_key(name), rec)]))
+def deleted_user(ks: Keyspace, name: bytes) -> tuple[bytes, bytes]:
+    """The record deleting the user ``name`` (an LWW tombstone)."""
+    return K.encode_user_key(name), acluser.tombstone(ks.stamp(), ks.node_id)

@@ -44,6 +44,7 @@ from marekvs.node import openfiles
 from marekvs.node.monitor import LatencyMonitor, MonitorLine, OpsMeter, SlowLog
 from marekvs.node.pause import SCRIPT_RUNNERS, ClientPause
 from marekvs.node.pubsub import PubSub, push_limited
+from marekvs.node.records import NodeRecords
 from marekvs.node.scripting import Scripting
 from marekvs.node.tracking import Tracking
 from marekvs.node.watch import Watches
@@ -106,8 +107,10 @@ class Node:
         self._lookup = self.table.dispatch
         self.sweeper = Sweeper(self.engine, config)
         self.tunables: dict[str, str] = {}  # Redis parameters changed by CONFIG SET (tunables.py)
-        # ACL users (node/acl.py): node-level records (outside the keyspace) the engine
-        # reports apart from the change feed
+        # ACL users (node/acl.py) and function libraries: node-level records (outside the
+        # keyspace) the engine reports apart from the change feed, read and written through
+        # ``records`` (node/records.py; a shard worker's mesh replaces it: server/mesh.py)
+        self.records = NodeRecords(self.ks)
         self.acl = Acl(self)
         self.changes.on_node_records(self.acl.records_changed)
         self.pubsub.limits = class_limits(self.tunable("client-output-buffer-limit"), "pubsub")
@@ -144,7 +147,9 @@ class Node:
         self._ack_event: asyncio.Event | None = None
         openfiles.raise_soft()
         self.maxclients = openfiles.fit(DEFAULT_MAXCLIENTS)
-        self.acl.load()  # the users of the records (and the aclfile, requirepass)
+        # the users of the records, and the aclfile and requirepass (a shard worker's once it
+        # holds every worker's users: process.Process.run_worker)
+        self.acl.load(settings=partitions is ALL)
 
     # -- clients ---------------------------------------------------------------------
     def new_context(self, **kw: Any) -> Context:

@@ -12,6 +12,13 @@ revokes channels a subscribed connection of the user uses, that connection is cl
 (``ACLKillPubsubClientsIfNeeded``), and a deleted user's connections are closed, on every
 node. The ACL log is per node, as Redis's is per server.
 
+Records are read and written through ``Node.records`` (``node/records.py``): a single
+process's own store; on a node of several shard workers each record is stored by the
+worker owning its name's partition and every worker holds every user
+(``server/noderecords.py``): a change through one worker reaches every worker before its
+reply, and a worker applies the aclfile and requirepass (``load_settings``) once it holds
+its siblings' users.
+
 The check (``check``) runs in ``Node.dispatch`` before a command runs (or is queued in
 MULTI), for every client whose user is restricted; the default user with every
 permission (``+@all ~* &*``, one selector) is not checked at all. A denial answers with
@@ -87,6 +94,7 @@ class Acl:
         self.default: User = aclrules.default_user(self.view)
         self.users: dict[bytes, User] = {b"default": self.default}
         self.log: list[LogEntry] = []  # newest first
+        self.found = False  # a user record (a deleted user's included) exists: the aclfile is not loaded
         if node.config.protected_mode == "no":
             node.tunables["protected-mode"] = "no"  # (CONFIG SET protected-mode changes it later)
 
@@ -121,16 +129,22 @@ class Acl:
         return not (host.startswith("127.") or host == "::1" or host.startswith("::ffff:127."))
 
     # -- start --------------------------------------------------------------------------
-    def load(self) -> None:
-        """At start: the users of the stored records, then the aclfile (first start of
-        this data directory only), then requirepass."""
-        found = False
+    def load(self, settings: bool = True) -> None:
+        """At start: the users of the stored records, then (``settings``) the aclfile
+        and requirepass. A shard worker loads its settings later (``load_settings``),
+        once it holds every worker's users (``server/mesh.SharedRecords.gather``)."""
         for name, rules in stored.user_records(self.node.ks):
-            found = True
+            self.found = True
             self._apply_rules(name, rules, kill=False)
+        if settings:
+            self.load_settings()
+
+    def load_settings(self) -> None:
+        """The aclfile (the first start of this data directory only: no user record
+        anywhere yet), then requirepass."""
         cfg = self.node.config
         engine = self.node.engine
-        if cfg.aclfile and not found and engine.get_meta(_FILE_LOADED) is None:
+        if cfg.aclfile and not self.found and engine.get_meta(_FILE_LOADED) is None:
             text, err = self._read_file()
             if err:
                 raise StartupError(f"Aborting startup because of ACL errors: {err}")
@@ -154,6 +168,7 @@ class Acl:
             except ValueError as e:
                 log.error("ignoring a malformed ACL user record %r: %s", ikey, e)
                 continue
+            self.found = True
             self._apply_rules(name, rules, kill=True)
 
     def _apply_rules(self, name: bytes, rules: bytes | None, kill: bool) -> None:
@@ -180,15 +195,20 @@ class Acl:
             self._kill_pubsub_if_needed(new, old)
         old.copy_from(new)
 
-    def _write(self, user: User) -> None:
-        """Make ``user`` (staged on a copy) the cluster's: one record, unless its rules are
-        already those stored (nothing to replicate)."""
+    def _record(self, user: User) -> tuple[bytes, bytes] | None:
+        """The record making ``user`` (staged on a copy) the cluster's, or None when its
+        rules are already those stored (nothing to replicate)."""
         rules = user.describe(self.view)
         current = self.users.get(user.name)
         if current is not None and current.describe(self.view) == rules and \
-                stored.read_rules(self.node.ks, user.name) == rules:
-            return
-        stored.write_user(self.node.ks, user.name, rules)
+                stored.rules_in(self.node.records.get(K.encode_user_key(user.name))) == rules:
+            return None
+        return stored.user_record(self.node.ks, user.name, rules)
+
+    def _write(self, user: User) -> None:
+        rec = self._record(user)
+        if rec is not None:
+            self.node.records.write([rec])
 
     # -- commands ------------------------------------------------------------------------------
     def staged(self, name: bytes) -> User:
@@ -203,25 +223,28 @@ class Acl:
         self._write(u)
 
     def delete_users(self, names: list[bytes]) -> int:
-        n = 0
-        for name in names:
-            if name in self.users:
-                stored.delete_user(self.node.ks, name)
-                n += 1
-        return n
+        gone = [stored.deleted_user(self.node.ks, name) for name in names if name in self.users]
+        self.node.records.write(gone)
+        return len(gone)
 
     def replace_all(self, users: dict[bytes, User], kill: bool = True) -> None:
         """ACL LOAD: the users of the file become the cluster's; the others are deleted.
         As Redis, the connections of every user but ``default`` on this node are closed
         (Redis frees the old users); peers apply the changes as changes."""
         if kill:
-            for u in list(self.users.values()):
-                if u is not self.default:
-                    self._kill_clients_of(u)
-        for name in [n for n in self.users if n not in users]:
-            stored.delete_user(self.node.ks, name)
+            self.kill_all_but_default()
+        recs = [stored.deleted_user(self.node.ks, name) for name in self.users if name not in users]
         for u in users.values():
-            self._write(u)
+            rec = self._record(u)
+            if rec is not None:
+                recs.append(rec)
+        self.node.records.write(recs, reload_users=kill)
+
+    def kill_all_but_default(self) -> None:
+        """ACL LOAD: the connections of every user but ``default`` close."""
+        for u in list(self.users.values()):
+            if u is not self.default:
+                self._kill_clients_of(u)
 
     def set_requirepass(self, password: str) -> None:
         """requirepass: the default user's password is this one (empty: nopass)."""

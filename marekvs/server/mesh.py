@@ -53,14 +53,17 @@ connections). A client's command runs where its keys live:
   and so is the EXEC of a client that WATCHes keys of other workers (each worker watches
   its keys on the client's proxy; the EXEC asks each under its lock, ``_WATCHED``);
 - **refused**: what is not carried across workers yet answers
-  ``ERR <command> is not supported with shards > 1 yet`` (``Plan``): node records (ACL
-  SETUSER, FUNCTION LOAD), the node-wide commands ``fanout.MERGES`` does not name (ACL
-  LOG, MEMORY STATS, LATENCY, FUNCTION STATS, ...), the other commands whose keys are on
+  ``ERR <command> is not supported with shards > 1 yet`` (``Plan``): the node-wide
+  commands ``fanout.MERGES`` does not name (MEMORY STATS, LATENCY, ...), the other commands whose keys are on
   several workers (SORT ... STORE, XREADGROUP of several streams, a blocking command
   such as BLPOP, BLMPOP or XREAD BLOCK — on one worker they run), scripts whose declared
-  keys are on several workers, FCALL, an EXEC queueing a node-wide command or a unit of
+  keys are on several workers (EVAL's and FCALL's), an EXEC queueing a node-wide command or a unit of
   several phases (MSETNX, RENAME, ZUNIONSTORE, ...) across workers, SORT with BY/GET,
   client tracking and MONITOR.
+
+**Node records** (ACL SETUSER/DELUSER/LOAD, FUNCTION LOAD/DELETE/FLUSH/RESTORE: the
+router's ``node-record`` class) run on the connection's worker; the users and libraries
+they write reach every worker before the reply (``SHARED``; ``server/noderecords.py``).
 
 A blocking command (BLPOP, XREAD BLOCK, ...) whose keys are on one other worker waits
 there (``_BLOCKING``): the owner runs it on the client's proxy, which may block, and
@@ -103,6 +106,7 @@ from marekvs.node import Node
 from marekvs.node.scripting import libs
 from marekvs.server import resp
 from marekvs.server.listener import Connection, RespServer
+from marekvs.server.noderecords import RECORDS, SharedRecords
 from marekvs.shards.fanout import MERGES, Merge, pack, unpack
 from marekvs.shards.router import ALL, FRONT, KEY, NODE_RECORD, Router
 from marekvs.shards.units import PART_COMMANDS, UNITS, Got, Unit, final
@@ -130,17 +134,15 @@ _FRONT_REFUSED = frozenset(("client|tracking", "monitor"))
 # no replica acknowledges), SWAPDB (one database: its error), SHUTDOWN (the worker asks the
 # supervisor, which stops every worker: Node.shutdown_hook)
 _ALL_HERE = frozenset(("wait", "swapdb", "shutdown"))
-# commands with keys whose run needs state only the connection's worker has, or runs code
-# that may touch any key (scripts)
-_SCRIPTS = frozenset(("fcall", "fcall_ro"))  # (functions: FUNCTION LOAD is not carried yet)
 _EVALS = frozenset(("eval", "eval_ro"))
 
 # a plan's kinds
-_LOCAL, _KEY, _KEYS, _REFUSE, _EXEC, _SORT, _FANOUT, _SCAN = range(8)
+_LOCAL, _KEY, _KEYS, _REFUSE, _EXEC, _SORT, _FANOUT, _SCAN, _RECORD = range(9)
 
 
 TRANSACTION = object()  # Plan.where's answer for an EXEC whose queue spans workers
 WATCH = object()  # ... for a WATCH of keys of other workers (watches live with the key's owner)
+SHARED = object()  # ... for a command writing node records: here, its reply once every worker has them
 _ENDS_WATCH = frozenset(("exec", "discard", "unwatch", "reset"))
 
 
@@ -210,17 +212,17 @@ class Plan:
         for cmd in table:
             cls = router.class_of(cmd)
             blocking = "blocking" in cmd.flags
-            if cmd.fullname in _SCRIPTS:
-                p: tuple[int, Any] = (_REFUSE, unsupported(cmd))
-            elif cls == FRONT:
-                p = (_REFUSE, unsupported(cmd)) if cmd.fullname in _FRONT_REFUSED else (_LOCAL, None)
+            if cls == FRONT:
+                p: tuple[int, Any] = (_REFUSE, unsupported(cmd)) if cmd.fullname in _FRONT_REFUSED else (_LOCAL, None)
             elif cls == ALL and cmd.fullname in MERGES:
                 p = (_FANOUT, Fan(self.number[id(cmd)] + _FAN, MERGES[cmd.fullname]))
             elif cls == ALL and cmd.fullname == "scan":
                 p = (_SCAN, None)
             elif cls == ALL and cmd.fullname in _ALL_HERE:
                 p = (_LOCAL, None)
-            elif cls in (ALL, NODE_RECORD):
+            elif cls == NODE_RECORD:  # (server/noderecords.py)
+                p = (_RECORD, None)
+            elif cls == ALL:
                 p = (_REFUSE, unsupported(cmd))
             elif cmd.fullname == "exec":
                 p = (_EXEC, None)
@@ -241,6 +243,8 @@ class Plan:
             return None
         if kind == _REFUSE or kind == _FANOUT:
             return arg  # type: ignore[no-any-return]
+        if kind == _RECORD:  # (queued in MULTI: EXEC runs it here, and every worker has it soon after)
+            return SHARED if ctx.multi is None else None
         if kind == _SCAN:  # the cursor is a partition: its worker scans on (commands/keys.py)
             c = args[1] if len(args) > 1 else b""
             if not c.isdigit() or len(c) > 4 or int(c) >= len(self.owner):
@@ -409,6 +413,9 @@ class Owner(asyncio.Protocol):
             if task is not None:  # the client went away while blocked here: its wait ends
                 task.cancel()
             return
+        if ci >= RECORDS:  # node records written by the sibling, or asked for (server/noderecords.py)
+            self.replies.append(self.mesh.records.received(ci, args))
+            return
         ctx = self._proxy(cid, proto)
         if ci >= _BLOCKING:
             self._block(ctx, self.mesh.plan.commands[ci - _BLOCKING], args)
@@ -564,6 +571,7 @@ class Mesh:
         self.plan = Plan(node, shards, index)
         self.links: list[Link | None] = [None] * len(shards)
         node.pubsub.siblings = self.notify
+        self.records = node.records = SharedRecords(self)  # ACL users, function libraries
         self.loading = [loading(shards, j) for j in range(len(shards))]
         self.loading_err = [Err(b[1:-2].decode()) for b in self.loading]  # (the same, as a reply value)
         self.server: Any = None
@@ -1061,6 +1069,8 @@ class ShardConnection(Connection):
                         r = self._on_mesh(mesh.run_transaction(ctx, self.remote, self.watching))
                     elif w is WATCH:
                         r = self._watch(r, args)
+                    elif w is SHARED:
+                        r = self._shared(r, args)
                     elif type(w) is not str:
                         r = self._unit(w, r, args)  # type: ignore[arg-type]
                     else:
@@ -1126,6 +1136,21 @@ class ShardConnection(Connection):
                 link.post([ctx.id, ctx.proto, _UNWATCH, None])
         self.watching.clear()
         return w
+
+    def _shared(self, cmd: Command, args: list[bytes]) -> Any:
+        """ACL SETUSER, FUNCTION LOAD, ...: run here; the reply once every sibling holds
+        the node records it wrote (``server/noderecords.py``)."""
+        records = self.mesh.records
+        records.acks = []
+        r = self.node.execute(self.ctx, cmd, args)
+        acked = records.take_acks()
+        if acked is None:
+            return r
+
+        async def reply() -> Any:
+            err = await acked
+            return r if err is None else err
+        return self._on_mesh(reply())
 
     def _watch(self, cmd: Command, args: list[bytes]) -> Any:
         """WATCH of keys of other workers: each worker watches its keys (for this client's

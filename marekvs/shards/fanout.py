@@ -19,6 +19,10 @@ holding the connection merges the replies into the one a single process gives.
   of every key's digest: the same digest as one process holding the same data), DEBUG
   DIGEST-VALUE (each key's digest from the worker where it lives);
 - SLOWLOG GET: the newest entries of every worker (by time, then id), ``count`` of them;
+  ACL LOG likewise (each worker logs the denials of its own connections), by age; ACL LOG
+  RESET empties every worker's;
+- FUNCTION STATS: the connection's worker's counts (every worker loads every library:
+  ``server/noderecords.py``), the running function of whichever worker runs one;
 - LASTSAVE: the oldest worker's (every write before it is saved on every worker);
 - INFO: the connection's worker's text, with the counters of the node summed over the
   workers (``merge_info``: clients, memory, stats, the keyspace line, command and error
@@ -190,6 +194,29 @@ def _lastsave(replies: list[Any], args: list[bytes]) -> Any:
     return min(replies) if e is None else e
 
 
+def _acl_log(replies: list[Any], args: list[bytes]) -> Any:
+    """ACL LOG: every worker's entries (each logs the denials of its connections), newest
+    first (by ``age-seconds``), ``count`` of them; ACL LOG RESET: the same change."""
+    e = _error(replies)
+    if e is not None or len(args) > 2 and args[2].lower() == b"reset":
+        return _same(replies, args)
+    entries = [x for r in replies for x in r]
+    entries.sort(key=lambda m: m[m.index(b"age-seconds") + 1])
+    count = max(int(args[2]), 0) if len(args) > 2 else 10
+    return entries[:count]
+
+
+def _function_stats(replies: list[Any], args: list[bytes]) -> Any:
+    """FUNCTION STATS: the libraries are loaded on every worker (the connection's worker's
+    counts); the running function is the one running on any worker."""
+    e = _error(replies)
+    if e is not None:
+        return e
+    out = type(replies[0])(replies[0])
+    out[1] = next((r[1] for r in replies if r[1] is not None), None)
+    return out
+
+
 # -- INFO --------------------------------------------------------------------------------------
 
 # the sections whose numeric fields are the node's sums over its workers; the others are
@@ -328,4 +355,5 @@ MERGES: dict[str, Merge] = {
     "pubsub|numsub": _numsub, "pubsub|shardnumsub": _numsub,
     "debug|digest": _digest, "debug|digest-value": _digest_value,
     "slowlog|get": _slowlog_get, "lastsave": _lastsave, "info": _info,
+    "acl|log": _acl_log, "function|stats": _function_stats,
 }

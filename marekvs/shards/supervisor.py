@@ -65,10 +65,6 @@ def refusal(config: Config) -> str | None:
     for name in ("tls_port", "kafka_port", "metrics_port"):
         if getattr(config, name):
             return f"{name} is not supported with shards > 1 yet (docs/shards.md)"
-    for name in ("requirepass", "aclfile"):  # ACL users are node records (slice 3 carries them later)
-        if getattr(config, name):
-            return (f"{name} is not supported with shards > 1 yet: ACL users are not shared by the workers "
-                    "(docs/shards.md)")
     return None
 
 

@@ -30,7 +30,10 @@ and the hook raises "Script killed by user with SCRIPT KILL..." in the script.
 
 **Function libraries** are records (``core/funclib.py``) that replicate to every peer;
 ``_records_changed`` (the engine's report of changed node-level records, local or from a
-peer) re-resolves the loaded set (``functions.resolve``). SCRIPT LOAD stays on the node
+peer, or from a sibling shard worker: ``node/records.py``) re-resolves the loaded set
+(``functions.resolve``); the libraries are written through ``Node.records``, so on a node
+of several shard workers each library is stored at its name's worker and loaded on every
+one. SCRIPT LOAD stays on the node
 that ran it, as Redis 7 keeps its script cache local: EVALSHA on another node answers
 NOSCRIPT until the script is loaded or EVAL'd there.
 """
@@ -723,7 +726,7 @@ class Scripting:
             else:
                 self._compiled[name] = lib
                 recs.append((K.encode_function_key(name), funclib.new(lib.code, stamp, ks.node_id)))
-        ks.apply(recs)
+        self.node.records.write(recs)
 
     def _load_records(self) -> None:
         """At start: every function-library record in the store."""
