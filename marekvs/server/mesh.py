@@ -97,6 +97,7 @@ from typing import Any, Callable
 
 import msgpack
 
+from marekvs.commands.aclrules import User
 from marekvs.commands.context import MULTI, Context
 from marekvs.commands.errors import CommandError
 from marekvs.commands.reply import NO_REPLY, NULL_ARRAY, OK, Blocking, Err
@@ -117,6 +118,19 @@ _enc = resp._enc
 _R_OK = resp.R_OK
 _packb = msgpack.packb
 _DROP = -1  # a frame entry's command index: forget the proxy context of this client
+_DEFAULT_USER = b"default"
+
+
+def _entry(ctx: Context, ci: int, args: Any) -> list[Any]:
+    """A frame entry running command index ``ci`` with ``args`` for the client ``ctx``:
+    [client id, protocol, index, args], and the name of the client's user when it is not
+    the default user. The proxy of the client runs as that user (``Owner._proxy``): the
+    client's worker checked the command against it, and what the command runs in turn (a
+    script's calls) is checked there against the same user."""
+    u = ctx.user
+    if u.name == _DEFAULT_USER:
+        return [ctx.id, ctx.proto, ci, args]
+    return [ctx.id, ctx.proto, ci, args, u.name]
 _NOTIFY = -2  # ... a keyspace notification to deliver here: [channel, message] (no reply)
 _LOCK = -3  # ... lock this worker for the unit in the client id's slot (no reply: a "g" frame later)
 _UNLOCK = -4  # ... the unit is done here
@@ -404,7 +418,7 @@ class Owner(asyncio.Protocol):
         self._emit()
 
     def _run(self, e: list[Any]) -> None:
-        cid, proto, ci, args = e
+        cid, proto, ci, args = e[0], e[1], e[2], e[3]
         if ci == _DROP:
             gone = self.proxies.pop(cid, None)
             if gone is not None and gone.watched is not None:
@@ -416,7 +430,7 @@ class Owner(asyncio.Protocol):
         if ci >= RECORDS:  # node records written by the sibling, or asked for (server/noderecords.py)
             self.replies.append(self.mesh.records.received(ci, args))
             return
-        ctx = self._proxy(cid, proto)
+        ctx = self._proxy(e)
         if ci >= _BLOCKING:
             self._block(ctx, self.mesh.plan.commands[ci - _BLOCKING], args)
             return
@@ -464,25 +478,34 @@ class Owner(asyncio.Protocol):
                 del self.blocked[cid]
         self._unit_frame({"b": cid, "r": self._value(r)})
 
-    def _proxy(self, cid: int, proto: int) -> Context:
+    def _proxy(self, e: list[Any]) -> Context:
+        """The proxy context of the client of entry ``e`` (``_entry``), with its protocol
+        and its user: this worker's user of that name (a user deleted meanwhile stands as a
+        disabled user with no permission)."""
+        cid = e[0]
         ctx = self.proxies.get(cid)
         if ctx is None:
             ctx = self.proxies[cid] = Context(self.node, cid, addr="shard-worker-proxy")
             ctx.deny_blocking = True  # what runs in steps (a cold zset, DBSIZE) runs to its end here
-        ctx.proto = proto
+        ctx.proto = e[1]
+        acl = self.node.acl
+        if len(e) > 4:
+            ctx.user = acl.users.get(e[4]) or User(e[4])
+        elif ctx.user is not acl.default:
+            ctx.user = acl.default
         return ctx
 
     def _now(self, e: list[Any]) -> None:
         """An entry that does not wait for the unit holding this worker: the lock protocol,
         the holder's own parts, a notification."""
-        cid, proto, ci, args = e
+        cid, ci, args = e[0], e[2], e[3]
         mesh = self.mesh
         if ci == _NOTIFY:
             self.node.pubsub.deliver(args[0], args[1])
         elif ci == _SCRIPT:
             self.node.scripting.script_load(args)
         elif ci == _WATCHED or ci == _UNWATCH:
-            ctx = self._proxy(cid, proto)
+            ctx = self._proxy(e)
             valid = ctx.watched is None or self.node.watches.still_valid(ctx)
             if ctx.watched is not None:
                 self.node.watches.unwatch_all(ctx)
@@ -500,8 +523,8 @@ class Owner(asyncio.Protocol):
 
     def _part(self, e: list[Any]) -> bytes:
         """Run a part of the unit holding this worker: its reply, packed."""
-        cid, proto, ci, args = e
-        ctx = self._proxy(cid, proto)
+        ci, args = e[2], e[3]
+        ctx = self._proxy(e)
         r = self.node.execute(ctx, self.mesh.plan.commands[ci - _PART], args)
         ctx.deferred = None
         return self._value(r)
@@ -790,7 +813,7 @@ class Mesh:
             valid = node.watches.still_valid(ctx)
             self._end_multi(ctx)
             for j in sorted(watching):  # the watches on other workers (each checked and dropped there)
-                got = await self.parts_of(j, uid, [[ctx.id, ctx.proto, _WATCHED, None]])
+                got = await self.parts_of(j, uid, [_entry(ctx, _WATCHED, None)])
                 if got is None:
                     return self.loading_err[j]
                 valid = valid and bool(unpack(got[0]))
@@ -859,7 +882,7 @@ class Mesh:
 
     def part_entry(self, ctx: Context, cmd: Command, argv: list[bytes]) -> list[Any]:
         """The entry running ``argv`` for ``ctx`` as a part of the unit holding a worker."""
-        return [ctx.id, ctx.proto, _PART + self.plan.number[id(cmd)], argv]
+        return _entry(ctx, _PART + self.plan.number[id(cmd)], argv)
 
     def new_unit(self) -> int:
         self.unit_seq += 1
@@ -1133,7 +1156,7 @@ class ShardConnection(Connection):
         for j in self.watching:
             link = self.mesh.links[j]
             if link is not None:
-                link.post([ctx.id, ctx.proto, _UNWATCH, None])
+                link.post(_entry(ctx, _UNWATCH, None))
         self.watching.clear()
         return w
 
@@ -1175,7 +1198,7 @@ class ShardConnection(Connection):
             fut: asyncio.Future[list[bytes] | None] = loop.create_future()
             link = mesh.links[j]
             assert link is not None
-            link.send([[ctx.id, ctx.proto, number, [b"WATCH", *keys]]],
+            link.send([_entry(ctx, number, [b"WATCH", *keys])],
                       lambda replies, f=fut: f.done() or f.set_result(replies))
             waits.append(fut)
             self.remote.add(j)
@@ -1213,7 +1236,7 @@ class ShardConnection(Connection):
         n = len(cmds)
         k = i
         while True:
-            entries.append([ctx.id, ctx.proto, number[id(cmd)], cmds[k]])
+            entries.append(_entry(ctx, number[id(cmd)], cmds[k]))
             mutes.append(bool(muted and self._mute(muted)))
             k += 1
             if k >= n:
@@ -1250,7 +1273,7 @@ class ShardConnection(Connection):
                 return mesh.loading_err[j]
         loop = node.loop
         assert loop is not None
-        entry = [[ctx.id, ctx.proto, fan.number, args]]
+        entry = [_entry(ctx, fan.number, args)]
         waits: list[asyncio.Future[list[bytes] | None]] = []
         for j, link in enumerate(mesh.links):
             if link is not None:
@@ -1285,7 +1308,7 @@ class ShardConnection(Connection):
         fut: asyncio.Future[Any] = loop.create_future()
         mesh.parked[(ctx.id, j)] = fut
         self.remote.add(j)
-        link.post([ctx.id, ctx.proto, _BLOCKING + mesh.plan.number[id(cmd)], args])
+        link.post(_entry(ctx, _BLOCKING + mesh.plan.number[id(cmd)], args))
         return Blocking(self._parked(fut))
 
     async def _parked(self, fut: asyncio.Future[Any]) -> Any:

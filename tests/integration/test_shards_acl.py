@@ -217,6 +217,37 @@ def test_functions_loaded_on_every_worker(node, one):
     assert b.execute_command("FUNCTION", "LOAD", LIB) == b"lib1"
 
 
+def test_a_users_scripts_run_as_the_user_on_the_worker_of_their_keys(node, one):
+    """A command carried to another worker runs there as the client's user: a script's or
+    a function's calls are checked against the same rules as on one process (it ran as
+    the default user there, and could write where its user may not)."""
+    rules = ["reset", "on", ">dpw", "~*", "+eval", "+evalsha", "+fcall", "+get", "+function", "+client|id"]
+    single = client_of(one.port, password=PW)
+    single.execute_command("ACL", "SETUSER", "dana", *rules)
+    on(node, 0).execute_command("ACL", "SETUSER", "dana", *rules)
+    for c in (on(node, 0), single):
+        c.execute_command("FUNCTION", "LOAD", "REPLACE", LIB)
+    one_dana = client_of(one.port, username="dana", password="dpw")
+    script = "return redis.call('SET', KEYS[1], 'x')"
+    for w in (0, 1):
+        dana = client_on(node.port, w, username="dana", password="dpw")
+        for kw in (0, 1):
+            k = keys_on(kw, 1, "dk")[0]
+            with pytest.raises(redis.ResponseError) as here:
+                dana.eval(script, 1, k)
+            with pytest.raises(redis.ResponseError) as there:
+                one_dana.eval(script, 1, k)
+            assert str(here.value) == str(there.value) and "can't run this command" in str(here.value)
+            with pytest.raises(redis.ResponseError) as here:
+                dana.fcall("setget", 1, k, "v")
+            with pytest.raises(redis.ResponseError) as there:
+                one_dana.fcall("setget", 1, k, "v")
+            assert str(here.value) == str(there.value)
+            assert dana.eval("return redis.call('GET', KEYS[1])", 1, k) is None  # what it may do, it does
+            assert dana.get(k) is None  # nothing was written
+    on(node, 0).execute_command("ACL", "DELUSER", "dana")
+
+
 def test_a_restart_keeps_users_and_functions(node):
     a = on(node, 0)
     a.execute_command("ACL", "SETUSER", "frank", "on", ">fpw", "~*", "+@all")
