@@ -44,10 +44,10 @@ to the next phase, else the reply; an error reply of any part ends the unit with
 - XREAD without BLOCK (``_Xread``): each worker reads its streams, the replies merge in
   the order the keys were given (an id that does not parse: the TYPE of the keys before
   it decides between WRONGTYPE and the id's error, as Redis checks them key by key).
-- XREADGROUP that does not block (``_XreadGroup``): each worker reads its streams with
-  the group, the replies merge in the order given (an error, NOGROUP say, is the first
-  worker's; a worker whose streams have the group has read them meanwhile, where Redis
-  checks every key's group before reading any).
+- XREADGROUP that does not block (``_XreadGroup``): each worker checks its streams as
+  Redis does before reading any (``~xgcheck``: type, group, id; the first key in the
+  order given that fails answers its error, nothing read), then reads them with the
+  group; the replies merge in the order given.
 - Blocking commands over keys of several workers (``blocking_call``, ``_Round``): each
   round is its non-blocking form as a unit (BLPOP/BRPOP: LMPOP ... COUNT 1, BZPOPMIN/MAX:
   ZMPOP, BLMPOP/BZMPOP: LMPOP/ZMPOP, BLMOVE/BRPOPLPUSH: LMOVE/RPOPLPUSH, XREAD BLOCK:
@@ -812,7 +812,7 @@ class _Xread(Unit):
         return {j: [[*head, *ks, *idl]] for j, (ks, idl) in mine.items()}
 
     def after(self, phase: int, parts: Parts, where: Any, got: Got) -> Any:
-        keys, at, ids, count, bad, proto = where
+        keys, at, ids, count, bad, proto = where[:6]
         if bad is not None:
             seen = dict.fromkeys(got[0], 0)
             for j in at:
@@ -840,11 +840,13 @@ class _Xread(Unit):
 
 class _XreadGroup(_Xread):
     """XREADGROUP GROUP group consumer [COUNT n] [NOACK] STREAMS key... id... (not BLOCK)
-    over streams of several workers: each worker reads its streams (XREADGROUP of them,
-    under the unit's locks), the replies merge in the order the keys were given. An error
-    (NOGROUP, an id) is the first worker's in worker order, not the first key's."""
+    over streams of several workers: first each worker checks its streams as Redis does
+    before reading any (``~xgcheck``: the key's type, its group, then its id), and the
+    first key in the order given that fails answers its error with nothing read; then each
+    worker reads its streams (XREADGROUP of them), the replies merge in the order given."""
 
     name = "xreadgroup"
+    phases = 2
 
     def would_block(self, args: list[bytes]) -> bool:
         try:
@@ -863,16 +865,30 @@ class _XreadGroup(_Xread):
         at = [owner[pid_of(k)] for k in r.keys]
         head = [b"XREADGROUP", b"GROUP", r.group, r.consumer] + ([b"COUNT", b"%d" % r.count] if r.count else []) + (
             [b"NOACK"] if r.noack else []) + [b"STREAMS"]
-        return dict.fromkeys(at), [r.keys, at, r.ids, head, None, getattr(ctx, "proto", 2)]
+        return dict.fromkeys(at), [r.keys, at, r.ids, head, None, getattr(ctx, "proto", 2), r.group]
 
     def step(self, phase: int, parts: Parts, where: Any, got: Got) -> Steps:
-        keys, at, ids, head, _, _ = where
+        keys, at, ids, head = where[:4]
         mine: dict[int, tuple[list[bytes], list[bytes]]] = {}
         for k, i, j in zip(keys, ids, at):
             ks, idl = mine.setdefault(j, ([], []))
             ks.append(k)
             idl.append(i)
+        if phase == 0:
+            return {j: [[b"~xgcheck", where[6], *(x for pair in zip(ks, idl) for x in pair)]]
+                    for j, (ks, idl) in mine.items()}
         return {j: [[*head, *ks, *idl]] for j, (ks, idl) in mine.items()}
+
+    def after(self, phase: int, parts: Parts, where: Any, got: Got) -> Any:
+        if phase == 1:
+            return super().after(0, parts, where, got[1:])
+        seen = dict.fromkeys(got[0], 0)
+        for j in where[1]:
+            bad = got[0][j][0][seen[j]]
+            seen[j] += 1
+            if bad is not None:
+                return Err(bad)
+        return None
 
 
 def _int(b: bytes) -> int | None:
@@ -1068,6 +1084,23 @@ def _wait(ctx: Any, args: list[bytes]) -> Any:
     return ids
 
 
+def _xgcheck(ctx: Any, args: list[bytes]) -> Any:
+    """``~xgcheck group key id ...``: per key, None or the error XREADGROUP answers for it
+    (its type, its group, its id: ``streams._resolve``'s checks)."""
+    out: list[str | None] = []
+    for i in range(2, len(args) - 1, 2):
+        r = streams._ReadArgs()
+        r.group, r.keys, r.ids = args[1], [args[i]], [args[i + 1]]
+        try:
+            streams._resolve(ctx, r, True)
+            out.append(None)
+        except CommandError as e:
+            out.append(e.message)
+        except WrongType:
+            out.append(errors.WRONGTYPE)
+    return out
+
+
 def _held(ctx: Any, args: list[bytes]) -> Any:
     """``~held key...``: 1 if another client holds one of these keys here, or one changed
     and its waiters were not served yet (the registry serves them on the next turn): they
@@ -1077,3 +1110,4 @@ def _held(ctx: Any, args: list[bytes]) -> Any:
 
 PART_COMMANDS[b"~wait"] = _part_command("~wait", _wait, False)
 PART_COMMANDS[b"~held"] = _part_command("~held", _held, False)
+PART_COMMANDS[b"~xgcheck"] = _part_command("~xgcheck", _xgcheck, False)
