@@ -1348,6 +1348,7 @@ class ShardConnection(Connection):
         call = blocking_call(cmd.fullname, args, self.ctx)
         if call is None:  # not the command's arguments: its own error, from here
             return self.node.execute(self.ctx, cmd, args)
+        self.ctx.trying = True  # (until its first round ran: then it waits, or answered)
         return Blocking(self._rounds(call))
 
     async def _rounds(self, call: BlockCall) -> Any:
@@ -1364,6 +1365,7 @@ class ShardConnection(Connection):
                 if made is None:
                     return Err("ERR internal error: a blocking command across shard workers")
                 r = await mesh.submit(made[0], made[1], made[2], ctx, self.remote)
+                ctx.trying = False
                 if type(r) is not Waiting:
                     return call.reply(r)
                 watching.update(r.workers)
@@ -1382,6 +1384,7 @@ class ShardConnection(Connection):
                 again = True
             return NO_REPLY
         finally:
+            ctx.trying = False
             if mesh.woken.get(ctx.id) is not None:
                 del mesh.woken[ctx.id]
             mesh.unwait(ctx, watching)

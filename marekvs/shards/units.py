@@ -733,10 +733,10 @@ class _Mpop(Unit):
         except CommandError:
             return None
         at = [owner[pid_of(k)] for k in keys]
-        return dict.fromkeys(at), [keys, at, args, 2 + len(keys), None]
+        return dict.fromkeys(at), [keys, at, args, 2 + len(keys), None, False]
 
     def step(self, phase: int, parts: Parts, where: Any, got: Got) -> Steps:
-        keys, at, args, rest, chosen = where
+        keys, at, args, rest, chosen = where[:5]
         if phase == 0:
             steps: Steps = {}
             for k, j in zip(keys, at):
@@ -751,7 +751,7 @@ class _Mpop(Unit):
         for i, j in enumerate(where[1]):
             t = got[0][j][seen[j]]
             seen[j] += 1
-            if t == b"none":
+            if t == b"none" or (t != self.kind and where[5]):  # (a blocked client's retry skips it)
                 continue
             if t != self.kind:
                 return Err(errors.WRONGTYPE)
@@ -967,6 +967,11 @@ class _Round(Unit):
             if any(r[0] for r in got[0].values()):
                 where[1] = 1
             return None
+        if phase == 1 and where[3] == b"1" and isinstance(self.inner, _ListMove):
+            js = where[0][0]  # (a retry: a source of another type keeps it waiting, as Redis)
+            if got[1][js][0] != b"list":
+                where[1] = phase + 1
+                return None
         r = self.inner.after(phase - 1, parts, where[0], got[1:])
         if r is NULL_ARRAY or r is _NIL:
             where[1] = phase + 1
@@ -995,6 +1000,8 @@ class BlockCall:
         for i, k in enumerate(self.keys):
             watches.setdefault(owner[pid_of(k)], []).append(i)
         unit = _ROUNDS[inner.name]
+        if again and isinstance(inner, _Mpop):
+            split[1][5] = True  # a blocked client's retry skips keys of another type (Redis's serving)
         return unit, split[0], [split[1], -1, watches, b"1" if again else b"0", self.ids, self.keys]
 
     def reply(self, r: Any) -> Any:

@@ -10,9 +10,7 @@ hand, timeouts and argument errors are compared with redis-server byte for byte 
 test_shards_multikey.py's ``blocking`` and ``xreadgroup`` cases.)
 
 Each wait is observed through INFO's ``blocked_clients`` (summed over the workers), never
-with a sleep. A client counts as blocked from the moment its command is taken, before its
-watches are set (a write meanwhile is found by its first attempt, made under the same
-locks as the watches).
+with a sleep: a client counts once its first try found nothing and its watches are set.
 """
 
 from __future__ import annotations
@@ -94,10 +92,10 @@ def test_blocked_client_woken_by_a_write_on_either_worker(node, protocol):
 
 
 def test_fifo_and_no_element_served_twice(node):
-    """Two clients blocked on the same keys are served in the order they blocked (both on
-    worker 0, whose rounds run in the order taken; writes from worker 1); then concurrent
-    poppers and pushers on both workers: every element pushed is popped once."""
-    a, b = client_on(node.port, 0), client_on(node.port, 0)
+    """Two clients blocked on the same keys (through different workers) are served in the
+    order they blocked; then concurrent poppers and pushers on both workers: every element
+    pushed is popped once."""
+    a, b = client_on(node.port, 1), client_on(node.port, 0)
     w = client_on(node.port, 1)
     w.delete(K0, K1)
     ta, ga = in_thread(lambda: a.brpop([K0, K1], timeout=60))
