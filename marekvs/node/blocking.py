@@ -81,6 +81,7 @@ class BlockingRegistry:
         self.held: dict[bytes, int] = {}
         self.holds: dict[int, list[bytes]] = {}
         self.changed_held: set[bytes] = set()
+        self.skip: dict[bytes, int] = {}  # a key released by a client that found nothing: not it again
         self.woke: Callable[[int, Any], None] = lambda cid, value: None
         # CLIENT UNBLOCK of a client of ours blocked over several workers but watching
         # nowhere at this moment (between two rounds): the mesh ends its command
@@ -135,14 +136,15 @@ class BlockingRegistry:
         self.release(cid, True)
 
     def release(self, cid: int, served: bool) -> None:
-        """End ``cid``'s holds: its keys' next waiters are served if the client took
-        something or the key changed meanwhile."""
+        """End ``cid``'s holds: the keys' other waiters are served (a client that found
+        nothing is not woken again for the same change: ``served`` False)."""
         for key in self.holds.pop(cid, ()):
             if self.held.get(key) == cid:
                 del self.held[key]
-                if served or key in self.changed_held:
-                    self.changed_held.discard(key)
-                    self.ready[key] = None
+                if not served and key not in self.changed_held:
+                    self.skip[key] = cid
+                self.changed_held.discard(key)
+                self.ready[key] = None
         if self.ready and not self._scheduled:
             self._scheduled = True
             (self.loop or asyncio.get_event_loop()).call_soon(self.serve)
@@ -216,6 +218,8 @@ class BlockingRegistry:
         for key in user_keys(changes):
             if key in by_key:
                 self.ready[key] = None
+                if self.skip:
+                    self.skip.pop(key, None)  # (a new change: every waiter is considered)
         if self.ready and not self._scheduled:
             self._scheduled = True
             (self.loop or asyncio.get_event_loop()).call_soon(self.serve)
@@ -231,9 +235,10 @@ class BlockingRegistry:
             if key in self.held:  # a watching client's attempt is on its way: after it
                 self.changed_held.add(key)
                 continue
+            skip = self.skip.pop(key, None) if self.skip else None
             for w in list(self.by_key.get(key, ())):
-                if self.by_client.get(w.ctx.id) is not w:
-                    continue  # served through another of its keys meanwhile
+                if self.by_client.get(w.ctx.id) is not w or w.ctx.id == skip:
+                    continue  # served through another of its keys meanwhile (or found nothing)
                 self.current_setter(w.ctx)
                 try:
                     value = w.attempt()

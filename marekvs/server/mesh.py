@@ -79,9 +79,8 @@ client's *watch* on each worker of its keys (``~wait``; XREAD's ``$`` resolved t
 the stream's last id). A watch does not pop: the first change of a watched key ends it
 (``node/blocking.py``) and holds that key (its other waiters, local ones too, wait) while
 the owner tells the client's worker (a ``{"w": client id}`` frame), which runs the next
-round; the round releases the hold (the next waiter is served if the client took
-something or the key changed again meanwhile). A round that found nothing watches again
-in its place. So the elements of a push are popped by one client only, and waiters
+round; the round releases the hold and the key's other waiters are served. A round that
+found nothing watches again in its place (not woken again for the same change). So the elements of a push are popped by one client only, and waiters
 already watching are served first come, first served on every worker. The command ends
 with its reply, the timeout (kept on the client's worker: the nil reply), CLIENT UNBLOCK
 (which ends the watches, or, between rounds, the rounds themselves), or the client's

@@ -803,11 +803,7 @@ class _Xread(Unit):
             for k, j in zip(keys, at):
                 steps.setdefault(j, []).append([b"TYPE", k])
             return steps
-        mine: dict[int, tuple[list[bytes], list[bytes]]] = {}
-        for k, i, j in zip(keys, ids, at):
-            ks, idl = mine.setdefault(j, ([], []))
-            ks.append(k)
-            idl.append(i)
+        mine = _streams_by_worker(keys, ids, at)
         head = [b"XREAD"] + ([b"COUNT", b"%d" % count] if count else []) + [b"STREAMS"]
         return {j: [[*head, *ks, *idl]] for j, (ks, idl) in mine.items()}
 
@@ -836,6 +832,17 @@ class _Xread(Unit):
             if mine and mine[0][0] == k:
                 out.append(mine.pop(0))
         return streams.read_reply(proto, out) if out else NULL_ARRAY
+
+
+def _streams_by_worker(keys: list[bytes], ids: list[bytes], at: list[int]
+                       ) -> dict[int, tuple[list[bytes], list[bytes]]]:
+    """Each worker's streams and their ids, in the order given."""
+    mine: dict[int, tuple[list[bytes], list[bytes]]] = {}
+    for k, i, j in zip(keys, ids, at):
+        ks, idl = mine.setdefault(j, ([], []))
+        ks.append(k)
+        idl.append(i)
+    return mine
 
 
 class _XreadGroup(_Xread):
@@ -869,11 +876,7 @@ class _XreadGroup(_Xread):
 
     def step(self, phase: int, parts: Parts, where: Any, got: Got) -> Steps:
         keys, at, ids, head = where[:4]
-        mine: dict[int, tuple[list[bytes], list[bytes]]] = {}
-        for k, i, j in zip(keys, ids, at):
-            ks, idl = mine.setdefault(j, ([], []))
-            ks.append(k)
-            idl.append(i)
+        mine = _streams_by_worker(keys, ids, at)
         if phase == 0:
             return {j: [[b"~xgcheck", where[6], *(x for pair in zip(ks, idl) for x in pair)]]
                     for j, (ks, idl) in mine.items()}
