@@ -80,9 +80,9 @@ the stream's last id). A watch does not pop: the first change of a watched key e
 (``node/blocking.py``) and holds that key (its other waiters, local ones too, wait) while
 the owner tells the client's worker (a ``{"w": client id}`` frame), which runs the next
 round; the round releases the hold and the key's other waiters are served. A round that
-found nothing watches again in its place (not woken again for the same change). So the elements of a push are popped by one client only, and waiters
-already watching are served first come, first served on every worker. The command ends
-with its reply, the timeout (kept on the client's worker: the nil reply), CLIENT UNBLOCK
+found nothing watches again in its place (not woken again for the same change). So
+the elements of a push are popped by one client only, and waiters already watching
+are served first come, first served on every worker. The command ends with its reply, the timeout (kept on the client's worker: the nil reply), CLIENT UNBLOCK
 (which ends the watches, or, between rounds, the rounds themselves), or the client's
 going away; each end drops the watches everywhere (``_UNWAIT``, or ``_DROP``).
 
