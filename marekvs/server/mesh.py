@@ -70,21 +70,22 @@ BZPOPMIN/BZPOPMAX/BZMPOP, BLMOVE/BRPOPLPUSH from one worker to another, XREAD BL
 XREADGROUP BLOCK with ``>``; ``BLOCK_ACROSS``) runs in rounds from the connection's
 worker (``ShardConnection._rounds``; its arguments are parsed first, as its handler
 parses them, so a bad one gets the handler's error). A round is a unit
-(``units._Round``): unless another client comes first for one of its keys (``~held``:
-it holds it, or the key changed and its waiters were not served yet), the command's
-non-blocking form (LMPOP, ZMPOP, LMOVE, RPOPLPUSH,
-XREAD, XREADGROUP) across the workers, answered at once if it found something; else,
-under the same locks (no write between the attempt and the waits), a last phase sets the
-client's *watch* on each worker of its keys (``~wait``; XREAD's ``$`` resolved there to
-the stream's last id). A watch does not pop: the first change of a watched key ends it
-(``node/blocking.py``) and holds that key (its other waiters, local ones too, wait) while
-the owner tells the client's worker (a ``{"w": client id}`` frame), which runs the next
-round; the round releases the hold and the key's other waiters are served. A round that
-found nothing watches again in its place (not woken again for the same change). So
-the elements of a push are popped by one client only, and waiters already watching
-are served first come, first served on every worker. The command ends with its reply, the timeout (kept on the client's worker: the nil reply), CLIENT UNBLOCK
-(which ends the watches, or, between rounds, the rounds themselves), or the client's
-going away; each end drops the watches everywhere (``_UNWAIT``, or ``_DROP``).
+(``units._Round``): unless another client comes first for one of its keys (``~held``: it
+holds it, or the key changed and its waiters were not served yet), the command's
+non-blocking form (LMPOP, ZMPOP, LMOVE, RPOPLPUSH, XREAD, XREADGROUP) across the
+workers, answered at once if it found something; else, under the same locks (no write
+between the attempt and the waits), a last phase sets the client's *watch* on each
+worker of its keys (``~wait``; XREAD's ``$`` resolved there to the stream's last id). A
+watch does not pop: the first change of a watched key ends it (``node/blocking.py``) and
+holds that key (its other waiters, local ones too, wait) while the owner tells the
+client's worker (a ``{"w": client id}`` frame), which runs the next round; the round
+releases the hold and the key's other waiters are served. A round that found nothing
+watches again in its place (not woken again for the same change). So the elements of a
+push are popped by one client only, and waiters already watching are served first come,
+first served on every worker. The command ends with its reply, the timeout (kept on the
+client's worker: the nil reply), CLIENT UNBLOCK (which ends the watches, or, between
+rounds, the rounds themselves), or the client's going away; each end drops the watches
+everywhere (``_UNWAIT``, or ``_DROP``).
 
 A proxy context runs what a handler would do in steps (DBSIZE, KEYS, the first read of a
 cold zset) to its end at once (``deny_blocking``, as inside MULTI): the owner's other
