@@ -120,7 +120,8 @@ def wait_port(port: int, proc: subprocess.Popen | None = None, timeout: float = 
 
 # MAREKVS_TEST_SHARDS=N (N > 1): the nodes the tests start alone (no peers, TLS, Kafka or
 # metrics port, password or ACL file, which a multi-worker node refuses yet) run N shard
-# workers (docs/shards.md; not in `make test` yet: many tests still meet what slices 3-5 left)
+# workers (docs/shards.md). `make test` runs the files listed in the Makefile's SHARDED_TESTS
+# a second time with MAREKVS_TEST_SHARDS=2 (the others still meet what the slices left)
 _NOT_WITH_SHARDS = ("--peers", "--shards", "--tls-port", "--kafka-port", "--metrics-port", "--config", "--requirepass",
                     "--aclfile")
 
