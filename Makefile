@@ -43,7 +43,9 @@ run: proto native
 # second time that way (MAREKVS_TEST_SHARDS=2, tests/helpers.py; docs/shards.md §9, slice 10):
 # each new slice adds the files it makes pass
 SHARDED_TESTS := tests/integration/test_differential.py tests/integration/test_differential_hll_bitmaps.py \
-                 tests/integration/test_hashes_sets.py tests/integration/test_differential_hashes_sets.py
+                 tests/integration/test_hashes_sets.py tests/integration/test_differential_hashes_sets.py \
+                 tests/integration/test_differential_zsets.py tests/integration/test_differential_lists.py \
+                 tests/integration/test_differential_streams.py tests/integration/test_lists.py
 
 test: proto native
 	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile tests; rc=$$?; \
