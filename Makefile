@@ -44,6 +44,8 @@ run: proto native
 # each new slice adds the files it makes pass
 SHARDED_TESTS := tests/integration/test_differential.py tests/integration/test_differential_hll_bitmaps.py \
                  tests/integration/test_hashes_sets.py tests/integration/test_differential_hashes_sets.py \
+                 tests/integration/test_differential_zsets.py tests/integration/test_differential_lists.py \
+                 tests/integration/test_differential_streams.py tests/integration/test_lists.py \
                  tests/integration/test_bad_input.py
 
 test: proto native

@@ -313,7 +313,7 @@ def _section_server(s) -> list[tuple[str, object]]:
 
 
 def _section_clients(s):
-    blocked = sum(1 for ctx in s.clients.values() if ctx.blocked)
+    blocked = sum(1 for ctx in s.clients.values() if ctx.blocked and not ctx.trying)
     return [("connected_clients", len(s.clients)), ("blocked_clients", blocked),
             ("tracking_clients", s.tracking.clients), ("pubsub_clients", sum(c.in_pubsub for c in s.clients.values())),
             ("maxclients", s.maxclients)]

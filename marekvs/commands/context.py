@@ -94,7 +94,7 @@ class NodeApi(Protocol):
 
 class Context:
     __slots__ = ("node", "ks", "id", "proto", "authed", "name", "lib_name", "lib_ver", "addr", "laddr",
-                 "fd", "created", "last_active", "last_cmd", "no_evict", "db", "blocked", "last_write_seq",
+                 "fd", "created", "last_active", "last_cmd", "no_evict", "db", "blocked", "trying", "last_write_seq",
                  "deny_blocking", "closing", "on_kill", "on_auth", "query_buffer", "reply_mode",
                  "channels", "patterns", "shard_channels", "in_pubsub", "on_push", "soft_limit_since",
                  "tracking", "deferred", "multi", "multi_error", "watched", "watch_dirty", "user", "acl_context",
@@ -115,6 +115,9 @@ class Context:
         self.no_evict = False
         self.db = 0
         self.blocked = False  # a blocking command is pending: the transport holds later ones
+        # a blocking command over several shard workers whose first try has not run yet: not
+        # waiting yet (INFO blocked_clients does not count it)
+        self.trying = False
         self.last_write_seq = 0  # log seq of this client's last write (WAIT)
         self.deny_blocking = False
         self.reply_mode = 0  # CLIENT REPLY: 0 on, 1 off, 2 skip this reply and the next

@@ -20,6 +20,17 @@ at-least-once duplicate, as docs/compatibility.md says.
 
 Inside MULTI/EXEC or a script (``ctx.deny_blocking``) ``block`` returns the timeout reply
 at once, as Redis does.
+
+**Watches for a blocking command over keys of several shard workers** (``watch``; issue 33,
+slice 5, ``server/mesh.py``): the waiter of such a client on a worker does not pop; the
+first change of one of its keys ends it (``woke(client id, 1)``) and *holds* that key: the
+key's other waiters are not served until the client's worker ran its attempt across the
+workers and ``release``d the hold (so the client first blocked is served first, and no
+other waiter takes the element it was woken for). A client whose attempt got nothing
+watches again in its place (``again``: at the head of the queue of the key that woke it).
+CLIENT UNBLOCK ends a watch with ``woke(id, None)`` (the timeout reply) or the UNBLOCKED
+error; on the client's own worker it also ends a command between two rounds
+(``unblock_rounds``).
 """
 
 from __future__ import annotations
@@ -34,6 +45,11 @@ from marekvs.commands.reply import Blocking, Err
 from marekvs.keyspace.changes import Change, ChangeFeed, user_keys
 
 Attempt = Callable[[], Any]  # the reply value once the command can be served, else None
+HOLD = object()  # an attempt's answer: wake the waiter and hold the key until ``release``
+
+
+def _hold() -> Any:
+    return HOLD
 
 
 class Waiter:
@@ -60,6 +76,16 @@ class BlockingRegistry:
         self.loop: asyncio.AbstractEventLoop | None = None
         # who is writing while an attempt runs (the node's ``current``; events, tracking)
         self.current_setter: Callable[[Context | None], None] = lambda ctx: None
+        # watches (the module docstring): the key each client holds, keys changed while held,
+        # and where a watch's end goes (the mesh)
+        self.held: dict[bytes, int] = {}
+        self.holds: dict[int, list[bytes]] = {}
+        self.changed_held: set[bytes] = set()
+        self.skip: dict[bytes, int] = {}  # a key released by a client that found nothing: not it again
+        self.woke: Callable[[int, Any], None] = lambda cid, value: None
+        # CLIENT UNBLOCK of a client of ours blocked over several workers but watching
+        # nowhere at this moment (between two rounds): the mesh ends its command
+        self.unblock_rounds: Callable[[int, bool], bool] = lambda cid, error: False
 
     def __len__(self) -> int:
         return len(self.by_client)
@@ -80,6 +106,59 @@ class BlockingRegistry:
         if len(self.by_client) == 1:
             self.feed.subscribe(self._changed)
         return Blocking(self._wait(w))
+
+    def watch(self, ctx: Context, keys: list[bytes], again: bool) -> None:
+        """A blocking command over keys of several shard workers watches its keys here (the
+        module docstring). A client still watching here keeps its place; its holds are
+        released (its attempt got nothing)."""
+        self.release(ctx.id, False)
+        old = self.by_client.get(ctx.id)
+        if old is not None and old.attempt is _hold:
+            return
+        loop = self.loop or asyncio.get_event_loop()
+        w = Waiter(ctx, list(dict.fromkeys(keys)), _hold, lambda: None, loop.create_future())
+        for k in w.keys:
+            q = self.by_key.setdefault(k, deque())
+            q.appendleft(w) if again else q.append(w)
+        self.by_client[ctx.id] = w
+        if len(self.by_client) == 1:
+            self.feed.subscribe(self._changed)
+        cid = ctx.id
+        w.future.add_done_callback(lambda f: None if f.cancelled() else self.woke(cid, f.result()))
+
+    def unwatch(self, cid: int) -> None:
+        """The client's blocking command ended (served, timed out, gone): its watch here
+        ends, and what it held is served to the next waiters."""
+        w = self.by_client.get(cid)
+        if w is not None and w.attempt is _hold:
+            self._drop(w)
+            w.future.cancel()
+        self.release(cid, True)
+
+    def release(self, cid: int, served: bool) -> None:
+        """End ``cid``'s holds: the keys' other waiters are served (a client that found
+        nothing is not woken again for the same change: ``served`` False)."""
+        for key in self.holds.pop(cid, ()):
+            if self.held.get(key) == cid:
+                del self.held[key]
+                if not served and key not in self.changed_held:
+                    self.skip[key] = cid
+                self.changed_held.discard(key)
+                self.ready[key] = None
+        if self.ready and not self._scheduled:
+            self._scheduled = True
+            (self.loop or asyncio.get_event_loop()).call_soon(self.serve)
+
+    def taken(self, cid: int, keys: list[bytes]) -> bool:
+        """Whether another client comes first for one of ``keys``: it holds it, or the key
+        changed and its waiters are not served yet."""
+        held, ready, by_key = self.held, self.ready, self.by_key
+        for k in keys:
+            if held.get(k, cid) != cid:
+                return True
+            if k in ready and any(w.ctx.id != cid for w in by_key.get(k, ())):
+                return True
+        return False
 
     async def _wait(self, w: Waiter) -> Any:
         try:
@@ -119,7 +198,7 @@ class BlockingRegistry:
         UNBLOCKED error. False if the client is not blocked here."""
         w = self.by_client.get(client_id)
         if w is None:
-            return False
+            return self.unblock_rounds(client_id, error)
         self._finish(w, Err(errors.UNBLOCKED) if error else w.on_timeout())
         return True
 
@@ -130,6 +209,8 @@ class BlockingRegistry:
             self._drop(w)
             if not w.future.done():
                 w.future.cancel()
+        if ctx.id in self.holds:
+            self.release(ctx.id, True)
 
     # -- serving ---------------------------------------------------------------------------
     def _changed(self, changes: list[Change]) -> None:
@@ -137,6 +218,8 @@ class BlockingRegistry:
         for key in user_keys(changes):
             if key in by_key:
                 self.ready[key] = None
+                if self.skip:
+                    self.skip.pop(key, None)  # (a new change: every waiter is considered)
         if self.ready and not self._scheduled:
             self._scheduled = True
             (self.loop or asyncio.get_event_loop()).call_soon(self.serve)
@@ -149,14 +232,23 @@ class BlockingRegistry:
         while self.ready:
             key = next(iter(self.ready))
             del self.ready[key]
+            if key in self.held:  # a watching client's attempt is on its way: after it
+                self.changed_held.add(key)
+                continue
+            skip = self.skip.pop(key, None) if self.skip else None
             for w in list(self.by_key.get(key, ())):
-                if self.by_client.get(w.ctx.id) is not w:
-                    continue  # served through another of its keys meanwhile
+                if self.by_client.get(w.ctx.id) is not w or w.ctx.id == skip:
+                    continue  # served through another of its keys meanwhile (or found nothing)
                 self.current_setter(w.ctx)
                 try:
                     value = w.attempt()
                 finally:
                     self.current_setter(None)
+                if value is HOLD:
+                    self.held[key] = w.ctx.id
+                    self.holds.setdefault(w.ctx.id, []).append(key)
+                    self._finish(w, 1)
+                    break
                 if value is not None:
                     w.ctx.last_write_seq = self.engine.next_seq  # (WAIT after a blocking pop)
                     self._finish(w, value)

@@ -34,11 +34,11 @@ connections). A client's command runs where its keys live:
 - **a unit** (MSET, MGET, MSETNX, DEL, UNLINK, EXISTS, TOUCH, RENAME, RENAMENX, COPY,
   LMOVE, RPOPLPUSH, SMOVE, SUNION, SINTER, SDIFF, SINTERCARD, ZUNION, ZINTER, ZDIFF,
   ZINTERCARD and the STORE forms, ZRANGESTORE, PFCOUNT, PFMERGE, BITOP, LCS,
-  GEOSEARCHSTORE, GEORADIUS[BYMEMBER] STORE, LMPOP, ZMPOP and XREAD without BLOCK with
-  keys on several workers: ``shards/units.py`` splits them into phases of commands per
-  worker, client commands or its part commands such as ``~zread``, numbered after the
-  table's, and makes the reply): the connection's worker
-  coordinates. It locks each worker of the unit in worker order (``_LOCK``, granted by a
+  GEOSEARCHSTORE, GEORADIUS[BYMEMBER] STORE, LMPOP, ZMPOP, XREAD without BLOCK and
+  XREADGROUP that does not block with keys on several workers: ``shards/units.py``
+  splits them into phases of commands per worker, client commands or its part
+  commands such as ``~zread``, numbered after the table's, and makes the reply): the
+  connection's worker coordinates. It locks each worker of the unit in worker order (``_LOCK``, granted by a
   ``{"g": unit}`` frame; its own worker directly), runs each worker's part there
   (``_PART`` plus the part command's index, answered by a ``{"u": unit, "r": value}``
   frame; MSETNX has two phases, EXISTS then MSET), merges, and unlocks (``_UNLOCK``). A
@@ -54,12 +54,11 @@ connections). A client's command runs where its keys live:
   its keys on the client's proxy; the EXEC asks each under its lock, ``_WATCHED``);
 - **refused**: what is not carried across workers yet answers
   ``ERR <command> is not supported with shards > 1 yet`` (``Plan``): the node-wide
-  commands ``fanout.MERGES`` does not name (MEMORY STATS, LATENCY, ...), the other commands whose keys are on
-  several workers (SORT ... STORE, XREADGROUP of several streams, a blocking command
-  such as BLPOP, BLMPOP or XREAD BLOCK — on one worker they run), scripts whose declared
-  keys are on several workers (EVAL's and FCALL's), an EXEC queueing a node-wide command or a unit of
-  several phases (MSETNX, RENAME, ZUNIONSTORE, ...) across workers, SORT with BY/GET,
-  client tracking and MONITOR.
+  commands ``fanout.MERGES`` does not name (MEMORY STATS, LATENCY, ...), the other
+  commands whose keys are on several workers (SORT ... STORE), scripts whose declared
+  keys are on several workers (EVAL's and FCALL's), an EXEC queueing a node-wide command,
+  a unit of several phases (MSETNX, RENAME, ZUNIONSTORE, ...) or a blocking command
+  across workers, SORT with BY/GET, client tracking and MONITOR.
 
 **Node records** (ACL SETUSER/DELUSER/LOAD, FUNCTION LOAD/DELETE/FLUSH/RESTORE: the
 router's ``node-record`` class) run on the connection's worker; the users and libraries
@@ -68,6 +67,28 @@ they write reach every worker before the reply (``SHARED``; ``server/noderecords
 A blocking command (BLPOP, XREAD BLOCK, ...) whose keys are on one other worker waits
 there (``_BLOCKING``): the owner runs it on the client's proxy, which may block, and
 answers in a ``{"b": client id}`` frame when it ends; a ``_DROP`` cancels the wait.
+
+A blocking command whose keys are on **several** workers (BLPOP/BRPOP/BLMPOP,
+BZPOPMIN/BZPOPMAX/BZMPOP, BLMOVE/BRPOPLPUSH from one worker to another, XREAD BLOCK,
+XREADGROUP BLOCK with ``>``; ``BLOCK_ACROSS``) runs in rounds from the connection's
+worker (``ShardConnection._rounds``; its arguments are parsed first, as its handler
+parses them, so a bad one gets the handler's error). A round is a unit
+(``units._Round``): unless another client comes first for one of its keys (``~held``: it
+holds it, or the key changed and its waiters were not served yet), the command's
+non-blocking form (LMPOP, ZMPOP, LMOVE, RPOPLPUSH, XREAD, XREADGROUP) across the
+workers, answered at once if it found something; else, under the same locks (no write
+between the attempt and the waits), a last phase sets the client's *watch* on each
+worker of its keys (``~wait``; XREAD's ``$`` resolved there to the stream's last id). A
+watch does not pop: the first change of a watched key ends it (``node/blocking.py``) and
+holds that key (its other waiters, local ones too, wait) while the owner tells the
+client's worker (a ``{"w": client id}`` frame), which runs the next round; the round
+releases the hold and the key's other waiters are served. A round that found nothing
+watches again in its place (not woken again for the same change). So the elements of a
+push are popped by one client only, and waiters already watching are served first come,
+first served on every worker. The command ends with its reply, the timeout (kept on the
+client's worker: the nil reply), CLIENT UNBLOCK (which ends the watches, or, between
+rounds, the rounds themselves), or the client's going away; each end drops the watches
+everywhere (``_UNWAIT``, or ``_DROP``).
 
 A proxy context runs what a handler would do in steps (DBSIZE, KEYS, the first read of a
 cold zset) to its end at once (``deny_blocking``, as inside MULTI): the owner's other
@@ -97,6 +118,7 @@ from typing import Any, Callable
 
 import msgpack
 
+from marekvs.commands import errors
 from marekvs.commands.aclrules import User
 from marekvs.commands.context import MULTI, Context
 from marekvs.commands.errors import CommandError
@@ -110,7 +132,7 @@ from marekvs.server.listener import Connection, RespServer
 from marekvs.server.noderecords import RECORDS, SharedRecords
 from marekvs.shards.fanout import MERGES, Merge, pack, unpack
 from marekvs.shards.router import ALL, FRONT, KEY, NODE_RECORD, Router
-from marekvs.shards.units import PART_COMMANDS, UNITS, Got, Unit, final
+from marekvs.shards.units import PART_COMMANDS, UNITS, BlockCall, Got, Unit, Waiting, blocking_call, final
 
 log = logging.getLogger("marekvs.mesh")
 
@@ -137,6 +159,7 @@ _UNLOCK = -4  # ... the unit is done here
 _SCRIPT = -5  # ... a script body to cache here (EVAL elsewhere: EVALSHA then works on every worker)
 _WATCHED = -6  # ... (under a unit's lock) are the client's watches here still valid? then unwatch
 _UNWATCH = -7  # ... forget the client's watches here (UNWATCH, DISCARD, RESET, an EXEC that ran)
+_UNWAIT = -8  # ... the client's blocking command over several workers ended: its watch here too
 _FAN = 1 << 16  # ... plus a command's index: a node-wide command, its reply as a value (fanout.py)
 _PART = 1 << 17  # ... plus a command's index: a part of the unit holding this worker (a "u" frame)
 _BLOCKING = 1 << 18  # ... plus a command's index: a blocking command of a client (a "b" frame when it ends)
@@ -157,6 +180,7 @@ _LOCAL, _KEY, _KEYS, _REFUSE, _EXEC, _SORT, _FANOUT, _SCAN, _RECORD = range(9)
 TRANSACTION = object()  # Plan.where's answer for an EXEC whose queue spans workers
 WATCH = object()  # ... for a WATCH of keys of other workers (watches live with the key's owner)
 SHARED = object()  # ... for a command writing node records: here, its reply once every worker has them
+BLOCK_ACROSS = object()  # ... for a blocking command whose keys are on several workers
 _ENDS_WATCH = frozenset(("exec", "discard", "unwatch", "reset"))
 
 
@@ -280,6 +304,8 @@ class Plan:
             unit = UNITS.get(cmd.fullname)
             if unit is not None and (not arg or not unit.would_block(args)):
                 return unit
+            if arg:
+                return BLOCK_ACROSS
             return unsupported(cmd, "its keys are on several shard workers")
         if kind == _KEYS and arg:  # a blocking command waits where its keys are
             return self.block_at[shards.pop()]
@@ -426,6 +452,7 @@ class Owner(asyncio.Protocol):
             task = self.blocked.pop(cid, None)
             if task is not None:  # the client went away while blocked here: its wait ends
                 task.cancel()
+            self.node.blocking.unwatch(cid)
             return
         if ci >= RECORDS:  # node records written by the sibling, or asked for (server/noderecords.py)
             self.replies.append(self.mesh.records.received(ci, args))
@@ -502,6 +529,8 @@ class Owner(asyncio.Protocol):
         mesh = self.mesh
         if ci == _NOTIFY:
             self.node.pubsub.deliver(args[0], args[1])
+        elif ci == _UNWAIT:
+            self.node.blocking.unwatch(cid)
         elif ci == _SCRIPT:
             self.node.scripting.script_load(args)
         elif ci == _WATCHED or ci == _UNWATCH:
@@ -574,6 +603,8 @@ class Owner(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
+        for cid in self.proxies:
+            self.node.blocking.unwatch(cid)
         self.proxies.clear()
         for task in self.blocked.values():
             task.cancel()
@@ -612,6 +643,9 @@ class Mesh:
         self.unit_waits: dict[tuple[int, int], asyncio.Future[Any]] = {}
         self.batch: list[Any] = []  # units waiting for the batch running (``submit``)
         self.parked: dict[tuple[int, int], asyncio.Future[Any]] = {}  # (client id, worker): a blocking command
+        self.woken: dict[int, asyncio.Future[Any]] = {}  # client id: its watches over several workers
+        node.blocking.woke = self.woke
+        node.blocking.unblock_rounds = self._unblock_rounds
         self.batching = False
 
     async def start(self) -> None:
@@ -937,9 +971,47 @@ class Mesh:
             if parked is not None and not parked.done():
                 parked.set_result(frame["r"])
             return
+        if "w" in frame:
+            self._woken(frame["w"], unpack(frame["r"]))
+            return
         fut = self.unit_waits.pop((frame["g"] if "g" in frame else frame["u"], j), None)
         if fut is not None and not fut.done():
             fut.set_result(frame["r"])
+
+    # -- blocking commands over keys of several workers ------------------------------------
+    def woke(self, cid: int, value: Any) -> None:
+        """A client's watch here ended (``node/blocking.py``: 1 a key changed, None or an
+        error: CLIENT UNBLOCK): to its connection's worker."""
+        front = cid % len(self.shards)
+        if front == self.index:
+            self._woken(cid, value)
+            return
+        for owner in self.owners:
+            if cid in owner.proxies:
+                owner._unit_frame({"w": cid, "r": pack(value)})
+                return
+
+    def _unblock_rounds(self, cid: int, error: bool) -> bool:
+        fut = self.woken.get(cid)
+        if fut is None or fut.done():
+            return False
+        fut.set_result(Err(errors.UNBLOCKED) if error else None)
+        return True
+
+    def _woken(self, cid: int, value: Any) -> None:
+        fut = self.woken.get(cid)
+        if fut is not None and not fut.done():
+            fut.set_result(value)
+
+    def unwait(self, ctx: Context, workers: set[int]) -> None:
+        """The client's blocking command ended: its watches end on ``workers``."""
+        for j in workers:
+            if j == self.index:
+                self.node.blocking.unwatch(ctx.id)
+            else:
+                link = self.links[j]
+                if link is not None:
+                    link.post(_entry(ctx, _UNWAIT, None))
 
     def share_script(self, body: bytes) -> None:
         """EVAL of ``body``, wherever it runs: cached here and on every sibling (Redis
@@ -1029,6 +1101,9 @@ class ShardConnection(Connection):
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
         if self.ctx is not None:
+            fut = self.mesh.woken.get(self.ctx.id)
+            if fut is not None and not fut.done():  # (its blocking command ends: ctx.closing)
+                fut.set_result(None)
             for j in self.remote:
                 link = self.mesh.links[j]
                 if link is not None:
@@ -1088,6 +1163,8 @@ class ShardConnection(Connection):
                         r = self._fan(w, r, args)
                     elif type(w) is BlockAt:
                         r = self._block_at(w.j, r, args)
+                    elif w is BLOCK_ACROSS:
+                        r = self._block_across(r, args)
                     elif w is TRANSACTION:
                         r = self._on_mesh(mesh.run_transaction(ctx, self.remote, self.watching))
                     elif w is WATCH:
@@ -1310,6 +1387,55 @@ class ShardConnection(Connection):
         self.remote.add(j)
         link.post(_entry(ctx, _BLOCKING + mesh.plan.number[id(cmd)], args))
         return Blocking(self._parked(fut))
+
+    def _block_across(self, cmd: Command, args: list[bytes]) -> Any:
+        """A blocking command whose keys are on several workers: rounds of its
+        non-blocking form as a unit, each ending, when it found nothing, with the client's
+        watches set on every worker of its keys (``units._Round``); the first change of a
+        watched key starts the next round (the module docstring)."""
+        call = blocking_call(cmd.fullname, args, self.ctx)
+        if call is None:  # not the command's arguments: its own error, from here
+            return self.node.execute(self.ctx, cmd, args)
+        self.ctx.trying = True  # (until its first round ran: then it waits, or answered)
+        return Blocking(self._rounds(call))
+
+    async def _rounds(self, call: BlockCall) -> Any:
+        mesh, ctx = self.mesh, self.ctx
+        loop = self.node.loop
+        assert loop is not None
+        deadline = loop.time() + call.timeout if call.timeout > 0 else None
+        watching: set[int] = set()
+        again = False
+        try:
+            while not ctx.closing:
+                woken = mesh.woken[ctx.id] = loop.create_future()
+                made = call.round(again, mesh.plan.owner, partition_of, ctx)
+                if made is None:
+                    return Err("ERR internal error: a blocking command across shard workers")
+                r = await mesh.submit(made[0], made[1], made[2], ctx, self.remote)
+                ctx.trying = False
+                if type(r) is not Waiting:
+                    return call.reply(r)
+                watching.update(r.workers)
+                if call.ids is not None:
+                    for i, v in r.ids.items():
+                        call.ids[i] = v
+                left = None if deadline is None else deadline - loop.time()
+                if left is not None and left <= 0:
+                    return call.nil
+                try:
+                    v = await asyncio.wait_for(woken, left)
+                except asyncio.TimeoutError:
+                    return call.nil
+                if v is None or type(v) is Err:  # CLIENT UNBLOCK (or the client went away)
+                    return NO_REPLY if ctx.closing else (call.nil if v is None else v)
+                again = True
+            return NO_REPLY
+        finally:
+            ctx.trying = False
+            if mesh.woken.get(ctx.id) is not None:
+                del mesh.woken[ctx.id]
+            mesh.unwait(ctx, watching)
 
     async def _parked(self, fut: asyncio.Future[Any]) -> Any:
         got = await fut

@@ -44,6 +44,16 @@ to the next phase, else the reply; an error reply of any part ends the unit with
 - XREAD without BLOCK (``_Xread``): each worker reads its streams, the replies merge in
   the order the keys were given (an id that does not parse: the TYPE of the keys before
   it decides between WRONGTYPE and the id's error, as Redis checks them key by key).
+- XREADGROUP that does not block (``_XreadGroup``): each worker checks its streams as
+  Redis does before reading any (``~xgcheck``: type, group, id; the first key in the
+  order given that fails answers its error, nothing read), then reads them with the
+  group; the replies merge in the order given.
+- Blocking commands over keys of several workers (``blocking_call``, ``_Round``): each
+  round is its non-blocking form as a unit (BLPOP/BRPOP: LMPOP ... COUNT 1, BZPOPMIN/MAX:
+  ZMPOP, BLMPOP/BZMPOP: LMPOP/ZMPOP, BLMOVE/BRPOPLPUSH: LMOVE/RPOPLPUSH, XREAD BLOCK:
+  XREAD, XREADGROUP BLOCK: XREADGROUP), and when that found nothing, a last phase
+  setting the client's watches (``~wait``) on the workers of its keys under the same
+  locks (the mesh's module docstring has the rounds).
 
 A part's event and command statistics are the part's: a two-worker ZUNIONSTORE counts
 ``~zread`` and ``~zstore`` calls (which no client sees), not a ``zunionstore`` call;
@@ -723,10 +733,10 @@ class _Mpop(Unit):
         except CommandError:
             return None
         at = [owner[pid_of(k)] for k in keys]
-        return dict.fromkeys(at), [keys, at, args, 2 + len(keys), None]
+        return dict.fromkeys(at), [keys, at, args, 2 + len(keys), None, False]
 
     def step(self, phase: int, parts: Parts, where: Any, got: Got) -> Steps:
-        keys, at, args, rest, chosen = where
+        keys, at, args, rest, chosen = where[:5]
         if phase == 0:
             steps: Steps = {}
             for k, j in zip(keys, at):
@@ -741,7 +751,7 @@ class _Mpop(Unit):
         for i, j in enumerate(where[1]):
             t = got[0][j][seen[j]]
             seen[j] += 1
-            if t == b"none":
+            if t == b"none" or (t != self.kind and where[5]):  # (a blocked client's retry skips it)
                 continue
             if t != self.kind:
                 return Err(errors.WRONGTYPE)
@@ -793,16 +803,12 @@ class _Xread(Unit):
             for k, j in zip(keys, at):
                 steps.setdefault(j, []).append([b"TYPE", k])
             return steps
-        mine: dict[int, tuple[list[bytes], list[bytes]]] = {}
-        for k, i, j in zip(keys, ids, at):
-            ks, idl = mine.setdefault(j, ([], []))
-            ks.append(k)
-            idl.append(i)
+        mine = _streams_by_worker(keys, ids, at)
         head = [b"XREAD"] + ([b"COUNT", b"%d" % count] if count else []) + [b"STREAMS"]
         return {j: [[*head, *ks, *idl]] for j, (ks, idl) in mine.items()}
 
     def after(self, phase: int, parts: Parts, where: Any, got: Got) -> Any:
-        keys, at, ids, count, bad, proto = where
+        keys, at, ids, count, bad, proto = where[:6]
         if bad is not None:
             seen = dict.fromkeys(got[0], 0)
             for j in at:
@@ -828,6 +834,66 @@ class _Xread(Unit):
         return streams.read_reply(proto, out) if out else NULL_ARRAY
 
 
+def _streams_by_worker(keys: list[bytes], ids: list[bytes], at: list[int]
+                       ) -> dict[int, tuple[list[bytes], list[bytes]]]:
+    """Each worker's streams and their ids, in the order given."""
+    mine: dict[int, tuple[list[bytes], list[bytes]]] = {}
+    for k, i, j in zip(keys, ids, at):
+        ks, idl = mine.setdefault(j, ([], []))
+        ks.append(k)
+        idl.append(i)
+    return mine
+
+
+class _XreadGroup(_Xread):
+    """XREADGROUP GROUP group consumer [COUNT n] [NOACK] STREAMS key... id... (not BLOCK)
+    over streams of several workers: first each worker checks its streams as Redis does
+    before reading any (``~xgcheck``: the key's type, its group, then its id), and the
+    first key in the order given that fails answers its error with nothing read; then each
+    worker reads its streams (XREADGROUP of them), the replies merge in the order given."""
+
+    name = "xreadgroup"
+    phases = 2
+
+    def would_block(self, args: list[bytes]) -> bool:
+        try:
+            r = streams.parse_read(args, True)
+        except CommandError:
+            return False
+        return r.timeout is not None and all(i == b">" for i in r.ids)
+
+    def split(self, args: list[bytes], owner: Sequence[int], pid_of: Any, ctx: Any = None
+              ) -> tuple[Parts, Any] | None:
+        try:
+            r = streams.parse_read(args, True)
+        except CommandError:
+            return None
+        assert r.group is not None
+        at = [owner[pid_of(k)] for k in r.keys]
+        head = [b"XREADGROUP", b"GROUP", r.group, r.consumer] + ([b"COUNT", b"%d" % r.count] if r.count else []) + (
+            [b"NOACK"] if r.noack else []) + [b"STREAMS"]
+        return dict.fromkeys(at), [r.keys, at, r.ids, head, None, getattr(ctx, "proto", 2), r.group]
+
+    def step(self, phase: int, parts: Parts, where: Any, got: Got) -> Steps:
+        keys, at, ids, head = where[:4]
+        mine = _streams_by_worker(keys, ids, at)
+        if phase == 0:
+            return {j: [[b"~xgcheck", where[6], *(x for pair in zip(ks, idl) for x in pair)]]
+                    for j, (ks, idl) in mine.items()}
+        return {j: [[*head, *ks, *idl]] for j, (ks, idl) in mine.items()}
+
+    def after(self, phase: int, parts: Parts, where: Any, got: Got) -> Any:
+        if phase == 1:
+            return super().after(0, parts, where, got[1:])
+        seen = dict.fromkeys(got[0], 0)
+        for j in where[1]:
+            bad = got[0][j][0][seen[j]]
+            seen[j] += 1
+            if bad is not None:
+                return Err(bad)
+        return None
+
+
 def _int(b: bytes) -> int | None:
     try:
         return int(b) if b.lstrip(b"-").isdigit() else None
@@ -849,5 +915,209 @@ UNITS: dict[str, Unit] = {u.name: u for u in (
                                 "zdiffstore")),
     _Bitop(), _Lcs(), _Hll("pfcount", False), _Hll("pfmerge", True),
     *(_Capture(n) for n in ("zrangestore", "geosearchstore", "georadius", "georadiusbymember")),
-    _Mpop("lmpop"), _Mpop("zmpop"), _Xread(),
+    _Mpop("lmpop"), _Mpop("zmpop"), _Xread(), _XreadGroup(),
 )}
+
+
+# -- blocking commands over keys of several workers (issue 33, slice 5) ----------------------
+
+class Waiting:
+    """A blocking round's reply when the command found nothing: its watches are set on
+    ``workers``; ``ids`` are XREAD's ids with each ``$`` resolved (by key position)."""
+
+    __slots__ = ("workers", "ids")
+
+    def __init__(self, workers: list[int], ids: dict[int, bytes]):
+        self.workers, self.ids = workers, ids
+
+
+class _Round(Unit):
+    """One round of a blocking command over keys of several workers: whether another
+    client holds one of its keys (``~held``: a watching client woken for it, whose round
+    has not run yet; then this one does not try, it watches behind it), its
+    non-blocking form (``inner``, a unit), and when that found nothing (a null reply), a
+    last phase under the same locks setting the client's watches (``~wait``) on every
+    worker of its keys: no write comes between the attempt and the watches. ``where`` is
+    ``[inner's where, the watch phase, {worker: [key positions]}, again, stream ids,
+    keys]``."""
+
+    def __init__(self, inner: Unit):
+        self.inner = inner
+        self.name = inner.name
+        self.phases = inner.phases + 2
+
+    def step(self, phase: int, parts: Parts, where: Any, got: Got) -> Steps:
+        keys, again, ids = where[5], where[3], where[4]
+        if phase == 0:
+            return {j: [[b"~held", *(keys[i] for i in pos)]] for j, pos in where[2].items()}
+        if phase != where[1]:
+            return self.inner.step(phase - 1, parts, where[0], got[1:])
+        steps: Steps = {}
+        for j, pos in where[2].items():
+            if ids is None:
+                steps[j] = [[b"~wait", again, b"-", *(keys[i] for i in pos)]]
+            else:
+                steps[j] = [[b"~wait", again, b"x", *(keys[i] for i in pos), *(ids[i] for i in pos)]]
+        return steps
+
+    def after(self, phase: int, parts: Parts, where: Any, got: Got) -> Any:
+        if phase == where[1]:
+            ids: dict[int, bytes] = {}
+            for j, pos in where[2].items():
+                ids.update(zip(pos, got[phase][j][0]))
+            return Waiting(sorted(where[2]), ids)
+        if phase == 0:
+            if any(r[0] for r in got[0].values()):
+                where[1] = 1
+            return None
+        if phase == 1 and where[3] == b"1" and isinstance(self.inner, _ListMove):
+            js = where[0][0]  # (a retry: a source of another type keeps it waiting, as Redis)
+            if got[1][js][0] != b"list":
+                where[1] = phase + 1
+                return None
+        r = self.inner.after(phase - 1, parts, where[0], got[1:])
+        if r is NULL_ARRAY or r is _NIL:
+            where[1] = phase + 1
+            return None
+        return r
+
+
+class BlockCall:
+    """A blocking command over keys of several workers, parsed: ``round`` makes each
+    round's unit; ``shape`` turns the non-blocking form's reply into the command's."""
+
+    def __init__(self, argv: list[bytes], keys: list[bytes], timeout: float, nil: Any, shape: Any = None,
+                 ids: list[bytes] | None = None):
+        self.argv, self.keys, self.timeout, self.nil, self.shape = argv, keys, timeout, nil, shape
+        self.ids = ids  # XREAD's ids, ``$`` resolved after the first round
+
+    def round(self, again: bool, owner: Sequence[int], pid_of: Any, ctx: Any) -> tuple[Unit, Parts, Any] | None:
+        argv = self.argv
+        if self.ids is not None and argv[0] == b"XREAD":
+            argv = argv[:len(argv) - len(self.ids)] + self.ids
+        inner = UNITS[argv[0].decode().lower()]
+        split = inner.split(argv, owner, pid_of, ctx)
+        if split is None:
+            return None
+        watches: dict[int, list[int]] = {}
+        for i, k in enumerate(self.keys):
+            watches.setdefault(owner[pid_of(k)], []).append(i)
+        unit = _ROUNDS[inner.name]
+        if again and isinstance(inner, _Mpop):
+            split[1][5] = True  # a blocked client's retry skips keys of another type (Redis's serving)
+        return unit, split[0], [split[1], -1, watches, b"1" if again else b"0", self.ids, self.keys]
+
+    def reply(self, r: Any) -> Any:
+        if r is _NIL:
+            return None
+        return r if self.shape is None or type(r) is Err else self.shape(r)
+
+
+_ROUNDS = {n: _Round(UNITS[n]) for n in ("lmpop", "zmpop", "lmove", "rpoplpush", "xread", "xreadgroup")}
+
+
+def _num(keys: list[bytes]) -> bytes:
+    return b"%d" % len(keys)
+
+
+def blocking_call(name: str, args: list[bytes], ctx: Any) -> BlockCall | None:
+    """The blocking command ``args`` parsed as its handler parses it (None: not its
+    arguments; the handler answers the error)."""
+    try:
+        if name in ("blpop", "brpop"):
+            timeout = lists.parse_timeout(args[-1])
+            keys = args[1:-1]
+            return BlockCall([b"LMPOP", _num(keys), *keys, b"LEFT" if name == "blpop" else b"RIGHT"], keys,
+                             timeout, NULL_ARRAY, lambda r: [r[0], r[1][0]])
+        if name == "blmpop":
+            keys = lists.mpop_args(args, 2)[0]
+            return BlockCall([b"LMPOP", *args[2:]], keys, lists.parse_timeout(args[1]), NULL_ARRAY)
+        if name in ("bzpopmin", "bzpopmax"):
+            timeout = zsets.timeout_arg(ctx, args[-1])
+            keys = args[1:-1]
+            return BlockCall([b"ZMPOP", _num(keys), *keys, b"MIN" if name == "bzpopmin" else b"MAX"], keys,
+                             timeout, NULL_ARRAY, lambda r: [r[0], r[1][0][0], r[1][0][1]])
+        if name == "bzmpop":
+            keys = zsets.mpop_args(args, 2)[0]
+            return BlockCall([b"ZMPOP", *args[2:]], keys, zsets.timeout_arg(ctx, args[1]), NULL_ARRAY)
+        if name == "blmove":
+            ends = [b"LEFT" if lists._where(a) else b"RIGHT" for a in args[3:5]]
+            return BlockCall([b"LMOVE", args[1], args[2], *ends], [args[1]], lists.parse_timeout(args[5]),
+                             NULL_ARRAY)  # (the timeout reply: a null array, as Redis 7)
+        if name == "brpoplpush":
+            return BlockCall([b"RPOPLPUSH", args[1], args[2]], [args[1]], lists.parse_timeout(args[3]), NULL_ARRAY)
+        r = streams.parse_read(args, name == "xreadgroup", ctx)
+        assert r.timeout is not None
+        if name == "xread":
+            head = [b"XREAD"] + ([b"COUNT", b"%d" % r.count] if r.count else []) + [b"STREAMS"]
+            return BlockCall([*head, *r.keys, *r.ids], r.keys, r.timeout / 1000.0, NULL_ARRAY, ids=list(r.ids))
+        return BlockCall(_no_block(args), r.keys, r.timeout / 1000.0, NULL_ARRAY)
+    except CommandError:
+        return None
+
+
+def _no_block(args: list[bytes]) -> list[bytes]:
+    """XREADGROUP's arguments without BLOCK ms (before STREAMS)."""
+    out = [args[0]]
+    i = 1
+    while i < len(args):
+        a = args[i].lower()
+        if a == b"streams":
+            return out + args[i:]
+        if a == b"block":
+            i += 2
+            continue
+        n = 3 if a == b"group" else 2 if a == b"count" else 1
+        out += args[i:i + n]
+        i += n
+    return out
+
+
+def _wait(ctx: Any, args: list[bytes]) -> Any:
+    """``~wait again kind key... [id...]``: the client's watch of its keys here
+    (``node/blocking.py``); for streams (kind ``x``) the ids with ``$`` resolved."""
+    again, kind = args[1] == b"1", args[2]
+    rest = args[3:]
+    if kind == b"x":
+        n = len(rest) // 2
+        keys, ids = rest[:n], list(rest[n:])
+        for i, k in enumerate(keys):
+            if ids[i] == b"$":
+                try:
+                    st = streams._lookup(ctx, k)
+                except WrongType:
+                    st = None
+                ids[i] = streams.fmt(streams.MIN_ID if st is None else st.last_id)
+    else:
+        keys, ids = rest, []
+    ctx.node.blocking.watch(ctx, keys, again)
+    return ids
+
+
+def _xgcheck(ctx: Any, args: list[bytes]) -> Any:
+    """``~xgcheck group key id ...``: per key, None or the error XREADGROUP answers for it
+    (its type, its group, its id: ``streams._resolve``'s checks)."""
+    out: list[str | None] = []
+    for i in range(2, len(args) - 1, 2):
+        r = streams._ReadArgs()
+        r.group, r.keys, r.ids = args[1], [args[i]], [args[i + 1]]
+        try:
+            streams._resolve(ctx, r, True)
+            out.append(None)
+        except CommandError as e:
+            out.append(e.message)
+        except WrongType:
+            out.append(errors.WRONGTYPE)
+    return out
+
+
+def _held(ctx: Any, args: list[bytes]) -> Any:
+    """``~held key...``: 1 if another client holds one of these keys here, or one changed
+    and its waiters were not served yet (the registry serves them on the next turn): they
+    come first."""
+    return int(ctx.node.blocking.taken(ctx.id, args[1:]))
+
+
+PART_COMMANDS[b"~wait"] = _part_command("~wait", _wait, False)
+PART_COMMANDS[b"~held"] = _part_command("~held", _held, False)
+PART_COMMANDS[b"~xgcheck"] = _part_command("~xgcheck", _xgcheck, False)

@@ -110,6 +110,29 @@ CASES = {
         "XREAD COUNT x STREAMS A0 B0 0 0",
         "XREAD STREAMS A0 S1 bad 0", "XREAD COUNT 0 STREAMS B0 A0 2-1 0",
     ],
+    # blocking commands over keys of both workers (slice 5): data at once, a short timeout's nil, errors
+    "blocking": [
+        "RPUSH B0 a b", "ZADD B1 1 m 2 n", "SET S0 str", "RPUSH A1 x", "BLPOP A0 B0 0.01", "BRPOP A0 B0 0.01",
+        "BLPOP A0 B0 0.01", "BLPOP S0 B0 0.01", "BLMPOP 0.01 2 A0 A1 RIGHT COUNT 3", "BLMPOP 0.01 2 A0 B0 LEFT",
+        "BZPOPMIN A0 B1 0.01", "BZPOPMAX A0 B1 0.01", "BZPOPMIN A0 B1 0.01", "BZMPOP 0.01 2 A0 B1 MIN",
+        "ZADD B1 3 o 4 p", "BZMPOP 0.01 2 A0 B1 MAX COUNT 5", "RPUSH A1 y z", "BLMOVE A1 B2 LEFT RIGHT 0.01",
+        "BRPOPLPUSH A1 B2 0.01", "LRANGE B2 0 -1", "BRPOPLPUSH A0 B2 0.01", "BLMOVE A0 B2 LEFT LEFT 0.01",
+        "RPUSH A0 q", "BLMOVE A0 S1 LEFT LEFT 0.01", "SET S1 s", "BLMOVE A0 S1 LEFT LEFT 0.01", "LRANGE A0 0 -1",
+        "BLPOP A0 B0 x", "BLPOP A0 B0 -1", "BLMPOP 0 2 A0 B0 LEFT COUNT 0", "BZMPOP x 2 A0 B0 MIN",
+        "BZPOPMIN A0 B0 -1", "BLMOVE A0 B0 UP LEFT 0", "BRPOPLPUSH A0 B0 x", "BLMPOP 0 2 A0 B0",
+        "XREAD BLOCK 10 STREAMS X0 X1 0 0", "XADD X1 1-1 f v", "XREAD BLOCK 10 STREAMS X0 X1 0 0",
+        "XREAD BLOCK 10 STREAMS X0 X1 $ $", "XREAD BLOCK -1 STREAMS X0 X1 0 0", "XREAD BLOCK x STREAMS X0 X1 0 0",
+        "XREAD BLOCK 10 STREAMS X0 X1 0 bad", "XREAD BLOCK 10 STREAMS S0 X1 0 0",
+    ],
+    "xreadgroup": [
+        "XADD A0 1-1 f v", "XADD B0 2-1 g w", "XADD B0 2-2 h x", "XGROUP CREATE A0 g 0", "XGROUP CREATE B0 g 0",
+        "XREADGROUP GROUP g c COUNT 1 STREAMS B0 A0 > >", "XREADGROUP GROUP g c STREAMS A0 B0 > >",
+        "XREADGROUP GROUP g c STREAMS A0 B0 > >", "XREADGROUP GROUP g c BLOCK 10 STREAMS A0 B0 > >",
+        "XREADGROUP GROUP g c STREAMS A0 B0 0 0", "XREADGROUP GROUP g d BLOCK 10 STREAMS B0 A0 0 >",
+        "XPENDING B0 g", "XREADGROUP GROUP g c STREAMS A0 X1 > >", "XREADGROUP GROUP g c STREAMS X0 B0 > >",
+        "XREADGROUP GROUP g c STREAMS A0 B0 > $", "XREADGROUP GROUP g c BLOCK -1 STREAMS A0 B0 > >",
+        "XADD A0 3-1 i y", "XREADGROUP GROUP g e NOACK STREAMS A0 B0 > >", "XPENDING A0 g",
+    ],
     "in_multi": ZSETS + [
         "MULTI", "ZUNION 2 A0 B0 WITHSCORES", "LCS A0 B0", "ZINTERCARD 2 A0 B0", "EXEC",
     ],
@@ -162,16 +185,6 @@ def test_multikey_commands_across_workers_answer_as_one_process_and_redis(nodes,
     finally:
         for c in (mine, *conns):
             c.close()
-
-
-def test_blocking_xread_over_several_workers_is_refused_yet(nodes):
-    sharded, _ = nodes
-    c = conn_on(sharded.port, 0)
-    try:
-        argv = [b"XREAD", b"BLOCK", b"10", b"STREAMS", NAMES["A0"].encode(), NAMES["B0"].encode(), b"0", b"0"]
-        assert c.call(argv).startswith(b"-ERR XREAD is not supported with shards > 1 yet")
-    finally:
-        c.close()
 
 
 def test_zunionstore_across_workers_is_atomic_against_transactions(nodes):

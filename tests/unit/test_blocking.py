@@ -114,3 +114,34 @@ def test_inside_multi_or_a_script_a_blocking_command_answers_at_once(node):
     ctx.deny_blocking = True
     assert node.blocking.block(ctx, [b"k"], lambda: None, 0, lambda: "nil now") == "nil now"
     assert len(node.blocking) == 0
+
+
+def test_a_watch_holds_its_key_for_its_client_then_the_next_waiter_is_served(node):
+    """A watch (a client blocked over keys of several shard workers) pops nothing: the
+    first change wakes it and holds the key, so a waiter behind it is not served until
+    the watching client's round released the hold; ``taken`` tells another client's
+    round that someone comes first."""
+    woken: list = []
+
+    async def go():
+        node.blocking.woke = lambda cid, value: woken.append((cid, value))
+        watcher, waiter, writer = node.new_context(), node.new_context(), node.new_context()
+        node.blocking.watch(watcher, [b"q"], False)
+        b = node.blocking.block(waiter, [b"q"], take(node, b"q"), 0, lambda: None)
+        task = asyncio.ensure_future(b.awaitable)
+        node.dispatch(writer, [b"SET", b"q", b"v"])
+        assert node.blocking.taken(waiter.id, [b"q"])  # changed, its waiters not served yet
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert woken == [(watcher.id, 1)] and not task.done()
+        assert node.blocking.taken(waiter.id, [b"q"]) and not node.blocking.taken(watcher.id, [b"q"])
+        # its round found nothing (a command of another kind): it watches again, first, and
+        # the waiter behind it is served the change (the watcher is not woken for it again)
+        node.blocking.watch(watcher, [b"q"], True)
+        assert await asyncio.wait_for(task, 5) == b"v"
+        for _ in range(5):  # (that pop is a change of q too: the watcher is woken for it)
+            await asyncio.sleep(0)
+        assert woken == [(watcher.id, 1), (watcher.id, 1)]
+        node.blocking.unwatch(watcher.id)  # its command ended
+        assert not node.blocking.held and len(node.blocking) == 0
+    run(node, go)
