@@ -406,13 +406,23 @@ def test_writes_after_a_restart_replicate(tmp_path):
         p.produce("cli", value=b"through the cluster")
         assert p.flush(60) == 0
 
-        def on_node_2():  # the topic and its record replicated (else librdkafka's consumer on
-            # node 2 may find no topic "cli" and look again only after its 5-minute refresh)
-            streams = call(base + 1, "KEYS", "korvet:stream:cli:*")
-            return (call(base + 1, "EXISTS", "korvet:topic:cli", "korvet:leaders:cli") == 2
-                    and sum(call(base + 1, "XLEN", k) for k in streams) == 1)
+        seen: dict[str, object] = {}
 
-        wait_until(on_node_2, timeout=60, what="topic cli and its record on node 2")
+        def on_node_2():  # the topic and its record replicated (else librdkafka's consumer on
+            # node 2 may find no topic "cli" and look again only after its 5-minute refresh).
+            # At least one record: a produce request librdkafka retried after a slow answer (a
+            # loaded machine) is stored twice, as Kafka stores it without idempotence.
+            for port, name in ((base, "node 1"), (base + 1, "node 2")):
+                streams = call(port, "KEYS", "korvet:stream:cli:*")
+                seen[name] = (call(port, "EXISTS", "korvet:topic:cli", "korvet:leaders:cli"),
+                              {k: call(port, "XLEN", k) for k in streams})
+            exists, lengths = seen["node 2"]  # type: ignore[misc]
+            return exists == 2 and sum(lengths.values()) >= 1
+
+        try:
+            wait_until(on_node_2, timeout=60, what="topic cli and its record on node 2")
+        except AssertionError as e:  # what each node held: which part did not replicate
+            raise AssertionError(f"{e}; (topic and leader keys, stream lengths) per node: {seen}") from None
         c = kafka.Consumer({"bootstrap.servers": f"127.0.0.1:{base + 5}", "group.id": "cli",
                             "auto.offset.reset": "earliest"})
         c.subscribe(["cli"])
