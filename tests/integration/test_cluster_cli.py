@@ -403,8 +403,14 @@ def test_writes_after_a_restart_replicate(tmp_path):
         # `up --kafka-base-port`: every node serves Kafka; produced on node 1, consumed on node 2
         kafka = pytest.importorskip("confluent_kafka")
         p = kafka.Producer({"bootstrap.servers": f"127.0.0.1:{base + 4}", "message.timeout.ms": 60000})
-        p.produce("cli", value=b"through the cluster")
+        delivered: list[object] = []  # the delivery report: None, or why the record was not stored
+        p.produce("cli", value=b"through the cluster", on_delivery=lambda err, msg: delivered.append(err))
         assert p.flush(60) == 0
+        if delivered != [None]:  # (flush also empties the queue of a record that failed)
+            logs = "\n".join(f"--- node{i}.log\n" + (d / f"node{i}.log").read_text(errors="replace")[-3000:]
+                             for i in (1, 2) if (d / f"node{i}.log").exists())
+            raise AssertionError(f"the produce after the restart was not delivered: {delivered}; "
+                                 f"node 2 replication: {call(base + 1, 'INFO', 'replication')!r}\n{logs}")
 
         seen: dict[str, object] = {}
 
