@@ -235,9 +235,10 @@ class Keyspace:
             del self.homes[(key, ctype)]
         return None
 
-    def _home(self, key: bytes, ctype: int, hk: bytes, h: bytes, now: int) -> Home:
-        """The ``Home`` of head ``h`` at ``hk``, remembered when it is stable."""
-        stable = h[_TTL_AT:_HEADER] == _NO_TTL and is_live(h, now)
+    def _home(self, key: bytes, ctype: int, hk: bytes, h: bytes, now: int, stored: bool = True) -> Home:
+        """The ``Home`` of head ``h`` at ``hk``, remembered when it is stable (and ``stored``:
+        a head a write is about to create is neither, until it is in the engine)."""
+        stable = stored and h[_TTL_AT:_HEADER] == _NO_TTL and is_live(h, now)
         r = Home(K.string_key_in(K.pid_of_ikey(hk), key), hk, h, content_prefix(hk, h), head.delete_clock(h, now),
                  stable)
         if stable:
@@ -286,7 +287,7 @@ class Keyspace:
 
     def head_to_write(self, hk: bytes, h: bytes | None, raw: bytes | None, ctype: int,
                     now: int) -> tuple[bytes, bytes, bool]:
-        """``head_for_write`` of ``_collection``'s answer."""
+        """``head_for_write`` of ``typed_head``'s answer."""
         if h is not None and is_live(h, now) and (h[_TTL_AT:_HEADER] == _NO_TTL or self.present(hk, h, now)):
             return hk, h, False
         return hk, head.new(ctype, self.hlc.now(), self.node_id, prior=raw, now_ms=now), True
@@ -301,10 +302,7 @@ class Keyspace:
             return r, False
         hk, h, raw = self.typed_head(key, ctype, now)  # (WrongType from here)
         hk, h, created = self.head_to_write(hk, h, raw, ctype, now)
-        if created:
-            return Home(K.string_key_in(K.pid_of_ikey(hk), key), hk, h, content_prefix(hk, h),
-                        head.delete_clock(h, now), False), True
-        return self._home(key, ctype, hk, h, now), False
+        return self._home(key, ctype, hk, h, now, not created), created
 
     def elements(self, tag: bytes, key: bytes, head_rec: bytes | None, now: int,
                  start: bytes = b"") -> Iterator[tuple[bytes, bytes]]:
