@@ -394,8 +394,10 @@ def _rename(ctx, args: list[bytes], nx: bool):
         kstr.copy(ks, rec, dst, dst_found, now, src_ik=ikey)
     else:
         kcoll.move(ks, src, rec, dst, dst_found, now, delete_source=True)
-    if ctx.node.events.on:
-        ctx.node.events.flush_new()  # (Redis fires the destination's "new" first)
+    if ctx.node.events.on:  # (Redis fires the destination's "new" first: it deletes one that
+        ctx.node.events.flush_new()  # existed and adds the key, and adding fires "new")
+        if dst_found is not None:
+            ctx.fire("n", b"new", dst)
     ctx.fire("g", b"rename_from", src)
     ctx.fire("g", b"rename_to", dst)
     return 1 if nx else reply.OK
@@ -449,6 +451,8 @@ def copy(ctx, args: list[bytes]):
         kstr.copy(ks, rec, dst, dst_found, now)
     else:
         kcoll.move(ks, src, rec, dst, dst_found, now, delete_source=False)
+    if dst_found is not None:  # (REPLACE: Redis deletes it and adds the copy, which fires "new")
+        ctx.fire("n", b"new", dst)
     ctx.fire("g", b"copy_to", dst)
     return 1
 

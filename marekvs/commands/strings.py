@@ -210,11 +210,12 @@ def getex(ctx, args: list[bytes]):
     flags, expire = A.parse_set_options(args, 2, for_set=False)
     ks, key = ctx.ks, args[1]
     now = ctx.ks.now()
-    ik, rec = kstr.lookup(ks, key, now)
-    if rec is None:
+    found = ks.live_record(key, now)
+    value = kstr.read_found(ks, key, found)  # (Redis reads the key: a keyspace hit or miss, keymiss)
+    if found is None:
         return None
+    ik, rec = found
     deadline = A.expire_deadline("getex", expire, flags, now) if expire is not None else 0
-    value = kstr.string_value(rec)
     if flags & (A.EXAT | A.PXAT) and deadline <= now:
         ks.delete(key, now)
         ctx.fire("g", b"del", key)
