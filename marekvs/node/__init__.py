@@ -144,6 +144,9 @@ class Node:
         self.pid = os.getpid()  # the node's (INFO process_id): a shard worker's is its supervisor's
         self._after_commit: list[Callable[[bool], None]] = []
         self._tick_scheduled = False
+        # a shard worker's mesh: holds a tick's replies until its siblings have what the tick
+        # told them (server/mesh.py, ``Mesh.gate``); True when it took them
+        self.reply_gate: Callable[[list[Callable[[bool], None]], bool], bool] | None = None
         self._ack_event: asyncio.Event | None = None
         openfiles.raise_soft()
         self.maxclients = openfiles.fit(DEFAULT_MAXCLIENTS)
@@ -405,6 +408,9 @@ class Node:
         except Exception:
             log.critical("storage commit failed; nothing of this tick is acknowledged", exc_info=True)
             ok = False
+        gate = self.reply_gate
+        if gate is not None and gate(waiting, ok):
+            return
         for fn in waiting:
             fn(ok)
 

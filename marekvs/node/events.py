@@ -34,8 +34,9 @@ notifications are turned on are found by one pass over the hash and set member r
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import heapq
-from typing import Any
+from typing import Any, Iterator
 
 from marekvs.core import envelope as env
 from marekvs.core import keys as K
@@ -134,6 +135,19 @@ class Events:
             deliver(b"__keyspace@0__:" + key, event)
         if self.keyevent:
             deliver(b"__keyevent@0__:" + event, key)
+
+    @contextlib.contextmanager
+    def muted(self) -> Iterator[None]:
+        """What runs inside fires no event (no keymiss, no 'new') and counts no keyspace hit
+        or miss: a shard worker's part of a command across workers (``~mute``,
+        shards/units.py), whose coordinator fires the events the whole command fires."""
+        ks = self.node.ks
+        saved = self.classes, self.on, self.new_on, self.pending_new, ks.on_miss, ks.hits, ks.misses
+        self.classes, self.on, self.new_on, self.pending_new, ks.on_miss = set(), False, False, {}, None
+        try:
+            yield
+        finally:
+            self.classes, self.on, self.new_on, self.pending_new, ks.on_miss, ks.hits, ks.misses = saved
 
     def flush_new(self) -> None:
         """After a command: 'new' keys that no event of the command claimed."""

@@ -29,7 +29,9 @@ connections). A client's command runs where its keys live:
   its cursor, a partition: the worker owning it scans on, and the cursor it returns at
   the end of its range is the next worker's first partition. SUBSCRIBE and PSUBSCRIBE
   run where the connection is (PUBLISH reaches every worker); a keyspace notification
-  is fired by the worker that changed the key and posted to the others (``_NOTIFY``).
+  is fired by the worker that changed the key and posted to the others (``_NOTIFY``)
+  after its commit, and the tick's replies wait until every sibling delivered it
+  (``Mesh.gate``), so subscribers see notifications in the order the commands ran.
   SHUTDOWN asks the supervisor, which stops every worker;
 - **a unit** (MSET, MGET, MSETNX, DEL, UNLINK, EXISTS, TOUCH, RENAME, RENAMENX, COPY,
   LMOVE, RPOPLPUSH, SMOVE, SUNION, SINTER, SDIFF, SINTERCARD, ZUNION, ZINTER, ZDIFF,
@@ -153,7 +155,7 @@ def _entry(ctx: Context, ci: int, args: Any) -> list[Any]:
     if u.name == _DEFAULT_USER:
         return [ctx.id, ctx.proto, ci, args]
     return [ctx.id, ctx.proto, ci, args, u.name]
-_NOTIFY = -2  # ... a keyspace notification to deliver here: [channel, message] (no reply)
+_NOTIFY = -2  # ... a keyspace notification to deliver here: [channel, message, number] (an "n" frame at once)
 _LOCK = -3  # ... lock this worker for the unit in the client id's slot (no reply: a "g" frame later)
 _UNLOCK = -4  # ... the unit is done here
 _SCRIPT = -5  # ... a script body to cache here (EVAL elsewhere: EVALSHA then works on every worker)
@@ -379,7 +381,7 @@ class Link(asyncio.Protocol):
         self.unpacker.feed(data)
         got, inflight = self.got, self.inflight
         for frame in self.unpacker:
-            if type(frame) is dict:  # a unit's lock granted, or its part's reply
+            if type(frame) is dict:  # a unit's lock granted, its part's reply, notifications acknowledged
                 self.mesh.unit_message(self.j, frame)
                 continue
             got += frame
@@ -417,6 +419,7 @@ class Owner(asyncio.Protocol):
         self.queue: deque[list[Any]] = deque()  # entries waiting for a unit to release this worker
         self.locks: set[int] = set()  # the units of this sibling holding (or waiting for) this worker
         self.parts: list[bytes] = []  # the replies of the holder's parts in this frame
+        self.noted = 0  # the number of the last notification delivered from this data (to acknowledge)
         self.blocked: dict[int, asyncio.Task[None]] = {}  # clients' blocking commands waiting here
         self.scheduled = False
         self.flush_cb = self._flush
@@ -441,6 +444,10 @@ class Owner(asyncio.Protocol):
             if self.parts:  # the holder's parts of this frame: their replies in one frame
                 self._unit_frame({"u": mesh.holder, "r": self.parts})
                 self.parts = []
+        if self.noted:  # acknowledged at once, not after our commit (Mesh.gate: never held)
+            if self.transport is not None and not self.transport.is_closing():
+                self.transport.write(_packb({"n": self.noted}))
+            self.noted = 0
         self._emit()
 
     def _run(self, e: list[Any]) -> None:
@@ -529,6 +536,7 @@ class Owner(asyncio.Protocol):
         mesh = self.mesh
         if ci == _NOTIFY:
             self.node.pubsub.deliver(args[0], args[1])
+            self.noted = args[2]
         elif ci == _UNWAIT:
             self.node.blocking.unwatch(cid)
         elif ci == _SCRIPT:
@@ -625,6 +633,15 @@ class Mesh:
         self.plan = Plan(node, shards, index)
         self.links: list[Link | None] = [None] * len(shards)
         node.pubsub.siblings = self.notify
+        # keyspace notifications for the siblings' subscribers (``notify``, ``gate``): this
+        # tick's, the number of the last posted and acknowledged per sibling, and the ticks
+        # whose replies wait for acknowledgements (what each waits for, its callbacks)
+        self.notes: list[list[Any]] = []
+        self.note_seq = 0
+        self.note_posted = [0] * len(shards)
+        self.note_acked = [0] * len(shards)
+        self.gated: deque[tuple[list[int], list[Callable[[bool], None]], bool]] = deque()
+        node.reply_gate = self.gate
         self.records = node.records = SharedRecords(self)  # ACL users, function libraries
         self.loading = [loading(shards, j) for j in range(len(shards))]
         self.loading_err = [Err(b[1:-2].decode()) for b in self.loading]  # (the same, as a reply value)
@@ -757,11 +774,16 @@ class Mesh:
                     unit, parts, where, fut = job[0], job[1], job[2], job[4]
                     g.append(r)
                     err = next((v for vs in r.values() for v in vs if type(v) is Err), None)
+                    if phase == 0:
+                        self._count_lookups(unit.lookups(where, g))
                     done = err if err is not None else unit.after(phase, parts, where, g)
                     if done is None and phase < unit.phases - 1:
                         going.append(job)
                         going_got.append(g)
                     elif not fut.done():
+                        if err is None and self.node.events.on:  # (before the reply: ``gate``)
+                            for cls, event, key in unit.events(where, g):
+                                self.node.events.fire(cls, event, key)
                         fut.set_result(final(done))
                 live, got = going, going_got
                 phase += 1
@@ -772,6 +794,21 @@ class Mesh:
             for j in locked:
                 self.unlock(j, uid)
             self._next_batch()
+
+    def _count_lookups(self, found: list[tuple[bytes, bool]]) -> None:
+        """A unit's reads that its parts made muted (``Unit.lookups``): counted here, and
+        keymiss fired, in the order the command reads its keys."""
+        if not found:
+            return
+        node = self.node
+        ks = node.ks
+        for key, hit in found:
+            if hit:
+                ks.hits += 1
+            else:
+                ks.misses += 1
+                if ks.on_miss is not None:
+                    ks.on_miss(key)
 
     async def _phase(self, uid: int, phase: int, batch: list[Any], workers: list[int],
                      locked: list[int], got: list[Got]) -> Any:
@@ -964,8 +1001,13 @@ class Mesh:
         return fut
 
     def unit_message(self, j: int, frame: dict[str, Any]) -> None:
-        """A lock granted (``g``, with its parts' replies), parts' replies (``u``), or the
-        end of a client's blocking command (``b``)."""
+        """A lock granted (``g``, with its parts' replies), parts' replies (``u``), the
+        end of a client's blocking command (``b``), or notifications delivered (``n``)."""
+        if "n" in frame:
+            if frame["n"] > self.note_acked[j]:
+                self.note_acked[j] = frame["n"]
+            self._release_gated()
+            return
         if "b" in frame:
             parked = self.parked.pop((frame["b"], j), None)
             if parked is not None and not parked.done():
@@ -1027,16 +1069,63 @@ class Mesh:
 
     def notify(self, channel: bytes, message: bytes, shard: bool) -> None:
         """A keyspace notification fired here, to the subscribers of the other workers (a
-        worker that is down misses it, as a disconnected subscriber would)."""
-        entry = [0, 0, _NOTIFY, [channel, message]]
-        for link in self.links:
-            if link is not None:
-                link.post(entry)
+        worker that is down misses it, as a disconnected subscriber would): sent once this
+        tick is committed (``gate``)."""
+        self.note_seq += 1
+        self.notes.append([0, 0, _NOTIFY, [channel, message, self.note_seq]])
+        self.node.request_tick()
+
+    def gate(self, waiting: list[Callable[[bool], None]], committed: bool) -> bool:
+        """``Node.end_tick``, after the commit: send the tick's notifications to every
+        sibling, and hold the tick's replies and frames (``waiting``) until each sibling has
+        delivered them (its ``n`` frame), and until the ticks held before it are released.
+        So notifications reach every subscriber in the order the commands ran, as on one
+        process: a client's next command, wherever it runs, comes after its previous
+        command's notifications are with every subscriber's connection (a notification of
+        worker A and a later one of worker B would otherwise race over two sockets to the
+        subscriber's worker). Costs a round trip only for the ticks that notify.
+        Acknowledgements are written at once by the siblings, never held by a gate of
+        theirs: no two workers wait for each other. True when it took ``waiting``."""
+        notes = self.notes
+        if notes:
+            self.notes = []
+            if committed:  # (a failed commit: the writes they tell of are not made)
+                frame = _packb(notes)
+                seq = self.note_seq
+                for j, link in enumerate(self.links):
+                    if link is not None and link.transport is not None and not link.transport.is_closing():
+                        link.transport.write(frame)
+                        self.note_posted[j] = seq
+        elif not self.gated:
+            return False
+        self.gated.append((self.note_posted.copy(), waiting, committed))
+        self._release_gated()
+        return True
+
+    def _release_gated(self) -> None:
+        """Run the held ticks' callbacks, in order, while every sibling has acknowledged
+        what the first held tick waits for (a sibling that went down counts as done). Not
+        while notifications of a tick not yet committed wait (``notes``): a held tick's
+        callbacks also write what was added to their connections and links since (a
+        pipeline's later commands), which must not overtake those notifications; that
+        tick's ``gate`` sends them, then releases."""
+        gated, acked = self.gated, self.note_acked
+        if self.notes:
+            return
+        while gated:
+            wanted, waiting, committed = gated[0]
+            if any(acked[j] < w for j, w in enumerate(wanted)):
+                return
+            gated.popleft()
+            for fn in waiting:
+                fn(committed)
 
     def link_lost(self, link: Link) -> None:
         j = link.j
         if self.links[j] is link:
             self.links[j] = None
+        self.note_acked[j] = self.note_posted[j]  # (what it did not acknowledge, it will never deliver)
+        self._release_gated()
         for waits in (self.unit_waits, self.parked):  # our units and blocked clients waiting on it fail
             for key in [k for k in waits if k[1] == j]:
                 fut = waits.pop(key)

@@ -14,14 +14,18 @@ to the next phase, else the reply; an error reply of any part ends the unit with
 - MGET: ``MGET`` of each worker's keys; the values put back in the order asked.
 - DEL, UNLINK, EXISTS, TOUCH: the command on each worker's keys; the counts summed
   (EXISTS counts a key named twice twice, as Redis does: each part keeps its repeats).
-- RENAME, RENAMENX, COPY: ``DUMP`` and ``PTTL`` of the source (and ``EXISTS`` of the
-  destination for RENAMENX and COPY without REPLACE), then ``RESTORE`` of the payload at
-  the destination with the TTL left (REPLACE) and, for a rename, ``DEL`` of the source.
-  The value moves whole, as Redis's DUMP/RESTORE carries it; keyspace events are those of
-  the parts (``restore`` and ``del``, not ``rename_from``/``rename_to``).
-- LMOVE, RPOPLPUSH, SMOVE: ``TYPE`` of both keys (a missing source: nil or 0; a key of
+- RENAME, RENAMENX, COPY: ``DUMP`` and ``PTTL`` of the source and ``EXISTS`` of the
+  destination, then ``RESTORE`` of the payload at the destination with the TTL left
+  (REPLACE) and, for a rename, ``DEL`` of the source. The value moves whole, as Redis's
+  DUMP/RESTORE carries it. The parts run muted (``~mute``: no event, no keyspace hit or
+  miss; COPY's read of its source counts and fires keymiss, as Redis's lookupKeyRead) and
+  the coordinator fires the command's own events (``Unit.events``): ``new`` (also for a
+  destination that existed: Redis deletes it, then adds), ``rename_from`` and
+  ``rename_to``, or ``copy_to``.
+- LMOVE, RPOPLPUSH, SMOVE: ``TYPE`` of both keys, muted (a missing source: nil or 0; a key of
   another type: WRONGTYPE, nothing moved), then the pop or ``SREM`` at the source, then
-  the push or ``SADD`` at the destination with what moved.
+  the push or ``SADD`` at the destination with what moved (LMOVE's muted: Redis fires
+  the push's event before the pop's, so the coordinator fires them).
 
 - SUNION, SINTER, SDIFF, SINTERCARD and their STORE forms: ``_SetAlgebra``.
 - Commands over the values of keys (``_Gather``): ZUNION, ZINTER, ZDIFF, ZINTERCARD and
@@ -55,7 +59,11 @@ to the next phase, else the reply; an error reply of any part ends the unit with
   setting the client's watches (``~wait``) on the workers of its keys under the same
   locks (the mesh's module docstring has the rounds).
 
-A part's event and command statistics are the part's: a two-worker ZUNIONSTORE counts
+Keyspace events and keyspace hits and misses are the whole command's, in the order one
+process has them (``Unit.events``, ``Unit.lookups``: the parts that would fire or count
+otherwise run muted, ``~mute``, and the coordinator fires and counts; with notifications
+on, MSET, DEL, UNLINK, EXISTS, TOUCH and MGET run key by key, ``KeyByKey``, for the
+order of the keys). Command statistics are the parts': a two-worker ZUNIONSTORE counts
 ``~zread`` and ``~zstore`` calls (which no client sees), not a ``zunionstore`` call;
 LMPOP counts TYPE and LMPOP calls.
 
@@ -84,12 +92,37 @@ Steps = dict[int, list[list[bytes]]]  # one phase: the commands each worker runs
 Got = list[dict[int, list[Any]]]  # the replies of each phase so far, by worker
 
 
+class KeyByKey:
+    """The ``where`` of a unit run key by key (``Unit.by_key``): the worker of each key
+    and the keys (pairs: the keys and values), in the order given."""
+
+    __slots__ = ("at", "args")
+
+    def __init__(self, at: list[int], args: list[bytes]):
+        self.at, self.args = at, args
+
+    def in_order(self, got: dict[int, list[Any]], per_key: int) -> list[list[Any]]:
+        """The replies of each key's ``per_key`` commands, in the order of the keys."""
+        seen = dict.fromkeys(got, 0)
+        out = []
+        for j in self.at:
+            i = seen[j]
+            out.append(got[j][i:i + per_key])
+            seen[j] = i + per_key
+        return out
+
+
 class Unit:
     """How one command runs as a unit across workers (the module docstring)."""
 
     name: str
     pairs = False  # its arguments are key value pairs
     phases = 1
+    # with keyspace events on, the commands each key runs, muted (``KeyByKey``), so that
+    # the coordinator fires the events in the order of the keys, as one process does: each
+    # (command, whether it takes the key's value too); None: the parts fire their own (a
+    # worker's come in that worker's turn)
+    by_key: tuple[tuple[bytes, bool], ...] | None = None
 
     def split(self, args: list[bytes], owner: Sequence[int], pid_of: Any, ctx: Any = None
               ) -> tuple[Parts, Any] | None:
@@ -107,6 +140,8 @@ class Unit:
             if part is None:
                 part = parts[j] = []
             part.extend(args[i:i + step])
+        if self.by_key is not None and ctx is not None and ctx.node.events.on:
+            return parts, KeyByKey(where, args[1:])
         return parts, where
 
     def would_block(self, args: list[bytes]) -> bool:
@@ -114,25 +149,82 @@ class Unit:
         return True
 
     def step(self, phase: int, parts: Parts, where: Any, got: Got) -> Steps:
+        if type(where) is KeyByKey:
+            return self._key_by_key(where)
         return {j: [[self.name.upper().encode(), *own]] for j, own in parts.items()}
 
+    def _key_by_key(self, where: KeyByKey) -> Steps:
+        steps: Steps = {}
+        n = 2 if self.pairs else 1
+        assert self.by_key is not None
+        for i, j in enumerate(where.at):
+            own = where.args[i * n:i * n + n]
+            steps.setdefault(j, []).extend([b"~mute", c, *(own if whole else own[:1])] for c, whole in self.by_key)
+        return steps
+
     def after(self, phase: int, parts: Parts, where: Any, got: Got) -> Any:
+        if type(where) is KeyByKey:
+            return self.merge_by_key(where.in_order(got[phase], len(self.by_key or ())))
         return self.merge({j: r[0] for j, r in got[phase].items()}, where)
+
+    def merge_by_key(self, replies: list[list[Any]]) -> Any:
+        """The reply from each key's replies to its ``by_key`` commands, in key order."""
+        raise NotImplementedError
+
+    def lookups(self, where: Any, got: Got) -> list[tuple[bytes, bool]]:
+        """The keys the command looks up as Redis's lookupKeyRead, in order, each with
+        whether it was found: the coordinator counts them (keyspace_hits, keyspace_misses)
+        and fires keymiss, where the parts that read them ran muted. Also for a unit that
+        ended with an error (the keys read before it). None by default."""
+        return []
+
+    def events(self, where: Any, got: Got) -> list[tuple[str, bytes, bytes]]:
+        """The keyspace events (class, event, key) the coordinator fires, in order, once
+        the unit ended without an error: those of the whole command, where its parts ran
+        muted (``~mute``). None by default: the parts fire their own."""
+        return []
 
     def merge(self, replies: dict[int, Any], where: Any) -> Any:
         raise NotImplementedError
 
 
 class _Sum(Unit):
+    """DEL, UNLINK (each deleted key fires ``del``), EXISTS, TOUCH (each key is looked up:
+    a hit, or a miss and keymiss)."""
+
     def __init__(self, name: str):
         self.name = name
+        self.by_key = ((name.upper().encode(), True),)
+        self.reads = name in ("exists", "touch")
 
     def merge(self, replies: dict[int, Any], where: Any) -> Any:
         return sum(replies.values())
 
+    def merge_by_key(self, replies: list[list[Any]]) -> Any:
+        return sum(r[0] for r in replies)
+
+    def events(self, where: Any, got: Got) -> list[tuple[str, bytes, bytes]]:
+        if type(where) is not KeyByKey or self.reads:
+            return []
+        return [("g", b"del", k) for k, r in zip(where.args, where.in_order(got[0], 1)) if r[0]]
+
+    def lookups(self, where: Any, got: Got) -> list[tuple[bytes, bool]]:
+        if type(where) is not KeyByKey or not self.reads:
+            return []
+        return [(k, bool(r[0])) for k, r in zip(where.args, where.in_order(got[0], 1))]
+
 
 class _Mget(Unit):
     name = "mget"
+    by_key = ((b"MGET", True), (b"EXISTS", True))  # (EXISTS: a key of another type is found, MGET's nil)
+
+    def merge_by_key(self, replies: list[list[Any]]) -> Any:
+        return [r[0][0] for r in replies]
+
+    def lookups(self, where: Any, got: Got) -> list[tuple[bytes, bool]]:
+        if type(where) is not KeyByKey:
+            return []
+        return [(k, bool(r[1])) for k, r in zip(where.args, where.in_order(got[0], 2))]
 
     def merge(self, replies: dict[int, Any], where: Any) -> Any:
         at = dict.fromkeys(replies, 0)
@@ -146,9 +238,29 @@ class _Mget(Unit):
 class _Mset(Unit):
     name = "mset"
     pairs = True
+    by_key = ((b"EXISTS", False), (b"SET", True))
 
     def merge(self, replies: dict[int, Any], where: Any) -> Any:
         return OK
+
+    def merge_by_key(self, replies: list[list[Any]]) -> Any:
+        return OK
+
+    def events(self, where: Any, got: Got) -> list[tuple[str, bytes, bytes]]:
+        return _set_events(where, got[0])
+
+
+def _set_events(where: Any, replies: dict[int, list[Any]]) -> list[tuple[str, bytes, bytes]]:
+    """MSET's and MSETNX's events from their key-by-key writes' ``replies``: per key in
+    order, ``new`` if it did not exist, then ``set``."""
+    if type(where) is not KeyByKey:
+        return []
+    out: list[tuple[str, bytes, bytes]] = []
+    for k, r in zip(where.args[0::2], where.in_order(replies, 2)):
+        if not r[0]:
+            out.append(("n", b"new", k))
+        out.append(("$", b"set", k))
+    return out
 
 
 class _Msetnx(Unit):
@@ -157,16 +269,22 @@ class _Msetnx(Unit):
     name = "msetnx"
     pairs = True
     phases = 2
+    by_key = _Mset.by_key  # (its second phase: MSET's, key by key)
 
     def step(self, phase: int, parts: Parts, where: Any, got: Got) -> Steps:
-        if phase == 0:
-            return {j: [[b"EXISTS", *own[0::2]]] for j, own in parts.items()}
+        if phase == 0:  # (Redis looks them up for writing: no keymiss, no hit or miss)
+            return {j: [[b"~mute", b"EXISTS", *own[0::2]]] for j, own in parts.items()}
+        if type(where) is KeyByKey:
+            return self._key_by_key(where)
         return {j: [[b"MSET", *own]] for j, own in parts.items()}
 
     def after(self, phase: int, parts: Parts, where: Any, got: Got) -> Any:
         if phase == 0:
             return 0 if sum(r[0] for r in got[0].values()) else None
         return 1
+
+    def events(self, where: Any, got: Got) -> list[tuple[str, bytes, bytes]]:
+        return _set_events(where, got[1]) if len(got) == 2 else []
 
 
 class _TwoKeys(Unit):
@@ -214,15 +332,13 @@ class _Move(_TwoKeys):
     def step(self, phase: int, parts: Parts, where: Any, got: Got) -> Steps:
         js, jd, args = where
         src, dst = args[1], args[2]
-        if phase == 0:
-            steps: Steps = {js: [[b"DUMP", src], [b"PTTL", src]]}
-            if self.nx or (self.copy and not self._replace(args)):
-                steps[jd] = [[b"EXISTS", dst]]
-            return steps
+        if phase == 0:  # (COPY reads its source as Redis's lookupKeyRead: a hit, or a miss and keymiss)
+            return {js: [[b"DUMP", src] if self.copy else [b"~mute", b"DUMP", src], [b"~mute", b"PTTL", src]],
+                    jd: [[b"~mute", b"EXISTS", dst]]}
         payload, pttl = got[0][js]
-        steps = {jd: [[b"RESTORE", dst, b"%d" % max(pttl, 0), payload, b"REPLACE"]]}
+        steps = {jd: [[b"~mute", b"RESTORE", dst, b"%d" % max(pttl, 0), payload, b"REPLACE"]]}
         if not self.copy:
-            steps[js] = [[b"DEL", src]]
+            steps[js] = [[b"~mute", b"DEL", src]]
         return steps
 
     def after(self, phase: int, parts: Parts, where: Any, got: Got) -> Any:
@@ -230,10 +346,19 @@ class _Move(_TwoKeys):
         if phase == 0:
             if got[0][js][0] is None:  # no source
                 return 0 if self.copy else Err(errors.NO_SUCH_KEY)
-            if jd in got[0] and got[0][jd][0]:  # the destination exists
+            if got[0][jd][0] and (self.nx or (self.copy and not self._replace(args))):  # the destination exists
                 return 0
             return None
         return OK if self.name == "rename" else 1
+
+    def events(self, where: Any, got: Got) -> list[tuple[str, bytes, bytes]]:
+        js, jd, args = where  # as the single process fires them (commands/keys.py)
+        if len(got) < 2:  # (nothing moved)
+            return []
+        new = ("n", b"new", args[2])  # (a destination that existed too: Redis deletes it, then adds)
+        if self.copy:
+            return [new, ("g", b"copy_to", args[2])]
+        return [new, ("g", b"rename_from", args[1]), ("g", b"rename_to", args[2])]
 
 
 def _wrong_types(got: Got, js: int, jd: int, kind: bytes) -> Any:
@@ -271,11 +396,24 @@ class _ListMove(_TwoKeys):
     def step(self, phase: int, parts: Parts, where: Any, got: Got) -> Steps:
         js, jd, args = where
         if phase == 0:
-            return {js: [[b"TYPE", args[1]]], jd: [[b"TYPE", args[2]]]}
+            return {js: [[b"~mute", b"TYPE", args[1]]], jd: [[b"~mute", b"TYPE", args[2]]]}
         pop, push = self._ends(args)
-        if phase == 1:
-            return {js: [[pop, args[1]]]}
-        return {jd: [[push, args[2], got[1][js][0]]]}
+        if phase == 1:  # (muted: Redis fires the push's events first, ``events``)
+            return {js: [[b"~mute", pop, args[1]], [b"~mute", b"EXISTS", args[1]]]}
+        return {jd: [[b"~mute", push, args[2], got[1][js][0]]]}
+
+    def events(self, where: Any, got: Got) -> list[tuple[str, bytes, bytes]]:
+        """As Redis's LMOVE: ``new`` for a destination it creates, the push, the pop, and
+        ``del`` for a source it emptied."""
+        js, jd, args = where
+        if len(got) < 3:
+            return []
+        pop, push = self._ends(args)
+        out = [("n", b"new", args[2])] if got[0][jd][0] == b"none" else []
+        out += [("l", push.lower(), args[2]), ("l", pop.lower(), args[1])]
+        if not got[1][js][1]:
+            out.append(("g", b"del", args[1]))
+        return out
 
     def after(self, phase: int, parts: Parts, where: Any, got: Got) -> Any:
         js, jd, _ = where
@@ -302,7 +440,7 @@ class _Smove(_TwoKeys):
     def step(self, phase: int, parts: Parts, where: Any, got: Got) -> Steps:
         js, jd, args = where
         if phase == 0:
-            return {js: [[b"TYPE", args[1]]], jd: [[b"TYPE", args[2]]]}
+            return {js: [[b"~mute", b"TYPE", args[1]]], jd: [[b"~mute", b"TYPE", args[2]]]}
         if phase == 1:
             return {js: [[b"SREM", args[1], args[3]]]}
         return {jd: [[b"SADD", args[2], args[3]]]}
@@ -490,6 +628,16 @@ def _zstore(ctx: Any, args: list[Any]) -> Any:
     return zsets.store_entries(ctx, args[1], args[2], [(s, m) for s, m in args[3]])
 
 
+def _mute(ctx: Any, args: list[bytes]) -> Any:
+    """``~mute command args...``: the command run here with no keyspace event and no
+    keyspace hit or miss counted (``Events.muted``): a part of a unit whose events are the
+    whole command's (``Unit.events``), or a lookup Redis makes for writing (RENAME's, LMOVE's)."""
+    cmd = PART_COMMANDS.get(args[1]) or ctx.node.table.lookup(args[1])
+    assert cmd is not None and cmd.handler is not None
+    with ctx.node.events.muted():
+        return cmd.handler(ctx, args[1:])
+
+
 def _part_command(name: str, handler: Any, write: bool) -> Command:
     return Command(name=name, handler=handler, arity=-2, flags=("write",) if write else ("readonly",),
                    first_key=1, last_key=1, step=1)
@@ -500,6 +648,7 @@ PART_COMMANDS: dict[bytes, Command] = {c.name.encode(): c for c in (
     _part_command("~hread", _hread, False), _part_command("~capture", _capture, False),
     _part_command("~hmerge", _hmerge, True), _part_command("~bstore", _bstore, True),
     _part_command("~zstore", _zstore, True),
+    Command(name="~mute", handler=_mute, arity=-2, flags=("write",), first_key=0, last_key=0, step=0),
 )}
 """The commands units run as parts besides the client commands (``~`` names no client can
 send: they are in no command table, so COMMAND, INFO commandstats and ACL never show
@@ -546,22 +695,41 @@ class _Gather(Unit):
     def prepare(self, w: dict[str, Any], ctx: Any) -> None:
         """What the computation needs of the client's context, taken now."""
 
+    counts = True  # its reads are Redis's lookupKeyRead (``lookups``)
+
     def step(self, phase: int, parts: Parts, where: Any, got: Got) -> Steps:
         steps: Steps = {}
-        if phase == 0:
+        if phase == 0:  # (muted: the reads counted and keymiss fired here, in key order: ``lookups``)
             for k, j in zip(where["keys"], where["at"]):
-                steps.setdefault(j, []).append([self.read, k])
+                steps.setdefault(j, []).append([b"~mute", self.read, k])
             return steps
         return {where["jd"]: [where["write"]]}
 
-    def after(self, phase: int, parts: Parts, where: Any, got: Got) -> Any:
-        if phase == 1:
-            return where["reply"] if where["reply"] is not None else got[1][where["jd"]][-1]
+    def _values(self, where: Any, got: Got) -> list[Any]:
         seen = dict.fromkeys(got[0], 0)
         values = []
         for j in where["at"]:
             values.append(got[0][j][seen[j]])
             seen[j] += 1
+        return values
+
+    def lookups(self, where: Any, got: Got) -> list[tuple[bytes, bool]]:
+        """Each key read, in order, up to the first of another type (where Redis stops
+        with its error: found, so a hit)."""
+        if not self.counts or not got:
+            return []
+        out = []
+        for k, v in zip(where["keys"], self._values(where, got)):
+            if type(v) is int or type(v) is Err:  # (WRONG, INVALID_HLL, a ~zread's WRONGTYPE)
+                out.append((k, True))
+                break
+            out.append((k, v is not None and v != {}))
+        return out
+
+    def after(self, phase: int, parts: Parts, where: Any, got: Got) -> Any:
+        if phase == 1:
+            return where["reply"] if where["reply"] is not None else got[1][where["jd"]][-1]
+        values = self._values(where, got)
         try:
             return self.compute(where, values)
         except CommandError as e:
