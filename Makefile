@@ -67,8 +67,11 @@ histories: proto native
 	  awk '{n[$$1]++; ops[$$1]+=$$2} END {for (k in n) printf "%s histories: %d (%d commands)\n", k, n[k], ops[k]}' .histories.count; \
 	  rm -f .histories.count; exit $$rc
 
+# the single-node table beside redis-server, then the shard workers' scaling table (shards 1,
+# 2, 4, ... up to the machine's cores, beside redis-server: bench/bench_scaling.py)
 bench: proto native
 	$(PY) bench/bench_single.py
+	$(PY) bench/bench_scaling.py --quiet
 
 bench-cluster: proto native
 	$(PY) bench/bench_cluster.py

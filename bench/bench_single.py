@@ -854,7 +854,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--seconds", type=float, default=None,
                    help="target duration of each measured run (default 4, --quick 1)")
     p.add_argument("--marekvs-only", action="store_true", help="skip the redis-server baseline")
-    p.add_argument("--redis-only", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--redis-only", action="store_true", help="skip marekvs (the baseline alone)")
     p.add_argument("--profile", action="store_true",
                    help="run marekvs under py-spy record for the whole run (bench/results/profile.svg)")
     p.add_argument("--profile-format", default="flamegraph", choices=["flamegraph", "speedscope", "raw"],
@@ -879,6 +879,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--floor", choices=("bare", "data"), default=None,
                    help="benchmark bench/floor_server.py --model FLOOR in marekvs's column: the "
                         "leanest server on this stack, to read marekvs's ratios against")
+    p.add_argument("--json", default=None, metavar="PATH",
+                   help="write the results here (default: bench/results/single-<timestamp>.json)")
     p.add_argument("--marekvs-arg", action="append", default=[], metavar="ARG",
                    help="extra argument for 'marekvs serve' (repeatable, e.g. --marekvs-arg=--shards=1)")
     a = p.parse_args(argv)
@@ -1047,7 +1049,7 @@ def main(argv: list[str] | None = None) -> int:
         "runs": [asdict(r) for r in runs],
         **summary,
     }
-    out = os.path.join(RESULTS, f"single-{stamp}.json")
+    out = args.json or os.path.join(RESULTS, f"single-{stamp}.json")
     with open(out, "w") as f:
         json.dump(doc, f, indent=2)
     print(f"\nresults: {os.path.relpath(out, ROOT)}")
