@@ -84,6 +84,18 @@ def snapshot(c: redis.Redis) -> dict:
     return out
 
 
+def loaded(data) -> dict:
+    """``load`` into a new directory through one process; its ``snapshot``."""
+    n = serve(data, 1)
+    try:
+        load(n.client())
+        want = snapshot(n.client())
+        assert len(want) > 4000
+        return want
+    finally:
+        n.stop()
+
+
 def serve(data, shards: int) -> Node:
     return Node(data, durability="always", extra=["--shards", str(shards)]).start(timeout=DEADLINE)
 
@@ -108,13 +120,7 @@ def layout(data) -> tuple[int, bool, list[str]]:
 
 def test_restarts_1_3_2_1_keep_every_key_users_and_functions(tmp_path):
     data = tmp_path / "d"
-    n = serve(data, 1)
-    try:
-        load(n.client())
-        want = snapshot(n.client())
-        assert len(want) > 4000
-    finally:
-        n.stop()
+    want = loaded(data)
     for shards, names in ((3, ["0-1365", "1366-2730", "2731-4095", "map"]), (2, ["0-2047", "2048-4095", "map"]),
                           (1, [])):
         n = serve(data, shards)
@@ -129,9 +135,9 @@ def test_restarts_1_3_2_1_keep_every_key_users_and_functions(tmp_path):
     assert (data / "CURRENT").exists() and not (data / "shards").exists()
 
 
-def run_until_killed(data, shards: int, env: dict[str, str], port: int) -> int:
+def run_until_killed(data, shards: int, env: dict[str, str]) -> int:
     """``marekvs serve --shards N`` with ``env``; its exit status once it killed itself."""
-    node = Node(data, port=port, durability="always", extra=["--shards", str(shards)], env=env)
+    node = Node(data, durability="always", extra=["--shards", str(shards)], env=env)
     e = dict(os.environ, PYTHONPATH=str(ROOT), **env)
     with open(node.log_path, "ab") as logf:
         p = subprocess.run(node.args(), cwd=str(ROOT), env=e, stdout=logf, stderr=subprocess.STDOUT,
@@ -141,14 +147,9 @@ def run_until_killed(data, shards: int, env: dict[str, str], port: int) -> int:
 
 def test_sigkill_during_the_copy_or_after_the_switch_then_a_start_ends_with_all_data(tmp_path):
     data = tmp_path / "d"
-    n = serve(data, 1)
-    try:
-        load(n.client())
-        want = snapshot(n.client())
-    finally:
-        n.stop()
+    want = loaded(data)
     # killed during the copy: the old layout stays, beside what the copy made
-    assert run_until_killed(data, 2, {reshard.KILL_ENV: "copy"}, n.port) == -signal.SIGKILL
+    assert run_until_killed(data, 2, {reshard.KILL_ENV: "copy"}) == -signal.SIGKILL
     assert layout(data) == (1, True, ["0-2047", reshard.SCRATCH])
     n = serve(data, 2)
     try:
@@ -157,7 +158,7 @@ def test_sigkill_during_the_copy_or_after_the_switch_then_a_start_ends_with_all_
     finally:
         n.stop()
     # killed right after the switch: the new layout, beside the old directories
-    assert run_until_killed(data, 3, {reshard.KILL_ENV: "switch"}, n.port) == -signal.SIGKILL
+    assert run_until_killed(data, 3, {reshard.KILL_ENV: "switch"}) == -signal.SIGKILL
     assert layout(data) == (3, False, ["0-1365", "0-2047", "1366-2730", "2048-4095", "2731-4095", "map"])
     n = serve(data, 3)
     try:
