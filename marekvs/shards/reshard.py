@@ -42,6 +42,7 @@ check both sides of the switch without racing a timer.
 
 from __future__ import annotations
 
+import fcntl
 import gc
 import json
 import logging
@@ -190,6 +191,19 @@ def prepare(config: Config) -> list[str]:
     its layout is another one; the workers' data directories, in worker order. ``Refused``
     when it cannot (the committed layout is then unchanged)."""
     root = config.data_dir
+    os.makedirs(root, exist_ok=True)
+    fd = os.open(root, os.O_RDONLY)
+    try:
+        try:  # (two processes laying out one directory: the second could delete what the first builds)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise Refused(f"another process is laying out the data directory {root}") from None
+        return _prepare(config, root)
+    finally:
+        os.close(fd)  # (the lock with it)
+
+
+def _prepare(config: Config, root: str) -> list[str]:
     old = committed(root)
     _tidy(root, old)
     new = wanted(root, config.shards, old)

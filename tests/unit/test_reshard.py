@@ -10,6 +10,7 @@ Leftovers of an interrupted reshard are deleted before anything opens."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 from dataclasses import replace
@@ -170,3 +171,15 @@ def test_worker_directories_without_a_map_are_refused(tmp_path):
     Engine(str(base / "0-2047"), node_id=1, durability="no", partitions=PartitionRange(0, 2047)).close()
     with pytest.raises(reshard.Refused, match="no shard map"):
         reshard.prepare(Config(data_dir=str(tmp_path / "d"), node_id=1, shards=2))
+
+
+def test_one_process_at_a_time_lays_a_directory_out(single):
+    cfg = single[0]
+    fd = os.open(cfg.data_dir, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        with pytest.raises(reshard.Refused, match="another process is laying out"):
+            reshard.prepare(replace(cfg, shards=2))
+    finally:
+        os.close(fd)
+    assert reshard.prepare(replace(cfg, shards=2))[0].endswith("0-2047")
