@@ -2,11 +2,13 @@
 data directory between shard counts.
 
 A directory written by one process (``--keys`` strings of ``--value-size`` bytes, a hash of
-ten fields per ``--hash-every`` keys, through a ``Node`` in this process; its log trimmed
-as a node without peers keeps it) is resharded 1 -> 4 -> 2 -> 1 with ``reshard.prepare``, as
-``marekvs serve`` does before anything serves. Each step prints its records, MB (keys +
-values), seconds and MB/s; and what rebuilding the kept digest from the records (what a
-directory without one does at open) would cost instead of copying its slots.
+ten fields per ``--hash-every`` keys, through a ``Node`` in this process; its log trimmed as
+a node without peers keeps it, or whole with ``--keep-log``) is resharded 1 -> 4 -> 2 -> 1
+with ``reshard.prepare``, as ``marekvs serve`` does before anything serves. Each step prints
+its records, MB (keys + values), seconds and MB/s, the CPU time of this process (its
+RocksDB threads included: on a loaded machine the steadier figure); and what rebuilding the kept digest from
+the records (what a directory without one does at open) would cost instead of copying its
+slots.
 
     .venv/bin/python bench/bench_reshard.py --keys 200000
 """
@@ -28,7 +30,7 @@ from marekvs.storage.digest import computed
 from marekvs.storage.engine import Engine
 
 
-def build(path: str, keys: int, value_size: int, hash_every: int) -> Config:
+def build(path: str, keys: int, value_size: int, hash_every: int, keep_log: bool) -> Config:
     cfg = Config(data_dir=path, node_id=1, durability="no")
     node = Node(cfg)
     ctx = node.new_context()
@@ -40,7 +42,8 @@ def build(path: str, keys: int, value_size: int, hash_every: int) -> Config:
         if i % 1000 == 999:
             node.end_tick()
     node.end_tick()
-    node.engine.trim_log(node.engine.log_seq)
+    if not keep_log:
+        node.engine.trim_log(node.engine.log_seq)
     node.close()
     return cfg
 
@@ -64,13 +67,16 @@ def main() -> None:
     ap.add_argument("--keys", type=int, default=200_000)
     ap.add_argument("--value-size", type=int, default=100)
     ap.add_argument("--hash-every", type=int, default=10)
+    ap.add_argument("--keep-log", action="store_true",
+                    help="keep the log (one entry per 1000 keys: what peers that have not acknowledged it leave), "
+                         "which each step re-logs")
     ap.add_argument("--steps", default="4,2,1", help="the shard counts to go through, from one process")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
     root = tempfile.mkdtemp(prefix="bench-reshard-")
     try:
         t = time.perf_counter()
-        cfg = build(os.path.join(root, "d"), args.keys, args.value_size, args.hash_every)
+        cfg = build(os.path.join(root, "d"), args.keys, args.value_size, args.hash_every, args.keep_log)
         print(f"wrote {args.keys} keys through one process in {time.perf_counter() - t:.1f} s")
         e = Engine(cfg.data_dir, node_id=1, durability="no")
         records = size = 0
@@ -81,11 +87,12 @@ def main() -> None:
         mb = size / 1e6
         frm = 1
         for n in (int(x) for x in args.steps.split(",")):
-            t = time.perf_counter()
+            t, cpu = time.perf_counter(), time.process_time()
             reshard.prepare(replace(cfg, shards=n))
-            took = time.perf_counter() - t
+            took, cpu = time.perf_counter() - t, time.process_time() - cpu
             print(f"{frm} -> {n} workers: {records} records, {mb:.1f} MB in {took:.2f} s: {mb / took:.1f} MB/s, "
-                  f"{records / took / 1e3:.0f}k records/s; rebuilding the digests instead would add "
+                  f"{records / took / 1e3:.0f}k records/s; CPU {cpu:.2f} s ({mb / cpu:.1f} MB per CPU second); "
+                  "rebuilding the digests instead would add "
                   f"{rebuild_cost(replace(cfg, shards=n)):.2f} s")
             frm = n
     finally:

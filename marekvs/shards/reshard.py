@@ -23,7 +23,7 @@ writes but its close):
    ingested into ``data``: ``copy_records``), and their kept digest slots (``pid << 4 |
    segment``), copied exactly (``KeptDigest.replace``);
 2. its log names the keys of every entry the old logs still hold in its range (entries of
-   up to ``LOG_KEYS`` keys): peers may not have them yet, and shipping twice is harmless;
+   about ``LOG_KEYS`` keys): peers may not have them yet, and shipping twice is harmless;
 3. per peer stream (``hwm:<origin>:<incarnation>`` in ``meta``) the lowest high-water mark of
    the old directories it takes partitions from (a stream one of them never received from
    starts at 0); the peers it knew (``peer:``) and the aclfile marker from any of them;
@@ -64,7 +64,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("marekvs.reshard")
 
-LOG_KEYS = 4096  # keys per log entry of a new worker's re-logged entries
+LOG_KEYS = 4096  # keys (at least) per entry of a new worker's re-logged entries
 KILL_ENV = "MAREKVS_TEST_RESHARD_KILL"
 SCRATCH = "copying"  # the SST files of a copy, in data_dir/shards/ (never a worker directory's name)
 # meta keys a new directory gets otherwise (its identity, a new log) or merges (hwm:, hlc)
@@ -365,25 +365,15 @@ def copy_records(src: "Engine", dst: "Engine", part: PartitionRange, scratch: st
     return n, size
 
 
-def _logged_keys(src: "Engine", part: PartitionRange) -> Iterator[bytes]:
-    """The keys in ``part`` named by the entries ``src``'s log still holds, oldest first."""
-    from rocksdict import ReadOptions
+def relog(sources: list["Engine"], dst: "Engine") -> tuple[int, int]:
+    """Step 2: ``dst``'s log gets entries naming every key in its range that the logs of
+    ``sources`` still hold, in their order (entries of at least ``LOG_KEYS`` keys, each key
+    once in an entry, but for the last); (entries, keys)."""
+    from rocksdict import ReadOptions, WriteBatch
 
     from marekvs.storage.replog import decode_entry
 
-    lo, hi = part.start_key, part.end_key
-    for _, value in src.replog.items(read_opt=ReadOptions()):
-        for k in decode_entry(value)[1]:
-            if lo <= k < hi:
-                yield k
-
-
-def relog(sources: list["Engine"], dst: "Engine") -> tuple[int, int]:
-    """Step 2: ``dst``'s log gets entries naming every key in its range that the logs of
-    ``sources`` still hold (each key once per entry, up to ``LOG_KEYS`` keys an entry);
-    (entries, keys)."""
-    from rocksdict import WriteBatch
-
+    lo, hi = dst.partitions.start_key, dst.partitions.end_key
     wo = _without_wal()
     entries = total = 0
     chunk: dict[bytes, None] = {}
@@ -400,8 +390,8 @@ def relog(sources: list["Engine"], dst: "Engine") -> tuple[int, int]:
         chunk.clear()
 
     for src in sources:
-        for k in _logged_keys(src, dst.partitions):
-            chunk[k] = None
+        for _, value in src.replog.items(read_opt=ReadOptions()):
+            chunk.update(dict.fromkeys([k for k in decode_entry(value)[1] if lo <= k < hi]))
             if len(chunk) >= LOG_KEYS:
                 put()
     if chunk:
