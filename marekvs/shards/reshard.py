@@ -77,7 +77,8 @@ class Refused(Exception):
 
 @dataclass(frozen=True)
 class Layout:
-    """A data directory's shard layout: each worker's range and directory (absolute)."""
+    """A data directory's shard layout: each worker's range and directory (a path under
+    ``data_dir``, or ``data_dir`` itself)."""
 
     ranges: tuple[PartitionRange, ...]
     dirs: tuple[str, ...]
@@ -105,7 +106,7 @@ def committed(root: str) -> Layout | None:
             ranges = tuple(PartitionRange(a, b) for a, b in m["ranges"])
             ShardMap(ranges)
             names = m.get("dirs") or [f"{r.first}-{r.last}" for r in ranges]
-            if len(names) != len(ranges) or any(os.sep in n or n in ("", ".", "..", "map") for n in names):
+            if len(names) != len(ranges) or any(os.sep in n or n in ("", ".", "..", "map", SCRATCH) for n in names):
                 raise ValueError("its directories do not match its ranges")
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise Refused(f"the shard map {path} cannot be read: {e}") from None
