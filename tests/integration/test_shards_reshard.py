@@ -55,29 +55,34 @@ def load(c: redis.Redis) -> None:
     c.execute_command("FUNCTION", "LOAD", LIB)
 
 
+READ = {b"string": "get", b"hash": "hgetall", b"list": "lrange", b"set": "smembers", b"zset": "zrange",
+        b"stream": "xrange"}
+
+
 def snapshot(c: redis.Redis) -> dict:
-    """Every key's type, value and absolute deadline; the digest, users and libraries."""
+    """Every key's type, value and absolute deadline (pipelined); the digest, users and
+    libraries."""
+    keys = sorted(c.scan_iter(count=1000))
+    p = c.pipeline(transaction=False)
+    for k in keys:
+        p.type(k)
+    types = p.execute()
+    p = c.pipeline(transaction=False)
+    for k, t in zip(keys, types):
+        args = {"lrange": (0, -1), "zrange": (0, -1)}.get(READ[t], ())
+        getattr(p, READ[t])(k, *args, **({"withscores": True} if t == b"zset" else {}))
+        p.pexpiretime(k)
+        if t == b"stream":
+            p.execute_command("XINFO", "GROUPS", k)
+    got = iter(p.execute(raise_on_error=False))
     out: dict = {}
-    for k in c.scan_iter(count=500):
-        t = c.type(k)
-        if t == b"string":
-            try:
-                v = c.get(k)
-            except redis.ResponseError:  # (a HyperLogLog: its own records here, docs/divergences.md)
-                v = c.pfcount(k)
-        elif t == b"hash":
-            v = c.hgetall(k)
-        elif t == b"list":
-            v = c.lrange(k, 0, -1)
+    for k, t in zip(keys, types):
+        v = next(got)
+        if isinstance(v, redis.ResponseError):  # (a HyperLogLog: its own records here, docs/divergences.md)
+            v = c.pfcount(k)
         elif t == b"set":
-            v = sorted(c.smembers(k))
-        elif t == b"zset":
-            v = c.zrange(k, 0, -1, withscores=True)
-        elif t == b"stream":
-            v = (c.xrange(k), c.execute_command("XINFO", "GROUPS", k))
-        else:
-            raise AssertionError(f"type {t!r} of {k!r}")
-        out[k] = (t, v, c.pexpiretime(k))
+            v = sorted(v)
+        out[k] = (t, v, next(got), next(got) if t == b"stream" else None)
     out["digest"] = c.execute_command("DEBUG", "DIGEST")
     out["users"] = c.execute_command("ACL", "LIST")
     out["functions"] = c.execute_command("FUNCTION", "LIST")
@@ -90,7 +95,8 @@ def loaded(data) -> dict:
     try:
         load(n.client())
         want = snapshot(n.client())
-        assert len(want) > 4000
+        assert len(want) > 4000 and {v[0] for k, v in want.items() if isinstance(k, bytes)} == set(READ)
+        assert sum(1 for v in want.values() if isinstance(v, tuple) and v[2] > 0) == 20  # (the deadlines)
         return want
     finally:
         n.stop()
