@@ -78,13 +78,17 @@ def main(argv: list[str] | None = None) -> int:
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         from marekvs.shards import supervisor
 
-        try:
-            supervisor.check_layout(config)
+        why = supervisor.refusal(config) if config.shards > 1 else None
+        if why is not None:
+            logging.critical("%s", why)
+            return 1
+        try:  # the data directory laid out for this shard count (resharded if it was for another)
+            dirs = supervisor.prepare(config)
         except supervisor.Refused as e:
             logging.critical("%s", e)
             return 1
         if config.shards > 1:  # EXPERIMENTAL: a supervisor and its shard workers
-            return supervisor.serve(config, args.config)
+            return supervisor.serve(config, args.config, dirs)
         from marekvs.process import serve
 
         serve(config, args.config)

@@ -6,11 +6,13 @@ SIGTERM as any node). It:
 
 - refuses what workers do not carry yet: peers (replication between shard workers is
   slice 6), the TLS, Kafka and metrics ports;
-- lays out the data directory: ``data_dir/shards/map`` (the shard count and ranges) and one
-  directory per worker, ``data_dir/shards/<first>-<last>/`` (its own RocksDB). A directory
-  written by a single process (``shards 1``: the RocksDB files in ``data_dir`` itself) is
-  refused, and so is a map of another count, in either direction: resharding is slice 8;
-  ``shards 1`` opens a single process's directory unchanged, as before;
+- lays out the data directory (``marekvs/shards/reshard.py``, called by ``marekvs serve``
+  for every shard count before anything serves): ``data_dir/shards/map`` (the shard count,
+  ranges and directories) and one directory per worker, ``data_dir/shards/<first>-<last>/``
+  (its own RocksDB); a directory laid out for another count (a single process's, the RocksDB
+  files in ``data_dir`` itself, included) is resharded first: its partitions are copied to
+  the new workers' directories and the map switched (docs/shards.md §7). ``shards 1`` opens
+  a single process's directory unchanged, as before, and reshards a map back into it;
 - starts worker i as ``python -m marekvs worker`` (``marekvs/process.py``, ``serve`` with a
   ``Worker``), each with ``PR_SET_PDEATHSIG`` = SIGTERM set before it runs (and it checks that
   its parent is still this supervisor once set), so no worker outlives the supervisor, even
@@ -25,7 +27,9 @@ SIGTERM as any node). It:
   ``_STOP_S``), then exits.
 
 It is a synchronous loop on ``signal.sigtimedwait`` (SIGCHLD, SIGTERM, SIGINT blocked, so
-none is lost between two waits), with no event loop and none of the node's modules loaded.
+none is lost between two waits), with no event loop and none of the node's modules loaded
+(a reshard, before the workers start, loads the storage engine and closes every database
+it opened before the first worker starts).
 """
 
 from __future__ import annotations
@@ -43,7 +47,9 @@ import time
 
 from marekvs import __version__
 from marekvs.config import Config
-from marekvs.core.partition import ShardMap
+from marekvs.shards.reshard import Refused, prepare
+
+__all__ = ["Refused", "prepare", "refusal", "serve", "watch_parent", "worker_config"]
 
 log = logging.getLogger("marekvs.supervisor")
 
@@ -51,10 +57,6 @@ _PR_SET_PDEATHSIG = 1
 _STOP_S = 30.0  # a worker that has not stopped this long after SIGTERM is killed
 _RESTART_MIN_S, _RESTART_MAX_S, _STABLE_S = 0.1, 5.0, 5.0
 _SIGNALS = (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT)
-
-
-class Refused(Exception):
-    """The node cannot start with this configuration or data directory (the message says why)."""
 
 
 def refusal(config: Config) -> str | None:
@@ -68,53 +70,6 @@ def refusal(config: Config) -> str | None:
     return None
 
 
-def _map_of(n: int) -> dict[str, object]:
-    return {"shards": n, "ranges": [[r.first, r.last] for r in ShardMap.even(n).ranges]}
-
-
-def check_layout(config: Config) -> None:
-    """Refuse a data directory laid out for another shard count (``Refused``)."""
-    root = config.data_dir
-    mapfile = os.path.join(root, "shards", "map")
-    single = os.path.exists(os.path.join(root, "CURRENT"))  # (RocksDB's: a single process's data)
-    if config.shards == 1:
-        if os.path.exists(mapfile) and not single:
-            with open(mapfile) as f:
-                n = json.load(f)["shards"]
-            raise Refused(f"data directory {root} holds the data of {n} shard workers: start it with --shards {n} "
-                          "(moving partitions between shard counts is slice 8 of docs/shards.md)")
-        return
-    if single:
-        raise Refused(f"data directory {root} holds a single process's data: start it with --shards 1 (moving "
-                      "partitions between shard counts is slice 8 of docs/shards.md)")
-    if os.path.exists(mapfile):
-        with open(mapfile) as f:
-            have = json.load(f)
-        if have != _map_of(config.shards):
-            raise Refused(f"data directory {root} holds the data of {have.get('shards')} shard workers: start it "
-                          f"with --shards {have.get('shards')} (moving partitions between shard counts is slice 8 "
-                          "of docs/shards.md)")
-
-
-def prepare(config: Config) -> list[str]:
-    """The workers' data directories (created), the map written if new."""
-    check_layout(config)
-    base = os.path.join(config.data_dir, "shards")
-    os.makedirs(base, exist_ok=True)
-    mapfile = os.path.join(base, "map")
-    if not os.path.exists(mapfile):
-        tmp = mapfile + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(_map_of(config.shards), f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, mapfile)
-    dirs = [os.path.join(base, f"{r.first}-{r.last}") for r in ShardMap.even(config.shards).ranges]
-    for d in dirs:
-        os.makedirs(d, exist_ok=True)
-    return dirs
-
-
 def _child_setup() -> None:
     """In the worker, before it runs: the signals this supervisor blocks are unblocked, and
     the worker gets SIGTERM when the supervisor dies (whatever kills it)."""
@@ -125,12 +80,12 @@ def _child_setup() -> None:
 
 
 class Supervisor:
-    def __init__(self, config: Config, config_file: str | None):
+    def __init__(self, config: Config, config_file: str | None, dirs: list[str]):
         self.config = config
         self.config_file = config_file
         self.n = config.shards
         self.mesh = f"marekvs-{os.getpid()}-{os.urandom(4).hex()}"
-        self.dirs = prepare(config)
+        self.dirs = dirs  # the workers' data directories (``prepare``)
         self.procs: list[subprocess.Popen[bytes] | None] = [None] * self.n
         self.ready_fds: dict[int, int] = {}  # worker -> the read end of its ready pipe
         self.started = [0.0] * self.n
@@ -228,18 +183,14 @@ class Supervisor:
         log.info("marekvs node %d stopped cleanly (%d shard workers)", self.config.node_id, self.n)
 
 
-def serve(config: Config, config_file: str | None = None) -> int:
-    """Run a node of ``config.shards`` > 1 workers until SIGTERM; the exit status."""
+def serve(config: Config, config_file: str | None, dirs: list[str]) -> int:
+    """Run a node of ``config.shards`` > 1 workers on ``dirs`` (``prepare``'s) until SIGTERM;
+    the exit status."""
     why = refusal(config)
     if why is not None:
         log.critical("%s", why)
         return 1
-    try:
-        sup = Supervisor(config, config_file)
-    except Refused as e:
-        log.critical("%s", e)
-        return 1
-    return sup.run()
+    return Supervisor(config, config_file, dirs).run()
 
 
 ORPHAN_GRACE_S = 5.0

@@ -220,7 +220,15 @@ class KeptDigest:
     def rebuild(self, records: Iterable[tuple[bytes, bytes]], wopts: WriteOptions | None = None) -> None:
         """Recompute every segment from ``records`` (all the data, in any order) and write it
         as the checkpoint, dropping every delta entry: one WriteBatch."""
-        self.segs = computed(records)
+        self.replace(computed(records), wopts)
+
+    def replace(self, segs: array, wopts: WriteOptions | None = None) -> None:
+        """Make ``segs`` (every slot) the kept digest: written as the checkpoint, every
+        delta entry dropped, in one WriteBatch (``rebuild``; a reshard copies the slots of
+        the partitions it moves, ``shards/reshard.py``)."""
+        if len(segs) != D.SLOTS:
+            raise ValueError(f"a digest of {len(segs)} slots, not {D.SLOTS}")
+        self.segs = segs
         self.slots.clear()
         self.xs.clear()
         self._fixes = []

@@ -391,14 +391,15 @@ def test_refused_configurations(tmp_path):
     assert r.returncode == 1 and "shards > 1 and peers does not start yet" in r.stderr
     r = serve("--shards", "2", "--data-dir", str(tmp_path / "p"), "--metrics-port", "1")
     assert r.returncode == 1 and "metrics_port is not supported with shards > 1 yet" in r.stderr
-    os.makedirs(tmp_path / "two" / "shards")
-    (tmp_path / "two" / "shards" / "map").write_text('{"shards": 2, "ranges": [[0, 2047], [2048, 4095]]}')
-    r = serve("--shards", "1", "--data-dir", str(tmp_path / "two"))
-    assert r.returncode == 1 and "holds the data of 2 shard workers: start it with --shards 2" in r.stderr
+    # a directory that cannot be resharded (not a RocksDB one) is left as it was (resharding
+    # itself: tests/integration/test_shards_reshard.py)
     os.makedirs(tmp_path / "one")
     (tmp_path / "one" / "CURRENT").write_text("MANIFEST-000001\n")
     r = serve("--shards", "2", "--data-dir", str(tmp_path / "one"))
-    assert r.returncode == 1 and "holds a single process's data: start it with --shards 1" in r.stderr
+    assert r.returncode == 1 and "from one process (data_dir itself) to 2 shard workers failed, its layout is " \
+        "unchanged" in r.stderr
+    assert (tmp_path / "one" / "CURRENT").read_text() == "MANIFEST-000001\n"
+    assert not (tmp_path / "one" / "shards").exists()
 
 
 def test_sigterm_leaves_no_process(tmp_path):
