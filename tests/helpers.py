@@ -274,6 +274,26 @@ def sync(s: socket.socket) -> bytes:
         out += d
 
 
+_NOTIFICATION = re.compile(rb"\$\d+\r\n(__key[a-z]+@0__:[^\r]*)\r\n\$\d+\r\n([^\r]*)")
+
+
+def notifications_seen(c: socket.socket, lst: socket.socket, setup: bytes, commands: bytes,
+                       flags: bytes) -> list[tuple[bytes, bytes]]:
+    """(channel, message) of every keyspace notification ``commands`` (sent on ``c``) fired
+    with notify-keyspace-events ``flags``, as a pattern subscriber on ``lst`` saw them, after
+    ``setup`` ran unobserved; the setting is off again at the end."""
+    c.sendall(setup + b"CONFIG SET notify-keyspace-events " + flags + b"\r\n")
+    sync(c)
+    lst.sendall(b"PSUBSCRIBE __key*__:*\r\n")
+    sync(lst)
+    c.sendall(commands)
+    sync(c)
+    out = sync(lst)
+    c.sendall(b"CONFIG SET notify-keyspace-events \"\"\r\n")
+    sync(c)
+    return _NOTIFICATION.findall(out)
+
+
 def conversation(port: int, data: bytes) -> bytes:
     """Send ``data``; everything the server sent back, including what it pushed at the end
     of the tick that ran the last command (two sentinels: see ``sync``)."""

@@ -3,7 +3,9 @@ on free ports."""
 
 from __future__ import annotations
 
+import collections
 import json
+import logging
 import os
 import random
 import shutil
@@ -402,15 +404,34 @@ def test_writes_after_a_restart_replicate(tmp_path):
         wait_until(lambda: call(base + 1, "GET", "after") == b"x", timeout=5, what="the write after the restart")
         # `up --kafka-base-port`: every node serves Kafka; produced on node 1, consumed on node 2
         kafka = pytest.importorskip("confluent_kafka")
-        p = kafka.Producer({"bootstrap.servers": f"127.0.0.1:{base + 4}", "message.timeout.ms": 60000})
+        trace: collections.deque[str] = collections.deque(maxlen=400)  # librdkafka's debug log, for a failure
+
+        class Keep(logging.Handler):
+            def emit(self, record: logging.LogRecord) -> None:
+                trace.append(record.getMessage())
+
+        rdlog = logging.getLogger("test_cluster_cli.rdkafka")
+        rdlog.propagate = False
+        rdlog.addHandler(Keep())
+        p = kafka.Producer({"bootstrap.servers": f"127.0.0.1:{base + 4}", "message.timeout.ms": 60000,
+                            "debug": "broker,topic,msg,protocol", "logger": rdlog})
         delivered: list[object] = []  # the delivery report: None, or why the record was not stored
         p.produce("cli", value=b"through the cluster", on_delivery=lambda err, msg: delivered.append(err))
         assert p.flush(60) == 0
-        if delivered != [None]:  # (flush also empties the queue of a record that failed)
+        if len(delivered) != 1 or delivered[0] is not None:  # (flush also empties the queue of a failed
+            # record; a KafkaError does not compare with None)
             logs = "\n".join(f"--- node{i}.log\n" + (d / f"node{i}.log").read_text(errors="replace")[-3000:]
                              for i in (1, 2) if (d / f"node{i}.log").exists())
+            views = []  # each node's replication links and its Kafka metadata of the topic
+            admin = pytest.importorskip("confluent_kafka.admin")
+            for i in (0, 1):
+                md = admin.AdminClient({"bootstrap.servers": f"127.0.0.1:{base + 4 + i}"}).list_topics(
+                    "cli", timeout=10)
+                leaders = [(q.id, q.leader, q.error) for q in md.topics["cli"].partitions.values()]
+                views.append(f"node {i + 1}: {call(base + i, 'INFO', 'replication')!r}; metadata: brokers "
+                             f"{sorted(md.brokers)}, partitions {leaders}")
             raise AssertionError(f"the produce after the restart was not delivered: {delivered}; "
-                                 f"node 2 replication: {call(base + 1, 'INFO', 'replication')!r}\n{logs}")
+                                 + "\n".join(views) + f"\n{logs}\n--- librdkafka\n" + "\n".join(trace))
 
         seen: dict[str, object] = {}
 

@@ -17,7 +17,7 @@ import socket
 import pytest
 import redis
 
-from tests.helpers import Node, RedisServer, conversation, sync
+from tests.helpers import Node, RedisServer, conversation, notifications_seen
 
 _fresh = itertools.count()
 
@@ -45,16 +45,7 @@ def notifications(port: int, setup: bytes, commands: bytes, flags: bytes) -> lis
     after ``setup`` ran unobserved (commands of other families, whose events are theirs)."""
     with socket.create_connection(("127.0.0.1", port), timeout=10) as c, \
             socket.create_connection(("127.0.0.1", port), timeout=10) as lst:
-        c.sendall(setup + b"CONFIG SET notify-keyspace-events " + flags + b"\r\n")
-        sync(c)
-        lst.sendall(b"PSUBSCRIBE __key*__:*\r\n")
-        sync(lst)
-        c.sendall(commands)
-        sync(c)
-        out = sync(lst)
-        c.sendall(b"CONFIG SET notify-keyspace-events \"\"\r\n")
-        sync(c)
-    return re.findall(rb"\$\d+\r\n(__key[a-z]+@0__:[^\r]*)\r\n\$\d+\r\n([^\r]*)", out)
+        return notifications_seen(c, lst, setup, commands, flags)
 
 
 NOTIFY = [  # (setup, commands)

@@ -16,7 +16,7 @@ import time
 import pytest
 import redis
 
-from tests.helpers import Node, RedisServer, conversation, mb, sync
+from tests.helpers import Node, RedisServer, conversation, mb, notifications_seen, sync
 
 
 @pytest.fixture(scope="module")
@@ -207,16 +207,7 @@ def test_a_subscriber_cut_off_with_output_still_queued_is_dropped_at_once(tmp_pa
 def notifications(port: int, commands: bytes, flags: bytes) -> list[tuple[bytes, bytes]]:
     with socket.create_connection(("127.0.0.1", port), timeout=10) as c, \
             socket.create_connection(("127.0.0.1", port), timeout=10) as lst:
-        c.sendall(b"FLUSHALL\r\nCONFIG SET notify-keyspace-events " + flags + b"\r\n")
-        sync(c)
-        lst.sendall(b"PSUBSCRIBE __key*__:*\r\n")
-        sync(lst)
-        c.sendall(commands)
-        sync(c)
-        out = sync(lst)
-        c.sendall(b"CONFIG SET notify-keyspace-events \"\"\r\n")
-        sync(c)
-    return re.findall(rb"\$\d+\r\n(__key[a-z]+@0__:[^\r]*)\r\n\$\d+\r\n([^\r]*)", out)
+        return notifications_seen(c, lst, b"FLUSHALL\r\n", commands, flags)
 
 
 NOTIFY_SEQUENCES = [

@@ -10,11 +10,9 @@ redis-server's for the same sequence. ``A*`` keys are on worker 0, ``B*`` on wor
 
 from __future__ import annotations
 
-import re
-
 import pytest
 
-from tests.helpers import mb, sync
+from tests.helpers import mb, notifications_seen, sync
 from tests.integration.test_differential import Conn
 from tests.integration.test_shards_multikey import NAMES, conn_on, nodes  # noqa: F401 - the fixture
 
@@ -39,25 +37,6 @@ def _named(text: str) -> bytes:
     return text.encode()
 
 
-def _events(setup: bytes, commands: bytes, flags: bytes, client: Conn, listener: Conn
-            ) -> list[tuple[bytes, bytes]]:
-    """(channel, message) of each notification ``commands`` fired (test_pubsub's
-    ``notifications``), from the connections given (on chosen workers)."""
-    c, lst = client.sock, listener.sock
-    c.sendall(b"FLUSHALL\r\n" + setup + b"CONFIG SET notify-keyspace-events " + flags + b"\r\n")
-    sync(c)
-    lst.sendall(b"PSUBSCRIBE __key*__:*\r\n")
-    sync(lst)
-    c.sendall(commands)
-    sync(c)
-    out = sync(lst)
-    lst.sendall(b"PUNSUBSCRIBE\r\n")
-    sync(lst)
-    c.sendall(b"CONFIG SET notify-keyspace-events \"\"\r\n")
-    sync(c)
-    return re.findall(rb"\$\d+\r\n(__key[a-z]+@0__:[^\r]*)\r\n\$\d+\r\n([^\r]*)", out)
-
-
 @pytest.mark.parametrize("flags", [b"KEA", b"KEAnm", b"Kgm", b"E$"])
 @pytest.mark.parametrize("seq", range(len(SEQUENCES)))
 @pytest.mark.parametrize("client,listener", [(0, 1), (1, 0), (1, 1)])
@@ -69,7 +48,7 @@ def test_notifications_come_in_command_order_with_each_commands_events(nodes, re
     for port, pair in ((real_redis.port, None), (single.port, None), (sharded.port, (client, listener))):
         c, lst = (Conn(port), Conn(port)) if pair is None else (conn_on(port, pair[0]), conn_on(port, pair[1]))
         try:
-            seen.append(_events(setup, commands, flags, c, lst))
+            seen.append(notifications_seen(c.sock, lst.sock, b"FLUSHALL\r\n" + setup, commands, flags))
         finally:
             c.close()
             lst.close()
