@@ -412,6 +412,7 @@ def test_writes_after_a_restart_replicate(tmp_path):
 
         rdlog = logging.getLogger("test_cluster_cli.rdkafka")
         rdlog.propagate = False
+        rdlog.setLevel(logging.DEBUG)
         rdlog.addHandler(Keep())
         p = kafka.Producer({"bootstrap.servers": f"127.0.0.1:{base + 4}", "message.timeout.ms": 60000,
                             "debug": "broker,topic,msg,protocol", "logger": rdlog})

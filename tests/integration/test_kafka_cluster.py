@@ -217,3 +217,50 @@ def test_a_failover_keeps_the_entries_the_old_leader_had_not_replicated(tmp_path
         assert len(everything) == 16
     finally:
         c.stop()
+
+
+def _partition_meta(n, topic: str) -> tuple[int, int]:
+    """(leader, leader epoch) of partition 0 of ``topic`` in ``n``'s Metadata (v9)."""
+    from kafka.protocol.metadata import MetadataRequest
+    r = request(n.kport, MetadataRequest, 9, {"topics": [(topic,)], "allow_auto_topic_creation": False,
+                                              "include_cluster_authorized_operations": False,
+                                              "include_topic_authorized_operations": False})
+    part = r.topics[0][3][0] if r.topics[0][3] else None  # (error, name, internal, partitions, ...)
+    assert part is not None, r
+    return part[2], part[3]  # (error, index, leader, leader epoch, ...)
+
+
+def test_a_producer_on_the_survivor_of_two_delivers_once_the_leader_is_back(tmp_path):
+    """Two nodes; the partition's leader stops. The other node cannot lead alone (no
+    majority) and says so: leader -1 with the epoch recorded, not the next one it would claim.
+    A librdkafka producer that asks it meanwhile keeps the highest epoch it saw and ignores
+    metadata with a lower one, so an epoch shown ahead and never claimed (the old leader comes
+    back and leads on at its epoch) left the partition without a leader for that producer
+    until its messages timed out (test_cluster_cli's restart test met it under load)."""
+    kports = {i: free_port() for i in (1, 2)}
+    c = Cluster(tmp_path, n=2, per_node_extra={i: ["--kafka-port", str(p)] for i, p in kports.items()},
+                start=False)
+    for i, p in kports.items():
+        c[i].kport = p
+    c.start()
+    try:
+        for i in (1, 2):
+            admin = AdminClient({"bootstrap.servers": boot(c[i])})
+            wait_for(lambda a=admin: len(a.list_topics(timeout=10).brokers) == 2, 120, f"node {i} names both")
+        create(c[1], "back", 1)
+        wait_for(lambda: _partition_meta(c[1], "back")[0] in (1, 2) and
+                 _partition_meta(c[2], "back") == _partition_meta(c[1], "back"), 60, "a recorded leader on both")
+        leader, epoch = _partition_meta(c[1], "back")
+        other = 3 - leader
+        c[leader].stop()
+        wait_for(lambda: _partition_meta(c[other], "back")[0] == -1, 60, f"node {other} sees no leader")
+        assert _partition_meta(c[other], "back") == (-1, epoch)  # (not epoch + 1: nobody claimed it)
+        p = Producer({"bootstrap.servers": boot(c[other]), "message.timeout.ms": 90000})
+        delivered: list[object] = []
+        p.produce("back", value=b"after", on_delivery=lambda err, msg: delivered.append(err))
+        p.poll(2)  # (it asks node `other`, which has no leader to name)
+        c.start_node(leader)
+        assert p.flush(120) == 0
+        assert len(delivered) == 1 and delivered[0] is None, delivered
+    finally:
+        c.stop()

@@ -197,16 +197,25 @@ class KafkaGateway:
             if rec is not None and rec[1] in brokers:
                 out[p] = (rec[1] if able or rec[1] != self.node_id else -1, rec[0])
                 continue
-            epoch = rec[0] + 1 if rec is not None else 0
+            # The epoch shown is one a node recorded, never the successor's next one before it
+            # claims it: a client keeps the highest leader epoch it saw and ignores metadata
+            # with a lower one (librdkafka: "outdated metadata"), so an epoch shown ahead of
+            # its claim, and then not claimed (the recorded leader is live again), would leave
+            # the partition leaderless for that client. A client that sees the claim later
+            # takes it: a higher epoch (a fetch with the lower one is answered
+            # FENCED_LEADER_EPOCH, and the client asks again).
+            shown = rec[0] if rec is not None else 0
             succ = rendezvous(topic, p, candidates)
-            if succ == self.node_id:
-                if not able:
-                    out[p] = (-1, epoch)
-                    continue
+            if succ != self.node_id:
+                out[p] = (succ, shown)
+            elif not able:
+                out[p] = (-1, shown)
+            else:
+                epoch = rec[0] + 1 if rec is not None else 0
                 if self.record("a partition's leader", *self.layout.set_leader(topic, p, epoch, self.node_id)):
                     log.info("leading %s-%d from epoch %d (recorded leader %s not live)",
                              topic.decode(errors="replace"), p, epoch, rec[1] if rec else "none")
-            out[p] = (succ, epoch)
+                out[p] = (succ, epoch)
         return out
 
     # -- retention --------------------------------------------------------------------------------
