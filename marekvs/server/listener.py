@@ -265,9 +265,19 @@ class Connection(asyncio.Protocol):
         if type(r) is Err:
             self.node.stats.error_replies += 1
         _enc(r, ctx.proto, self.out)
+        self.emit_deferred()
         cmds, err = self.backlog, self.backlog_err
         self.backlog, self.backlog_err = [], None
         self._run(cmds, err)
+
+    def emit_deferred(self) -> None:
+        """What waited for the reply just written: invalidations of the client's own
+        writes, a monitor's own line."""
+        ctx = self.ctx
+        if ctx.deferred is not None:
+            for m in ctx.deferred:
+                _enc(m, ctx.proto, self.out)
+            ctx.deferred = None
 
     def _push(self, value: object) -> int:
         """An unsolicited message (Pub/Sub, invalidation): queued in order with the

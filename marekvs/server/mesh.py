@@ -34,8 +34,9 @@ connections). A client's command runs where its keys live:
 - **a unit** (MSET, MGET, MSETNX, DEL, UNLINK, EXISTS, TOUCH, RENAME, RENAMENX, COPY,
   LMOVE, RPOPLPUSH, SMOVE, SUNION, SINTER, SDIFF, SINTERCARD, ZUNION, ZINTER, ZDIFF,
   ZINTERCARD and the STORE forms, ZRANGESTORE, PFCOUNT, PFMERGE, BITOP, LCS,
-  GEOSEARCHSTORE, GEORADIUS[BYMEMBER] STORE, LMPOP, ZMPOP, XREAD without BLOCK and
-  XREADGROUP that does not block with keys on several workers: ``shards/units.py``
+  GEOSEARCHSTORE, GEORADIUS[BYMEMBER] STORE, LMPOP, ZMPOP, XREAD without BLOCK,
+  XREADGROUP that does not block with keys on several workers, SORT and SORT_RO with
+  BY/GET patterns (every worker) or a STORE on another worker: ``shards/units.py``
   splits them into phases of commands per worker, client commands or its part
   commands such as ``~zread``, numbered after the table's, and makes the reply): the
   connection's worker coordinates. It locks each worker of the unit in worker order (``_LOCK``, granted by a
@@ -55,10 +56,24 @@ connections). A client's command runs where its keys live:
 - **refused**: what is not carried across workers yet answers
   ``ERR <command> is not supported with shards > 1 yet`` (``Plan``): the node-wide
   commands ``fanout.MERGES`` does not name (MEMORY STATS, LATENCY, ...), the other
-  commands whose keys are on several workers (SORT ... STORE), scripts whose declared
-  keys are on several workers (EVAL's and FCALL's), an EXEC queueing a node-wide command,
-  a unit of several phases (MSETNX, RENAME, ZUNIONSTORE, ...) or a blocking command
-  across workers, SORT with BY/GET, client tracking and MONITOR.
+  commands whose keys are on several workers that no unit carries, scripts whose
+  declared keys are on several workers (EVAL's and FCALL's), an EXEC queueing a
+  node-wide command, a unit of several phases (MSETNX, RENAME, ZUNIONSTORE, SORT with
+  patterns, ...) or a blocking command across workers.
+
+**Client tracking** (``node/tracking.py``): a tracking client's entries carry its state
+(``_entry``), so a read carried to another worker registers the client in that worker's
+table; a change there is told to the client's worker (``_INVALIDATE``: after the reply of
+the client's own command when that is what changed it), which resolves its REDIRECT, to
+a client of a third worker if need be (``_PUSH``). CLIENT TRACKING ... REDIRECT asks the
+target's worker whether it is connected (``_HAS_CLIENT``). A BCAST client's prefixes go
+to every sibling (``_BCAST``), and CLIENT TRACKING answers once each has them.
+
+**MONITOR** (``node/monitor.py``): a client's commands are shown by its own worker,
+wherever they ran (a unit or a command carried elsewhere once it ran, the queue of a
+transaction across workers in order; never a unit's parts), and the calls of a script by
+the worker running it; each line goes to the monitors of every worker (``_MONITOR``),
+those of the siblings that have any (``_MONITORS``: MONITOR answers once each knows).
 
 **Node records** (ACL SETUSER/DELUSER/LOAD, FUNCTION LOAD/DELETE/FLUSH/RESTORE: the
 router's ``node-record`` class) run on the connection's worker; the users and libraries
@@ -126,6 +141,7 @@ from marekvs.commands.reply import NO_REPLY, NULL_ARRAY, OK, Blocking, Err
 from marekvs.commands.table import Command
 from marekvs.core.partition import ShardMap, partition_of
 from marekvs.node import Node
+from marekvs.node.monitor import PROXY_ADDR
 from marekvs.node.scripting import libs
 from marekvs.server import resp
 from marekvs.server.listener import Connection, RespServer
@@ -146,13 +162,20 @@ _DEFAULT_USER = b"default"
 def _entry(ctx: Context, ci: int, args: Any) -> list[Any]:
     """A frame entry running command index ``ci`` with ``args`` for the client ``ctx``:
     [client id, protocol, index, args], and the name of the client's user when it is not
-    the default user. The proxy of the client runs as that user (``Owner._proxy``): the
-    client's worker checked the command against it, and what the command runs in turn (a
-    script's calls) is checked there against the same user."""
+    the default user (else None, when more follows), and its tracking state when it tracks
+    keys in the default mode (``[redirect, noloop, optin, optout, caching]``). The proxy
+    of the client runs as that user (``Owner._proxy``): the client's worker checked the
+    command against it, and what the command runs in turn (a script's calls) is checked
+    there against the same user; a read there registers the client in that worker's
+    tracking table (``node/tracking.py``)."""
     u = ctx.user
-    if u.name == _DEFAULT_USER:
-        return [ctx.id, ctx.proto, ci, args]
-    return [ctx.id, ctx.proto, ci, args, u.name]
+    t = ctx.tracking
+    if t is None or t.bcast:
+        if u.name == _DEFAULT_USER:
+            return [ctx.id, ctx.proto, ci, args]
+        return [ctx.id, ctx.proto, ci, args, u.name]
+    return [ctx.id, ctx.proto, ci, args, None if u.name == _DEFAULT_USER else u.name,
+            [t.redirect, t.noloop, t.optin, t.optout, t.caching]]
 _NOTIFY = -2  # ... a keyspace notification to deliver here: [channel, message] (no reply)
 _LOCK = -3  # ... lock this worker for the unit in the client id's slot (no reply: a "g" frame later)
 _UNLOCK = -4  # ... the unit is done here
@@ -160,13 +183,19 @@ _SCRIPT = -5  # ... a script body to cache here (EVAL elsewhere: EVALSHA then wo
 _WATCHED = -6  # ... (under a unit's lock) are the client's watches here still valid? then unwatch
 _UNWATCH = -7  # ... forget the client's watches here (UNWATCH, DISCARD, RESET, an EXEC that ran)
 _UNWAIT = -8  # ... the client's blocking command over several workers ended: its watch here too
+_INVALIDATE = -9  # ... keys our client read changed there: [keys or None, by its own command?]
+_PUSH = -10  # ... an invalidation for our client that another worker's client REDIRECTs to: keys
+_MONITOR = -11  # ... a MONITOR line for our monitors
+_HAS_CLIENT = 1 << 19  # ... is the client of this id (the args) connected here? (a value)
+_BCAST = _HAS_CLIENT + 1  # ... a BCAST tracking client of the sender began ([prefixes, noloop]) or ended (None)
+_MONITORS = _HAS_CLIENT + 2  # ... the sender (its index in the client id's slot) has monitors (True) or none
 _FAN = 1 << 16  # ... plus a command's index: a node-wide command, its reply as a value (fanout.py)
 _PART = 1 << 17  # ... plus a command's index: a part of the unit holding this worker (a "u" frame)
 _BLOCKING = 1 << 18  # ... plus a command's index: a blocking command of a client (a "b" frame when it ends)
 _RECONNECT_S = 0.05
 
 # keyless commands a worker cannot answer for the node yet: they need every worker's state
-_FRONT_REFUSED = frozenset(("client|tracking", "monitor"))
+_FRONT_REFUSED: frozenset[str] = frozenset()
 # node-wide commands a worker answers alone: WAIT (a multi-worker node has no peers yet, so
 # no replica acknowledges), SWAPDB (one database: its error), SHUTDOWN (the worker asks the
 # supervisor, which stops every worker: Node.shutdown_hook)
@@ -174,7 +203,7 @@ _ALL_HERE = frozenset(("wait", "swapdb", "shutdown"))
 _EVALS = frozenset(("eval", "eval_ro"))
 
 # a plan's kinds
-_LOCAL, _KEY, _KEYS, _REFUSE, _EXEC, _SORT, _FANOUT, _SCAN, _RECORD = range(9)
+_LOCAL, _KEY, _KEYS, _REFUSE, _EXEC, _SORT, _FANOUT, _SCAN, _RECORD, _TRACK = range(10)
 
 
 TRANSACTION = object()  # Plan.where's answer for an EXEC whose queue spans workers
@@ -191,6 +220,16 @@ class BlockAt:
 
     def __init__(self, j: int):
         self.j = j
+
+
+class AskClient:
+    """Plan.where's answer for CLIENT TRACKING ... REDIRECT to a client of worker ``j``:
+    ask it whether client ``rid`` is there, then run the command here."""
+
+    __slots__ = ("j", "rid")
+
+    def __init__(self, j: int, rid: int):
+        self.j, self.rid = j, rid
 
 
 class Fan:
@@ -251,7 +290,8 @@ class Plan:
             cls = router.class_of(cmd)
             blocking = "blocking" in cmd.flags
             if cls == FRONT:
-                p: tuple[int, Any] = (_REFUSE, unsupported(cmd)) if cmd.fullname in _FRONT_REFUSED else (_LOCAL, None)
+                p: tuple[int, Any] = (_REFUSE, unsupported(cmd)) if cmd.fullname in _FRONT_REFUSED else (
+                    (_TRACK, None) if cmd.fullname == "client|tracking" else (_LOCAL, None))
             elif cls == ALL and cmd.fullname in MERGES:
                 p = (_FANOUT, Fan(self.number[id(cmd)] + _FAN, MERGES[cmd.fullname]))
             elif cls == ALL and cmd.fullname == "scan":
@@ -279,6 +319,8 @@ class Plan:
             return None if j == self.index else j
         if kind == _LOCAL:
             return None
+        if kind == _TRACK:
+            return self._redirect(args)
         if kind == _REFUSE or kind == _FANOUT:
             return arg  # type: ignore[no-any-return]
         if kind == _RECORD:  # (queued in MULTI: EXEC runs it here, and every worker has it soon after)
@@ -310,6 +352,17 @@ class Plan:
         if kind == _KEYS and arg:  # a blocking command waits where its keys are
             return self.block_at[shards.pop()]
         return shards.pop()
+
+    def _redirect(self, args: list[bytes]) -> AskClient | None:
+        """CLIENT TRACKING ... REDIRECT id where client ``id`` would be on another worker."""
+        for i in range(3, len(args) - 1):
+            if args[i].lower() == b"redirect":
+                v = args[i + 1]
+                if not v.isdigit() or len(v) > 18:
+                    return None  # (its error, or no such client: from here)
+                j = int(v) % len(self.block_at)
+                return None if j == self.index else AskClient(j, int(v))
+        return None
 
     def _exec(self, ctx: Context, cmd: Command) -> Any:
         """An EXEC runs here when every queued command would; as a transaction unit
@@ -441,6 +494,7 @@ class Owner(asyncio.Protocol):
             if self.parts:  # the holder's parts of this frame: their replies in one frame
                 self._unit_frame({"u": mesh.holder, "r": self.parts})
                 self.parts = []
+        mesh.announced.clear()  # (a client of ours killed from here: nobody waits for that news)
         self._emit()
 
     def _run(self, e: list[Any]) -> None:
@@ -456,6 +510,16 @@ class Owner(asyncio.Protocol):
             return
         if ci >= RECORDS:  # node records written by the sibling, or asked for (server/noderecords.py)
             self.replies.append(self.mesh.records.received(ci, args))
+            return
+        if ci == _HAS_CLIENT:
+            self.replies.append(self._value(int(args in self.node.clients)))
+            return
+        if ci == _BCAST or ci == _MONITORS:  # (answered: the command that announced it waits)
+            if ci == _BCAST:
+                self.node.tracking.bcast_of(cid, args)
+            else:
+                self.mesh.monitors_of(cid, args)
+            self.replies.append(_R_OK)
             return
         ctx = self._proxy(e)
         if ci >= _BLOCKING:
@@ -512,14 +576,18 @@ class Owner(asyncio.Protocol):
         cid = e[0]
         ctx = self.proxies.get(cid)
         if ctx is None:
-            ctx = self.proxies[cid] = Context(self.node, cid, addr="shard-worker-proxy")
+            ctx = self.proxies[cid] = Context(self.node, cid, addr=PROXY_ADDR)
             ctx.deny_blocking = True  # what runs in steps (a cold zset, DBSIZE) runs to its end here
         ctx.proto = e[1]
         acl = self.node.acl
-        if len(e) > 4:
+        if len(e) > 4 and e[4] is not None:
             ctx.user = acl.users.get(e[4]) or User(e[4])
         elif ctx.user is not acl.default:
             ctx.user = acl.default
+        if len(e) > 5:
+            self.node.tracking.proxy_state(ctx, e[5])
+        elif ctx.tracking is not None:
+            ctx.tracking = None
         return ctx
 
     def _now(self, e: list[Any]) -> None:
@@ -529,6 +597,14 @@ class Owner(asyncio.Protocol):
         mesh = self.mesh
         if ci == _NOTIFY:
             self.node.pubsub.deliver(args[0], args[1])
+        elif ci == _INVALIDATE:
+            self.node.tracking.invalidated(cid, args[0], args[1])
+        elif ci == _PUSH:
+            target = self.node.clients.get(cid)
+            if target is not None:
+                self.node.tracking.send(target, args, None)
+        elif ci == _MONITOR:
+            self.node.deliver_monitor_line(args)
         elif ci == _UNWAIT:
             self.node.blocking.unwatch(cid)
         elif ci == _SCRIPT:
@@ -646,6 +722,12 @@ class Mesh:
         self.woken: dict[int, asyncio.Future[Any]] = {}  # client id: its watches over several workers
         node.blocking.woke = self.woke
         node.blocking.unblock_rounds = self._unblock_rounds
+        tracking = node.tracking
+        tracking.remote, tracking.forward, tracking.on_bcast = self._invalidate, self._forward, self._bcast
+        self.monitor_workers: set[int] = set()  # siblings with monitors (MONITOR)
+        self.announced: list[asyncio.Future[None]] = []  # what the command running told every sibling
+        node.monitors_changed = self._monitors_changed
+        node.monitor_siblings = self._monitor_line
         self.batching = False
 
     async def start(self) -> None:
@@ -667,6 +749,7 @@ class Mesh:
                 await asyncio.sleep(_RECONNECT_S)
                 continue
             self.links[j] = link
+            self._hello(link)
             log.info("shard worker %d: linked to worker %d (partitions %s)", self.index, j, self.shards.ranges[j])
             return
 
@@ -806,8 +889,12 @@ class Mesh:
                     out[k].setdefault(j, []).append(unpack(v))
             elif entries:
                 waits.append((j, ks, self.parts_of(j, uid, entries)))
-            for k, cmd, argv, ctx in local:  # (this worker's lock held)
-                r = node.execute(ctx, cmd, argv)
+            for k, cmd, argv, ctx in local:  # (this worker's lock held; MONITOR shows the command, not its parts)
+                node.feed_muted += 1
+                try:
+                    r = node.execute(ctx, cmd, argv)
+                finally:
+                    node.feed_muted -= 1
                 out[k].setdefault(j, []).append(await r.awaitable if type(r) is Blocking else r)  # type: ignore[misc]
         for j, ks, fut in waits:
             replies = await fut
@@ -881,6 +968,7 @@ class Mesh:
             deny, acl_where = ctx.deny_blocking, ctx.acl_context
             ctx.deny_blocking = True
             ctx.acl_context = MULTI
+            node.feed_muted += 1  # (MONITOR shows the queue in order once it ran, below)
             try:
                 for i, pc, argv in here:  # (in queue order)
                     if pc is None:
@@ -890,6 +978,7 @@ class Mesh:
             finally:
                 ctx.deny_blocking = deny
                 ctx.acl_context = acl_where
+                node.feed_muted -= 1
             for j, idx, fut in waits:
                 got = await fut
                 if got is None:
@@ -904,6 +993,10 @@ class Mesh:
                 err = next((r for rs in parts.values() for r in rs if type(r) is Err), None)
                 replies[i] = err if err is not None else final(
                     plan.where(ctx, *queued[i]).after(0, places[i][0], places[i][1], [parts]))
+            if node.monitor_on:
+                for c, a in queued:
+                    if not c.admin:
+                        node.feed_monitors(ctx, a)
             return replies
         finally:
             for j in locked:
@@ -1013,6 +1106,57 @@ class Mesh:
                 if link is not None:
                     link.post(_entry(ctx, _UNWAIT, None))
 
+    # -- client tracking and MONITOR across workers (node/tracking.py, node/monitor.py) ------
+    def _hello(self, link: Link) -> None:
+        """A sibling (re)linked: what it must know of ours (BCAST clients, monitors)."""
+        entries = [[c.id, 0, _BCAST, [c.tracking.prefixes, c.tracking.noloop]]
+                   for c in self.node.tracking.bcast.values() if c.tracking is not None]
+        if self.node.monitors:
+            entries.append([self.index, 0, _MONITORS, True])
+        if entries:
+            link.send(entries, lambda replies: None)
+
+    def _announce(self, entry: list[Any]) -> None:
+        """Tell every sibling ``entry``; the command running (CLIENT TRACKING ... BCAST,
+        MONITOR) answers once each has it (``announced``), so that no write after its
+        reply misses the new BCAST client or monitor."""
+        loop = self.node.loop
+        assert loop is not None
+        for link in self.links:
+            if link is not None:
+                fut: asyncio.Future[None] = loop.create_future()
+                link.send([entry], lambda replies, f=fut: f.done() or f.set_result(None))
+                self.announced.append(fut)
+
+    def _post(self, j: int, entry: list[Any]) -> None:
+        if j != self.index:
+            link = self.links[j]
+            if link is not None:
+                link.post(entry)
+
+    def _invalidate(self, cid: int, keys: list[bytes] | None, own: bool) -> None:
+        self._post(cid % len(self.shards), [cid, 0, _INVALIDATE, [keys, own]])
+
+    def _forward(self, rid: int, keys: list[bytes] | None) -> None:
+        self._post(rid % len(self.shards), [rid, 0, _PUSH, keys])
+
+    def _bcast(self, cid: int, state: Any) -> None:
+        self._announce([cid, 0, _BCAST, state])
+
+    def _monitors_changed(self) -> None:
+        self._announce([self.index, 0, _MONITORS, bool(self.node.monitors)])
+
+    def monitors_of(self, j: int, on: bool) -> None:
+        if on:
+            self.monitor_workers.add(j)
+        else:
+            self.monitor_workers.discard(j)
+        self.node.remote_monitors(bool(self.monitor_workers))
+
+    def _monitor_line(self, status: bytes) -> None:
+        for j in self.monitor_workers:
+            self._post(j, [0, 0, _MONITOR, bytes(status)])
+
     def share_script(self, body: bytes) -> None:
         """EVAL of ``body``, wherever it runs: cached here and on every sibling (Redis
         caches what EVAL ran, and EVALSHA may come through any worker). A body cached here
@@ -1037,6 +1181,12 @@ class Mesh:
         j = link.j
         if self.links[j] is link:
             self.links[j] = None
+        n = len(self.shards)
+        rb = self.node.tracking.remote_bcast
+        for cid in [c for c in rb if c % n == j]:  # (its clients are gone with it)
+            del rb[cid]
+        if j in self.monitor_workers:
+            self.monitors_of(j, False)
         for waits in (self.unit_waits, self.parked):  # our units and blocked clients waiting on it fail
             for key in [k for k in waits if k[1] == j]:
                 fut = waits.pop(key)
@@ -1100,6 +1250,7 @@ class ShardConnection(Connection):
 
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
+        self.mesh.announced.clear()  # (its BCAST tracking ended: nobody waits for that news)
         if self.ctx is not None:
             fut = self.mesh.woken.get(self.ctx.id)
             if fut is not None and not fut.done():  # (its blocking command ends: ctx.closing)
@@ -1154,6 +1305,8 @@ class ShardConnection(Connection):
                         w = self._end_watch(r, w)
                     if w is None:
                         r = execute(ctx, r, args)
+                        if mesh.announced and type(r) is not Blocking:
+                            r = self._announced(r)
                     elif type(w) is int:
                         i = self._hop(cmds, i, w, r, muted, err)
                         if i < 0:
@@ -1161,18 +1314,24 @@ class ShardConnection(Connection):
                         continue
                     elif type(w) is Fan:
                         r = self._fan(w, r, args)
-                    elif type(w) is BlockAt:
-                        r = self._block_at(w.j, r, args)
-                    elif w is BLOCK_ACROSS:
-                        r = self._block_across(r, args)
-                    elif w is TRANSACTION:
-                        r = self._on_mesh(mesh.run_transaction(ctx, self.remote, self.watching))
-                    elif w is WATCH:
-                        r = self._watch(r, args)
                     elif w is SHARED:
                         r = self._shared(r, args)
+                    elif type(w) is AskClient:
+                        r = self._ask_client(w, r, args)
                     elif type(w) is not str:
-                        r = self._unit(w, r, args)  # type: ignore[arg-type]
+                        cmd = r
+                        if type(w) is BlockAt:
+                            r = self._block_at(w.j, r, args)
+                        elif w is BLOCK_ACROSS:
+                            r = self._block_across(r, args)
+                        elif w is TRANSACTION:
+                            r = self._on_mesh(mesh.run_transaction(ctx, self.remote, self.watching))
+                        elif w is WATCH:
+                            r = self._watch(r, args)
+                        else:
+                            r = self._unit(w, r, args)
+                        if node.monitor_on and type(r) is Blocking and not cmd.admin:
+                            r = Blocking(self._shown(r.awaitable, args))  # (MONITOR: once it ran)
                     else:
                         exec_ = r.fullname == "exec"
                         r = node.rejected(ctx, r, w)  # type: ignore[arg-type]
@@ -1222,6 +1381,49 @@ class ShardConnection(Connection):
             self.eof = False  # (half-closed: every reply is out now; close after their flush)
             t = self.transport
             self.node.after_commit(lambda ok: t.close())
+
+    def _announced(self, r: Any) -> Blocking:
+        """The reply of a command that told every sibling something (``Mesh.announce``),
+        once they all have it."""
+        waits, self.mesh.announced = self.mesh.announced, []
+
+        async def reply() -> Any:
+            for fut in waits:
+                await fut
+            return r
+        return self._on_mesh(reply())
+
+    async def _shown(self, awaitable: Any, args: list[bytes]) -> Any:
+        """A command carried out on other workers, shown to the node's monitors once it
+        ran (its worker shows its clients' commands: docs/shards.md §4)."""
+        try:
+            return await awaitable
+        finally:
+            if self.node.monitor_on:
+                self.node.feed_monitors(self.ctx, args)
+
+    def _ask_client(self, w: AskClient, cmd: Command, args: list[bytes]) -> Any:
+        """CLIENT TRACKING ... REDIRECT to a client of another worker: whether it is
+        connected there decides, as ``node.clients`` does for one of ours."""
+        link = self.mesh.links[w.j]
+        node, ctx = self.node, self.ctx
+        if link is None:
+            return node.execute(ctx, cmd, args)  # (not connected now: its error)
+        loop = node.loop
+        assert loop is not None
+        fut: asyncio.Future[list[bytes] | None] = loop.create_future()
+        link.send([[ctx.id, ctx.proto, _HAS_CLIENT, w.rid]], lambda replies: fut.done() or fut.set_result(replies))
+
+        async def run() -> Any:
+            got = await fut
+            elsewhere = node.tracking.elsewhere
+            if got is not None and unpack(got[0]):
+                elsewhere.add(w.rid)
+            try:
+                return node.execute(ctx, cmd, args)
+            finally:
+                elsewhere.discard(w.rid)
+        return self._on_mesh(run())
 
     def _end_watch(self, cmd: Command, w: Any) -> Any:
         """EXEC, DISCARD, UNWATCH or RESET of a client watching keys of other workers: an
@@ -1281,7 +1483,11 @@ class ShardConnection(Connection):
             self.remote.add(j)
             self.watching.add(j)
         here = by_worker.get(mesh.index)
-        r = node.execute(ctx, cmd, [b"WATCH", *here]) if here else OK
+        node.feed_muted += 1  # (MONITOR shows the whole WATCH once it ran)
+        try:
+            r = node.execute(ctx, cmd, [b"WATCH", *here]) if here else OK
+        finally:
+            node.feed_muted -= 1
 
         async def gathered() -> Any:
             for fut in waits:
@@ -1312,9 +1518,17 @@ class ShardConnection(Connection):
         mutes = []
         n = len(cmds)
         k = i
+        shown: list[list[bytes]] | None = [] if node.monitor_on else None
         while True:
             entries.append(_entry(ctx, number[id(cmd)], cmds[k]))
             mutes.append(bool(muted and self._mute(muted)))
+            if ctx.tracking is not None and cmd.readonly:
+                ctx.tracking.caching = None  # (CLIENT CACHING covers one command: sent with this one)
+            if shown is not None and not cmd.admin:
+                if cmd.skip_monitor:  # (a script: shown before the commands it calls)
+                    node.feed_monitors(ctx, cmds[k])
+                else:
+                    shown.append(cmds[k])
             k += 1
             if k >= n:
                 break
@@ -1338,7 +1552,7 @@ class ShardConnection(Connection):
         self.backlog_err = err
         self.remote.add(j)
         self.in_mesh = True
-        link.send(entries, lambda replies: self._hopped(mutes, replies))
+        link.send(entries, lambda replies: self._hopped(mutes, replies, shown))
         return -1
 
     def _fan(self, fan: Fan, cmd: Command, args: list[bytes]) -> Any:
@@ -1452,8 +1666,10 @@ class ShardConnection(Connection):
             return self.node.execute(self.ctx, cmd, args)
         return self._on_mesh(self.mesh.submit(unit, split[0], split[1], self.ctx, self.remote))
 
-    def _hopped(self, mutes: list[bool], replies: list[bytes] | None) -> None:
-        """The replies of a run sent by ``_hop``: spliced in order, then the backlog runs."""
+    def _hopped(self, mutes: list[bool], replies: list[bytes] | None, shown: list[list[bytes]] | None) -> None:
+        """The replies of a run sent by ``_hop``: spliced in order (then what waited for
+        them: invalidations of the client's own writes), the commands shown to the
+        monitors, then the backlog runs."""
         ctx = self.ctx
         self.in_mesh = False
         if replies is None:  # the owner died (or a commit failed): their outcome is unknown
@@ -1467,6 +1683,10 @@ class ShardConnection(Connection):
         for m, b in zip(mutes, replies):
             if not m:
                 out.append(b)
+        self.emit_deferred()
+        if shown and self.node.monitor_on:
+            for args in shown:
+                self.node.feed_monitors(ctx, args)
         cmds, err = self.backlog, self.backlog_err
         self.backlog, self.backlog_err = [], None
         self._run(cmds, err)
