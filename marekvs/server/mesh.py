@@ -947,6 +947,11 @@ class Mesh:
             here: list[tuple[int, Any, list[bytes]]] = []  # (queue index, command, arguments)
             for i, p in enumerate(places):
                 cmd, args = queued[i]
+                if p is not None and ctx.user.restricted:  # (here: dispatch checks it)
+                    denied = self._recheck(ctx, cmd, args)
+                    if denied is not None:  # the user's rules changed since it was queued
+                        replies[i] = node.rejected(ctx, cmd, denied)
+                        continue
                 if p is None:
                     here.append((i, None, args))
                 elif type(p) is int:
@@ -1001,6 +1006,16 @@ class Mesh:
         finally:
             for j in locked:
                 self.unlock(j, uid)
+
+    def _recheck(self, ctx: Context, cmd: Command, args: list[bytes]) -> str | None:
+        """EXEC's ACL check of a queued command that runs on another worker (the
+        denial's text is EXEC's: the rules changed after it was queued)."""
+        where = ctx.acl_context
+        ctx.acl_context = MULTI
+        try:
+            return self.node.acl.check(ctx, cmd, args)  # type: ignore[no-any-return]
+        finally:
+            ctx.acl_context = where
 
     def _end_multi(self, ctx: Context) -> None:
         ctx.multi = None
@@ -1444,13 +1459,19 @@ class ShardConnection(Connection):
         the node records it wrote (``server/noderecords.py``)."""
         records = self.mesh.records
         records.acks = []
-        r = self.node.execute(self.ctx, cmd, args)
+        ctx = self.ctx
+        r = self.node.execute(ctx, cmd, args)
         acked = records.take_acks()
         if acked is None:
             return r
+        closing = ctx.closing  # (ACL DELUSER of its own user: the reply, then the connection closes)
+        ctx.closing = False
 
         async def reply() -> Any:
             err = await acked
+            if closing:  # (nothing after it runs; the flush that sends the reply closes)
+                self.backlog, self.backlog_err = [], None
+                self.node.after_commit(lambda ok: setattr(ctx, "closing", True))
             return r if err is None else err
         return self._on_mesh(reply())
 
