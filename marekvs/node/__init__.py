@@ -139,6 +139,8 @@ class Node:
         self.slow_ns = 0
         self.monitor_thresholds()
         self.clients: dict[int, Context] = {}
+        # a shard worker's: the client ids and counts every worker shares (shards/clients.py)
+        self.shared_clients: Any = None
         step = self._client_step = config.shards if config.shards > 1 else 1
         self._client_seq = worker if step > 1 else 0  # (the first id is worker + shards)
         self.last_save = int(time.time())
@@ -163,14 +165,27 @@ class Node:
     # -- clients ---------------------------------------------------------------------
     def new_context(self, **kw: Any) -> Context:
         """A context for a new client (registered: CLIENT LIST sees it)."""
-        self._client_seq += self._client_step
+        shared = self.shared_clients
+        if shared is None:
+            self._client_seq += self._client_step
+            cid = self._client_seq
+        else:
+            cid = shared.next_id()
         self.stats.total_connections += 1
-        ctx = Context(self, self._client_seq, authed=self.acl.default_authed(), **kw)
-        self.clients[ctx.id] = ctx
+        ctx = Context(self, cid, authed=self.acl.default_authed(), **kw)
+        self.clients[cid] = ctx
+        if shared is not None:
+            shared.set_count(len(self.clients))
         return ctx
 
+    def connected(self) -> int:
+        """The clients connected to the node (what ``maxclients`` limits): a shard
+        worker counts every worker's."""
+        return len(self.clients) if self.shared_clients is None else self.shared_clients.total()  # type: ignore[no-any-return]
+
     def drop_context(self, ctx: Context) -> None:
-        self.clients.pop(ctx.id, None)
+        if self.clients.pop(ctx.id, None) is not None and self.shared_clients is not None:
+            self.shared_clients.set_count(len(self.clients))
         self.blocking.drop_client(ctx)
         if ctx.in_pubsub:
             self.pubsub.drop_client(ctx)

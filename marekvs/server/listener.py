@@ -94,7 +94,7 @@ class Connection(asyncio.Protocol):
         if self.adopt is not None:
             self._adopted(transport)
             return
-        if len(node.clients) >= node.maxclients:
+        if node.connected() >= node.maxclients:
             # as Redis: the error is written at once and the connection closed
             node.stats.rejected_connections += 1
             transport.write(_MAXCLIENTS_REACHED)
@@ -446,7 +446,7 @@ class TlsListener:
                 node.loop.remove_reader(listener.fileno())  # type: ignore[union-attr]
                 node.loop.call_later(1.0, self._resume_accepting, listener)  # type: ignore[union-attr]
                 return
-            if len(node.clients) + len(self.handshakes) >= node.maxclients:
+            if node.connected() + len(self.handshakes) >= node.maxclients:
                 node.stats.rejected_connections += 1
                 sock.close()
                 continue

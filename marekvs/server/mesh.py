@@ -126,6 +126,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import socket
 import time
 from collections import deque
@@ -146,6 +147,7 @@ from marekvs.node.scripting import libs
 from marekvs.server import resp
 from marekvs.server.listener import Connection, RespServer
 from marekvs.server.noderecords import RECORDS, SharedRecords
+from marekvs.shards.clients import CLIENTS_FILE, SharedClients
 from marekvs.shards.fanout import MERGES, Merge, pack, unpack
 from marekvs.shards.router import ALL, FRONT, KEY, NODE_RECORD, Router
 from marekvs.shards.units import PART_COMMANDS, UNITS, BlockCall, Got, Unit, Waiting, blocking_call, final
@@ -726,6 +728,9 @@ class Mesh:
         tracking.remote, tracking.forward, tracking.on_bcast = self._invalidate, self._forward, self._bcast
         self.monitor_workers: set[int] = set()  # siblings with monitors (MONITOR)
         self.announced: list[asyncio.Future[None]] = []  # what the command running told every sibling
+        # client ids growing over the node, maxclients for the node (the supervisor's file)
+        path = os.path.join(os.path.dirname(os.path.abspath(node.config.data_dir)), CLIENTS_FILE)
+        node.shared_clients = SharedClients(path, index, len(shards))
         node.monitors_changed = self._monitors_changed
         node.monitor_siblings = self._monitor_line
         self.batching = False

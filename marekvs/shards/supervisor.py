@@ -44,6 +44,7 @@ import time
 from marekvs import __version__
 from marekvs.config import Config
 from marekvs.core.partition import ShardMap
+from marekvs.shards import clients
 
 log = logging.getLogger("marekvs.supervisor")
 
@@ -112,6 +113,7 @@ def prepare(config: Config) -> list[str]:
     dirs = [os.path.join(base, f"{r.first}-{r.last}") for r in ShardMap.even(config.shards).ranges]
     for d in dirs:
         os.makedirs(d, exist_ok=True)
+    clients.create(os.path.join(base, clients.CLIENTS_FILE), config.shards)  # (client ids, counts: anew)
     return dirs
 
 
