@@ -96,10 +96,11 @@ def lookup_by_pattern(ctx, pattern: bytes, subst: bytes, now: int) -> bytes | No
     return None if named is None else read_pattern_key(ctx, named[0], named[1], now)
 
 
-def read_pattern_key(ctx, key: bytes, field: bytes | None, now: int) -> bytes | None:
-    """The string at ``key``, or its hash's ``field``: None if missing or of another type."""
+def read_pattern_key(ctx, key: bytes, field: bytes | None, now: int, counted: bool = True) -> bytes | None:
+    """The string at ``key``, or its hash's ``field``: None if missing or of another type
+    (a keyspace hit or miss, unless not ``counted``)."""
     ks = ctx.ks
-    found = ks.read_record(key, now)
+    found = ks.read_record(key, now) if counted else ks.live_record(key, now)
     if found is None:
         return None
     ikey, rec = found
@@ -206,7 +207,7 @@ def _sort(ctx, args: list[bytes], readonly: bool, full: bool | None = None, look
     ks = ctx.ks
     now = ks.now()
     key = args[1]
-    found = ks.read_record(key, now)
+    found = ks.live_record(key, now) if collect else ks.read_record(key, now)  # (counted once: by the run)
     ctype = CollectionType.LIST  # a missing key sorts as an empty list
     if found is not None:
         ikey, rec = found
@@ -329,12 +330,17 @@ def sort_ro(ctx, args: list[bytes]):
 def sort_part(ctx, args: list[bytes], readonly: bool, full: bool, prefetched: dict | None, collect: bool,
               capture: bool):
     """SORT as a part of a unit across shard workers (``shards/units.py``): the pattern
-    keys' values ``prefetched`` ((key, field) -> value), read by their workers."""
+    keys' values ``prefetched`` ((key, field) -> (whether the key exists, value)), read by
+    their workers."""
     lookup = None
     if prefetched is not None:
         def lookup(pattern, subst, now):
             if _is_self(pattern):
                 return subst
             named = pattern_key(pattern, subst)
-            return None if named is None else prefetched.get(named)
+            if named is None:
+                return None
+            exists, value = prefetched[named]
+            ctx.ks.counted(named[0], exists)  # (each lookup a hit or miss, as on one process)
+            return value
     return _sort(ctx, args, readonly, full, lookup, collect, capture)

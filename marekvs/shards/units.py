@@ -504,16 +504,19 @@ def _sortkeys(ctx: Any, args: list[Any]) -> Any:
 
 
 def _pread(ctx: Any, args: list[bytes]) -> Any:
-    """``~pread key field ...``: the value each pattern key (its hash field, if not empty)
-    holds here, as SORT's BY and GET read it."""
-    now = ctx.ks.now()
-    return [sort.read_pattern_key(ctx, args[i], args[i + 1] or None, now) for i in range(1, len(args) - 1, 2)]
+    """``~pread key field ...``: whether each pattern key exists here and the value it (its
+    hash field, if not empty) holds, as SORT's BY and GET read it (counted by ``~sortrun``,
+    once per lookup)."""
+    now, ks = ctx.ks.now(), ctx.ks
+    return [[ks.live_record(args[i], now) is not None, sort.read_pattern_key(ctx, args[i], args[i + 1] or None, now,
+                                                                             False)]
+            for i in range(1, len(args) - 1, 2)]
 
 
 def _sortrun(ctx: Any, args: list[Any]) -> Any:
     """``~sortrun key flags values option...``: SORT with the pattern keys' ``values``
-    ([key, field, value] each); flags: read-only, full key access, STORE elsewhere (then
-    its [length, items])."""
+    ([key, field, [exists, value]] each); flags: read-only, full key access, STORE
+    elsewhere (then its [length, items])."""
     flags = args[2]
     got = {(k, f or None): v for k, f, v in args[3]}
     return sort.sort_part(ctx, [b"SORT", args[1], *args[4:]], flags[0] == 49, flags[1] == 49, got, False,
