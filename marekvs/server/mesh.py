@@ -125,12 +125,13 @@ at once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
 import time
 from collections import deque
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import msgpack
 
@@ -208,6 +209,7 @@ _EVALS = frozenset(("eval", "eval_ro"))
 _LOCAL, _KEY, _KEYS, _REFUSE, _EXEC, _SORT, _FANOUT, _SCAN, _RECORD, _TRACK = range(10)
 
 
+_GONE = object()  # a unit inside a transaction lost a worker
 TRANSACTION = object()  # Plan.where's answer for an EXEC whose queue spans workers
 WATCH = object()  # ... for a WATCH of keys of other workers (watches live with the key's owner)
 SHARED = object()  # ... for a command writing node records: here, its reply once every worker has them
@@ -379,8 +381,8 @@ class Plan:
                 continue
             if type(w) is BlockAt:  # (inside MULTI it does not block: a plain hop)
                 w = w.j
-            if type(w) is not int and not (isinstance(w, Unit) and w.phases == 1):
-                return unsupported(cmd, "a queued command is node-wide or needs several steps across shard workers")
+            if type(w) is not int and not isinstance(w, Unit):
+                return unsupported(cmd, "a queued command is node-wide or blocks on keys of several shard workers")
             elsewhere = True
         return TRANSACTION if elsewhere else None
 
@@ -917,11 +919,13 @@ class Mesh:
         node, plan = self.node, self.plan
         queued = ctx.multi or []
         places: list[Any] = []  # per queued command: None (here), a worker, or a unit's split
+        units: list[Any] = []  # ... and its unit (or None)
         for c, a in queued:
             w = plan.where(ctx, c, a)
             if type(w) is BlockAt:
                 w = w.j
             places.append(w.split(a, plan.owner, partition_of, ctx) or None if isinstance(w, Unit) else w)
+            units.append(w if isinstance(w, Unit) else None)
         workers = sorted({j for p in places if p is not None for j in (p[0] if type(p) is tuple else (p,))}
                          | {self.index} | watching)
         uid = self.new_unit()
@@ -947,9 +951,9 @@ class Mesh:
             if not valid:
                 return NULL_ARRAY
             replies: list[Any] = [None] * len(queued)
-            split: dict[int, dict[int, list[Any]]] = {}  # a unit's replies by worker
-            sends: dict[int, list[tuple[int, list[Any]]]] = {}  # per worker: (queue index, entry)
-            here: list[tuple[int, Any, list[bytes]]] = []  # (queue index, command, arguments)
+            segment: list[int] = []  # queue indices run at once (each on one worker, or a one-phase unit)
+            gone = Err("LOADING a shard worker stopped while running the transaction: it may have run on some "
+                       "workers only")
             for i, p in enumerate(places):
                 cmd, args = queued[i]
                 if p is not None and ctx.user.restricted:  # (here: dispatch checks it)
@@ -957,52 +961,18 @@ class Mesh:
                     if denied is not None:  # the user's rules changed since it was queued
                         replies[i] = node.rejected(ctx, cmd, denied)
                         continue
-                if p is None:
-                    here.append((i, None, args))
-                elif type(p) is int:
-                    sends.setdefault(p, []).append((i, self.part_entry(ctx, cmd, args)))
-                else:  # a unit's parts, each on its worker
-                    unit = plan.where(ctx, cmd, args)
-                    split[i] = {}
-                    for j, cmds in unit.step(0, p[0], p[1], []).items():
-                        for argv in cmds:
-                            pc = part_command(node.table, argv[0])
-                            if j == self.index:
-                                here.append((i, pc, argv))
-                            else:
-                                sends.setdefault(j, []).append((i, self.part_entry(ctx, pc, argv)))
-            waits = []
-            for j, items in sends.items():
-                remote.add(j)
-                waits.append((j, [i for i, _ in items], self.parts_of(j, uid, [e for _, e in items])))
-            deny, acl_where = ctx.deny_blocking, ctx.acl_context
-            ctx.deny_blocking = True
-            ctx.acl_context = MULTI
-            node.feed_muted += 1  # (MONITOR shows the queue in order once it ran, below)
-            try:
-                for i, pc, argv in here:  # (in queue order)
-                    if pc is None:
-                        replies[i] = node.dispatch(ctx, argv)
-                    else:
-                        split[i].setdefault(self.index, []).append(node.execute(ctx, pc, argv))
-            finally:
-                ctx.deny_blocking = deny
-                ctx.acl_context = acl_where
-                node.feed_muted -= 1
-            for j, idx, fut in waits:
-                got = await fut
-                if got is None:
-                    return Err("LOADING a shard worker stopped while running the transaction: it may have run "
-                               "on some workers only")
-                for i, v in zip(idx, got):
-                    if i in split:
-                        split[i].setdefault(j, []).append(unpack(v))
-                    else:
-                        replies[i] = unpack(v)
-            for i, parts in split.items():
-                err = next((r for rs in parts.values() for r in rs if type(r) is Err), None)
-                replies[i] = err if err is not None else final(
-                    plan.where(ctx, *queued[i]).after(0, places[i][0], places[i][1], [parts]))
+                if type(p) is tuple and units[i].phases > 1:  # (after what came before it, alone)
+                    if not await self._segment(ctx, uid, segment, places, units, queued, replies, remote):
+                        return gone
+                    segment = []
+                    r = await self._unit_in(ctx, uid, units[i], p, remote)
+                    if r is _GONE:
+                        return gone
+                    replies[i] = r
+                else:
+                    segment.append(i)
+            if not await self._segment(ctx, uid, segment, places, units, queued, replies, remote):
+                return gone
             if node.monitor_on:
                 for c, a in queued:
                     if not c.admin:
@@ -1011,6 +981,103 @@ class Mesh:
         finally:
             for j in locked:
                 self.unlock(j, uid)
+
+    async def _segment(self, ctx: Context, uid: int, idx: list[int], places: list[Any], units: list[Any],
+                       queued: list[Any], replies: list[Any], remote: set[int]) -> bool:
+        """Run the queued commands ``idx`` of a transaction (its workers locked): each
+        worker's sent at once, in queue order, while this worker's run here; one-phase
+        units merged. False if a worker went down meanwhile."""
+        node = self.node
+        split: dict[int, dict[int, list[Any]]] = {}  # a unit's replies by worker
+        sends: dict[int, list[tuple[int, list[Any]]]] = {}  # per worker: (queue index, entry)
+        here: list[tuple[int, Any, list[bytes]]] = []  # (queue index, command, arguments)
+        for i in idx:
+            p = places[i]
+            cmd, args = queued[i]
+            if p is None:
+                here.append((i, None, args))
+            elif type(p) is int:
+                sends.setdefault(p, []).append((i, self.part_entry(ctx, cmd, args)))
+            else:  # a unit's parts, each on its worker
+                split[i] = {}
+                for j, cmds in units[i].step(0, p[0], p[1], []).items():
+                    for argv in cmds:
+                        pc = part_command(node.table, argv[0])
+                        if j == self.index:
+                            here.append((i, pc, argv))
+                        else:
+                            sends.setdefault(j, []).append((i, self.part_entry(ctx, pc, argv)))
+        waits = []
+        for j, items in sends.items():
+            remote.add(j)
+            waits.append((j, [i for i, _ in items], self.parts_of(j, uid, [e for _, e in items])))
+        with self._in_exec(ctx):
+            for i, pc, argv in here:  # (in queue order)
+                if pc is None:
+                    replies[i] = node.dispatch(ctx, argv)
+                else:
+                    split[i].setdefault(self.index, []).append(node.execute(ctx, pc, argv))
+        for j, ks, fut in waits:
+            got = await fut
+            if got is None:
+                return False
+            for i, v in zip(ks, got):
+                if i in split:
+                    split[i].setdefault(j, []).append(unpack(v))
+                else:
+                    replies[i] = unpack(v)
+        for i, parts in split.items():
+            err = next((r for rs in parts.values() for r in rs if type(r) is Err), None)
+            replies[i] = err if err is not None else final(units[i].after(0, places[i][0], places[i][1], [parts]))
+        return True
+
+    async def _unit_in(self, ctx: Context, uid: int, unit: Unit, p: Any, remote: set[int]) -> Any:
+        """A unit of several phases queued in a transaction (its workers locked with the
+        transaction's), phase after phase as ``_run_batch`` runs one: its reply (``_GONE``:
+        a worker went down meanwhile)."""
+        node, table = self.node, self.node.table
+        got: list[dict[int, list[Any]]] = []
+        for phase in range(unit.phases):
+            steps = unit.step(phase, p[0], p[1], got)
+            out: dict[int, list[Any]] = {}
+            waits = []
+            for j, cmds in steps.items():
+                if j != self.index and cmds:
+                    remote.add(j)
+                    waits.append((j, self.parts_of(j, uid, [self.part_entry(ctx, part_command(table, a[0]), a)
+                                                            for a in cmds])))
+            with self._in_exec(ctx):
+                for a in steps.get(self.index, ()):
+                    out.setdefault(self.index, []).append(node.execute(ctx, part_command(table, a[0]), a))
+            for j, fut in waits:
+                replies = await fut
+                if replies is None:
+                    return _GONE
+                out[j] = [unpack(v) for v in replies]
+            got.append(out)
+            err = next((v for vs in out.values() for v in vs if type(v) is Err), None)
+            if err is not None:
+                return err
+            done = unit.after(phase, p[0], p[1], got)
+            if done is not None:
+                return final(done)
+        return None
+
+    @contextlib.contextmanager
+    def _in_exec(self, ctx: Context) -> Iterator[None]:
+        """What runs here for a transaction: as EXEC runs its queue (no blocking, the ACL
+        check's MULTI context), not shown to MONITOR (the queue is, in order, at its end)."""
+        node = self.node
+        deny, acl_where = ctx.deny_blocking, ctx.acl_context
+        ctx.deny_blocking = True
+        ctx.acl_context = MULTI
+        node.feed_muted += 1
+        try:
+            yield
+        finally:
+            ctx.deny_blocking = deny
+            ctx.acl_context = acl_where
+            node.feed_muted -= 1
 
     def _recheck(self, ctx: Context, cmd: Command, args: list[bytes]) -> str | None:
         """EXEC's ACL check of a queued command that runs on another worker (the

@@ -146,6 +146,13 @@ CASES = {
         "SORT_RO A0 BY w_* STORE D1", "SORT A0 BY w_* FOO", "SET D1 old", "SORT B0 BY nosort GET w_* STORE D1",
         "TYPE D1", "LRANGE D1 0 -1", "SORT A0 GET # GET w_* LIMIT 1 2 DESC",
     ],
+    # units of several phases queued in MULTI: each runs after what was queued before it
+    "in_multi_phases": ZSETS + [
+        "RPUSH X0 3 1 2", "MSET w_1 30 w_2 10 w_3 20", "MULTI", "SET w_1 5", "SORT X0 BY w_* STORE D1",
+        "LRANGE D1 0 -1", "ZUNIONSTORE D0 2 A0 B0", "RENAME D0 B2", "ZRANGE B2 0 -1 WITHSCORES", "MSETNX A2 x B2 y",
+        "MSETNX A2 x X1 y",
+        "LMOVE X0 D0 LEFT RIGHT", "SORT_RO X0 GET w_*", "SORT S1 BY w_*", "GET X1", "EXEC", "LRANGE D0 0 -1",
+    ],
     "in_multi": ZSETS + [
         "MULTI", "ZUNION 2 A0 B0 WITHSCORES", "LCS A0 B0", "ZINTERCARD 2 A0 B0", "EXEC",
     ],
