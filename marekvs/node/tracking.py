@@ -133,9 +133,15 @@ class Tracking:
                     if c is not None:
                         if c.tracking is not None and not (c.tracking.noloop and c is writer):
                             self._invalidate(c, [key], writer)
-                    elif remote is not None and not (cid == wid and writer.tracking is not None  # type: ignore[union-attr]
-                                                     and writer.tracking.noloop):  # type: ignore[union-attr]
+                    elif remote is None:
+                        continue
+                    elif cid != wid or writer.tracking is None:  # type: ignore[union-attr]
                         remote(cid, [key], cid == wid)  # (a client of another worker: told there)
+                    elif not writer.tracking.noloop:  # type: ignore[union-attr]
+                        if writer.tracking.redirect:  # type: ignore[union-attr]
+                            remote(cid, [key], True)
+                        else:  # its own command here, for it (its proxy): right after that reply
+                            self.send(writer, [key], writer)  # type: ignore[arg-type]
             for cid, (prefixes, noloop) in self.remote_bcast.items():
                 if cid == wid:
                     if noloop:
@@ -152,6 +158,8 @@ class Tracking:
                 st = c.tracking
                 if st is None or (st.noloop and c is writer):
                     continue
+                if c is writer and self.remote is not None:
+                    self.pending_own.add(c.id)
                 if not st.prefixes:
                     self.pending.setdefault((c.id, b""), []).append(key)
                     continue
@@ -168,8 +176,8 @@ class Tracking:
         clients = self.node.clients
         for (cid, _), keys in pending.items():
             c = clients.get(cid)
-            if c is not None and c.tracking is not None:
-                self._invalidate(c, list(dict.fromkeys(keys)), None)
+            if c is not None and c.tracking is not None:  # (its own command on the mesh: after its reply)
+                self._invalidate(c, list(dict.fromkeys(keys)), c if c.blocked and cid in self.pending_own else None)
             elif c is None and self.remote is not None and cid in self.remote_bcast:
                 self.remote(cid, list(dict.fromkeys(keys)), cid in self.pending_own)
         self.pending_own.clear()

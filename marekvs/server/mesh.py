@@ -531,7 +531,7 @@ class Owner(asyncio.Protocol):
             return
         if ci >= _FAN:
             self.replies.append(self._value(self.node.execute(ctx, self.mesh.plan.commands[ci - _FAN], args)))
-            ctx.deferred = None
+            self._deferred(ctx)
             return
         r = self.node.execute(ctx, self.mesh.plan.commands[ci], args)
         if type(r) is Blocking or r is NO_REPLY:  # (the plan sends no blocking command here)
@@ -539,8 +539,20 @@ class Owner(asyncio.Protocol):
         else:
             out: list[bytes] = []
             _enc(r, proto, out)
+            if ctx.deferred is not None:  # (invalidations of its own write: right after its reply)
+                for m in ctx.deferred:
+                    _enc(m, proto, out)
             self.replies.append(b"".join(out))
         ctx.deferred = None
+
+    def _deferred(self, ctx: Context) -> None:
+        """What a proxy's command left for after its reply (invalidations of the client's
+        own writes), where its reply is a value: to the client's worker, which sends it
+        after the reply."""
+        if ctx.deferred is not None:
+            for m in ctx.deferred:
+                self.mesh.told(ctx.id, m)
+            ctx.deferred = None
 
     def _block(self, ctx: Context, cmd: Command, args: list[bytes]) -> None:
         """A client's blocking command for our keys: it waits here (as a client of ours
@@ -551,7 +563,7 @@ class Owner(asyncio.Protocol):
             r = self.node.execute(ctx, cmd, args)
         finally:
             ctx.deny_blocking = True
-        ctx.deferred = None
+        self._deferred(ctx)
         if type(r) is not Blocking:
             self._unit_frame({"b": ctx.id, "r": self._value(r)})
             return
@@ -635,7 +647,7 @@ class Owner(asyncio.Protocol):
         ci, args = e[2], e[3]
         ctx = self._proxy(e)
         r = self.node.execute(ctx, self.mesh.plan.commands[ci - _PART], args)
-        ctx.deferred = None
+        self._deferred(ctx)
         return self._value(r)
 
     def drain(self) -> None:
@@ -1223,6 +1235,11 @@ class Mesh:
 
     def _invalidate(self, cid: int, keys: list[bytes] | None, own: bool) -> None:
         self._post(cid % len(self.shards), [cid, 0, _INVALIDATE, [keys, own]])
+
+    def told(self, cid: int, push: Any) -> None:
+        """An invalidation of client ``cid``'s own write made here (``Push``), to its worker."""
+        if len(push) == 2 and push[0] == b"invalidate":
+            self._invalidate(cid, push[1], True)
 
     def _forward(self, rid: int, keys: list[bytes] | None) -> None:
         self._post(rid % len(self.shards), [rid, 0, _PUSH, keys])

@@ -28,11 +28,12 @@ import time
 
 import pytest
 
-from tests.helpers import Node
 from tests.integration.test_differential import Conn
 from tests.integration.test_shards import keys_on
+from tests.integration import test_shards_multikey
 from tests.integration.test_shards_multikey import conn_on
 
+nodes = test_shards_multikey.nodes  # the fixture: a node of two workers, and one of one
 DEADLINE = 30.0
 NAMES = {"K0": keys_on(0, 1, "tk")[0], "K1": keys_on(1, 1, "tk")[0], "A0": keys_on(0, 1, "a:")[0],
          "A1": keys_on(1, 1, "a:")[0], "B1": keys_on(1, 1, "b:")[0], "C0": keys_on(0, 1, "c:")[0]}
@@ -41,7 +42,8 @@ NAMES = {"K0": keys_on(0, 1, "tk")[0], "K1": keys_on(1, 1, "tk")[0], "A0": keys_
 SCENARIOS = {
     "default": ({"t": (3, 0), "w": (2, 1)}, [
         ("t", "CLIENT TRACKING on"), ("t", "GET K0"), ("t", "GET K1"), ("w", "SET K1 x"), ("w", "SET K0 y"),
-        ("w", "SET K1 z"), ("t", "GET K1"), ("t", "SET K1 own"), ("t", "MGET K0 K1"), ("w", "DEL K0 K1"),
+        ("w", "SET K1 z"), ("t", "GET K1"), ("t", "SET K1 own"), ("t", "GET K1 ; SET K1 v ; GET K1 ; SET K0 w"),
+        ("t", "MGET K0 K1"), ("w", "DEL K0 K1"),
         ("t", "CLIENT TRACKINGINFO"), ("t", "CLIENT GETREDIR"), ("t", "CLIENT TRACKING off"), ("t", "GET K1"),
         ("w", "SET K1 q"), ("t", "CLIENT TRACKING on NOLOOP"), ("t", "GET K1"), ("t", "SET K1 a"), ("w", "SET K1 b"),
         ("t", "GET K1"), ("w", "SET K1 c"), ("t", "CLIENT TRACKINGINFO"),
@@ -192,15 +194,6 @@ def _replay(port: int, spec, steps, want: list[dict[str, list[bytes]]], sharded:
         for w in wires.values():
             w.conn.close()
     return wrong
-
-
-@pytest.fixture(scope="module")
-def nodes(tmp_path_factory):
-    sharded = Node(tmp_path_factory.mktemp("track2") / "data", extra=["--shards", "2"]).start()
-    single = Node(tmp_path_factory.mktemp("track1") / "data", extra=["--shards", "1"]).start()
-    yield sharded, single
-    sharded.stop()
-    single.stop()
 
 
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))
