@@ -884,6 +884,9 @@ class Mesh:
         steps = [job[0].step(phase, job[1], job[2], g) for job, g in zip(batch, got)]
         out: list[dict[int, list[Any]]] = [{} for _ in batch]
         waits = []
+        # every worker's entries first: each carries the client's state as the command found it
+        # (CLIENT CACHING's, which a read run here would end)
+        made: list[tuple[int, list[tuple[int, Command, list[bytes], Context]], list[int], list[list[Any]]]] = []
         for j in workers:
             local: list[tuple[int, Command, list[bytes], Context]] = []
             ks: list[int] = []
@@ -899,6 +902,8 @@ class Mesh:
                         ks.append(k)
                         entries.append(self.part_entry(ctx, cmd, argv))
                         remote.add(j)
+            made.append((j, local, ks, entries))
+        for j, local, ks, entries in made:
             if phase == 0:  # take j's lock (with its parts: run once granted), then the next
                 granted = await self.lock(j, uid, entries)
                 if granted is None:
@@ -1771,10 +1776,21 @@ class ShardConnection(Connection):
     def _unit(self, unit: Unit, cmd: Command, args: list[bytes]) -> Any:
         """A command whose keys are on several workers, as one unit (``shards/units.py``):
         each worker's part runs while every worker of the unit is locked for it."""
-        split = unit.split(args, self.mesh.plan.owner, partition_of, self.ctx)
+        ctx = self.ctx
+        split = unit.split(args, self.mesh.plan.owner, partition_of, ctx)
         if split is None:  # not the command's arguments: its error, from here
-            return self.node.execute(self.ctx, cmd, args)
-        return self._on_mesh(self.mesh.submit(unit, split[0], split[1], self.ctx, self.remote))
+            return self.node.execute(ctx, cmd, args)
+        done = self.mesh.submit(unit, split[0], split[1], ctx, self.remote)
+        if ctx.tracking is None or not cmd.readonly:
+            return self._on_mesh(done)
+
+        async def read() -> Any:
+            try:
+                return await done
+            finally:
+                if ctx.tracking is not None:
+                    ctx.tracking.caching = None  # (CLIENT CACHING covered this read, on every worker)
+        return self._on_mesh(read())
 
     def _hopped(self, mutes: list[bool], replies: list[bytes] | None, shown: list[list[bytes]] | None) -> None:
         """The replies of a run sent by ``_hop``: spliced in order (then what waited for

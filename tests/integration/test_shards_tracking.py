@@ -51,7 +51,9 @@ SCENARIOS = {
     "optin_optout": ({"t": (3, 0), "w": (2, 1)}, [
         ("t", "CLIENT TRACKING on OPTIN"), ("t", "GET K1"), ("w", "SET K1 1"),
         ("t", "CLIENT CACHING yes ; CLIENT TRACKINGINFO ; GET K1"), ("t", "GET K0"), ("w", "SET K0 1"),
-        ("w", "SET K1 2"), ("t", "CLIENT CACHING yes ; GET K0"), ("w", "SET K0 2"), ("t", "CLIENT TRACKING off"),
+        ("w", "SET K1 2"), ("t", "CLIENT CACHING yes ; GET K0"), ("w", "SET K0 2"),
+        ("t", "CLIENT CACHING yes ; MGET K0 K1"), ("w", "SET K0 3"), ("w", "SET K1 3"), ("t", "MGET K0 K1"),
+        ("w", "SET K0 4"), ("w", "SET K1 4"), ("t", "CLIENT TRACKING off"),
         ("t", "CLIENT TRACKING on OPTOUT"), ("t", "CLIENT CACHING no ; GET K1"), ("w", "SET K1 3"),
         ("t", "GET K1"), ("w", "SET K1 4"), ("t", "CLIENT TRACKINGINFO"),
     ]),
