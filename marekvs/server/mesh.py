@@ -370,19 +370,21 @@ class Plan:
 
     def _exec(self, ctx: Context, cmd: Command) -> Any:
         """An EXEC runs here when every queued command would; as a transaction unit
-        (``TRANSACTION``: ``Mesh.run_transaction``) when each runs on one worker, some on
-        others; else it is refused (a queued node-wide or multi-worker command)."""
+        (``TRANSACTION``: ``Mesh.run_transaction``) when some run on other workers (on
+        one, as a unit over several, or node-wide on every worker); else it is refused (a
+        queued command not carried yet, or blocking on keys of several workers)."""
         if ctx.multi_error or not ctx.multi:
             return None  # (EXECABORT, or an empty transaction: here)
         elsewhere = False
         for c, a in ctx.multi:
             w = self.where(ctx, c, a)
-            if w is None:
+            if w is None or type(w) is AskClient:  # (CLIENT TRACKING: here, as queued)
                 continue
             if type(w) is BlockAt:  # (inside MULTI it does not block: a plain hop)
                 w = w.j
-            if type(w) is not int and not isinstance(w, Unit):
-                return unsupported(cmd, "a queued command is node-wide or blocks on keys of several shard workers")
+            if type(w) is not int and type(w) is not Fan and not isinstance(w, Unit):
+                return unsupported(cmd, "a queued command is not carried across shard workers yet, or blocks on "
+                                        "keys of several")
             elsewhere = True
         return TRANSACTION if elsewhere else None
 
@@ -941,9 +943,13 @@ class Mesh:
             w = plan.where(ctx, c, a)
             if type(w) is BlockAt:
                 w = w.j
+            elif type(w) is AskClient:
+                w = None
             places.append(w.split(a, plan.owner, partition_of, ctx) or None if isinstance(w, Unit) else w)
             units.append(w if isinstance(w, Unit) else None)
-        workers = sorted({j for p in places if p is not None for j in (p[0] if type(p) is tuple else (p,))}
+        every = range(len(self.shards))
+        workers = sorted({j for p in places if p is not None
+                          for j in (p[0] if type(p) is tuple else every if type(p) is Fan else (p,))}
                          | {self.index} | watching)
         uid = self.new_unit()
         locked: list[int] = []
@@ -1005,7 +1011,7 @@ class Mesh:
         worker's sent at once, in queue order, while this worker's run here; one-phase
         units merged. False if a worker went down meanwhile."""
         node = self.node
-        split: dict[int, dict[int, list[Any]]] = {}  # a unit's replies by worker
+        split: dict[int, dict[int, list[Any]]] = {}  # a unit's (or a node-wide command's) replies by worker
         sends: dict[int, list[tuple[int, list[Any]]]] = {}  # per worker: (queue index, entry)
         here: list[tuple[int, Any, list[bytes]]] = []  # (queue index, command, arguments)
         for i in idx:
@@ -1013,6 +1019,12 @@ class Mesh:
             cmd, args = queued[i]
             if p is None:
                 here.append((i, None, args))
+            elif type(p) is Fan:  # node-wide: on every worker, merged (as ShardConnection._fan)
+                split[i] = {}
+                here.append((i, cmd, args))
+                for j in range(len(self.shards)):
+                    if j != self.index:
+                        sends.setdefault(j, []).append((i, self.part_entry(ctx, cmd, args)))
             elif type(p) is int:
                 sends.setdefault(p, []).append((i, self.part_entry(ctx, cmd, args)))
             else:  # a unit's parts, each on its worker
@@ -1044,8 +1056,13 @@ class Mesh:
                 else:
                     replies[i] = unpack(v)
         for i, parts in split.items():
+            p = places[i]
+            if type(p) is Fan:  # (the connection's worker's reply first, then the others', as _gather)
+                replies[i] = p.merge([parts[self.index][0], *(parts[j][0] for j in sorted(parts) if j != self.index)],
+                                     queued[i][1])
+                continue
             err = next((r for rs in parts.values() for r in rs if type(r) is Err), None)
-            replies[i] = err if err is not None else final(units[i].after(0, places[i][0], places[i][1], [parts]))
+            replies[i] = err if err is not None else final(units[i].after(0, p[0], p[1], [parts]))
         return True
 
     async def _unit_in(self, ctx: Context, uid: int, unit: Unit, p: Any, remote: set[int]) -> Any:

@@ -209,9 +209,9 @@ def test_what_is_not_carried_yet_is_refused(node):
         with pytest.raises(redis.ResponseError, match=f"^{name} is not supported with shards > 1 yet"):
             c.execute_command(*args)
     # (on c's own connection: a redis-py pipeline takes another one, maybe on the other worker)
-    c.execute_command("MULTI")  # a transaction queueing a node-wide command (slice 4 left it)
+    c.execute_command("MULTI")  # a transaction queueing a node-wide command not carried yet
     c.execute_command("SET", k1, "x")
-    c.execute_command("DBSIZE")
+    c.execute_command("MEMORY", "STATS")
     with pytest.raises(redis.ResponseError, match="^EXEC is not supported with shards > 1 yet"):
         c.execute_command("EXEC")
     assert c.get(k1) is None

@@ -153,6 +153,11 @@ CASES = {
         "MSETNX A2 x X1 y",
         "LMOVE X0 D0 LEFT RIGHT", "SORT_RO X0 GET w_*", "SORT S1 BY w_*", "GET X1", "EXEC", "LRANGE D0 0 -1",
     ],
+    # node-wide commands queued in MULTI: on every worker, in queue order, merged
+    "in_multi_node_wide": [
+        "SET A0 1", "MULTI", "SET B0 2", "DBSIZE", "KEYS B*", "FLUSHALL", "DBSIZE", "SET A1 x", "DBSIZE", "GET B0",
+        "EXEC", "DBSIZE",
+    ],
     "in_multi": ZSETS + [
         "MULTI", "ZUNION 2 A0 B0 WITHSCORES", "LCS A0 B0", "ZINTERCARD 2 A0 B0", "EXEC",
     ],
