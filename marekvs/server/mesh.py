@@ -748,6 +748,8 @@ class Mesh:
         path = os.path.join(os.path.dirname(os.path.abspath(node.config.data_dir)), CLIENTS_FILE)
         node.shared_clients = SharedClients(path, index, len(shards))
         node.monitors_changed = self._monitors_changed
+        node.watches.elsewhere = self._watch_changed
+        self.watchers: dict[int, set[int]] = {}  # client id -> the workers where it watches keys
         node.monitor_siblings = self._monitor_line
         self.batching = False
 
@@ -1188,6 +1190,12 @@ class Mesh:
         if "w" in frame:
             self._woken(frame["w"], unpack(frame["r"]))
             return
+        if "d" in frame:  # a client's watched key changed there (CLIENT LIST's "d" flag)
+            ws = self.watchers.get(frame["d"])
+            c = self.node.clients.get(frame["d"])
+            if ws is not None and j in ws and c is not None:
+                c.watch_dirty = True
+            return
         fut = self.unit_waits.pop((frame["g"] if "g" in frame else frame["u"], j), None)
         if fut is not None and not fut.done():
             fut.set_result(frame["r"])
@@ -1211,6 +1219,15 @@ class Mesh:
             return False
         fut.set_result(Err(errors.UNBLOCKED) if error else None)
         return True
+
+    def _watch_changed(self, cid: int) -> None:
+        """A key the proxy of client ``cid`` watches here changed: to the client's worker,
+        on the link its watches came by (after the replies before it, so never after the
+        reply of the EXEC or UNWATCH that ended them)."""
+        for owner in self.owners:
+            if cid in owner.proxies:
+                owner._unit_frame({"d": cid})
+                return
 
     def _woken(self, cid: int, value: Any) -> None:
         fut = self.woken.get(cid)
@@ -1378,6 +1395,7 @@ class ShardConnection(Connection):
         super().connection_lost(exc)
         self.mesh.announced.clear()  # (its BCAST tracking ended: nobody waits for that news)
         if self.ctx is not None:
+            self.mesh.watchers.pop(self.ctx.id, None)
             fut = self.mesh.woken.get(self.ctx.id)
             if fut is not None and not fut.done():  # (its blocking command ends: ctx.closing)
                 fut.set_result(None)
@@ -1614,6 +1632,7 @@ class ShardConnection(Connection):
             waits.append(fut)
             self.remote.add(j)
             self.watching.add(j)
+            mesh.watchers[ctx.id] = self.watching
         here = by_worker.get(mesh.index)
         node.feed_muted += 1  # (MONITOR shows the whole WATCH once it ran)
         try:
