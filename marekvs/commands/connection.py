@@ -378,7 +378,7 @@ def client_tracking(ctx, args):
                 p.fail(errors.TRACKING_ONE_REDIRECT)
                 continue
             cid = p.integer()
-            if cid not in ctx.node.clients:
+            if cid not in ctx.node.clients and cid not in ctx.node.tracking.elsewhere:
                 p.fail(errors.TRACKING_NO_REDIRECT)
             redirect = cid
         elif p.accept(b"bcast"):

@@ -26,6 +26,14 @@ costs one point read (two for a hash field) per element in the partition of each
 substituted key, and GET the same per element returned and pattern. Redis Cluster refuses
 BY and GET patterns (its keys live on other nodes); every marekvs node holds every key,
 so they work here (docs/divergences.md).
+
+On a node of several shard workers (docs/shards.md §3) the pattern keys may be on any
+worker: ``shards/units.py`` runs SORT with BY or GET patterns (or a STORE on another
+worker) as a unit over every worker, in phases: ``sort_keys`` at the sorted key's worker
+names every pattern key its elements may look up, each worker reads its own
+(``read_pattern_key``), then ``_sort`` runs at the sorted key's worker with those values
+(``lookup``) and, for a destination elsewhere, hands its result back (``capture``) to be
+written there (``store_list``).
 """
 
 from __future__ import annotations
@@ -57,11 +65,14 @@ _STORE_NOTES = ("For the optional STORE keyword. It is marked 'unknown' because 
                 "in the argument array")
 
 
-def lookup_by_pattern(ctx, pattern: bytes, subst: bytes, now: int) -> bytes | None:
-    """Redis's ``lookupKeyByPattern``: the string at the key the pattern names for
-    ``subst`` (or the hash field after ``->``), None if missing or of another type."""
-    if pattern[:1] == b"#" and (len(pattern) == 1 or pattern[1] == 0):
-        return subst
+def _is_self(pattern: bytes) -> bool:
+    return pattern[:1] == b"#" and (len(pattern) == 1 or pattern[1] == 0)
+
+
+def pattern_key(pattern: bytes, subst: bytes) -> tuple[bytes, bytes | None] | None:
+    """The key (and hash field) ``pattern`` names for ``subst`` (None: ``#``, or no ``*``)."""
+    if _is_self(pattern):
+        return None
     cs = c_str(pattern)
     star = cs.find(b"*")
     if star < 0:
@@ -73,9 +84,23 @@ def lookup_by_pattern(ctx, pattern: bytes, subst: bytes, now: int) -> bytes | No
         field = pattern[f + 2:]
         fieldlen = len(field)
     postfixlen = len(pattern) - (star + 1) - (fieldlen + 2 if fieldlen else 0)
-    key = pattern[:star] + subst + pattern[star + 1:star + 1 + postfixlen]
+    return pattern[:star] + subst + pattern[star + 1:star + 1 + postfixlen], field
+
+
+def lookup_by_pattern(ctx, pattern: bytes, subst: bytes, now: int) -> bytes | None:
+    """Redis's ``lookupKeyByPattern``: the string at the key the pattern names for
+    ``subst`` (or the hash field after ``->``), None if missing or of another type."""
+    if _is_self(pattern):
+        return subst
+    named = pattern_key(pattern, subst)
+    return None if named is None else read_pattern_key(ctx, named[0], named[1], now)
+
+
+def read_pattern_key(ctx, key: bytes, field: bytes | None, now: int, counted: bool = True) -> bytes | None:
+    """The string at ``key``, or its hash's ``field``: None if missing or of another type
+    (a keyspace hit or miss, unless not ``counted``)."""
     ks = ctx.ks
-    found = ks.read_record(key, now)
+    found = ks.read_record(key, now) if counted else ks.live_record(key, now)
     if found is None:
         return None
     ikey, rec = found
@@ -117,14 +142,37 @@ def _elements(ctx, key: bytes, ctype: int, dontsort: bool, desc: bool, start: in
     return [m for _, m in Z.rank_range(o, start, end, desc)]
 
 
-def _full_key_access(ctx, args: list[bytes]) -> bool:
+def full_key_access(ctx, args: list[bytes], cmd=None) -> bool:
     """May the user read any key with this command? BY and GET patterns name keys no key
     spec lists, so Redis 7.0 allows them only then (ACLUserCheckCmdWithUnrestrictedKeyAccess)."""
     user = ctx.user
-    return not user.restricted or user.unrestricted_key_access(ctx.node.acl.view, ctx.last_cmd, args)
+    return not user.restricted or user.unrestricted_key_access(ctx.node.acl.view, cmd or ctx.last_cmd, args)
 
 
-def _sort(ctx, args: list[bytes], readonly: bool):
+def store_key(args: list[bytes]) -> bytes | None:
+    """SORT's STORE destination as its key spec finds it (the last STORE with a value)."""
+    dst = None
+    i = 2
+    while i < len(args) - 1:
+        if args[i].lower() == b"store":
+            dst = args[i + 1]
+            i += 1
+        i += 1
+    return dst
+
+
+def _sort(ctx, args: list[bytes], readonly: bool, full: bool | None = None, lookup=None, collect: bool = False,
+          capture: bool = False):
+    """SORT (the module docstring). A unit's parts (``shards/units.py``): ``full`` is the
+    user's full key access, decided where the command came in; ``lookup(pattern, element,
+    now)`` reads a pattern's key; ``collect`` answers the (key, field) pairs of every
+    pattern for every element, sorted or not; ``capture`` answers a STORE's [length,
+    items] instead of writing them."""
+    if full is None:
+        full = full_key_access(ctx, args)
+    if lookup is None:
+        def lookup(pattern, subst, now):
+            return lookup_by_pattern(ctx, pattern, subst, now)
     desc = alpha = dontsort = False
     limit_start, limit_count = 0, -1
     sortby: bytes | None = None
@@ -146,10 +194,10 @@ def _sort(ctx, args: list[bytes], readonly: bool):
             sortby = p.value()
             if b"*" not in c_str(sortby):
                 dontsort = True  # BY a constant: no sorting
-            elif not _full_key_access(ctx, args):
+            elif not full:
                 p.fail(errors.SORT_BY_DENIED)
         elif p.accept(b"get", 1):
-            if not _full_key_access(ctx, args):
+            if not full:
                 p.fail(errors.SORT_GET_DENIED)
             gets.append(p.value())
         else:
@@ -159,7 +207,7 @@ def _sort(ctx, args: list[bytes], readonly: bool):
     ks = ctx.ks
     now = ks.now()
     key = args[1]
-    found = ks.read_record(key, now)
+    found = ks.live_record(key, now) if collect else ks.read_record(key, now)  # (counted once: by the run)
     ctype = CollectionType.LIST  # a missing key sorts as an empty list
     if found is not None:
         ikey, rec = found
@@ -178,25 +226,35 @@ def _sort(ctx, args: list[bytes], readonly: bool):
         end = n - 1
 
     vector = [] if found is None else kv.quiet(ks, _elements, ctx, key, ctype, dontsort, desc, start, end, now)
+    if collect:
+        patterns = gets if dontsort or sortby is None else [sortby, *gets]
+        return [list(named) for e in vector for pt in patterns if (named := pattern_key(pt, e)) is not None]
     if dontsort and ctype != CollectionType.SET:
         end -= start  # the vector is the range already
         start = 0
     elif not dontsort:
-        vector = _sorted(ctx, vector, sortby, alpha, desc, storekey is not None, now)
+        vector = _sorted(ctx, vector, sortby, alpha, desc, storekey is not None, now, lookup)
 
     out: list[bytes | None] = []
     for elem in vector[start:end + 1] if end >= start else []:
         if not gets:
             out.append(elem)
         for pattern in gets:
-            out.append(lookup_by_pattern(ctx, pattern, elem, now))
+            out.append(lookup(pattern, elem, now))
     if storekey is None:
         return out
     items = [b"" if v is None else v for v in out]
+    if capture:
+        return [len(items), items]
+    return store_list(ctx, storekey, items, now)
+
+
+def store_list(ctx, storekey: bytes, items: list[bytes], now: int) -> int:
+    """SORT ... STORE's write: the list, or the key deleted for none."""
     if items:
         kv.write_list(values(ctx), storekey, items, now)
         ctx.fire("l", b"sortstore", storekey)
-    elif ks.delete(storekey, now):
+    elif ctx.ks.delete(storekey, now):
         ctx.fire("g", b"del", storekey)
     return len(items)
 
@@ -215,7 +273,7 @@ def _length(ctx, key: bytes, ctype: int, now: int) -> int:
 
 
 def _sorted(ctx, vector: list[bytes], sortby: bytes | None, alpha: bool, desc: bool, store: bool,
-            now: int) -> list[bytes]:
+            now: int, lookup) -> list[bytes]:
     """``vector`` in ``sortCompare``'s order."""
     if alpha:
         if sortby is None:
@@ -223,11 +281,11 @@ def _sorted(ctx, vector: list[bytes], sortby: bytes | None, alpha: bool, desc: b
             return sorted(vector, key=keyf, reverse=desc)
         keyed = []
         for e in vector:
-            v = lookup_by_pattern(ctx, sortby, e, now)
+            v = lookup(sortby, e, now)
             keyed.append(((0, b"") if v is None else (1, v if store else c_str(v)), e))
         keyed.sort(key=lambda x: x[0], reverse=desc)
         return [e for _, e in keyed]
-    vals = vector if sortby is None else [lookup_by_pattern(ctx, sortby, e, now) for e in vector]
+    vals = vector if sortby is None else [lookup(sortby, e, now) for e in vector]
     bad: list[bytes] = []
 
     def slow(v: bytes | None) -> float:
@@ -267,3 +325,22 @@ def sort(ctx, args: list[bytes]):
          complexity=_COMPLEXITY, syntax=_SYNTAX)
 def sort_ro(ctx, args: list[bytes]):
     return _sort(ctx, args, readonly=True)
+
+
+def sort_part(ctx, args: list[bytes], readonly: bool, full: bool, prefetched: dict | None, collect: bool,
+              capture: bool):
+    """SORT as a part of a unit across shard workers (``shards/units.py``): the pattern
+    keys' values ``prefetched`` ((key, field) -> (whether the key exists, value)), read by
+    their workers."""
+    lookup = None
+    if prefetched is not None:
+        def lookup(pattern, subst, now):
+            if _is_self(pattern):
+                return subst
+            named = pattern_key(pattern, subst)
+            if named is None:
+                return None
+            exists, value = prefetched[named]
+            ctx.ks.counted(named[0], exists)  # (each lookup a hit or miss, as on one process)
+            return value
+    return _sort(ctx, args, readonly, full, lookup, collect, capture)

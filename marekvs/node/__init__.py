@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 from marekvs import __version__
 from marekvs.commands import errors, tunables
-from marekvs.commands.context import Context
+from marekvs.commands.context import LUA, Context
 from marekvs.commands.errors import CommandError
 from marekvs.commands.reply import QUEUED, Err
 from marekvs.commands.table import Command, CommandTable, build_table
@@ -41,7 +41,7 @@ from marekvs.node.acl import Acl
 from marekvs.node.blocking import BlockingRegistry
 from marekvs.node.events import Events
 from marekvs.node import openfiles
-from marekvs.node.monitor import LatencyMonitor, MonitorLine, OpsMeter, SlowLog
+from marekvs.node.monitor import PROXY_ADDR, LatencyMonitor, MonitorLine, OpsMeter, SlowLog
 from marekvs.node.pause import SCRIPT_RUNNERS, ClientPause
 from marekvs.node.pubsub import PubSub, push_limited
 from marekvs.node.records import NodeRecords
@@ -116,6 +116,15 @@ class Node:
         self.pubsub.limits = class_limits(self.tunable("client-output-buffer-limit"), "pubsub")
         # MONITOR (node/monitor.py): the monitors, and their limits (the "normal" class's)
         self.monitors: list[Context] = []
+        # a shard worker's (server/mesh.py): whether any worker of the node has monitors
+        # (every command is shown then), what is not shown here (a unit's parts; the
+        # commands of another worker's clients, which their own worker shows), and how a
+        # line reaches the monitors of the other workers
+        self.monitor_on = False
+        self.feed_muted = 0
+        self._remote_monitors = False
+        self.monitors_changed: Callable[[], None] | None = None
+        self.monitor_siblings: Callable[[bytes], None] | None = None
         self.monitor_limits = class_limits(self.tunable("client-output-buffer-limit"), "normal")
         self.limits = Limits()  # request limits the RESP parsers read
         self.scripting = Scripting(self)  # EVAL and function libraries (node/scripting/)
@@ -130,6 +139,8 @@ class Node:
         self.slow_ns = 0
         self.monitor_thresholds()
         self.clients: dict[int, Context] = {}
+        # a shard worker's: the client ids and counts every worker shares (shards/clients.py)
+        self.shared_clients: Any = None
         step = self._client_step = config.shards if config.shards > 1 else 1
         self._client_seq = worker if step > 1 else 0  # (the first id is worker + shards)
         self.last_save = int(time.time())
@@ -157,14 +168,27 @@ class Node:
     # -- clients ---------------------------------------------------------------------
     def new_context(self, **kw: Any) -> Context:
         """A context for a new client (registered: CLIENT LIST sees it)."""
-        self._client_seq += self._client_step
+        shared = self.shared_clients
+        if shared is None:
+            self._client_seq += self._client_step
+            cid = self._client_seq
+        else:
+            cid = shared.next_id()
         self.stats.total_connections += 1
-        ctx = Context(self, self._client_seq, authed=self.acl.default_authed(), **kw)
-        self.clients[ctx.id] = ctx
+        ctx = Context(self, cid, authed=self.acl.default_authed(), **kw)
+        self.clients[cid] = ctx
+        if shared is not None:
+            shared.set_count(len(self.clients))
         return ctx
 
+    def connected(self) -> int:
+        """The clients connected to the node (what ``maxclients`` limits): a shard
+        worker counts every worker's."""
+        return len(self.clients) if self.shared_clients is None else self.shared_clients.total()  # type: ignore[no-any-return]
+
     def drop_context(self, ctx: Context) -> None:
-        self.clients.pop(ctx.id, None)
+        if self.clients.pop(ctx.id, None) is not None and self.shared_clients is not None:
+            self.shared_clients.set_count(len(self.clients))
         self.blocking.drop_client(ctx)
         if ctx.in_pubsub:
             self.pubsub.drop_client(ctx)
@@ -179,13 +203,28 @@ class Node:
     def add_monitor(self, ctx: Context) -> None:
         ctx.monitor = True
         self.monitors.append(ctx)
+        self.monitor_on = True
+        if len(self.monitors) == 1 and self.monitors_changed is not None:
+            self.monitors_changed()
 
     def drop_monitor(self, ctx: Context) -> None:
         ctx.monitor = False
         self.monitors.remove(ctx)
+        self.monitor_on = bool(self.monitors) or self._remote_monitors
+        if not self.monitors and self.monitors_changed is not None:
+            self.monitors_changed()
+
+    def remote_monitors(self, on: bool) -> None:
+        """A shard worker: whether another worker of the node has monitors now."""
+        self._remote_monitors = on
+        self.monitor_on = bool(self.monitors) or on
 
     def feed_monitors(self, ctx: Context, args: list[bytes]) -> None:
-        """MONITOR: ``ctx`` ran ``args`` (node/monitor.py)."""
+        """MONITOR: ``ctx`` ran ``args`` (node/monitor.py). A shard worker shows the
+        commands of its own clients only, wherever they ran (a proxy's are shown by the
+        client's worker), and the calls of scripts that run here."""
+        if self.feed_muted or (ctx.addr == PROXY_ADDR and ctx.acl_context != LUA):
+            return
         line = MonitorLine(ctx, args)
         for m in list(self.monitors):
             if m is ctx:  # a monitor's own command: its line comes after its reply
@@ -194,6 +233,14 @@ class Node:
                 ctx.deferred.append(line.status)
             else:
                 push_limited(m, line, self.monitor_limits)
+        if self.monitor_siblings is not None:
+            self.monitor_siblings(line.status)
+
+    def deliver_monitor_line(self, status: bytes) -> None:
+        """A MONITOR line of another shard worker, to this worker's monitors."""
+        line = MonitorLine.of(status)
+        for m in list(self.monitors):
+            push_limited(m, line, self.monitor_limits)
 
     def _set_current(self, ctx: Context | None) -> None:
         self.current = ctx
@@ -263,7 +310,7 @@ class Node:
         events = self.events
         if cmd.write and events.new_on:
             events.mark_absent(cmd.keys_named(args))
-        monitors = self.monitors
+        monitors = self.monitor_on
         if monitors and cmd.skip_monitor:
             self.feed_monitors(ctx, args)  # (a script: shown before the commands it calls)
         t0 = _clock()

@@ -41,6 +41,7 @@ SLOWLOG_MAX_ARGC = 32
 SLOWLOG_MAX_STRING = 128
 LATENCY_SAMPLES = 160
 OPS_SAMPLES = 16
+PROXY_ADDR = "shard-worker-proxy"  # the address of a shard worker's proxy of another worker's client
 REDACTED = {b"auth": (1, 2), b"hello": None}  # argument positions whose values are secrets
 
 
@@ -96,6 +97,15 @@ class MonitorLine:
                                                     b" ".join(_quote(a) for a in _redact(args))))
         line = b"+%s\r\n" % self.status
         self.wire = {2: line, 3: line}
+
+    @classmethod
+    def of(cls, status: bytes) -> MonitorLine:
+        """The line another shard worker made (its status text)."""
+        line = cls.__new__(cls)
+        line.status = Simple(status)
+        wire = b"+%s\r\n" % status
+        line.wire = {2: wire, 3: wire}
+        return line
 
 
 # sdscatrepr: \\ and \" escaped, \n \r \t \a \b by name, other bytes outside 0x20-0x7e as \xHH

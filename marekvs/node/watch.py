@@ -10,22 +10,29 @@ Expiry sends no record (a key past its deadline reads as absent on every replica
 so WATCH remembers which keys existed and EXEC aborts when one of them no longer does, as
 Redis's ``isWatchedKeyExpired`` does. The feed is subscribed only while some client
 watches a key.
+
+On a node of shard workers a client's watches live with each key's worker, on the
+client's proxy there; when one of them changes, the client's worker is told
+(``elsewhere``), so that CLIENT LIST shows the client dirty there too (its EXEC checks
+every worker's watches under its locks anyway).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from marekvs.commands.context import Context
 from marekvs.core import keys as K
 from marekvs.core import registry
 from marekvs.keyspace.changes import Change, user_keys
+from marekvs.node.monitor import PROXY_ADDR
 
 
 class Watches:
     def __init__(self, node: Any):
         self.node = node
         self.keys: dict[bytes, dict[int, Context]] = {}  # user key -> the clients watching it
+        self.elsewhere: Callable[[int], None] | None = None  # a shard worker's: a proxy's watch changed
 
     def watch(self, ctx: Context, keys: list[bytes]) -> None:
         ks = self.node.ks
@@ -42,10 +49,10 @@ class Watches:
 
     def unwatch_all(self, ctx: Context) -> None:
         watched = ctx.watched
+        ctx.watch_dirty = False  # (also when its watches were all on other shard workers)
         if watched is None:
             return
         ctx.watched = None
-        ctx.watch_dirty = False
         for key in watched:
             clients = self.keys.get(key)
             if clients is not None:
@@ -74,4 +81,6 @@ class Watches:
             clients = watched.get(key)
             if clients:
                 for ctx in clients.values():
+                    if not ctx.watch_dirty and self.elsewhere is not None and ctx.addr == PROXY_ADDR:
+                        self.elsewhere(ctx.id)
                     ctx.watch_dirty = True

@@ -180,7 +180,7 @@ class BusyServer:
                 except OSError:
                     return
                 node = self.node
-                if len(node.clients) >= node.maxclients:
+                if node.connected() >= node.maxclients:
                     sock.close()
                     continue
                 if isinstance(addr, tuple) and node.acl.protected_from(addr[0]):

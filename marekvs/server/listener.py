@@ -94,7 +94,7 @@ class Connection(asyncio.Protocol):
         if self.adopt is not None:
             self._adopted(transport)
             return
-        if len(node.clients) >= node.maxclients:
+        if node.connected() >= node.maxclients:
             # as Redis: the error is written at once and the connection closed
             node.stats.rejected_connections += 1
             transport.write(_MAXCLIENTS_REACHED)
@@ -265,9 +265,19 @@ class Connection(asyncio.Protocol):
         if type(r) is Err:
             self.node.stats.error_replies += 1
         _enc(r, ctx.proto, self.out)
+        self.emit_deferred()
         cmds, err = self.backlog, self.backlog_err
         self.backlog, self.backlog_err = [], None
         self._run(cmds, err)
+
+    def emit_deferred(self) -> None:
+        """What waited for the reply just written: invalidations of the client's own
+        writes, a monitor's own line."""
+        ctx = self.ctx
+        if ctx.deferred is not None:
+            for m in ctx.deferred:
+                _enc(m, ctx.proto, self.out)
+            ctx.deferred = None
 
     def _push(self, value: object) -> int:
         """An unsolicited message (Pub/Sub, invalidation): queued in order with the
@@ -436,7 +446,7 @@ class TlsListener:
                 node.loop.remove_reader(listener.fileno())  # type: ignore[union-attr]
                 node.loop.call_later(1.0, self._resume_accepting, listener)  # type: ignore[union-attr]
                 return
-            if len(node.clients) + len(self.handshakes) >= node.maxclients:
+            if node.connected() + len(self.handshakes) >= node.maxclients:
                 node.stats.rejected_connections += 1
                 sock.close()
                 continue

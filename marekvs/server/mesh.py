@@ -36,8 +36,9 @@ connections). A client's command runs where its keys live:
 - **a unit** (MSET, MGET, MSETNX, DEL, UNLINK, EXISTS, TOUCH, RENAME, RENAMENX, COPY,
   LMOVE, RPOPLPUSH, SMOVE, SUNION, SINTER, SDIFF, SINTERCARD, ZUNION, ZINTER, ZDIFF,
   ZINTERCARD and the STORE forms, ZRANGESTORE, PFCOUNT, PFMERGE, BITOP, LCS,
-  GEOSEARCHSTORE, GEORADIUS[BYMEMBER] STORE, LMPOP, ZMPOP, XREAD without BLOCK and
-  XREADGROUP that does not block with keys on several workers: ``shards/units.py``
+  GEOSEARCHSTORE, GEORADIUS[BYMEMBER] STORE, LMPOP, ZMPOP, XREAD without BLOCK,
+  XREADGROUP that does not block with keys on several workers, SORT and SORT_RO with
+  BY/GET patterns (every worker) or a STORE on another worker: ``shards/units.py``
   splits them into phases of commands per worker, client commands or its part
   commands such as ``~zread``, numbered after the table's, and makes the reply): the
   connection's worker coordinates. It locks each worker of the unit in worker order (``_LOCK``, granted by a
@@ -57,10 +58,24 @@ connections). A client's command runs where its keys live:
 - **refused**: what is not carried across workers yet answers
   ``ERR <command> is not supported with shards > 1 yet`` (``Plan``): the node-wide
   commands ``fanout.MERGES`` does not name (MEMORY STATS, LATENCY, ...), the other
-  commands whose keys are on several workers (SORT ... STORE), scripts whose declared
-  keys are on several workers (EVAL's and FCALL's), an EXEC queueing a node-wide command,
-  a unit of several phases (MSETNX, RENAME, ZUNIONSTORE, ...) or a blocking command
-  across workers, SORT with BY/GET, client tracking and MONITOR.
+  commands whose keys are on several workers that no unit carries, scripts whose
+  declared keys are on several workers (EVAL's and FCALL's), an EXEC queueing a
+  node-wide command, a unit of several phases (MSETNX, RENAME, ZUNIONSTORE, SORT with
+  patterns, ...) or a blocking command across workers.
+
+**Client tracking** (``node/tracking.py``): a tracking client's entries carry its state
+(``_entry``), so a read carried to another worker registers the client in that worker's
+table; a change there is told to the client's worker (``_INVALIDATE``: after the reply of
+the client's own command when that is what changed it), which resolves its REDIRECT, to
+a client of a third worker if need be (``_PUSH``). CLIENT TRACKING ... REDIRECT asks the
+target's worker whether it is connected (``_HAS_CLIENT``). A BCAST client's prefixes go
+to every sibling (``_BCAST``), and CLIENT TRACKING answers once each has them.
+
+**MONITOR** (``node/monitor.py``): a client's commands are shown by its own worker,
+wherever they ran (a unit or a command carried elsewhere once it ran, the queue of a
+transaction across workers in order; never a unit's parts), and the calls of a script by
+the worker running it; each line goes to the monitors of every worker (``_MONITOR``),
+those of the siblings that have any (``_MONITORS``: MONITOR answers once each knows).
 
 **Node records** (ACL SETUSER/DELUSER/LOAD, FUNCTION LOAD/DELETE/FLUSH/RESTORE: the
 router's ``node-record`` class) run on the connection's worker; the users and libraries
@@ -112,11 +127,13 @@ at once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 import socket
 import time
 from collections import deque
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import msgpack
 
@@ -128,10 +145,12 @@ from marekvs.commands.reply import NO_REPLY, NULL_ARRAY, OK, Blocking, Err
 from marekvs.commands.table import Command
 from marekvs.core.partition import ShardMap, partition_of
 from marekvs.node import Node
+from marekvs.node.monitor import PROXY_ADDR
 from marekvs.node.scripting import libs
 from marekvs.server import resp
 from marekvs.server.listener import Connection, RespServer
 from marekvs.server.noderecords import RECORDS, SharedRecords
+from marekvs.shards.clients import CLIENTS_FILE, SharedClients
 from marekvs.shards.fanout import MERGES, Merge, pack, unpack
 from marekvs.shards.router import ALL, FRONT, KEY, NODE_RECORD, Router
 from marekvs.shards.units import PART_COMMANDS, UNITS, BlockCall, Got, Unit, Waiting, blocking_call, final
@@ -148,13 +167,20 @@ _DEFAULT_USER = b"default"
 def _entry(ctx: Context, ci: int, args: Any) -> list[Any]:
     """A frame entry running command index ``ci`` with ``args`` for the client ``ctx``:
     [client id, protocol, index, args], and the name of the client's user when it is not
-    the default user. The proxy of the client runs as that user (``Owner._proxy``): the
-    client's worker checked the command against it, and what the command runs in turn (a
-    script's calls) is checked there against the same user."""
+    the default user (else None, when more follows), and its tracking state when it tracks
+    keys in the default mode (``[redirect, noloop, optin, optout, caching]``). The proxy
+    of the client runs as that user (``Owner._proxy``): the client's worker checked the
+    command against it, and what the command runs in turn (a script's calls) is checked
+    there against the same user; a read there registers the client in that worker's
+    tracking table (``node/tracking.py``)."""
     u = ctx.user
-    if u.name == _DEFAULT_USER:
-        return [ctx.id, ctx.proto, ci, args]
-    return [ctx.id, ctx.proto, ci, args, u.name]
+    t = ctx.tracking
+    if t is None or t.bcast:
+        if u.name == _DEFAULT_USER:
+            return [ctx.id, ctx.proto, ci, args]
+        return [ctx.id, ctx.proto, ci, args, u.name]
+    return [ctx.id, ctx.proto, ci, args, None if u.name == _DEFAULT_USER else u.name,
+            [t.redirect, t.noloop, t.optin, t.optout, t.caching]]
 _NOTIFY = -2  # ... a keyspace notification to deliver here: [channel, message, number] (an "n" frame at once)
 _LOCK = -3  # ... lock this worker for the unit in the client id's slot (no reply: a "g" frame later)
 _UNLOCK = -4  # ... the unit is done here
@@ -162,13 +188,19 @@ _SCRIPT = -5  # ... a script body to cache here (EVAL elsewhere: EVALSHA then wo
 _WATCHED = -6  # ... (under a unit's lock) are the client's watches here still valid? then unwatch
 _UNWATCH = -7  # ... forget the client's watches here (UNWATCH, DISCARD, RESET, an EXEC that ran)
 _UNWAIT = -8  # ... the client's blocking command over several workers ended: its watch here too
+_INVALIDATE = -9  # ... keys our client read changed there: [keys or None, by its own command?]
+_PUSH = -10  # ... an invalidation for our client that another worker's client REDIRECTs to: keys
+_MONITOR = -11  # ... a MONITOR line for our monitors
+_HAS_CLIENT = 1 << 19  # ... is the client of this id (the args) connected here? (a value)
+_BCAST = _HAS_CLIENT + 1  # ... a BCAST tracking client of the sender began ([prefixes, noloop]) or ended (None)
+_MONITORS = _HAS_CLIENT + 2  # ... the sender (its index in the client id's slot) has monitors (True) or none
 _FAN = 1 << 16  # ... plus a command's index: a node-wide command, its reply as a value (fanout.py)
 _PART = 1 << 17  # ... plus a command's index: a part of the unit holding this worker (a "u" frame)
 _BLOCKING = 1 << 18  # ... plus a command's index: a blocking command of a client (a "b" frame when it ends)
 _RECONNECT_S = 0.05
 
 # keyless commands a worker cannot answer for the node yet: they need every worker's state
-_FRONT_REFUSED = frozenset(("client|tracking", "monitor"))
+_FRONT_REFUSED: frozenset[str] = frozenset()
 # node-wide commands a worker answers alone: WAIT (a multi-worker node has no peers yet, so
 # no replica acknowledges), SWAPDB (one database: its error), SHUTDOWN (the worker asks the
 # supervisor, which stops every worker: Node.shutdown_hook)
@@ -176,9 +208,10 @@ _ALL_HERE = frozenset(("wait", "swapdb", "shutdown"))
 _EVALS = frozenset(("eval", "eval_ro"))
 
 # a plan's kinds
-_LOCAL, _KEY, _KEYS, _REFUSE, _EXEC, _SORT, _FANOUT, _SCAN, _RECORD = range(9)
+_LOCAL, _KEY, _KEYS, _REFUSE, _EXEC, _SORT, _FANOUT, _SCAN, _RECORD, _TRACK = range(10)
 
 
+_GONE = object()  # a unit inside a transaction lost a worker
 TRANSACTION = object()  # Plan.where's answer for an EXEC whose queue spans workers
 WATCH = object()  # ... for a WATCH of keys of other workers (watches live with the key's owner)
 SHARED = object()  # ... for a command writing node records: here, its reply once every worker has them
@@ -193,6 +226,16 @@ class BlockAt:
 
     def __init__(self, j: int):
         self.j = j
+
+
+class AskClient:
+    """Plan.where's answer for CLIENT TRACKING ... REDIRECT to a client of worker ``j``:
+    ask it whether client ``rid`` is there, then run the command here."""
+
+    __slots__ = ("j", "rid")
+
+    def __init__(self, j: int, rid: int):
+        self.j, self.rid = j, rid
 
 
 class Fan:
@@ -253,7 +296,8 @@ class Plan:
             cls = router.class_of(cmd)
             blocking = "blocking" in cmd.flags
             if cls == FRONT:
-                p: tuple[int, Any] = (_REFUSE, unsupported(cmd)) if cmd.fullname in _FRONT_REFUSED else (_LOCAL, None)
+                p: tuple[int, Any] = (_REFUSE, unsupported(cmd)) if cmd.fullname in _FRONT_REFUSED else (
+                    (_TRACK, None) if cmd.fullname == "client|tracking" else (_LOCAL, None))
             elif cls == ALL and cmd.fullname in MERGES:
                 p = (_FANOUT, Fan(self.number[id(cmd)] + _FAN, MERGES[cmd.fullname]))
             elif cls == ALL and cmd.fullname == "scan":
@@ -281,6 +325,8 @@ class Plan:
             return None if j == self.index else j
         if kind == _LOCAL:
             return None
+        if kind == _TRACK:
+            return self._redirect(args)
         if kind == _REFUSE or kind == _FANOUT:
             return arg  # type: ignore[no-any-return]
         if kind == _RECORD:  # (queued in MULTI: EXEC runs it here, and every worker has it soon after)
@@ -294,7 +340,7 @@ class Plan:
         if kind == _EXEC:
             return self._exec(ctx, cmd)
         if kind == _SORT and any(a.lower() in (b"by", b"get") for a in args[2:]):
-            return unsupported(cmd, "BY and GET read keys of every shard worker")
+            return UNITS[cmd.fullname]  # (BY and GET patterns may read keys of every worker)
         shards = self.router.shards_of(cmd, args)
         if not shards and cmd.fullname == "pfmerge" and len(args) == 2:  # (Redis 7.0 finds no key in
             shards = {self.owner[partition_of(args[1])]}  # PFMERGE destkey alone; it reads destkey)
@@ -313,21 +359,34 @@ class Plan:
             return self.block_at[shards.pop()]
         return shards.pop()
 
+    def _redirect(self, args: list[bytes]) -> AskClient | None:
+        """CLIENT TRACKING ... REDIRECT id where client ``id`` would be on another worker."""
+        for i in range(3, len(args) - 1):
+            if args[i].lower() == b"redirect":
+                v = args[i + 1]
+                if not v.isdigit() or len(v) > 18:
+                    return None  # (its error, or no such client: from here)
+                j = int(v) % len(self.block_at)
+                return None if j == self.index else AskClient(j, int(v))
+        return None
+
     def _exec(self, ctx: Context, cmd: Command) -> Any:
         """An EXEC runs here when every queued command would; as a transaction unit
-        (``TRANSACTION``: ``Mesh.run_transaction``) when each runs on one worker, some on
-        others; else it is refused (a queued node-wide or multi-worker command)."""
+        (``TRANSACTION``: ``Mesh.run_transaction``) when some run on other workers (on
+        one, as a unit over several, or node-wide on every worker); else it is refused (a
+        queued command not carried yet, or blocking on keys of several workers)."""
         if ctx.multi_error or not ctx.multi:
             return None  # (EXECABORT, or an empty transaction: here)
         elsewhere = False
         for c, a in ctx.multi:
             w = self.where(ctx, c, a)
-            if w is None:
+            if w is None or type(w) is AskClient:  # (CLIENT TRACKING: here, as queued)
                 continue
             if type(w) is BlockAt:  # (inside MULTI it does not block: a plain hop)
                 w = w.j
-            if type(w) is not int and not (isinstance(w, Unit) and w.phases == 1):
-                return unsupported(cmd, "a queued command is node-wide or needs several steps across shard workers")
+            if type(w) is not int and type(w) is not Fan and not isinstance(w, Unit):
+                return unsupported(cmd, "a queued command is not carried across shard workers yet, or blocks on "
+                                        "keys of several")
             elsewhere = True
         return TRANSACTION if elsewhere else None
 
@@ -448,6 +507,7 @@ class Owner(asyncio.Protocol):
             if self.transport is not None and not self.transport.is_closing():
                 self.transport.write(_packb({"n": self.noted}))
             self.noted = 0
+        mesh.announced.clear()  # (a client of ours killed from here: nobody waits for that news)
         self._emit()
 
     def _run(self, e: list[Any]) -> None:
@@ -464,13 +524,23 @@ class Owner(asyncio.Protocol):
         if ci >= RECORDS:  # node records written by the sibling, or asked for (server/noderecords.py)
             self.replies.append(self.mesh.records.received(ci, args))
             return
+        if ci == _HAS_CLIENT:
+            self.replies.append(self._value(int(args in self.node.clients)))
+            return
+        if ci == _BCAST or ci == _MONITORS:  # (answered: the command that announced it waits)
+            if ci == _BCAST:
+                self.node.tracking.bcast_of(cid, args)
+            else:
+                self.mesh.monitors_of(cid, args)
+            self.replies.append(_R_OK)
+            return
         ctx = self._proxy(e)
         if ci >= _BLOCKING:
             self._block(ctx, self.mesh.plan.commands[ci - _BLOCKING], args)
             return
         if ci >= _FAN:
             self.replies.append(self._value(self.node.execute(ctx, self.mesh.plan.commands[ci - _FAN], args)))
-            ctx.deferred = None
+            self._deferred(ctx)
             return
         r = self.node.execute(ctx, self.mesh.plan.commands[ci], args)
         if type(r) is Blocking or r is NO_REPLY:  # (the plan sends no blocking command here)
@@ -478,8 +548,20 @@ class Owner(asyncio.Protocol):
         else:
             out: list[bytes] = []
             _enc(r, proto, out)
+            if ctx.deferred is not None:  # (invalidations of its own write: right after its reply)
+                for m in ctx.deferred:
+                    _enc(m, proto, out)
             self.replies.append(b"".join(out))
         ctx.deferred = None
+
+    def _deferred(self, ctx: Context) -> None:
+        """What a proxy's command left for after its reply (invalidations of the client's
+        own writes), where its reply is a value: to the client's worker, which sends it
+        after the reply."""
+        if ctx.deferred is not None:
+            for m in ctx.deferred:
+                self.mesh.told(ctx.id, m)
+            ctx.deferred = None
 
     def _block(self, ctx: Context, cmd: Command, args: list[bytes]) -> None:
         """A client's blocking command for our keys: it waits here (as a client of ours
@@ -490,7 +572,7 @@ class Owner(asyncio.Protocol):
             r = self.node.execute(ctx, cmd, args)
         finally:
             ctx.deny_blocking = True
-        ctx.deferred = None
+        self._deferred(ctx)
         if type(r) is not Blocking:
             self._unit_frame({"b": ctx.id, "r": self._value(r)})
             return
@@ -519,14 +601,18 @@ class Owner(asyncio.Protocol):
         cid = e[0]
         ctx = self.proxies.get(cid)
         if ctx is None:
-            ctx = self.proxies[cid] = Context(self.node, cid, addr="shard-worker-proxy")
+            ctx = self.proxies[cid] = Context(self.node, cid, addr=PROXY_ADDR)
             ctx.deny_blocking = True  # what runs in steps (a cold zset, DBSIZE) runs to its end here
         ctx.proto = e[1]
         acl = self.node.acl
-        if len(e) > 4:
+        if len(e) > 4 and e[4] is not None:
             ctx.user = acl.users.get(e[4]) or User(e[4])
         elif ctx.user is not acl.default:
             ctx.user = acl.default
+        if len(e) > 5:
+            self.node.tracking.proxy_state(ctx, e[5])
+        elif ctx.tracking is not None:
+            ctx.tracking = None
         return ctx
 
     def _now(self, e: list[Any]) -> None:
@@ -537,6 +623,14 @@ class Owner(asyncio.Protocol):
         if ci == _NOTIFY:
             self.node.pubsub.deliver(args[0], args[1])
             self.noted = args[2]
+        elif ci == _INVALIDATE:
+            self.node.tracking.invalidated(cid, args[0], args[1])
+        elif ci == _PUSH:
+            target = self.node.clients.get(cid)
+            if target is not None:
+                self.node.tracking.send(target, args, None)
+        elif ci == _MONITOR:
+            self.node.deliver_monitor_line(args)
         elif ci == _UNWAIT:
             self.node.blocking.unwatch(cid)
         elif ci == _SCRIPT:
@@ -563,7 +657,7 @@ class Owner(asyncio.Protocol):
         ci, args = e[2], e[3]
         ctx = self._proxy(e)
         r = self.node.execute(ctx, self.mesh.plan.commands[ci - _PART], args)
-        ctx.deferred = None
+        self._deferred(ctx)
         return self._value(r)
 
     def drain(self) -> None:
@@ -663,6 +757,17 @@ class Mesh:
         self.woken: dict[int, asyncio.Future[Any]] = {}  # client id: its watches over several workers
         node.blocking.woke = self.woke
         node.blocking.unblock_rounds = self._unblock_rounds
+        tracking = node.tracking
+        tracking.remote, tracking.forward, tracking.on_bcast = self._invalidate, self._forward, self._bcast
+        self.monitor_workers: set[int] = set()  # siblings with monitors (MONITOR)
+        self.announced: list[asyncio.Future[None]] = []  # what the command running told every sibling
+        # client ids growing over the node, maxclients for the node (the supervisor's file)
+        path = os.path.join(os.path.dirname(os.path.abspath(node.config.data_dir)), CLIENTS_FILE)
+        node.shared_clients = SharedClients(path, index, len(shards))
+        node.monitors_changed = self._monitors_changed
+        node.watches.elsewhere = self._watch_changed
+        self.watchers: dict[int, set[int]] = {}  # client id -> the workers where it watches keys
+        node.monitor_siblings = self._monitor_line
         self.batching = False
 
     async def start(self) -> None:
@@ -684,6 +789,7 @@ class Mesh:
                 await asyncio.sleep(_RECONNECT_S)
                 continue
             self.links[j] = link
+            self._hello(link)
             log.info("shard worker %d: linked to worker %d (partitions %s)", self.index, j, self.shards.ranges[j])
             return
 
@@ -819,6 +925,9 @@ class Mesh:
         steps = [job[0].step(phase, job[1], job[2], g) for job, g in zip(batch, got)]
         out: list[dict[int, list[Any]]] = [{} for _ in batch]
         waits = []
+        # every worker's entries first: each carries the client's state as the command found it
+        # (CLIENT CACHING's, which a read run here would end)
+        made: list[tuple[int, list[tuple[int, Command, list[bytes], Context]], list[int], list[list[Any]]]] = []
         for j in workers:
             local: list[tuple[int, Command, list[bytes], Context]] = []
             ks: list[int] = []
@@ -834,6 +943,8 @@ class Mesh:
                         ks.append(k)
                         entries.append(self.part_entry(ctx, cmd, argv))
                         remote.add(j)
+            made.append((j, local, ks, entries))
+        for j, local, ks, entries in made:
             if phase == 0:  # take j's lock (with its parts: run once granted), then the next
                 granted = await self.lock(j, uid, entries)
                 if granted is None:
@@ -843,8 +954,12 @@ class Mesh:
                     out[k].setdefault(j, []).append(unpack(v))
             elif entries:
                 waits.append((j, ks, self.parts_of(j, uid, entries)))
-            for k, cmd, argv, ctx in local:  # (this worker's lock held)
-                r = node.execute(ctx, cmd, argv)
+            for k, cmd, argv, ctx in local:  # (this worker's lock held; MONITOR shows the command, not its parts)
+                node.feed_muted += 1
+                try:
+                    r = node.execute(ctx, cmd, argv)
+                finally:
+                    node.feed_muted -= 1
                 out[k].setdefault(j, []).append(await r.awaitable if type(r) is Blocking else r)  # type: ignore[misc]
         for j, ks, fut in waits:
             replies = await fut
@@ -862,12 +977,18 @@ class Mesh:
         node, plan = self.node, self.plan
         queued = ctx.multi or []
         places: list[Any] = []  # per queued command: None (here), a worker, or a unit's split
+        units: list[Any] = []  # ... and its unit (or None)
         for c, a in queued:
             w = plan.where(ctx, c, a)
             if type(w) is BlockAt:
                 w = w.j
+            elif type(w) is AskClient:
+                w = None
             places.append(w.split(a, plan.owner, partition_of, ctx) or None if isinstance(w, Unit) else w)
-        workers = sorted({j for p in places if p is not None for j in (p[0] if type(p) is tuple else (p,))}
+            units.append(w if isinstance(w, Unit) else None)
+        every = range(len(self.shards))
+        workers = sorted({j for p in places if p is not None
+                          for j in (p[0] if type(p) is tuple else every if type(p) is Fan else (p,))}
                          | {self.index} | watching)
         uid = self.new_unit()
         locked: list[int] = []
@@ -892,59 +1013,154 @@ class Mesh:
             if not valid:
                 return NULL_ARRAY
             replies: list[Any] = [None] * len(queued)
-            split: dict[int, dict[int, list[Any]]] = {}  # a unit's replies by worker
-            sends: dict[int, list[tuple[int, list[Any]]]] = {}  # per worker: (queue index, entry)
-            here: list[tuple[int, Any, list[bytes]]] = []  # (queue index, command, arguments)
+            segment: list[int] = []  # queue indices run at once (each on one worker, or a one-phase unit)
+            gone = Err("LOADING a shard worker stopped while running the transaction: it may have run on some "
+                       "workers only")
             for i, p in enumerate(places):
                 cmd, args = queued[i]
-                if p is None:
-                    here.append((i, None, args))
-                elif type(p) is int:
-                    sends.setdefault(p, []).append((i, self.part_entry(ctx, cmd, args)))
-                else:  # a unit's parts, each on its worker
-                    unit = plan.where(ctx, cmd, args)
-                    split[i] = {}
-                    for j, cmds in unit.step(0, p[0], p[1], []).items():
-                        for argv in cmds:
-                            pc = part_command(node.table, argv[0])
-                            if j == self.index:
-                                here.append((i, pc, argv))
-                            else:
-                                sends.setdefault(j, []).append((i, self.part_entry(ctx, pc, argv)))
-            waits = []
-            for j, items in sends.items():
-                remote.add(j)
-                waits.append((j, [i for i, _ in items], self.parts_of(j, uid, [e for _, e in items])))
-            deny, acl_where = ctx.deny_blocking, ctx.acl_context
-            ctx.deny_blocking = True
-            ctx.acl_context = MULTI
-            try:
-                for i, pc, argv in here:  # (in queue order)
-                    if pc is None:
-                        replies[i] = node.dispatch(ctx, argv)
-                    else:
-                        split[i].setdefault(self.index, []).append(node.execute(ctx, pc, argv))
-            finally:
-                ctx.deny_blocking = deny
-                ctx.acl_context = acl_where
-            for j, idx, fut in waits:
-                got = await fut
-                if got is None:
-                    return Err("LOADING a shard worker stopped while running the transaction: it may have run "
-                               "on some workers only")
-                for i, v in zip(idx, got):
-                    if i in split:
-                        split[i].setdefault(j, []).append(unpack(v))
-                    else:
-                        replies[i] = unpack(v)
-            for i, parts in split.items():
-                err = next((r for rs in parts.values() for r in rs if type(r) is Err), None)
-                replies[i] = err if err is not None else final(
-                    plan.where(ctx, *queued[i]).after(0, places[i][0], places[i][1], [parts]))
+                if p is not None and ctx.user.restricted:  # (here: dispatch checks it)
+                    denied = self._recheck(ctx, cmd, args)
+                    if denied is not None:  # the user's rules changed since it was queued
+                        replies[i] = node.rejected(ctx, cmd, denied)
+                        continue
+                if type(p) is tuple and units[i].phases > 1:  # (after what came before it, alone)
+                    if not await self._segment(ctx, uid, segment, places, units, queued, replies, remote):
+                        return gone
+                    segment = []
+                    r = await self._unit_in(ctx, uid, units[i], p, remote)
+                    if r is _GONE:
+                        return gone
+                    replies[i] = r
+                else:
+                    segment.append(i)
+            if not await self._segment(ctx, uid, segment, places, units, queued, replies, remote):
+                return gone
+            if node.monitor_on:
+                for c, a in queued:
+                    if not c.admin:
+                        node.feed_monitors(ctx, a)
             return replies
         finally:
             for j in locked:
                 self.unlock(j, uid)
+
+    async def _segment(self, ctx: Context, uid: int, idx: list[int], places: list[Any], units: list[Any],
+                       queued: list[Any], replies: list[Any], remote: set[int]) -> bool:
+        """Run the queued commands ``idx`` of a transaction (its workers locked): each
+        worker's sent at once, in queue order, while this worker's run here; one-phase
+        units merged. False if a worker went down meanwhile."""
+        node = self.node
+        split: dict[int, dict[int, list[Any]]] = {}  # a unit's (or a node-wide command's) replies by worker
+        sends: dict[int, list[tuple[int, list[Any]]]] = {}  # per worker: (queue index, entry)
+        here: list[tuple[int, Any, list[bytes]]] = []  # (queue index, command, arguments)
+        for i in idx:
+            p = places[i]
+            cmd, args = queued[i]
+            if p is None:
+                here.append((i, None, args))
+            elif type(p) is Fan:  # node-wide: on every worker, merged (as ShardConnection._fan)
+                split[i] = {}
+                here.append((i, cmd, args))
+                for j in range(len(self.shards)):
+                    if j != self.index:
+                        sends.setdefault(j, []).append((i, self.part_entry(ctx, cmd, args)))
+            elif type(p) is int:
+                sends.setdefault(p, []).append((i, self.part_entry(ctx, cmd, args)))
+            else:  # a unit's parts, each on its worker
+                split[i] = {}
+                for j, cmds in units[i].step(0, p[0], p[1], []).items():
+                    for argv in cmds:
+                        pc = part_command(node.table, argv[0])
+                        if j == self.index:
+                            here.append((i, pc, argv))
+                        else:
+                            sends.setdefault(j, []).append((i, self.part_entry(ctx, pc, argv)))
+        waits = []
+        for j, items in sends.items():
+            remote.add(j)
+            waits.append((j, [i for i, _ in items], self.parts_of(j, uid, [e for _, e in items])))
+        with self._in_exec(ctx):
+            for i, pc, argv in here:  # (in queue order)
+                if pc is None:
+                    replies[i] = node.dispatch(ctx, argv)
+                else:
+                    split[i].setdefault(self.index, []).append(node.execute(ctx, pc, argv))
+        for j, ks, fut in waits:
+            got = await fut
+            if got is None:
+                return False
+            for i, v in zip(ks, got):
+                if i in split:
+                    split[i].setdefault(j, []).append(unpack(v))
+                else:
+                    replies[i] = unpack(v)
+        for i, parts in split.items():
+            p = places[i]
+            if type(p) is Fan:  # (the connection's worker's reply first, then the others', as _gather)
+                replies[i] = p.merge([parts[self.index][0], *(parts[j][0] for j in sorted(parts) if j != self.index)],
+                                     queued[i][1])
+                continue
+            err = next((r for rs in parts.values() for r in rs if type(r) is Err), None)
+            replies[i] = err if err is not None else final(units[i].after(0, p[0], p[1], [parts]))
+        return True
+
+    async def _unit_in(self, ctx: Context, uid: int, unit: Unit, p: Any, remote: set[int]) -> Any:
+        """A unit of several phases queued in a transaction (its workers locked with the
+        transaction's), phase after phase as ``_run_batch`` runs one: its reply (``_GONE``:
+        a worker went down meanwhile)."""
+        node, table = self.node, self.node.table
+        got: list[dict[int, list[Any]]] = []
+        for phase in range(unit.phases):
+            steps = unit.step(phase, p[0], p[1], got)
+            out: dict[int, list[Any]] = {}
+            waits = []
+            for j, cmds in steps.items():
+                if j != self.index and cmds:
+                    remote.add(j)
+                    waits.append((j, self.parts_of(j, uid, [self.part_entry(ctx, part_command(table, a[0]), a)
+                                                            for a in cmds])))
+            with self._in_exec(ctx):
+                for a in steps.get(self.index, ()):
+                    out.setdefault(self.index, []).append(node.execute(ctx, part_command(table, a[0]), a))
+            for j, fut in waits:
+                replies = await fut
+                if replies is None:
+                    return _GONE
+                out[j] = [unpack(v) for v in replies]
+            got.append(out)
+            err = next((v for vs in out.values() for v in vs if type(v) is Err), None)
+            if err is not None:
+                return err
+            done = unit.after(phase, p[0], p[1], got)
+            if done is not None:
+                return final(done)
+        return None
+
+    @contextlib.contextmanager
+    def _in_exec(self, ctx: Context) -> Iterator[None]:
+        """What runs here for a transaction: as EXEC runs its queue (no blocking, the ACL
+        check's MULTI context), not shown to MONITOR (the queue is, in order, at its end)."""
+        node = self.node
+        deny, acl_where = ctx.deny_blocking, ctx.acl_context
+        ctx.deny_blocking = True
+        ctx.acl_context = MULTI
+        node.feed_muted += 1
+        try:
+            yield
+        finally:
+            ctx.deny_blocking = deny
+            ctx.acl_context = acl_where
+            node.feed_muted -= 1
+
+    def _recheck(self, ctx: Context, cmd: Command, args: list[bytes]) -> str | None:
+        """EXEC's ACL check of a queued command that runs on another worker (the
+        denial's text is EXEC's: the rules changed after it was queued)."""
+        where = ctx.acl_context
+        ctx.acl_context = MULTI
+        try:
+            return self.node.acl.check(ctx, cmd, args)  # type: ignore[no-any-return]
+        finally:
+            ctx.acl_context = where
 
     def _end_multi(self, ctx: Context) -> None:
         ctx.multi = None
@@ -1016,6 +1232,12 @@ class Mesh:
         if "w" in frame:
             self._woken(frame["w"], unpack(frame["r"]))
             return
+        if "d" in frame:  # a client's watched key changed there (CLIENT LIST's "d" flag)
+            ws = self.watchers.get(frame["d"])
+            c = self.node.clients.get(frame["d"])
+            if ws is not None and j in ws and c is not None:
+                c.watch_dirty = True
+            return
         fut = self.unit_waits.pop((frame["g"] if "g" in frame else frame["u"], j), None)
         if fut is not None and not fut.done():
             fut.set_result(frame["r"])
@@ -1040,6 +1262,15 @@ class Mesh:
         fut.set_result(Err(errors.UNBLOCKED) if error else None)
         return True
 
+    def _watch_changed(self, cid: int) -> None:
+        """A key the proxy of client ``cid`` watches here changed: to the client's worker,
+        on the link its watches came by (after the replies before it, so never after the
+        reply of the EXEC or UNWATCH that ended them)."""
+        for owner in self.owners:
+            if cid in owner.proxies:
+                owner._unit_frame({"d": cid})
+                return
+
     def _woken(self, cid: int, value: Any) -> None:
         fut = self.woken.get(cid)
         if fut is not None and not fut.done():
@@ -1054,6 +1285,62 @@ class Mesh:
                 link = self.links[j]
                 if link is not None:
                     link.post(_entry(ctx, _UNWAIT, None))
+
+    # -- client tracking and MONITOR across workers (node/tracking.py, node/monitor.py) ------
+    def _hello(self, link: Link) -> None:
+        """A sibling (re)linked: what it must know of ours (BCAST clients, monitors)."""
+        entries = [[c.id, 0, _BCAST, [c.tracking.prefixes, c.tracking.noloop]]
+                   for c in self.node.tracking.bcast.values() if c.tracking is not None]
+        if self.node.monitors:
+            entries.append([self.index, 0, _MONITORS, True])
+        if entries:
+            link.send(entries, lambda replies: None)
+
+    def _announce(self, entry: list[Any]) -> None:
+        """Tell every sibling ``entry``; the command running (CLIENT TRACKING ... BCAST,
+        MONITOR) answers once each has it (``announced``), so that no write after its
+        reply misses the new BCAST client or monitor."""
+        loop = self.node.loop
+        assert loop is not None
+        for link in self.links:
+            if link is not None:
+                fut: asyncio.Future[None] = loop.create_future()
+                link.send([entry], lambda replies, f=fut: f.done() or f.set_result(None))
+                self.announced.append(fut)
+
+    def _post(self, j: int, entry: list[Any]) -> None:
+        if j != self.index:
+            link = self.links[j]
+            if link is not None:
+                link.post(entry)
+
+    def _invalidate(self, cid: int, keys: list[bytes] | None, own: bool) -> None:
+        self._post(cid % len(self.shards), [cid, 0, _INVALIDATE, [keys, own]])
+
+    def told(self, cid: int, push: Any) -> None:
+        """An invalidation of client ``cid``'s own write made here (``Push``), to its worker."""
+        if len(push) == 2 and push[0] == b"invalidate":
+            self._invalidate(cid, push[1], True)
+
+    def _forward(self, rid: int, keys: list[bytes] | None) -> None:
+        self._post(rid % len(self.shards), [rid, 0, _PUSH, keys])
+
+    def _bcast(self, cid: int, state: Any) -> None:
+        self._announce([cid, 0, _BCAST, state])
+
+    def _monitors_changed(self) -> None:
+        self._announce([self.index, 0, _MONITORS, bool(self.node.monitors)])
+
+    def monitors_of(self, j: int, on: bool) -> None:
+        if on:
+            self.monitor_workers.add(j)
+        else:
+            self.monitor_workers.discard(j)
+        self.node.remote_monitors(bool(self.monitor_workers))
+
+    def _monitor_line(self, status: bytes) -> None:
+        for j in self.monitor_workers:
+            self._post(j, [0, 0, _MONITOR, bytes(status)])
 
     def share_script(self, body: bytes) -> None:
         """EVAL of ``body``, wherever it runs: cached here and on every sibling (Redis
@@ -1126,6 +1413,12 @@ class Mesh:
             self.links[j] = None
         self.note_acked[j] = self.note_posted[j]  # (what it did not acknowledge, it will never deliver)
         self._release_gated()
+        n = len(self.shards)
+        rb = self.node.tracking.remote_bcast
+        for cid in [c for c in rb if c % n == j]:  # (its clients are gone with it)
+            del rb[cid]
+        if j in self.monitor_workers:
+            self.monitors_of(j, False)
         for waits in (self.unit_waits, self.parked):  # our units and blocked clients waiting on it fail
             for key in [k for k in waits if k[1] == j]:
                 fut = waits.pop(key)
@@ -1189,7 +1482,9 @@ class ShardConnection(Connection):
 
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
+        self.mesh.announced.clear()  # (its BCAST tracking ended: nobody waits for that news)
         if self.ctx is not None:
+            self.mesh.watchers.pop(self.ctx.id, None)
             fut = self.mesh.woken.get(self.ctx.id)
             if fut is not None and not fut.done():  # (its blocking command ends: ctx.closing)
                 fut.set_result(None)
@@ -1243,6 +1538,8 @@ class ShardConnection(Connection):
                         w = self._end_watch(r, w)
                     if w is None:
                         r = execute(ctx, r, args)
+                        if mesh.announced and type(r) is not Blocking:
+                            r = self._announced(r)
                     elif type(w) is int:
                         i = self._hop(cmds, i, w, r, muted, err)
                         if i < 0:
@@ -1250,18 +1547,24 @@ class ShardConnection(Connection):
                         continue
                     elif type(w) is Fan:
                         r = self._fan(w, r, args)
-                    elif type(w) is BlockAt:
-                        r = self._block_at(w.j, r, args)
-                    elif w is BLOCK_ACROSS:
-                        r = self._block_across(r, args)
-                    elif w is TRANSACTION:
-                        r = self._on_mesh(mesh.run_transaction(ctx, self.remote, self.watching))
-                    elif w is WATCH:
-                        r = self._watch(r, args)
                     elif w is SHARED:
                         r = self._shared(r, args)
+                    elif type(w) is AskClient:
+                        r = self._ask_client(w, r, args)
                     elif type(w) is not str:
-                        r = self._unit(w, r, args)  # type: ignore[arg-type]
+                        cmd = r
+                        if type(w) is BlockAt:
+                            r = self._block_at(w.j, r, args)
+                        elif w is BLOCK_ACROSS:
+                            r = self._block_across(r, args)
+                        elif w is TRANSACTION:
+                            r = self._on_mesh(mesh.run_transaction(ctx, self.remote, self.watching))
+                        elif w is WATCH:
+                            r = self._watch(r, args)
+                        else:
+                            r = self._unit(w, r, args)
+                        if node.monitor_on and type(r) is Blocking and not cmd.admin:
+                            r = Blocking(self._shown(r.awaitable, args))  # (MONITOR: once it ran)
                     else:
                         exec_ = r.fullname == "exec"
                         r = node.rejected(ctx, r, w)  # type: ignore[arg-type]
@@ -1312,6 +1615,49 @@ class ShardConnection(Connection):
             t = self.transport
             self.node.after_commit(lambda ok: t.close())
 
+    def _announced(self, r: Any) -> Blocking:
+        """The reply of a command that told every sibling something (``Mesh.announce``),
+        once they all have it."""
+        waits, self.mesh.announced = self.mesh.announced, []
+
+        async def reply() -> Any:
+            for fut in waits:
+                await fut
+            return r
+        return self._on_mesh(reply())
+
+    async def _shown(self, awaitable: Any, args: list[bytes]) -> Any:
+        """A command carried out on other workers, shown to the node's monitors once it
+        ran (its worker shows its clients' commands: docs/shards.md §4)."""
+        try:
+            return await awaitable
+        finally:
+            if self.node.monitor_on:
+                self.node.feed_monitors(self.ctx, args)
+
+    def _ask_client(self, w: AskClient, cmd: Command, args: list[bytes]) -> Any:
+        """CLIENT TRACKING ... REDIRECT to a client of another worker: whether it is
+        connected there decides, as ``node.clients`` does for one of ours."""
+        link = self.mesh.links[w.j]
+        node, ctx = self.node, self.ctx
+        if link is None:
+            return node.execute(ctx, cmd, args)  # (not connected now: its error)
+        loop = node.loop
+        assert loop is not None
+        fut: asyncio.Future[list[bytes] | None] = loop.create_future()
+        link.send([[ctx.id, ctx.proto, _HAS_CLIENT, w.rid]], lambda replies: fut.done() or fut.set_result(replies))
+
+        async def run() -> Any:
+            got = await fut
+            elsewhere = node.tracking.elsewhere
+            if got is not None and unpack(got[0]):
+                elsewhere.add(w.rid)
+            try:
+                return node.execute(ctx, cmd, args)
+            finally:
+                elsewhere.discard(w.rid)
+        return self._on_mesh(run())
+
     def _end_watch(self, cmd: Command, w: Any) -> Any:
         """EXEC, DISCARD, UNWATCH or RESET of a client watching keys of other workers: an
         EXEC that runs checks them under the transaction's locks; otherwise they are
@@ -1331,13 +1677,19 @@ class ShardConnection(Connection):
         the node records it wrote (``server/noderecords.py``)."""
         records = self.mesh.records
         records.acks = []
-        r = self.node.execute(self.ctx, cmd, args)
+        ctx = self.ctx
+        r = self.node.execute(ctx, cmd, args)
         acked = records.take_acks()
         if acked is None:
             return r
+        closing = ctx.closing  # (ACL DELUSER of its own user: the reply, then the connection closes)
+        ctx.closing = False
 
         async def reply() -> Any:
             err = await acked
+            if closing:  # (nothing after it runs; the flush that sends the reply closes)
+                self.backlog, self.backlog_err = [], None
+                self.node.after_commit(lambda ok: setattr(ctx, "closing", True))
             return r if err is None else err
         return self._on_mesh(reply())
 
@@ -1369,8 +1721,13 @@ class ShardConnection(Connection):
             waits.append(fut)
             self.remote.add(j)
             self.watching.add(j)
+            mesh.watchers[ctx.id] = self.watching
         here = by_worker.get(mesh.index)
-        r = node.execute(ctx, cmd, [b"WATCH", *here]) if here else OK
+        node.feed_muted += 1  # (MONITOR shows the whole WATCH once it ran)
+        try:
+            r = node.execute(ctx, cmd, [b"WATCH", *here]) if here else OK
+        finally:
+            node.feed_muted -= 1
 
         async def gathered() -> Any:
             for fut in waits:
@@ -1401,9 +1758,17 @@ class ShardConnection(Connection):
         mutes = []
         n = len(cmds)
         k = i
+        shown: list[list[bytes]] | None = [] if node.monitor_on else None
         while True:
             entries.append(_entry(ctx, number[id(cmd)], cmds[k]))
             mutes.append(bool(muted and self._mute(muted)))
+            if ctx.tracking is not None and cmd.readonly:
+                ctx.tracking.caching = None  # (CLIENT CACHING covers one command: sent with this one)
+            if shown is not None and not cmd.admin:
+                if cmd.skip_monitor:  # (a script: shown before the commands it calls)
+                    node.feed_monitors(ctx, cmds[k])
+                else:
+                    shown.append(cmds[k])
             k += 1
             if k >= n:
                 break
@@ -1427,7 +1792,7 @@ class ShardConnection(Connection):
         self.backlog_err = err
         self.remote.add(j)
         self.in_mesh = True
-        link.send(entries, lambda replies: self._hopped(mutes, replies))
+        link.send(entries, lambda replies: self._hopped(mutes, replies, shown))
         return -1
 
     def _fan(self, fan: Fan, cmd: Command, args: list[bytes]) -> Any:
@@ -1536,13 +1901,26 @@ class ShardConnection(Connection):
     def _unit(self, unit: Unit, cmd: Command, args: list[bytes]) -> Any:
         """A command whose keys are on several workers, as one unit (``shards/units.py``):
         each worker's part runs while every worker of the unit is locked for it."""
-        split = unit.split(args, self.mesh.plan.owner, partition_of, self.ctx)
+        ctx = self.ctx
+        split = unit.split(args, self.mesh.plan.owner, partition_of, ctx)
         if split is None:  # not the command's arguments: its error, from here
-            return self.node.execute(self.ctx, cmd, args)
-        return self._on_mesh(self.mesh.submit(unit, split[0], split[1], self.ctx, self.remote))
+            return self.node.execute(ctx, cmd, args)
+        done = self.mesh.submit(unit, split[0], split[1], ctx, self.remote)
+        if ctx.tracking is None or not cmd.readonly:
+            return self._on_mesh(done)
 
-    def _hopped(self, mutes: list[bool], replies: list[bytes] | None) -> None:
-        """The replies of a run sent by ``_hop``: spliced in order, then the backlog runs."""
+        async def read() -> Any:
+            try:
+                return await done
+            finally:
+                if ctx.tracking is not None:
+                    ctx.tracking.caching = None  # (CLIENT CACHING covered this read, on every worker)
+        return self._on_mesh(read())
+
+    def _hopped(self, mutes: list[bool], replies: list[bytes] | None, shown: list[list[bytes]] | None) -> None:
+        """The replies of a run sent by ``_hop``: spliced in order (then what waited for
+        them: invalidations of the client's own writes), the commands shown to the
+        monitors, then the backlog runs."""
         ctx = self.ctx
         self.in_mesh = False
         if replies is None:  # the owner died (or a commit failed): their outcome is unknown
@@ -1556,6 +1934,10 @@ class ShardConnection(Connection):
         for m, b in zip(mutes, replies):
             if not m:
                 out.append(b)
+        self.emit_deferred()
+        if shown and self.node.monitor_on:
+            for args in shown:
+                self.node.feed_monitors(ctx, args)
         cmds, err = self.backlog, self.backlog_err
         self.backlog, self.backlog_err = [], None
         self._run(cmds, err)

@@ -58,6 +58,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 from marekvs.config import Config
 from marekvs.core.digest import SEGMENT_BITS, SLOTS
 from marekvs.core.partition import ALL, PartitionRange, ShardMap
+from marekvs.shards.clients import CLIENTS_FILE
 
 if TYPE_CHECKING:
     from marekvs.storage.engine import Engine
@@ -175,7 +176,7 @@ def _tidy(root: str, layout: Layout | None) -> None:
                      "one process's" if layout else "new")
             shutil.rmtree(base)
         return
-    keep = {os.path.basename(d) for d in layout.dirs} | {"map"}
+    keep = {os.path.basename(d) for d in layout.dirs} | {"map", CLIENTS_FILE}
     for name in sorted(os.listdir(base)):
         if name not in keep:
             log.info("deleting %s: what a reshard left (not in the shard map)", os.path.join(base, name))

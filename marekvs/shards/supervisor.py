@@ -47,6 +47,7 @@ import time
 
 from marekvs import __version__
 from marekvs.config import Config
+from marekvs.shards import clients
 from marekvs.shards.reshard import Refused, prepare
 
 __all__ = ["Refused", "prepare", "refusal", "serve", "watch_parent", "worker_config"]
@@ -190,6 +191,7 @@ def serve(config: Config, config_file: str | None, dirs: list[str]) -> int:
     if why is not None:
         log.critical("%s", why)
         return 1
+    clients.create(os.path.join(config.data_dir, "shards", clients.CLIENTS_FILE), config.shards)  # (ids, counts: anew)
     return Supervisor(config, config_file, dirs).run()
 
 

@@ -52,6 +52,12 @@ to the next phase, else the reply; an error reply of any part ends the unit with
   Redis does before reading any (``~xgcheck``: type, group, id; the first key in the
   order given that fails answers its error, nothing read), then reads them with the
   group; the replies merge in the order given.
+- SORT and SORT_RO with BY or GET patterns (their keys may be on any worker: every worker
+  is locked), or a STORE whose destination is on another worker (``_Sort``): the pattern
+  keys every element may name, at the sorted key's worker (``~sortkeys``); their values,
+  each worker reading its own (``~pread``); the command at the sorted key's worker with
+  those values (``~sortrun``), and a STORE's list written at the destination's worker
+  (``~lstore``, its ``sortstore`` event).
 - Blocking commands over keys of several workers (``blocking_call``, ``_Round``): each
   round is its non-blocking form as a unit (BLPOP/BRPOP: LMPOP ... COUNT 1, BZPOPMIN/MAX:
   ZMPOP, BLMPOP/BZMPOP: LMPOP/ZMPOP, BLMOVE/BRPOPLPUSH: LMOVE/RPOPLPUSH, XREAD BLOCK:
@@ -77,7 +83,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from marekvs.commands import args as A
-from marekvs.commands import bitmaps, errors, lists, streams, strings, zsets
+from marekvs.commands import bitmaps, errors, lists, sort, streams, strings, zsets
 from marekvs.commands.errors import CommandError
 from marekvs.commands.reply import NULL_ARRAY, OK, Err, Map, SetReply
 from marekvs.commands.table import Command
@@ -638,6 +644,38 @@ def _mute(ctx: Any, args: list[bytes]) -> Any:
         return cmd.handler(ctx, args[1:])
 
 
+def _sortkeys(ctx: Any, args: list[Any]) -> Any:
+    """``~sortkeys key flags option...``: the (key, field) pairs SORT's patterns name for
+    the elements of ``key`` (flags: read-only, full key access)."""
+    return sort.sort_part(ctx, [b"SORT", args[1], *args[3:]], args[2][0] == 49, args[2][1] == 49, None, True,
+                          False)
+
+
+def _pread(ctx: Any, args: list[bytes]) -> Any:
+    """``~pread key field ...``: whether each pattern key exists here and the value it (its
+    hash field, if not empty) holds, as SORT's BY and GET read it (counted by ``~sortrun``,
+    once per lookup)."""
+    now, ks = ctx.ks.now(), ctx.ks
+    return [[ks.live_record(args[i], now) is not None, sort.read_pattern_key(ctx, args[i], args[i + 1] or None, now,
+                                                                             False)]
+            for i in range(1, len(args) - 1, 2)]
+
+
+def _sortrun(ctx: Any, args: list[Any]) -> Any:
+    """``~sortrun key flags values option...``: SORT with the pattern keys' ``values``
+    ([key, field, [exists, value]] each); flags: read-only, full key access, STORE
+    elsewhere (then its [length, items])."""
+    flags = args[2]
+    got = {(k, f or None): v for k, f, v in args[3]}
+    return sort.sort_part(ctx, [b"SORT", args[1], *args[4:]], flags[0] == 49, flags[1] == 49, got, False,
+                          flags[2] == 49)
+
+
+def _lstore(ctx: Any, args: list[Any]) -> Any:
+    """``~lstore dest items``: SORT ... STORE's write of its result at the destination."""
+    return sort.store_list(ctx, args[1], args[2], ctx.ks.now())
+
+
 def _part_command(name: str, handler: Any, write: bool) -> Command:
     return Command(name=name, handler=handler, arity=-2, flags=("write",) if write else ("readonly",),
                    first_key=1, last_key=1, step=1)
@@ -647,7 +685,9 @@ PART_COMMANDS: dict[bytes, Command] = {c.name.encode(): c for c in (
     _part_command("~zread", _zread, False), _part_command("~sread", _sread, False),
     _part_command("~hread", _hread, False), _part_command("~capture", _capture, False),
     _part_command("~hmerge", _hmerge, True), _part_command("~bstore", _bstore, True),
-    _part_command("~zstore", _zstore, True),
+    _part_command("~zstore", _zstore, True), _part_command("~sortkeys", _sortkeys, False),
+    _part_command("~pread", _pread, False), _part_command("~sortrun", _sortrun, True),
+    _part_command("~lstore", _lstore, True),
     Command(name="~mute", handler=_mute, arity=-2, flags=("write",), first_key=0, last_key=0, step=0),
 )}
 """The commands units run as parts besides the client commands (``~`` names no client can
@@ -882,6 +922,65 @@ class _Capture(Unit):
         return None
 
 
+class _Sort(Unit):
+    """SORT and SORT_RO with BY or GET patterns, or a STORE on another worker (the module
+    docstring): four phases, the last two at the sorted key's worker and the
+    destination's; a pattern's keys are read on every worker (all locked for the unit)."""
+
+    phases = 4
+
+    def __init__(self, name: str):
+        self.name = name
+        self.readonly = name == "sort_ro"
+
+    def split(self, args: list[bytes], owner: Sequence[int], pid_of: Any, ctx: Any = None
+              ) -> tuple[Parts, Any] | None:
+        dst = None if self.readonly else sort.store_key(args)
+        jk = owner[pid_of(args[1])]
+        jd = None if dst is None else owner[pid_of(dst)]
+        if any(a.lower() in (b"by", b"get") for a in args[2:]):
+            parts: Parts = dict.fromkeys(range(max(owner) + 1))
+        else:
+            parts = dict.fromkeys((jk, jd) if jd is not None else (jk,))
+        full = ctx is None or sort.full_key_access(ctx, args, ctx.node.table.lookup(self.name.encode()))
+        capture = jd is not None and jd != jk
+        flags = b"%d%d%d" % (self.readonly, full, capture)
+        return parts, {"args": args, "jk": jk, "jd": jd, "flags": flags, "pairs": [], "values": [], "items": None,
+                       "at": lambda k: owner[pid_of(k)]}
+
+    def step(self, phase: int, parts: Parts, where: Any, got: Got) -> Steps:
+        args, jk = where["args"], where["jk"]
+        if phase == 0:
+            return {jk: [[b"~sortkeys", args[1], where["flags"], *args[2:]]]}
+        if phase == 1:
+            steps: dict[int, list[bytes]] = {}
+            for k, f in where["pairs"]:
+                steps.setdefault(where["at"](k), [b"~pread"]).extend((k, f or b""))
+            return {j: [cmd] for j, cmd in steps.items()}
+        if phase == 2:
+            return {jk: [[b"~sortrun", args[1], where["flags"], where["values"], *args[2:]]]}
+        return {where["jd"]: [[b"~lstore", sort.store_key(args), where["items"]]]}
+
+    def after(self, phase: int, parts: Parts, where: Any, got: Got) -> Any:
+        if phase == 0:
+            where["pairs"] = list(dict.fromkeys((k, f) for k, f in got[0][where["jk"]][0]))
+            return None
+        if phase == 1:
+            seen = dict.fromkeys(got[1], 0)
+            for k, f in where["pairs"]:
+                j = where["at"](k)
+                where["values"].append([k, f or b"", got[1][j][0][seen[j]]])
+                seen[j] += 1
+            return None
+        if phase == 2:
+            r = got[2][where["jk"]][0]
+            if where["flags"][2] != 49:
+                return r
+            where["items"] = r[1]
+            return None
+        return got[3][where["jd"]][0]
+
+
 class _Mpop(Unit):
     """LMPOP and ZMPOP numkeys key... over keys of several workers: the TYPE of every key
     on its worker, then the command on the first key holding its type, at its worker
@@ -1083,7 +1182,7 @@ UNITS: dict[str, Unit] = {u.name: u for u in (
                                 "zdiffstore")),
     _Bitop(), _Lcs(), _Hll("pfcount", False), _Hll("pfmerge", True),
     *(_Capture(n) for n in ("zrangestore", "geosearchstore", "georadius", "georadiusbymember")),
-    _Mpop("lmpop"), _Mpop("zmpop"), _Xread(), _XreadGroup(),
+    _Mpop("lmpop"), _Mpop("zmpop"), _Xread(), _XreadGroup(), _Sort("sort"), _Sort("sort_ro"),
 )}
 
 

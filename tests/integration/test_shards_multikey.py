@@ -133,6 +133,31 @@ CASES = {
         "XREADGROUP GROUP g c STREAMS A0 B0 > $", "XREADGROUP GROUP g c BLOCK -1 STREAMS A0 B0 > >",
         "XADD A0 3-1 i y", "XREADGROUP GROUP g e NOACK STREAMS A0 B0 > >", "XPENDING A0 g",
     ],
+    # SORT and SORT_RO with BY/GET patterns (w_1, w_4, h_1, h_3, h_4 on worker 1; w_2, w_3, h_2 on
+    # worker 0) and STORE at the other worker (slice 4: every worker is locked for patterns)
+    "sort": [
+        "RPUSH A0 3 1 2 4", "SADD B0 2 4 1", "ZADD A1 1 4 2 3 3 1", "MSET w_1 30 w_2 10 w_3 20 w_4 x",
+        "HSET h_1 f 9 g a", "HSET h_2 f 8", "HSET h_3 f 7", "SET S1 str", "SORT A0 BY w_* LIMIT 0 3",
+        "SORT A0 BY w_*", "SORT A0 BY w_* ALPHA", "SORT A0 BY w_* ALPHA DESC GET # GET w_* GET h_*->f",
+        "SORT B0 BY h_*->f GET h_*->g GET #", "SORT A1 BY nosort GET w_* GET h_*->f", "SORT_RO A0 GET w_* ALPHA",
+        "SORT_RO B0 BY h_*->f DESC GET #", "SORT A0 BY w_* STORE D1", "SORT A0 ALPHA STORE D1", "LRANGE D1 0 -1",
+        "SORT A0 BY h_*->f GET w_* STORE D1", "LRANGE D1 0 -1", "SORT B0 STORE D0", "LRANGE D0 0 -1",
+        "SORT X0 BY w_* STORE D1", "EXISTS D1", "SORT S1 BY w_*", "SORT A0 BY w_* LIMIT x 1", "SORT A0 GET",
+        "SORT_RO A0 BY w_* STORE D1", "SORT A0 BY w_* FOO", "SET D1 old", "SORT B0 BY nosort GET w_* STORE D1",
+        "TYPE D1", "LRANGE D1 0 -1", "SORT A0 GET # GET w_* LIMIT 1 2 DESC",
+    ],
+    # units of several phases queued in MULTI: each runs after what was queued before it
+    "in_multi_phases": ZSETS + [
+        "RPUSH X0 3 1 2", "MSET w_1 30 w_2 10 w_3 20", "MULTI", "SET w_1 5", "SORT X0 BY w_* STORE D1",
+        "LRANGE D1 0 -1", "ZUNIONSTORE D0 2 A0 B0", "RENAME D0 B2", "ZRANGE B2 0 -1 WITHSCORES", "MSETNX A2 x B2 y",
+        "MSETNX A2 x X1 y",
+        "LMOVE X0 D0 LEFT RIGHT", "SORT_RO X0 GET w_*", "SORT S1 BY w_*", "GET X1", "EXEC", "LRANGE D0 0 -1",
+    ],
+    # node-wide commands queued in MULTI: on every worker, in queue order, merged
+    "in_multi_node_wide": [
+        "SET A0 1", "MULTI", "SET B0 2", "DBSIZE", "KEYS B*", "FLUSHALL", "DBSIZE", "SET A1 x", "DBSIZE", "GET B0",
+        "EXEC", "DBSIZE",
+    ],
     "in_multi": ZSETS + [
         "MULTI", "ZUNION 2 A0 B0 WITHSCORES", "LCS A0 B0", "ZINTERCARD 2 A0 B0", "EXEC",
     ],
