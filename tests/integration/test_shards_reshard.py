@@ -23,6 +23,7 @@ import time
 import redis
 
 from marekvs.shards import reshard
+from marekvs.shards.clients import CLIENTS_FILE
 from tests.helpers import ROOT, Node, client_of
 
 DEADLINE = 120.0
@@ -120,7 +121,7 @@ def check(n: Node, want: dict) -> None:
 def layout(data) -> tuple[int, bool, list[str]]:
     got = reshard.committed(str(data))
     assert got is not None
-    names = sorted(os.listdir(data / "shards")) if (data / "shards").exists() else []
+    names = sorted(n for n in os.listdir(data / "shards") if n != CLIENTS_FILE) if (data / "shards").exists() else []
     return got.shards, got.single, names
 
 

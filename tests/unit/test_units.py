@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from marekvs.commands import errors
-from marekvs.commands.reply import Err
+from marekvs.commands.reply import OK, Err
 from marekvs.shards.units import UNITS, final
 
 OWNER = [0] * 2048 + [1] * 2048
@@ -40,7 +40,8 @@ def test_msetnx_checks_every_worker_then_sets():
     u = UNITS["msetnx"]
     parts, where = u.split([b"MSETNX", A, b"1", B, b"2"], OWNER, pid)
     assert u.phases == 2
-    assert u.step(0, parts, where, []) == {0: [[b"EXISTS", A]], 1: [[b"EXISTS", B]]}
+    # (Redis looks the keys up for writing: no keyspace hit, miss or keymiss)
+    assert u.step(0, parts, where, []) == {0: [[b"~mute", b"EXISTS", A]], 1: [[b"~mute", b"EXISTS", B]]}
     assert u.step(1, parts, where, []) == {0: [[b"MSET", A, b"1"]], 1: [[b"MSET", B, b"2"]]}
     assert u.after(0, parts, where, [{0: [0], 1: [1]}]) == 0  # a key exists: 0, nothing written
     assert u.after(0, parts, where, [{0: [0], 1: [0]}]) is None and u.after(1, parts, where, []) == 1
@@ -50,22 +51,35 @@ def test_a_rename_dumps_then_restores_and_deletes():
     u = UNITS["rename"]
     parts, where = u.split([b"RENAME", A, B], OWNER, pid)
     assert set(parts) == {0, 1}
-    assert u.step(0, parts, where, []) == {0: [[b"DUMP", A], [b"PTTL", A]]}
-    got = [{0: [b"payload", 5000]}]
+    # the parts muted; the coordinator fires the command's events (Unit.events)
+    assert u.step(0, parts, where, []) == {0: [[b"~mute", b"DUMP", A], [b"~mute", b"PTTL", A]],
+                                           1: [[b"~mute", b"EXISTS", B]]}
+    got = [{0: [b"payload", 5000], 1: [0]}]
     assert u.after(0, parts, where, got) is None
-    assert u.step(1, parts, where, got) == {1: [[b"RESTORE", B, b"5000", b"payload", b"REPLACE"]], 0: [[b"DEL", A]]}
-    assert u.after(0, parts, where, [{0: [None, -2]}]) == Err(errors.NO_SUCH_KEY)
+    assert u.step(1, parts, where, got) == {1: [[b"~mute", b"RESTORE", B, b"5000", b"payload", b"REPLACE"]],
+                                            0: [[b"~mute", b"DEL", A]]}
+    got.append({1: [OK], 0: [1]})
+    assert u.events(where, got) == [("n", b"new", B), ("g", b"rename_from", A), ("g", b"rename_to", B)]
+    assert u.after(0, parts, where, [{0: [None, -2], 1: [0]}]) == Err(errors.NO_SUCH_KEY)
+    assert u.events(where, [{0: [None, -2], 1: [0]}]) == []  # (nothing moved: no event)
+    copy = UNITS["copy"]
+    parts, where = copy.split([b"COPY", A, B], OWNER, pid)
+    assert copy.step(0, parts, where, [])[0][0] == [b"DUMP", A]  # (COPY reads its source as Redis: counted)
+    assert copy.events(where, [*got]) == [("n", b"new", B), ("g", b"copy_to", B)]
     assert UNITS["copy"].split([b"COPY", A, B, b"DB", b"1"], OWNER, pid) is None  # its own error, whole
 
 
 def test_an_lmove_checks_types_pops_then_pushes():
     u = UNITS["lmove"]
     parts, where = u.split([b"LMOVE", A, B, b"left", b"RIGHT"], OWNER, pid)
-    assert u.step(0, parts, where, []) == {0: [[b"TYPE", A]], 1: [[b"TYPE", B]]}
+    assert u.step(0, parts, where, []) == {0: [[b"~mute", b"TYPE", A]], 1: [[b"~mute", b"TYPE", B]]}
     assert final(u.after(0, parts, where, [{0: [b"none"], 1: [b"list"]}])) is None  # no source: nil
     assert u.after(0, parts, where, [{0: [b"list"], 1: [b"hash"]}]) == Err(errors.WRONGTYPE)
     got = [{0: [b"list"], 1: [b"none"]}]
     assert u.after(0, parts, where, got) is None
-    assert u.step(1, parts, where, got) == {0: [[b"LPOP", A]]}
-    got.append({0: [b"x"]})
-    assert u.step(2, parts, where, got) == {1: [[b"RPUSH", B, b"x"]]} and u.after(2, parts, where, got) == b"x"
+    assert u.step(1, parts, where, got) == {0: [[b"~mute", b"LPOP", A], [b"~mute", b"EXISTS", A]]}
+    got.append({0: [b"x", 0]})
+    assert u.step(2, parts, where, got) == {1: [[b"~mute", b"RPUSH", B, b"x"]]}
+    assert u.after(2, parts, where, got) == b"x"
+    got.append({1: [1]})  # Redis's order: the destination created, the push, the pop, the source emptied
+    assert u.events(where, got) == [("n", b"new", B), ("l", b"rpush", B), ("l", b"lpop", A), ("g", b"del", A)]
