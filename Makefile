@@ -48,7 +48,7 @@ SHARDED_TESTS := tests/integration/test_differential.py tests/integration/test_d
                  tests/integration/test_differential_streams.py tests/integration/test_lists.py \
                  tests/integration/test_bad_input.py tests/integration/test_differential_options.py \
                  tests/integration/test_acl.py tests/integration/test_clients.py tests/integration/test_sort.py \
-                 tests/integration/test_transactions.py
+                 tests/integration/test_transactions.py tests/integration/test_dump_restore.py
 
 test: proto native
 	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile tests; rc=$$?; \
