@@ -462,7 +462,12 @@ class Owner(asyncio.Protocol):
             self._block(ctx, self.mesh.plan.commands[ci - _BLOCKING], args)
             return
         if ci >= _FAN:
-            self.replies.append(self._value(self.node.execute(ctx, self.mesh.plan.commands[ci - _FAN], args)))
+            pubsub = self.node.pubsub
+            pubsub.fanned = True  # (a PUBLISH fanned out: the connection's worker relays it to the peers)
+            try:
+                self.replies.append(self._value(self.node.execute(ctx, self.mesh.plan.commands[ci - _FAN], args)))
+            finally:
+                pubsub.fanned = False
             ctx.deferred = None
             return
         r = self.node.execute(ctx, self.mesh.plan.commands[ci], args)
@@ -528,7 +533,7 @@ class Owner(asyncio.Protocol):
         cid, ci, args = e[0], e[2], e[3]
         mesh = self.mesh
         if ci == _NOTIFY:
-            self.node.pubsub.deliver(args[0], args[1])
+            self.node.pubsub.deliver(args[0], args[1], len(args) > 2)
         elif ci == _UNWAIT:
             self.node.blocking.unwatch(cid)
         elif ci == _SCRIPT:
@@ -1026,9 +1031,10 @@ class Mesh:
                 link.post([0, 0, _SCRIPT, body])
 
     def notify(self, channel: bytes, message: bytes, shard: bool) -> None:
-        """A keyspace notification fired here, to the subscribers of the other workers (a
-        worker that is down misses it, as a disconnected subscriber would)."""
-        entry = [0, 0, _NOTIFY, [channel, message]]
+        """A keyspace notification fired here, or a message a peer relayed here (``shard``:
+        an SPUBLISH), to the subscribers of the other workers (a worker that is down misses
+        it, as a disconnected subscriber would)."""
+        entry = [0, 0, _NOTIFY, [channel, message, 1] if shard else [channel, message]]
         for link in self.links:
             if link is not None:
                 link.post(entry)

@@ -1,0 +1,196 @@
+"""Replication between nodes of different shard counts (docs/shards.md §5; issue 33, slice 6).
+
+Real processes and real gRPC: a full mesh of a node of one process, one of 2 shard workers
+and one of 3 (``--peers id@host:grpc_port`` as for any node). Each worker's log is a
+stream of its own; a sender ships each receiving worker the records of its partitions.
+
+- convergence: one writer per node, each the only writer of its keys, pipelines every
+  family (strings with TTLs, bitmaps, hashes, sets, zsets, lists, streams, DEL) while all
+  add to shared counters and a shared set; afterwards DEBUG DIGEST is equal everywhere and
+  every node holds exactly what the writes define (a model: each key's last write, each
+  counter the sum of every node's increments, the shared set the union).
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+
+import pytest
+import redis
+
+from tests.cluster import Cluster, peer_fields
+
+pytestmark = pytest.mark.timeout(180)
+
+WORKERS = {1: 1, 2: 2, 3: 3}  # node id -> shard workers
+KEYS = 10  # per family and writer
+BATCHES = 40
+BATCH = 20  # commands per pipeline
+COUNTERS = [f"ctr:{i}" for i in range(5)]
+
+
+def mixed_cluster(tmp_path, **kw) -> Cluster:
+    return Cluster(tmp_path, n=len(WORKERS),
+                   per_node_extra={i: ["--shards", str(n)] for i, n in WORKERS.items() if n > 1}, **kw)
+
+
+class Model:
+    """What one writer's writes define, key by key (it is their only writer)."""
+
+    def __init__(self) -> None:
+        self.strings: dict[str, bytes] = {}
+        self.ttl: set[str] = set()  # strings with a TTL
+        self.bits: dict[str, set[int]] = {}
+        self.hashes: dict[str, dict[bytes, bytes]] = {}
+        self.sets: dict[str, set[bytes]] = {}
+        self.zsets: dict[str, dict[bytes, float]] = {}
+        self.lists: dict[str, list[bytes]] = {}
+        self.streams: dict[str, list[tuple[bytes, bytes]]] = {}  # (id, value)
+
+    def families(self) -> list[dict]:
+        return [self.strings, self.bits, self.hashes, self.sets, self.zsets, self.lists, self.streams]
+
+    def delete(self, key: str) -> None:
+        for f in self.families():
+            f.pop(key, None)
+        self.ttl.discard(key)
+
+
+def writer(c: redis.Redis, w: int, seed: int, model: Model, counters: dict[str, int], shared: set[bytes],
+           errors: list[str]) -> None:
+    rng = random.Random(seed)
+    keys = {f: [f"n{w}:{f}:{i}" for i in range(KEYS)] for f in "sbhtzlx"}
+    seqs: dict[str, int] = {}
+    try:
+        for b in range(BATCHES):
+            p = c.pipeline(transaction=False)
+            for i in range(BATCH):
+                n = b * BATCH + i
+                fam = rng.choice("sbhtzlxcd")
+                if fam == "c":
+                    k, d = rng.choice(COUNTERS), rng.randint(-5, 9)
+                    p.incrby(k, d)
+                    counters[k] = counters.get(k, 0) + d
+                    member = f"{w}-{n}".encode()
+                    p.sadd("shared:set", member)
+                    shared.add(member)
+                    continue
+                if fam == "d":
+                    k = rng.choice(keys[rng.choice("sbhtzlx")])
+                    p.delete(k)
+                    model.delete(k)
+                    continue
+                k = rng.choice(keys[fam])
+                v = f"{w}:{n}".encode()
+                if fam == "s":
+                    if rng.random() < 0.3 and k in model.strings:
+                        p.expire(k, 1000)
+                        model.ttl.add(k)
+                    else:
+                        p.set(k, v)
+                        model.strings[k] = v
+                        model.ttl.discard(k)
+                elif fam == "b":
+                    bit = rng.randrange(64)
+                    p.setbit(k, bit, 1)
+                    model.bits.setdefault(k, set()).add(bit)
+                elif fam == "h":
+                    f = b"f%d" % rng.randrange(4)
+                    if rng.random() < 0.2 and k in model.hashes:
+                        p.hdel(k, f)
+                        model.hashes[k].pop(f, None)
+                        if not model.hashes[k]:
+                            del model.hashes[k]
+                    else:
+                        p.hset(k, f, v)
+                        model.hashes.setdefault(k, {})[f] = v
+                elif fam == "t":
+                    m = b"m%d" % rng.randrange(6)
+                    if rng.random() < 0.2 and k in model.sets:
+                        p.srem(k, m)
+                        model.sets[k].discard(m)
+                        if not model.sets[k]:
+                            del model.sets[k]
+                    else:
+                        p.sadd(k, m)
+                        model.sets.setdefault(k, set()).add(m)
+                elif fam == "z":
+                    m = b"m%d" % rng.randrange(6)
+                    score = float(rng.randint(-50, 50))
+                    p.zadd(k, {m: score})
+                    model.zsets.setdefault(k, {})[m] = score
+                elif fam == "l":
+                    if rng.random() < 0.2 and model.lists.get(k):
+                        p.lpop(k)
+                        model.lists[k].pop(0)
+                        if not model.lists[k]:
+                            del model.lists[k]
+                    else:
+                        p.rpush(k, v)
+                        model.lists.setdefault(k, []).append(v)
+                else:  # stream, with ids of our own
+                    seqs[k] = seqs.get(k, 0) + 1
+                    if k not in model.streams:
+                        seqs[k] = max(seqs[k], n + 1)  # (a stream deleted and made again: ids go on)
+                    sid = b"%d-1" % seqs[k]
+                    p.xadd(k, {"v": v}, id=sid)
+                    model.streams.setdefault(k, []).append((sid, v))
+            for r in p.execute(raise_on_error=False):
+                if isinstance(r, Exception):
+                    errors.append(f"writer {w}: {r!r}")
+    except Exception as e:  # noqa: BLE001 - reported by the test
+        errors.append(f"writer {w}: {e!r}")
+
+
+def check_model(c: redis.Redis, model: Model, where: str) -> None:
+    for k, v in model.strings.items():
+        assert c.get(k) == v, (where, k)
+        assert (c.ttl(k) > 0) == (k in model.ttl), (where, k, c.ttl(k))
+    for k, bits in model.bits.items():
+        assert c.bitcount(k) == len(bits) and all(c.getbit(k, i) for i in bits), (where, k)
+    for k, h in model.hashes.items():
+        assert c.hgetall(k) == h, (where, k)
+    for k, s in model.sets.items():
+        assert c.smembers(k) == s, (where, k)
+    for k, z in model.zsets.items():
+        assert dict(c.zrange(k, 0, -1, withscores=True)) == z, (where, k)
+    for k, lst in model.lists.items():
+        assert c.lrange(k, 0, -1) == lst, (where, k)
+    for k, entries in model.streams.items():
+        assert [(i, f[b"v"]) for i, f in c.xrange(k)] == entries, (where, k)
+
+
+def test_nodes_of_1_2_and_3_workers_converge_to_what_the_writes_define(tmp_path):
+    with mixed_cluster(tmp_path) as cluster:
+        models = {w: Model() for w in WORKERS}
+        counters: dict[int, dict[str, int]] = {w: {} for w in WORKERS}
+        shared: dict[int, set[bytes]] = {w: set() for w in WORKERS}
+        errors: list[str] = []
+        clients = {w: cluster.client(w) for w in WORKERS}
+        threads = [threading.Thread(target=writer, args=(clients[w], w, 600 + w, models[w], counters[w], shared[w],
+                                                         errors)) for w in WORKERS]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert not errors, errors[:5]
+        digest = cluster.wait_converged(timeout=60)
+        total = {k: sum(cs.get(k, 0) for cs in counters.values()) for k in COUNTERS}
+        union = set().union(*shared.values())
+        for i in WORKERS:
+            c = clients[i]
+            assert c.execute_command("DEBUG", "DIGEST") == digest.encode() or str(c.execute_command(
+                "DEBUG", "DIGEST")) == digest
+            for w, model in models.items():
+                check_model(c, model, f"node {i}, writer {w}")
+            for k, v in total.items():
+                assert int(c.get(k) or 0) == v, (i, k)
+            assert c.smembers("shared:set") == union, i
+            # INFO replication: every peer streaming, and how many workers it ships to
+            fields = peer_fields(c)
+            assert sorted(fields) == sorted(j for j in WORKERS if j != i)
+            for j, f in fields.items():
+                assert f["state"] == "streaming", (i, j, f)
+                assert f["workers"] == str(WORKERS[j]), (i, j, f)
+
