@@ -69,6 +69,7 @@ class PeerState:
     first: int = 0
     last: int = PARTITIONS - 1
     incarnations: frozenset[int] = frozenset()  # of every worker of the peer (its map)
+    retired: bool = False  # a part whose link is being stopped (see ``Sender._run_parts``)
 
     @property
     def whole(self) -> bool:

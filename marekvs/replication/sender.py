@@ -200,6 +200,13 @@ class Sender:
                 t.result()  # raises the part's error
             raise _Remap("a link to one of its workers ended")
         finally:
+            # Each part also stops on its own (``retired``): Python 3.11's wait_for, which
+            # _ship waits with, can swallow a cancellation that comes as its wait ends, and
+            # a part that went on would hold this gather, and the peer's links, for good.
+            for q in parts:
+                q.retired = True
+                q.acked.set()
+                q.wake.set()
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -216,7 +223,7 @@ class Sender:
         channel = self.m.channel(q.grpc_addr)
         try:
             stub = pbg.ReplicationStub(channel)
-            while not self.m.stopping:
+            while not self.m.stopping and not q.retired:
                 reply = await self._hello(stub, q)
                 if reply.node.incarnation != q.incarnation:
                     raise _Remap(f"the worker of partitions {q.first}-{q.last} is another incarnation now")
@@ -250,7 +257,7 @@ class Sender:
         try:
             sent = p.acked_seq
             e = self.engine
-            while True:
+            while not p.retired:
                 if reader.done():
                     reader.result()  # raises the stream's error: the link is down
                     raise grpc.aio.AioRpcError(grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(),

@@ -9,17 +9,28 @@ stream of its own; a sender ships each receiving worker the records of its parti
   add to shared counters and a shared set; afterwards DEBUG DIGEST is equal everywhere and
   every node holds exactly what the writes define (a model: each key's last write, each
   counter the sum of every node's increments, the shared set the union).
+- failure: with ``durability always``, a worker of the 3-worker node (a sender and a
+  receiver) and one of the 2-worker node are SIGKILLed while writers write through every
+  node; each is restarted by its supervisor, and every acknowledged write ends on every node.
 """
 
 from __future__ import annotations
 
+import os
 import random
+import signal
 import threading
+import time
 
 import pytest
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
+from marekvs.core.partition import ShardMap
 from tests.cluster import Cluster, peer_fields
+from tests.helpers import client_of
+from tests.integration.test_shards import _cmdline, children
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -193,4 +204,102 @@ def test_nodes_of_1_2_and_3_workers_converge_to_what_the_writes_define(tmp_path)
             for j, f in fields.items():
                 assert f["state"] == "streaming", (i, j, f)
                 assert f["workers"] == str(WORKERS[j]), (i, j, f)
+
+
+# -- a worker SIGKILLed mid-shipping ------------------------------------------------------------
+
+def worker_pids(node) -> dict[int, int]:
+    """Shard worker index -> pid, of the node's supervisor's children."""
+    out = {}
+    for pid in children(node.pid):
+        argv = _cmdline(pid)
+        if b"--index" in argv:
+            out[int(argv[argv.index(b"--index") + 1])] = pid
+    return out
+
+
+class AckedWriter(threading.Thread):
+    """SETs keys of its own through one node until stopped, remembering what was acknowledged
+    (a write that got an error may or may not have been applied)."""
+
+    def __init__(self, port: int, name: str):
+        super().__init__(daemon=True)
+        self.port, self.name = port, name
+        self.acked: dict[str, str] = {}
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        c = None
+        n = 0
+        while not self.stop.is_set():
+            try:
+                if c is None:
+                    c = client_of(self.port, retry=Retry(NoBackoff(), 0))
+                k, v = f"{self.name}:{n}", f"{n}"
+                if c.set(k, v):
+                    self.acked[k] = v
+            except (redis.RedisError, OSError):
+                if c is not None:
+                    c.close()
+                c = None
+                time.sleep(0.01)
+            n += 1
+
+    def wait_acked(self, more: int, since: int | None = None, timeout: float = 60) -> None:
+        base = len(self.acked) if since is None else since
+        deadline = time.monotonic() + timeout
+        while len(self.acked) < base + more:
+            assert time.monotonic() < deadline, f"{self.name}: {len(self.acked) - base} of {more} writes acked"
+            time.sleep(0.02)
+
+
+def kill_worker(node, index: int, shards: int, writer: AckedWriter) -> None:
+    """SIGKILL worker ``index`` of ``node``, then wait until it serves again: a new pid, and a
+    key of its partitions written through it."""
+    old = worker_pids(node)[index]
+    os.kill(old, signal.SIGKILL)
+    key = next(f"probe:{i}" for i in range(10_000) if ShardMap.even(shards).shard_of_key(b"probe:%d" % i) == index)
+    deadline = time.monotonic() + 60
+    while True:
+        assert time.monotonic() < deadline, f"worker {index} of node {node.node_id} did not come back"
+        if worker_pids(node).get(index, old) != old:
+            try:
+                with client_of(node.port, retry=Retry(NoBackoff(), 0)) as c:
+                    if c.set(key, "x"):
+                        break
+            except (redis.RedisError, OSError):
+                pass
+        time.sleep(0.05)
+    writer.wait_acked(100)  # (and shipping goes on)
+
+
+def test_a_worker_killed_mid_shipping_restarts_and_its_peers_catch_up(tmp_path):
+    with mixed_cluster(tmp_path, durability="always") as cluster:
+        writers = [AckedWriter(cluster[i].port, f"w{i}") for i in WORKERS]
+        for w in writers:
+            w.start()
+        try:
+            for w in writers:
+                w.wait_acked(150)
+            kill_worker(cluster[3], 1, 3, writers[2])  # a sender and a receiver of 3
+            kill_worker(cluster[2], 0, 2, writers[1])
+            writers[0].wait_acked(100)
+        finally:
+            for w in writers:
+                w.stop.set()
+            for w in writers:
+                w.join(30)
+        cluster.wait_converged(timeout=60)
+        acked = {k: v for w in writers for k, v in w.acked.items()}
+        keys = sorted(acked)
+        for i in WORKERS:
+            with cluster.client(i) as c:
+                for j in range(0, len(keys), 500):
+                    chunk = keys[j:j + 500]
+                    got = c.mget(chunk)
+                    lost = [k for k, v in zip(chunk, got) if v != acked[k].encode()]
+                    assert not lost, f"node {i} lacks {len(lost)} acknowledged writes: {lost[:5]}"
+        assert "exited" in cluster[3].log_text()  # (the supervisor saw its worker die)
+
+
 
