@@ -12,6 +12,9 @@ stream of its own; a sender ships each receiving worker the records of its parti
 - failure: with ``durability always``, a worker of the 3-worker node (a sender and a
   receiver) and one of the 2-worker node are SIGKILLed while writers write through every
   node; each is restarted by its supervisor, and every acknowledged write ends on every node.
+- bootstrap by partition range: a fresh node of 3 workers joins a node of one whose log was
+  trimmed (each worker pulls its partitions), replicates both ways, and a fresh node of one
+  process then pulls every worker of it (their logs trimmed too).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from marekvs.core.partition import ShardMap
-from tests.cluster import Cluster, peer_fields
+from tests.cluster import Cluster, info_section, peer_fields, wait_for
 from tests.helpers import client_of
 from tests.integration.test_shards import _cmdline, children
 
@@ -300,6 +303,48 @@ def test_a_worker_killed_mid_shipping_restarts_and_its_peers_catch_up(tmp_path):
                     lost = [k for k, v in zip(chunk, got) if v != acked[k].encode()]
                     assert not lost, f"node {i} lacks {len(lost)} acknowledged writes: {lost[:5]}"
         assert "exited" in cluster[3].log_text()  # (the supervisor saw its worker die)
+
+
+# -- bootstrap by partition range ---------------------------------------------------------------
+
+def test_fresh_nodes_bootstrap_by_range_from_nodes_of_another_shard_count_whose_logs_were_trimmed(tmp_path):
+    cluster = Cluster(tmp_path, n=1, per_node_extra={1: ["--replog-max-entries", "50"]})
+    try:
+        c1 = cluster.client(1)
+        model, counters, shared, errors = Model(), {}, set(), []
+        writer(c1, 1, 71, model, counters, shared, errors)
+        assert not errors, errors[:5]
+        for i in range(100):  # (a log entry each: a pipeline's commands share one)
+            c1.set(f"one:{i}", i)
+        wait_for(lambda: int(info_section(c1, "replication")["log_first_seq"]) > 1, 30, "node 1 trims its log")
+        # a fresh node of 3 workers: each pulls its partitions from node 1
+        cluster.add_node(2, peers=[1], extra=["--shards", "3", "--replog-max-entries", "50"])
+        assert "bootstrapped" in cluster[2].log_text()
+        cluster.wait_converged(timeout=60)
+        c2 = cluster.client(2)
+        check_model(c2, model, "node 2")
+        assert c2.smembers("shared:set") == shared
+        # then both ways by shipping: node 1 learnt node 2 from its Hello
+        model2, errors = Model(), []
+        writer(c2, 2, 72, model2, {}, set(), errors)
+        assert not errors, errors[:5]
+        c1.set("from1", "x")
+        for i in range(300):
+            c2.set(f"two:{i}", i)
+        cluster.wait_converged(timeout=60)
+        check_model(c1, model2, "node 1")
+        assert c2.get("from1") == b"x"
+        # a fresh node of one process pulls every worker of node 2 (their logs trimmed too)
+        wait_for(lambda: int(info_section(c2, "replication")["log_first_seq"]) > 1, 30, "node 2 trims its logs")
+        cluster.add_node(3, peers=[2])
+        cluster.wait_converged(timeout=60)
+        c3 = cluster.client(3)
+        check_model(c3, model, "node 3")
+        check_model(c3, model2, "node 3")
+        assert c3.get("from1") == b"x" and c3.get("two:299") == b"299" and c3.get("one:99") == b"99"
+        assert "bootstrapped" in cluster[3].log_text()
+    finally:
+        cluster.stop()
 
 
 
