@@ -478,10 +478,6 @@ def wait(ctx, args):
     if timeout < 0:
         raise CommandError(errors.TIMEOUT_NEGATIVE)
     node = ctx.node
-    if getattr(node.replication, "workers", None) is not None and node.replication.peers:
-        # a client's writes are in the logs of the workers owning its keys, and this
-        # worker counts the acks of its own log only (docs/shards.md §9, slice 6)
-        raise CommandError("ERR wait is not supported with shards > 1 yet (a node with peers)")
     seq = ctx.last_write_seq
     have = node.replication.acked_count(seq)
     if have >= need or seq == 0 or ctx.deny_blocking:

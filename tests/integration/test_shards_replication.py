@@ -15,13 +15,20 @@ stream of its own; a sender ships each receiving worker the records of its parti
 - bootstrap by partition range: a fresh node of 3 workers joins a node of one whose log was
   trimmed (each worker pulls its partitions), replicates both ways, and a fresh node of one
   process then pulls every worker of it (their logs trimmed too).
+- Pub/Sub: a subscriber on every worker of every node receives each message PUBLISHed on
+  any node exactly once, in each publisher's order.
+- WAIT from a connection on one worker after a write carried to another counts a peer
+  only once that worker's log is acknowledged there (a peer stopped with SIGSTOP is not
+  counted; once resumed it is).
 """
 
 from __future__ import annotations
 
 import os
 import random
+import re
 import signal
+import socket
 import threading
 import time
 
@@ -347,4 +354,106 @@ def test_fresh_nodes_bootstrap_by_range_from_nodes_of_another_shard_count_whose_
         cluster.stop()
 
 
+# -- Pub/Sub relay ------------------------------------------------------------------------------
 
+def sock_on_worker(port: int, workers: int, worker: int) -> socket.socket:
+    """A raw connection the kernel gave to ``worker`` of a node of ``workers`` (CLIENT ID %
+    workers names it)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        s = socket.create_connection(("127.0.0.1", port), timeout=10)
+        s.sendall(b"CLIENT ID\r\n")
+        got = b""
+        while not got.endswith(b"\r\n"):
+            got += s.recv(100)
+        if int(got[1:-2]) % workers == worker:
+            return s
+        s.close()
+    raise AssertionError(f"no connection landed on worker {worker}")
+
+
+def test_publish_on_any_worker_reaches_subscribers_on_every_worker_of_every_node(tmp_path):
+    with mixed_cluster(tmp_path) as cluster:
+        subs = {(i, w): sock_on_worker(cluster[i].port, n, w) for i, n in WORKERS.items() for w in range(n)}
+        got = {k: b"" for k in subs}
+        for s in subs.values():
+            s.sendall(b"SUBSCRIBE room\r\n")
+        for k, s in subs.items():
+            while not got[k].endswith(b":1\r\n"):
+                got[k] += s.recv(1000)
+            got[k] = b""
+            s.settimeout(0.05)
+
+        def drain() -> None:
+            for k, s in subs.items():
+                try:
+                    while True:
+                        d = s.recv(65536)
+                        assert d, f"subscriber {k} closed"
+                        got[k] += d
+                except TimeoutError:
+                    pass
+
+        # publishers on the last worker of each node; the relay streams open with the links:
+        # probes until every subscriber has had one from every node
+        pubs = {i: sock_on_worker(cluster[i].port, n, n - 1) for i, n in WORKERS.items()}
+        deadline = time.monotonic() + 60
+        while not all(b"probe%d" % i in g for g in got.values() for i in pubs):
+            assert time.monotonic() < deadline, {k: g[-200:] for k, g in got.items()}
+            for i, p in pubs.items():
+                p.sendall(b"PUBLISH room probe%d\r\n" % i)
+            drain()
+        for g in got:
+            got[g] = b""
+        for i, p in pubs.items():
+            p.sendall(b"".join(b"PUBLISH room m%d-%03d\r\n" % (i, j) for j in range(50)))
+        deadline = time.monotonic() + 60
+        while not all(b"m%d-049" % i in g for g in got.values() for i in pubs):
+            assert time.monotonic() < deadline, {k: g[-200:] for k, g in got.items()}
+            drain()
+        drain()
+        for k, g in got.items():
+            for i in pubs:
+                seen = re.findall(rb"m%d-\d{3}" % i, g)
+                # each message once, in publish order (one publisher's: one stream per peer)
+                assert seen == [b"m%d-%03d" % (i, j) for j in range(50)], (k, i, seen[:10])
+        for s in [*subs.values(), *pubs.values()]:
+            s.close()
+
+
+# -- WAIT ----------------------------------------------------------------------------------------
+
+def conn_on_worker(port: int, workers: int, worker: int) -> redis.Redis:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        c = client_of(port, single_connection_client=True)
+        if c.client_id() % workers == worker:
+            return c
+        c.close()
+    raise AssertionError(f"no connection landed on worker {worker}")
+
+
+def test_wait_counts_a_peer_once_every_worker_the_client_wrote_to_is_acknowledged(tmp_path):
+    with mixed_cluster(tmp_path) as cluster:
+        cluster.wait_streaming()
+        shards = ShardMap.even(3)
+        on = {w: next(f"k{w}:{i}" for i in range(10_000) if shards.shard_of_key(b"k%d:%d" % (w, i)) == w)
+              for w in range(3)}
+        c = conn_on_worker(cluster[3].port, 3, 0)
+        for w in range(3):
+            c.set(on[w], "a")
+        assert c.execute_command("WAIT", 2, 30_000) == 2
+        os.kill(cluster[1].pid, signal.SIGSTOP)  # node 1 (one process) acknowledges nothing now
+        try:
+            c.set(on[2], "b")  # a write on worker 2 only, from a connection on worker 0
+            t0 = time.monotonic()
+            assert c.execute_command("WAIT", 2, 300) == 1  # node 2 only: node 1 has not acked worker 2's
+            assert time.monotonic() - t0 >= 0.29
+            assert c.execute_command("WAIT", 1, 30_000) == 1
+        finally:
+            os.kill(cluster[1].pid, signal.SIGCONT)
+        assert c.execute_command("WAIT", 2, 30_000) == 2
+        assert cluster.client(1).get(on[2]) == b"b"
+        with pytest.raises(redis.ResponseError, match="timeout is negative"):
+            c.execute_command("WAIT", 1, -1)
+        c.close()
