@@ -77,6 +77,7 @@ class Process:
             self.resp.reuse_port = True
             self.node.shutdown_hook = lambda: os.kill(os.getppid(), signal.SIGTERM)  # the supervisor stops them all
             self.node.pid = os.getppid()
+            self.replication.on_node_records = mesh.records.share  # a peer's users and libraries
 
     async def run(self) -> None:
         node, config = self.node, self.node.config

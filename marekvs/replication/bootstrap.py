@@ -164,6 +164,7 @@ class Bootstrap:
                 self.hlc.update(top)
             e.apply(recs, log_entry=False)
             e.commit()
+            self.m.node_records_of(recs)
             n += len(recs)
             if chunk.last:
                 break

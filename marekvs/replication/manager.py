@@ -38,6 +38,7 @@ import grpc
 from marekvs.config import Config
 from marekvs.core.hlc import HLC
 from marekvs.core.partition import PARTITIONS
+from marekvs.core.registry import NODE_TAGS
 from marekvs.replication import peers
 from marekvs.replication.bootstrap import Bootstrap
 from marekvs.replication.gen import replication_v1_pb2 as pb
@@ -92,6 +93,10 @@ class ReplicationManager:
         self.peers: dict[int, PeerState] = {}
         self.workers = None if worker is None else WorkerMap(self.config, worker)
         self.own_port = 0  # a shard worker's own gRPC port (``workers``)
+        # A shard worker's: node-level records (ACL users, function libraries) a peer's
+        # batch or snapshot brought here, for the siblings, which hold every one in memory
+        # (server/noderecords.py ``SharedRecords.share``)
+        self.on_node_records: Callable[[list[tuple[bytes, bytes]]], None] | None = None
         self.tasks: dict[int, asyncio.Task] = {}
         self.bootstraps: dict[int, asyncio.Task] = {}
         self.grpc_server: grpc.aio.Server | None = None
@@ -221,6 +226,15 @@ class ReplicationManager:
             p.wake.set()
             for q in p.parts:
                 q.wake.set()
+
+    def node_records_of(self, recs: list[tuple[bytes, bytes]]) -> None:
+        """Pass the node-level records among ``recs`` (received from a peer) on to the
+        sibling workers (a shard worker only)."""
+        share = self.on_node_records
+        if share is not None:
+            mine = [(k, v) for k, v in recs if k[2] in NODE_TAGS]
+            if mine:
+                share(mine)
 
     def shard_map(self) -> list[pb.Shard]:
         """What Hello tells a peer of this node's workers (none for a node of one)."""

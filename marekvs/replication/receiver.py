@@ -143,6 +143,7 @@ class Receiver(pbg.ReplicationServicer):
         hwm, epoch = self.m.hwm_of(origin, incarnation)
         top = b""  # the highest HLC of the batch, as 8 big-endian bytes (they order alike)
         p = self.m.peers[origin]
+        share = self.m.on_node_records is not None
         for seq, recs in entries:
             if seq <= hwm:
                 p.skipped_entries += 1  # at-least-once: already applied
@@ -152,6 +153,8 @@ class Receiver(pbg.ReplicationServicer):
                 if h > top:
                     top = h
             e.apply(recs, log_entry=False)
+            if share:
+                self.m.node_records_of(recs)
             hwm = seq
             p.applied_entries += 1
         if top:

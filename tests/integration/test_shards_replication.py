@@ -8,7 +8,8 @@ stream of its own; a sender ships each receiving worker the records of its parti
   family (strings with TTLs, bitmaps, hashes, sets, zsets, lists, streams, DEL) while all
   add to shared counters and a shared set; afterwards DEBUG DIGEST is equal everywhere and
   every node holds exactly what the writes define (a model: each key's last write, each
-  counter the sum of every node's increments, the shared set the union).
+  counter the sum of every node's increments, the shared set the union). An ACL user set
+  on one node can AUTH on every worker of every node.
 - failure: with ``durability always``, a worker of the 3-worker node (a sender and a
   receiver) and one of the 2-worker node are SIGKILLed while writers write through every
   node; each is restarted by its supervisor, and every acknowledged write ends on every node.
@@ -54,6 +55,17 @@ COUNTERS = [f"ctr:{i}" for i in range(5)]
 def mixed_cluster(tmp_path, **kw) -> Cluster:
     return Cluster(tmp_path, n=len(WORKERS),
                    per_node_extra={i: ["--shards", str(n)] for i, n in WORKERS.items() if n > 1}, **kw)
+
+
+def conn_on_worker(port: int, workers: int, worker: int) -> redis.Redis:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        # (no retries: redis-py retries a failed AUTH on a new connection, maybe another worker's)
+        c = client_of(port, single_connection_client=True, retry=Retry(NoBackoff(), 0))
+        if c.client_id() % workers == worker:
+            return c
+        c.close()
+    raise AssertionError(f"no connection landed on worker {worker}")
 
 
 class Model:
@@ -214,6 +226,26 @@ def test_nodes_of_1_2_and_3_workers_converge_to_what_the_writes_define(tmp_path)
             for j, f in fields.items():
                 assert f["state"] == "streaming", (i, j, f)
                 assert f["workers"] == str(WORKERS[j]), (i, j, f)
+
+
+def test_a_peers_acl_user_reaches_every_worker(tmp_path):
+    """A user is a record at its name's partition: a peer ships it to the worker owning
+    that partition, which passes it on to its siblings (every worker may AUTH it)."""
+    with mixed_cluster(tmp_path) as cluster:
+        cluster.client(1).acl_setuser("alice", enabled=True, passwords=["+pw"], commands=["+@all"], keys=["*"])
+        for i, n in WORKERS.items():
+            for w in range(n):
+                wait_for(lambda i=i, n=n, w=w: _auths(cluster[i].port, n, w, "alice", "pw"), 60,
+                         f"alice on worker {w} of node {i}")
+
+
+def _auths(port: int, workers: int, worker: int, user: str, password: str) -> bool:
+    """AUTH through a connection of ``worker`` (a failed AUTH closes it: a new one each try)."""
+    with conn_on_worker(port, workers, worker) as c:
+        try:
+            return bool(c.execute_command("AUTH", user, password))
+        except redis.AuthenticationError:
+            return False
 
 
 # -- a worker SIGKILLed mid-shipping ------------------------------------------------------------
@@ -422,16 +454,6 @@ def test_publish_on_any_worker_reaches_subscribers_on_every_worker_of_every_node
 
 
 # -- WAIT ----------------------------------------------------------------------------------------
-
-def conn_on_worker(port: int, workers: int, worker: int) -> redis.Redis:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        c = client_of(port, single_connection_client=True)
-        if c.client_id() % workers == worker:
-            return c
-        c.close()
-    raise AssertionError(f"no connection landed on worker {worker}")
-
 
 def test_wait_counts_a_peer_once_every_worker_the_client_wrote_to_is_acknowledged(tmp_path):
     with mixed_cluster(tmp_path) as cluster:
