@@ -201,6 +201,9 @@ def test_nodes_of_1_2_and_3_workers_converge_to_what_the_writes_define(tmp_path)
         shared: dict[int, set[bytes]] = {w: set() for w in WORKERS}
         errors: list[str] = []
         clients = {w: cluster.client(w) for w in WORKERS}
+        # a user is a record at its name's partition: a peer ships it to the worker owning it,
+        # which passes it on to its siblings (every worker may AUTH it)
+        clients[1].acl_setuser("alice", enabled=True, passwords=["+pw"], commands=["+@all"], keys=["*"])
         threads = [threading.Thread(target=writer, args=(clients[w], w, 600 + w, models[w], counters[w], shared[w],
                                                          errors)) for w in WORKERS]
         for t in threads:
@@ -226,16 +229,8 @@ def test_nodes_of_1_2_and_3_workers_converge_to_what_the_writes_define(tmp_path)
             for j, f in fields.items():
                 assert f["state"] == "streaming", (i, j, f)
                 assert f["workers"] == str(WORKERS[j]), (i, j, f)
-
-
-def test_a_peers_acl_user_reaches_every_worker(tmp_path):
-    """A user is a record at its name's partition: a peer ships it to the worker owning
-    that partition, which passes it on to its siblings (every worker may AUTH it)."""
-    with mixed_cluster(tmp_path) as cluster:
-        cluster.client(1).acl_setuser("alice", enabled=True, passwords=["+pw"], commands=["+@all"], keys=["*"])
-        for i, n in WORKERS.items():
-            for w in range(n):
-                wait_for(lambda i=i, n=n, w=w: _auths(cluster[i].port, n, w, "alice", "pw"), 60,
+            for w in range(WORKERS[i]):
+                wait_for(lambda i=i, w=w: _auths(cluster[i].port, WORKERS[i], w, "alice", "pw"), 60,
                          f"alice on worker {w} of node {i}")
 
 
