@@ -53,8 +53,13 @@ COUNTERS = [f"ctr:{i}" for i in range(5)]
 
 
 def mixed_cluster(tmp_path, **kw) -> Cluster:
-    return Cluster(tmp_path, n=len(WORKERS),
-                   per_node_extra={i: ["--shards", str(n)] for i, n in WORKERS.items() if n > 1}, **kw)
+    c = Cluster(tmp_path, n=len(WORKERS), start=False,
+                per_node_extra={i: ["--shards", str(n)] for i, n in WORKERS.items() if n > 1}, **kw)
+    try:
+        return c.start()
+    except BaseException:
+        c.stop()  # (the nodes that did start: none is left behind)
+        raise
 
 
 def conn_on_worker(port: int, workers: int, worker: int) -> redis.Redis:
