@@ -185,6 +185,8 @@ class Sender:
         prev = {(q.first, q.last, q.incarnation): q for q in p.parts}
         parts = []
         for sh in shards:
+            if not sh.grpc_port:
+                raise _Remap(f"the worker of partitions {sh.first}-{sh.last} has no port yet")
             q = PeerState(p.node_id, f"{host}:{sh.grpc_port}", parent=p, first=sh.first, last=sh.last,
                           incarnation=sh.incarnation)
             old = prev.get((sh.first, sh.last, sh.incarnation))
@@ -218,8 +220,6 @@ class Sender:
     async def _part(self, q: PeerState) -> None:
         """One worker's link of a peer of several: Hello at the worker's own port, then
         its part of every entry."""
-        if not q.grpc_addr.rsplit(":", 1)[1].strip("0"):
-            raise _Remap(f"the worker of partitions {q.first}-{q.last} has no port yet")
         channel = self.m.channel(q.grpc_addr)
         try:
             stub = pbg.ReplicationStub(channel)
