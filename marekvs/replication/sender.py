@@ -76,6 +76,9 @@ def _array_header(n: int) -> bytes:
     return b"\xdd" + n.to_bytes(4, "big")
 
 
+_STABLE_S = 5.0  # links to a peer's workers that ran this long are retried after the shortest delay
+
+
 class _Remap(Exception):
     """The peer's shard map changed (or a part's link failed): ask it again."""
 
@@ -99,9 +102,12 @@ class Sender:
                     if warned:
                         log.info("link to peer %d (%s) is up again", p.node_id, p.grpc_addr)
                     warned = False
-                    await self._run_parts(p, list(reply.shards))
-                    delay = 0.1
-                    continue
+                    began = time.monotonic()
+                    try:
+                        await self._run_parts(p, list(reply.shards))  # (ends with an exception)
+                    finally:
+                        if time.monotonic() - began > _STABLE_S:  # (links that ran a while: retry soon)
+                            delay = 0.1
                 p.incarnations = frozenset((p.incarnation,))
                 p.parts = []
                 if not await self._linked(p, reply):

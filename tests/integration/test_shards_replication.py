@@ -20,7 +20,8 @@ stream of its own; a sender ships each receiving worker the records of its parti
   any node exactly once, in each publisher's order.
 - WAIT from a connection on one worker after a write carried to another counts a peer
   only once that worker's log is acknowledged there (a peer stopped with SIGSTOP is not
-  counted; once resumed it is).
+  counted; once resumed it is); a peer's write wakes a BLPOP and breaks a WATCH of a key of
+  another worker than the client's.
 """
 
 from __future__ import annotations
@@ -478,4 +479,23 @@ def test_wait_counts_a_peer_once_every_worker_the_client_wrote_to_is_acknowledge
         assert cluster.client(1).get(on[2]) == b"b"
         with pytest.raises(redis.ResponseError, match="timeout is negative"):
             c.execute_command("WAIT", 1, -1)
+        # a peer's write wakes a client blocked on a key of another worker, and breaks a
+        # WATCH of such a key (the owner applies it through its change feed, as a local write)
+        got: list = []
+        blocked = threading.Thread(target=lambda: got.append(c.blpop([f"{on[2]}:list"], 60)))
+        blocked.start()
+        c1, c3 = cluster.client(1), cluster.client(3)
+        wait_for(lambda: c3.info("clients")["blocked_clients"] == 1, 60, "the BLPOP blocked")
+        c1.rpush(f"{on[2]}:list", "x")
+        blocked.join(60)
+        assert got == [(f"{on[2]}:list".encode(), b"x")]
+        w = conn_on_worker(cluster[3].port, 3, 0)
+        w.execute_command("WATCH", on[1])
+        c1.set(on[1], "from-a-peer")
+        wait_for(lambda: w.get(on[1]) == b"from-a-peer", 60, "the peer's SET on node 3")
+        w.execute_command("MULTI")
+        w.execute_command("SET", on[1], "mine")
+        assert w.execute_command("EXEC") is None  # aborted: the watched key changed
+        assert c.get(on[1]) == b"from-a-peer"
+        w.close()
         c.close()
