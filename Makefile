@@ -33,6 +33,15 @@ $(STAMP): pyproject.toml setup.py
 
 venv: $(STAMP)
 
+# the gRPC modules of proto/*.proto, generated again into the source tree when a .proto is
+# newer than them (setup.py's ``generate``, the step a package build runs; the editable
+# install of $(STAMP) generates them first)
+GEN_STAMP := marekvs/replication/gen/__init__.py
+proto: $(GEN_STAMP)
+
+$(GEN_STAMP): $(STAMP) $(wildcard proto/*.proto)
+	@$(PY) -c 'import pathlib, setup; setup.generate(pathlib.Path(setup.GEN_DIR))'
+
 native: $(STAMP)
 	@$(PY) -W ignore setup.py -q build_ext --inplace
 

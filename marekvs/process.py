@@ -9,9 +9,10 @@ saved), in that order.
 ``serve_worker(config, worker)`` runs one shard worker of an EXPERIMENTAL node of
 ``config.shards`` > 1 workers (started by ``marekvs/shards/supervisor.py``; docs/shards.md
 slice 2): a node over the worker's partition range in its own data directory, its mesh
-with its siblings (``server/mesh.py``), then the RESP listener on the node's port shared
-with the siblings (SO_REUSEPORT). No gRPC service, peers, metrics or Kafka yet: the
-supervisor refuses them.
+with its siblings (``server/mesh.py``), replication (the worker's log is a stream of its
+own: ``replication/workers.py``, docs/shards.md §5), then the RESP listener on the node's
+port shared with the siblings (SO_REUSEPORT). No anti-entropy exchange or service (slice 7),
+metrics or Kafka yet: the supervisor refuses the ports.
 """
 
 from __future__ import annotations
@@ -56,9 +57,10 @@ class Process:
         else:
             shards = ShardMap.even(config.shards)
             self.node = Node(config, config_file, partitions=shards.ranges[worker.index], worker=worker.index)
-        self.replication = ReplicationManager(self.node)
+        self.replication = ReplicationManager(self.node, None if worker is None else worker.index)
         self.node.replication = self.replication
-        self.antientropy = AntiEntropy(self.node, self.replication)  # its service and tasks ride replication
+        # its service and tasks ride replication (a shard worker: the digest verifier only)
+        self.antientropy = AntiEntropy(self.node, self.replication, exchange=worker is None)
         self.node.antientropy = self.antientropy  # INFO antientropy, metrics
         self.node.pubsub.relay = self.replication.relay.publish  # PUBLISH reaches every node
         self.resp = RespServer(self.node)
@@ -75,6 +77,7 @@ class Process:
             self.resp.reuse_port = True
             self.node.shutdown_hook = lambda: os.kill(os.getppid(), signal.SIGTERM)  # the supervisor stops them all
             self.node.pid = os.getppid()
+            self.replication.on_node_records = mesh.records.share  # a peer's users and libraries
 
     async def run(self) -> None:
         node, config = self.node, self.node.config
@@ -111,13 +114,14 @@ class Process:
         await self.stop()
 
     async def run_worker(self, worker: Worker) -> None:
-        """A shard worker: the log trim (no peers, no gRPC), the mesh (every sibling
-        linked), the node records of every worker and the ACL settings, then clients on
-        the shared port; then one byte to the supervisor."""
+        """A shard worker: the mesh (every sibling linked), replication (its gRPC ports; a
+        fresh worker bootstraps its partitions from the peers), the node records of every
+        worker and the ACL settings, then clients on the shared port; then one byte to the
+        supervisor."""
         assert self.mesh is not None
         node, config = self.node, self.node.config
-        self.replication.start_local()
         await self.mesh.start()
+        await self.replication.start()
         # every worker's ACL users and function libraries, then the aclfile and requirepass
         # (server/noderecords.py), before any client is served
         await self.mesh.records.gather()

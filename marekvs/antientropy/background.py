@@ -127,14 +127,19 @@ class DigestVerifier:
 
 
 class AntiEntropy:
-    def __init__(self, node: Any, replication: Any):
+    def __init__(self, node: Any, replication: Any, exchange: bool = True):
+        """``exchange=False`` (a shard worker, until docs/shards.md slice 7 routes the
+        service's partitions to their workers): neither the service nor the background
+        exchange, only the digest verifier of the worker's partitions."""
         self.node = node
         self.config = node.config
         self.replication = replication
         resp = f"{replication.advertise_host}:{self.config.client_port}"
         self.local = LocalReplica(node.engine, node.hlc, self.config, resp, address=replication.grpc_addr)
         self.service = AntiEntropyService(self.local, self.config)
-        replication.services.append(lambda server: pbg.add_AntiEntropyServicer_to_server(self.service, server))
+        self.exchange = exchange
+        if exchange:
+            replication.services.append(lambda server: pbg.add_AntiEntropyServicer_to_server(self.service, server))
         replication.companions.append(self)
         self._tasks: list[asyncio.Task] = []
         self.total = Report()  # every background exchange of this node, added up
@@ -151,7 +156,7 @@ class AntiEntropy:
     # -- life cycle -------------------------------------------------------------------------
     def start(self) -> None:
         loop = asyncio.get_running_loop()
-        if self.config.antientropy_interval > 0:
+        if self.config.antientropy_interval > 0 and self.exchange:
             self._tasks.append(loop.create_task(self._exchange_loop()))
         if self.config.digest_verify_interval > 0:
             self._tasks.append(loop.create_task(self._verify_loop()))

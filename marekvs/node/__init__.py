@@ -470,8 +470,11 @@ class Node:
             ev.set()
 
     def deliver_published(self, channel: bytes, payload: bytes, shard: bool) -> None:
-        """A message PUBLISHed on a peer: to this node's subscribers (not relayed again)."""
+        """A message PUBLISHed on a peer: to this node's subscribers (not relayed again),
+        on every shard worker of the node (the peer relays it to one of them)."""
         self.pubsub.deliver(channel, payload, shard)
+        if self.pubsub.siblings is not None:
+            self.pubsub.siblings(channel, payload, shard)
 
     def ack_waiter(self) -> asyncio.Event:
         if self._ack_event is None:

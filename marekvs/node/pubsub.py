@@ -39,6 +39,7 @@ class PubSub:
         self.shard_channels: dict[bytes, dict[int, Context]] = {}
         self.relay: Relay | None = None  # the cluster stream (process.py attaches it)
         self.siblings: Relay | None = None  # the other shard workers of this node (server/mesh.py)
+        self.fanned = False  # running a PUBLISH another shard worker fanned out (it relays)
         self.limits = (0, 0, 0)  # client-output-buffer-limit pubsub: hard, soft, seconds
         self.published = 0
 
@@ -76,7 +77,7 @@ class PubSub:
     def publish(self, channel: bytes, message: bytes, shard: bool = False) -> int:
         """PUBLISH / SPUBLISH made on this node: deliver here and relay to the peers."""
         n = self.deliver(channel, message, shard)
-        if self.relay is not None:
+        if self.relay is not None and not self.fanned:
             self.relay(channel, message, shard)
         return n
 

@@ -38,6 +38,7 @@ import grpc
 from marekvs.config import Config
 from marekvs.core.hlc import HLC
 from marekvs.core.partition import PARTITIONS
+from marekvs.core.registry import NODE_TAGS
 from marekvs.replication import peers
 from marekvs.replication.bootstrap import Bootstrap
 from marekvs.replication.gen import replication_v1_pb2 as pb
@@ -54,6 +55,7 @@ from marekvs.replication.gen import pubsub_v1_pb2_grpc as psg
 from marekvs.replication.pubsub import Relay
 from marekvs.replication.receiver import Receiver
 from marekvs.replication.sender import MAX_INFLIGHT_BATCHES, Sender  # noqa: F401 - tests read it
+from marekvs.replication.workers import WorkerMap
 from marekvs.storage.engine import FORMAT_VERSION, Engine
 
 log = logging.getLogger("marekvs.replication")
@@ -75,7 +77,10 @@ class NodeServices(Protocol):
 
 
 class ReplicationManager:
-    def __init__(self, node: NodeServices):
+    def __init__(self, node: NodeServices, worker: int | None = None):
+        """``worker``: this process is that shard worker of a node of ``config.shards``
+        workers (docs/shards.md §5): its log is a stream of its own, its gRPC server
+        serves the node's port and one of its own, its Hello replies name every worker."""
         self.node = node
         self.engine = node.engine
         self.hlc = node.hlc
@@ -86,6 +91,12 @@ class ReplicationManager:
         self.advertise_host = self.config.advertise_host or self.config.bind
         self.grpc_addr = f"{self.advertise_host}:{self.grpc_port}"  # what peers are told
         self.peers: dict[int, PeerState] = {}
+        self.workers = None if worker is None else WorkerMap(self.config, worker)
+        self.own_port = 0  # a shard worker's own gRPC port (``workers``)
+        # A shard worker's: node-level records (ACL users, function libraries) a peer's
+        # batch or snapshot brought here, for the siblings, which hold every one in memory
+        # (server/noderecords.py ``SharedRecords.share``)
+        self.on_node_records: Callable[[list[tuple[bytes, bytes]]], None] | None = None
         self.tasks: dict[int, asyncio.Task] = {}
         self.bootstraps: dict[int, asyncio.Task] = {}
         self.grpc_server: grpc.aio.Server | None = None
@@ -146,11 +157,20 @@ class ReplicationManager:
         psg.add_PubSubServicer_to_server(self.relay, self.grpc_server)
         creds = peers.server_credentials(self.config)
         addr = f"{self.config.bind}:{self.grpc_port}"
+        own = f"{self.config.bind}:0"  # a shard worker's own port (an ephemeral one)
         if creds is None:
             self.grpc_server.add_insecure_port(addr)
+            if self.workers is not None:
+                self.own_port = self.grpc_server.add_insecure_port(own)
         else:
             self.grpc_server.add_secure_port(addr, creds)
+            if self.workers is not None:
+                self.own_port = self.grpc_server.add_secure_port(own, creds)
         await self.grpc_server.start()
+        if self.workers is not None:
+            self.workers.publish(self.own_port, self.incarnation)
+            log.info("shard worker %d: replication of partitions %s on its own port %d", self.workers.index,
+                     self.workers.mine, self.own_port)
         log.info("replication listening on %s (%d peers configured)", addr, len(self.peers))
         if self.engine.fresh and self.peers:
             await self.bootstrap.all()
@@ -159,11 +179,6 @@ class ReplicationManager:
         self.tasks[-1] = asyncio.get_running_loop().create_task(self._trim_loop())
         for c in self.companions:
             c.start()
-
-    def start_local(self) -> None:
-        """A node without peers and without a gRPC service (an experimental shard worker,
-        docs/shards.md slice 2): only the log trim runs (to ``LOG_KEEP_ALONE`` entries)."""
-        self.tasks[-1] = asyncio.get_running_loop().create_task(self._trim_loop())
 
     async def stop(self) -> None:
         self.stopping = True
@@ -209,6 +224,21 @@ class ReplicationManager:
         self.commit_times.append((log_seq, time.monotonic()))
         for p in self.peers.values():
             p.wake.set()
+            for q in p.parts:
+                q.wake.set()
+
+    def node_records_of(self, recs: list[tuple[bytes, bytes]]) -> None:
+        """Pass the node-level records among ``recs`` (received from a peer) on to the
+        sibling workers (a shard worker only)."""
+        share = self.on_node_records
+        if share is not None:
+            mine = [(k, v) for k, v in recs if k[2] in NODE_TAGS]
+            if mine:
+                share(mine)
+
+    def shard_map(self) -> list[pb.Shard]:
+        """What Hello tells a peer of this node's workers (none for a node of one)."""
+        return [] if self.workers is None else self.workers.read()
 
     async def _trim_loop(self) -> None:
         while True:
@@ -263,10 +293,14 @@ class ReplicationManager:
                   self.last_incarnation_change, inc, old)
         self.engine.new_incarnation(inc)
         self.incarnation = inc
+        if self.workers is not None and self.own_port:
+            self.workers.publish(self.own_port, inc)
         self.incarnation_changes += 1
         loop = asyncio.get_running_loop()
         for q in self.peers.values():
             q.acked_seq = q.sent_seq = 0
+            for part in q.parts:
+                part.acked_seq = part.sent_seq = 0
             if q.node_id != p.node_id:  # the other senders Hello again too
                 t = self.tasks.pop(q.node_id, None)
                 if t is not None:
@@ -318,7 +352,7 @@ class ReplicationManager:
                                     f"entries_shipped={p.entries_shipped},batches_shipped={p.batches_shipped},"
                                     f"needs_resync={int(p.needs_resync)},applied_seq={p.applied_seq},"
                                     f"applied_entries={p.applied_entries},applied_bytes={p.applied_bytes},"
-                                    f"skipped_entries={p.skipped_entries}"))
+                                    f"skipped_entries={p.skipped_entries},workers={len(p.parts) or 1}"))
         return out
 
     def metrics(self) -> list[tuple[str, dict[str, str], float]]:

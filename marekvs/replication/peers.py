@@ -22,6 +22,7 @@ from typing import Any, Awaitable, Callable
 import grpc
 
 from marekvs.config import Config
+from marekvs.core.partition import PARTITIONS
 from marekvs.storage.identity import new_incarnation  # noqa: F401 - the one way to draw one
 
 SECRET_HEADER = "x-marekvs-secret"
@@ -59,6 +60,33 @@ class PeerState:
     skipped_entries: int = 0  # received at or below the high-water mark (at-least-once)
     incarnation: int = 0  # of the peer's data directory, from its last handshake
     rechecked: float = 0.0  # monotonic time of the last handshake redone on a rival's claim
+    # A peer of several shard workers (its Hello names them: docs/shards.md §5): this log
+    # ships to each of them on a link of its own, a ``PeerState`` per worker (``parts``,
+    # each with its ``parent`` and the worker's range ``first``..``last``); the peer's
+    # own ``acked_seq``, ``sent_seq`` and ``state`` are then the parts' lowest and worst.
+    parts: list["PeerState"] = field(default_factory=list)
+    parent: "PeerState | None" = None
+    first: int = 0
+    last: int = PARTITIONS - 1
+    incarnations: frozenset[int] = frozenset()  # of every worker of the peer (its map)
+    retired: bool = False  # a part whose link is being stopped (see ``Sender._run_parts``)
+
+    @property
+    def whole(self) -> bool:
+        """This link's receiver holds every partition (a node of one worker)."""
+        return self.first == 0 and self.last == PARTITIONS - 1
+
+    def sync_parts(self) -> None:
+        """The peer's figures from its parts': the lowest ack, the worst state."""
+        parts = self.parts
+        if not parts:
+            return
+        self.acked_seq = min(q.acked_seq for q in parts)
+        self.sent_seq = min(q.sent_seq for q in parts)
+        self.needs_resync = any(q.needs_resync for q in parts)
+        states = {q.state for q in parts}
+        self.state = "streaming" if states == {"streaming"} else next(
+            (s for s in ("refused", "behind", "needs_resync", "down", "connecting") if s in states), "connecting")
 
 
 def parse_peer(spec: str) -> tuple[int, str]:

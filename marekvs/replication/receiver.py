@@ -11,6 +11,13 @@ batch's last entry) is written into the same WriteBatch as the records; only the
 ack sent. The HLC takes the receive rule once per batch with the batch's highest stamp
 (clamped and logged if more than max_clock_drift ahead). A Snapshot streams every record
 in chunks, with the log positions it covers (``bootstrap.py`` pulls it).
+
+On a shard worker (docs/shards.md §5) Hello also names the node's workers (its shard map,
+``workers.py``); a peer then ships each worker its part of every entry on the worker's own
+port, and a batch holding a record of another worker's partitions is refused. A peer of
+several workers calls with one incarnation per worker (each worker's log is a stream of
+its own): every one of its map is the peer, none a rival. A Snapshot may ask for a range
+of partitions (what a worker bootstraps), and streams only those records.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from marekvs.core import envelope as env
+from marekvs.core.partition import PARTITIONS, PartitionRange
 from marekvs.replication.codec import unpack_entries
 from marekvs.replication.gen import replication_v1_pb2 as pb
 from marekvs.replication.gen import replication_v1_pb2_grpc as pbg
@@ -53,7 +61,8 @@ class Receiver(pbg.ReplicationServicer):
             self.m.check_peer_info(node)
             known = self.m.peers.get(node.node_id)
             if (known is not None and known.state == "streaming" and known.incarnation
-                    and node.incarnation != known.incarnation and node.grpc_addr != known.grpc_addr):
+                    and node.incarnation != known.incarnation and node.incarnation not in known.incarnations
+                    and node.grpc_addr != known.grpc_addr):
                 # Another data directory, at another address, claims the id of a peer
                 # that is alive and streaming: two nodes share one id. (A node that lost
                 # its data comes back at its own address, and its old self is gone.) Or
@@ -93,9 +102,20 @@ class Receiver(pbg.ReplicationServicer):
                         node.node_id, hwm + 1, request.log_first - 1)
             self.m.bootstraps[node.node_id] = asyncio.get_running_loop().create_task(
                 self.m.bootstrap.task(node.node_id, node.grpc_addr))
-        return pb.HelloReply(node=self.m.info(), applied_seq=hwm, applied_epoch=epoch)
+        return pb.HelloReply(node=self.m.info(), applied_seq=hwm, applied_epoch=epoch, shards=self.m.shard_map())
+
+    def _check_range(self, entries: list) -> None:
+        """A shard worker takes records of its own partitions only."""
+        r = self.engine.partitions
+        lo, hi = r.start_key, r.end_key
+        for seq, recs in entries:
+            for k, _ in recs:
+                if not lo <= k < hi:
+                    raise BadRecord(f"entry {seq} holds a record of partition {int.from_bytes(k[:2], 'big')}, "
+                                    f"not of this shard worker's partitions {r}")
 
     async def Ship(self, request_iterator: Any, context: grpc.aio.ServicerContext):
+        whole = self.engine.partitions.whole
         async for batch in request_iterator:
             if self.engine.write_error is not None:  # nothing applied could be acknowledged
                 await context.abort(grpc.StatusCode.UNAVAILABLE,
@@ -106,6 +126,8 @@ class Receiver(pbg.ReplicationServicer):
                 await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"origin {origin} is not a known peer")
             try:
                 entries = unpack_entries(batch.entries)
+                if not whole:
+                    self._check_range(entries)
                 hwm = self.m.hwm(origin, batch.incarnation)
                 if entries and entries[0][0] > hwm + 1:
                     raise BadRecord(f"batch starts at {entries[0][0]} but {hwm} is applied: a gap")
@@ -121,6 +143,7 @@ class Receiver(pbg.ReplicationServicer):
         hwm, epoch = self.m.hwm_of(origin, incarnation)
         top = b""  # the highest HLC of the batch, as 8 big-endian bytes (they order alike)
         p = self.m.peers[origin]
+        share = self.m.on_node_records is not None
         for seq, recs in entries:
             if seq <= hwm:
                 p.skipped_entries += 1  # at-least-once: already applied
@@ -130,6 +153,8 @@ class Receiver(pbg.ReplicationServicer):
                 if h > top:
                     top = h
             e.apply(recs, log_entry=False)
+            if share:
+                self.m.node_records_of(recs)
             hwm = seq
             p.applied_entries += 1
         if top:
@@ -156,12 +181,19 @@ class Receiver(pbg.ReplicationServicer):
             seq, _, epoch = v.partition(b":")
             positions[k[4:].decode()] = int(seq)
             epochs[k[4:].decode()] = int(epoch or 0)
-        log.info("streaming a snapshot to node %d", request.node.node_id)
-        start = b""
+        start, end = b"", None
+        if request.ranged:
+            if not request.first <= request.last < PARTITIONS:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                    f"no partitions {request.first}-{request.last}")
+            r = PartitionRange(request.first, request.last)
+            start, end = r.start_key, r.end_key
+        log.info("streaming a snapshot%s to node %d", f" of partitions {request.first}-{request.last}"
+                 if request.ranged else "", request.node.node_id)
         first = True
         while True:
             chunk = []
-            for k, v in e.scan_committed(start, None):
+            for k, v in e.scan_committed(start, end):
                 chunk.append(pb.Record(key=k, value=v))
                 if len(chunk) >= SNAPSHOT_CHUNK:
                     break

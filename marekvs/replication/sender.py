@@ -12,6 +12,19 @@ for its ack, up to ``HOLD_SECONDS``, and then go out together, so under load a m
 sends a commit at once. Measured on 3 nodes of one 2-core box: the writer's CPU per write
 ~18 -> ~12.5 us, each peer's ~10 -> ~7 us. Delivery is at-least-once; merges are
 idempotent.
+
+A peer of several shard workers (docs/shards.md §5) names them in its Hello reply (its
+shard map: each worker's partitions, own port and incarnation). This log then ships to
+each of its workers on a link of its own (``_run_parts``: a ``PeerState`` per worker, the
+parts of the peer's), each link with its own Hello (that worker's high-water mark of this
+log), window and acks. A part carries of each entry only the records of its worker's
+partitions; an entry with none for it goes as its position alone (``[seq, []]``), so the
+worker's mark advances and its gap check holds. The peer's ack is its parts' lowest (the
+log is trimmed there, WAIT counts it there). A part that fails, or a map that changed (a
+worker restarted on another port, took another incarnation), restarts the peer's links
+from a new Hello at the node's address. A part whose worker holds every partition this
+log can hold (a peer of one worker, or ranges that contain this worker's) ships the
+entries as they are, the same bytes as to a peer of one worker.
 """
 
 from __future__ import annotations
@@ -23,7 +36,9 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import grpc
+import msgpack
 
+from marekvs.core.partition import PartitionRange
 from marekvs.replication.codec import pack_entries
 from marekvs.replication.gen import replication_v1_pb2 as pb
 from marekvs.replication.gen import replication_v1_pb2_grpc as pbg
@@ -61,6 +76,13 @@ def _array_header(n: int) -> bytes:
     return b"\xdd" + n.to_bytes(4, "big")
 
 
+_STABLE_S = 5.0  # links to a peer's workers that ran this long are retried after the shortest delay
+
+
+class _Remap(Exception):
+    """The peer's shard map changed (or a part's link failed): ask it again."""
+
+
 class Sender:
     def __init__(self, m: ReplicationManager):
         self.m = m
@@ -74,29 +96,22 @@ class Sender:
             channel = self.m.channel(p.grpc_addr)
             try:
                 stub = pbg.ReplicationStub(channel)
-                reply = await stub.Hello(pb.HelloRequest(node=self.m.info(), log_first=self.engine.log_first,
-                                                         log_last=self.engine.log_seq),
-                                         metadata=self.m.md, timeout=5)
-                self.m.check_peer_info(reply.node, p.node_id)
-                p.resp_addr = reply.node.resp_addr
-                p.incarnation = reply.node.incarnation
-                if reply.node.incarnation and self._lost_entries(reply.applied_seq, reply.applied_epoch):
-                    p.state = "behind"
-                    self.m.take_new_incarnation(p, reply.applied_seq)
-                    continue  # Hello again under the new incarnation
-                p.acked_seq = reply.applied_seq
-                if p.acked_seq + 1 < self.engine.log_first:
-                    if not p.needs_resync:
-                        log.error("peer %d has applied up to %d but this log starts at %d: it needs a resync",
-                                  p.node_id, p.acked_seq, self.engine.log_first)
-                    p.needs_resync = True
-                    p.state = "needs_resync"
-                    # the peer bootstraps from us on its own; ask again soon, so the flag
-                    # clears (and shipping resumes) right after it has caught up
-                    await asyncio.sleep(0.25)
+                reply = await self._hello(stub, p)
+                if reply.shards:
+                    p.incarnations = frozenset(sh.incarnation for sh in reply.shards)
+                    if warned:
+                        log.info("link to peer %d (%s) is up again", p.node_id, p.grpc_addr)
+                    warned = False
+                    began = time.monotonic()
+                    try:
+                        await self._run_parts(p, list(reply.shards))  # (ends with an exception)
+                    finally:
+                        if time.monotonic() - began > _STABLE_S:  # (links that ran a while: retry soon)
+                            delay = 0.1
+                p.incarnations = frozenset((p.incarnation,))
+                p.parts = []
+                if not await self._linked(p, reply):
                     continue
-                p.needs_resync = False
-                p.state = "streaming"
                 if warned:
                     log.info("link to peer %d (%s) is up again", p.node_id, p.grpc_addr)
                 warned = False
@@ -113,6 +128,10 @@ class Sender:
                 if not warned:
                     log.warning("link to peer %d (%s) down: %s", p.node_id, p.grpc_addr, p.last_error)
                     warned = True
+            except _Remap as e:
+                p.state = "connecting"
+                p.last_error = str(e)
+                log.info("peer %d: %s; asking for its shard map again", p.node_id, e)
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # never let one peer's sender die silently
@@ -123,6 +142,102 @@ class Sender:
                 await channel.close(grace=None)
             await asyncio.sleep(delay)
             delay = min(delay * 2, 2.0)
+
+    async def _hello(self, stub: pbg.ReplicationStub, p: PeerState) -> pb.HelloReply:
+        reply = await stub.Hello(pb.HelloRequest(node=self.m.info(), log_first=self.engine.log_first,
+                                                 log_last=self.engine.log_seq),
+                                 metadata=self.m.md, timeout=5)
+        self.m.check_peer_info(reply.node, p.node_id)
+        p.resp_addr = reply.node.resp_addr
+        p.incarnation = reply.node.incarnation
+        return reply
+
+    async def _linked(self, p: PeerState, reply: pb.HelloReply) -> bool:
+        """After a Hello on ``p``'s link: True if shipping starts (from the peer's mark);
+        False if the link shakes hands again first (this directory lost entries the peer
+        applied: a new incarnation; or the peer needs a resync: it bootstraps from us)."""
+        if reply.node.incarnation and self._lost_entries(reply.applied_seq, reply.applied_epoch):
+            p.state = "behind"
+            if p.parent is not None:
+                p.parent.sync_parts()
+                self.m.take_new_incarnation(p.parent, reply.applied_seq)
+                raise _Remap("this log took a new incarnation")
+            self.m.take_new_incarnation(p, reply.applied_seq)
+            return False  # Hello again under the new incarnation
+        p.acked_seq = reply.applied_seq
+        if p.acked_seq + 1 < self.engine.log_first:
+            if not p.needs_resync:
+                log.error("peer %d has applied up to %d but this log starts at %d: it needs a resync",
+                          p.node_id, p.acked_seq, self.engine.log_first)
+            p.needs_resync = True
+            p.state = "needs_resync"
+            if p.parent is not None:
+                p.parent.sync_parts()
+            # the peer bootstraps from us on its own; ask again soon, so the flag
+            # clears (and shipping resumes) right after it has caught up
+            await asyncio.sleep(0.25)
+            return False
+        p.needs_resync = False
+        p.state = "streaming"
+        if p.parent is not None:
+            p.parent.sync_parts()
+        return True
+
+    async def _run_parts(self, p: PeerState, shards: list[pb.Shard]) -> None:
+        """Ship to each worker of peer ``p`` (its map ``shards``) on a link of its own;
+        returns (``_Remap``) or raises (a link down) when one ends: ``run`` asks the map
+        again and starts over."""
+        host = p.grpc_addr.rsplit(":", 1)[0]
+        prev = {(q.first, q.last, q.incarnation): q for q in p.parts}
+        parts = []
+        for sh in shards:
+            if not sh.grpc_port:
+                raise _Remap(f"the worker of partitions {sh.first}-{sh.last} has no port yet")
+            q = PeerState(p.node_id, f"{host}:{sh.grpc_port}", parent=p, first=sh.first, last=sh.last,
+                          incarnation=sh.incarnation)
+            old = prev.get((sh.first, sh.last, sh.incarnation))
+            if old is not None:  # (the figures of the same worker's link carry on)
+                q.acked_seq, q.sent_seq = old.acked_seq, old.sent_seq
+            parts.append(q)
+        p.parts = parts
+        p.sync_parts()
+        tasks = [asyncio.ensure_future(self._part(q)) for q in parts]
+        try:
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            for t in done:
+                t.result()  # raises the part's error
+            raise _Remap("a link to one of its workers ended")
+        finally:
+            # Each part also stops on its own (``retired``): Python 3.11's wait_for, which
+            # _ship waits with, can swallow a cancellation that comes as its wait ends, and
+            # a part that went on would hold this gather, and the peer's links, for good.
+            for q in parts:
+                q.retired = True
+                q.acked.set()
+                q.wake.set()
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            for q in parts:
+                if q.state == "streaming":
+                    q.state = "down"
+            p.sync_parts()
+
+    async def _part(self, q: PeerState) -> None:
+        """One worker's link of a peer of several: Hello at the worker's own port, then
+        its part of every entry."""
+        channel = self.m.channel(q.grpc_addr)
+        try:
+            stub = pbg.ReplicationStub(channel)
+            while not self.m.stopping and not q.retired:
+                reply = await self._hello(stub, q)
+                if reply.node.incarnation != q.incarnation:
+                    raise _Remap(f"the worker of partitions {q.first}-{q.last} is another incarnation now")
+                if await self._linked(q, reply):
+                    await self._ship(stub, q)
+                    return
+        finally:
+            await channel.close(grace=None)
 
     def _lost_entries(self, acked: int, acked_epoch: int) -> bool:
         """A peer has applied our log up to ``acked`` (its entry there of epoch
@@ -148,7 +263,7 @@ class Sender:
         try:
             sent = p.acked_seq
             e = self.engine
-            while True:
+            while not p.retired:
                 if reader.done():
                     reader.result()  # raises the stream's error: the link is down
                     raise grpc.aio.AioRpcError(grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(),
@@ -169,7 +284,7 @@ class Sender:
                 held = False
                 p.wake.clear()
                 try:
-                    batch = self._next_batch(sent)
+                    batch = self._next_batch(sent) if self._whole(p) else self._next_part(sent, p)
                 except _Gap as gap:
                     p.needs_resync = True
                     log.error("log entries %d..%d for peer %d were trimmed; it needs a resync",
@@ -195,9 +310,12 @@ class Sender:
                 sent = last
                 inflight.append(last)
                 p.sent_seq = sent
-                p.batches_shipped += 1
-                p.entries_shipped += n
-                p.bytes_shipped += len(payload)
+                for x in (p,) if p.parent is None else (p, p.parent):
+                    x.batches_shipped += 1
+                    x.entries_shipped += n
+                    x.bytes_shipped += len(payload)
+                if p.parent is not None:
+                    p.parent.sent_seq = min(q.sent_seq for q in p.parent.parts)
         finally:
             reader.cancel()
             call.cancel()
@@ -227,12 +345,50 @@ class Sender:
             del cache[next(iter(cache))]
         return item
 
+    def _whole(self, p: PeerState) -> bool:
+        """Every record of this log is for ``p``'s receiver (it holds this worker's
+        partitions): entries ship whole."""
+        mine = self.engine.partitions
+        return p.first <= mine.first and mine.last <= p.last
+
+    def _next_part(self, after: int, p: PeerState) -> tuple[int, int, bytes] | None:
+        """``_next_batch`` for a receiver holding partitions ``p.first``..``p.last`` only:
+        each entry with its records of those partitions (none: its position alone)."""
+        e = self.engine
+        r = PartitionRange(p.first, p.last)
+        lo, hi = r.start_key, r.end_key
+        packed = e.recent_packed(after, BATCH_ENTRIES, BATCH_BYTES)
+        if packed:
+            unpackb = msgpack.unpackb
+            raw = [unpackb(b, raw=True) for b in packed]
+        else:
+            entries = e.read_log(after, BATCH_ENTRIES, BATCH_BYTES)
+            if not entries:
+                return None
+            if entries[0][0] != after + 1:
+                raise _Gap(after + 1, entries[0][0] - 1)
+            raw = [[seq, [x for kv in recs for x in kv]] for seq, recs in entries]
+        out = []
+        for seq, flat in raw:
+            mine = []
+            for i in range(0, len(flat), 2):
+                k = flat[i]
+                if lo <= k < hi:
+                    mine.append(k)
+                    mine.append(flat[i + 1])
+            out.append([seq, mine])
+        return out[-1][0], len(out), msgpack.packb(out)
+
     async def _read_acks(self, call: Any, p: PeerState) -> None:
         try:
             async for ack in call:
                 if ack.applied_seq > p.acked_seq:
                     p.acked_seq = ack.applied_seq
+                    if p.parent is not None:
+                        p.parent.acked_seq = min(q.acked_seq for q in p.parent.parts)
                 p.last_ack = time.monotonic()
+                if p.parent is not None:
+                    p.parent.last_ack = p.last_ack
                 p.acked.set()
                 self.m.node.replica_acked()
         finally:

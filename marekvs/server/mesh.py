@@ -28,11 +28,14 @@ connections). A client's command runs where its keys live:
   Blocking reply: the connection's later commands wait, as for WAIT). SCAN is routed by
   its cursor, a partition: the worker owning it scans on, and the cursor it returns at
   the end of its range is the next worker's first partition. SUBSCRIBE and PSUBSCRIBE
-  run where the connection is (PUBLISH reaches every worker); a keyspace notification
-  is fired by the worker that changed the key and posted to the others (``_NOTIFY``)
-  after its commit, and the tick's replies wait until every sibling delivered it
-  (``Mesh.gate``), so subscribers see notifications in the order the commands ran.
-  SHUTDOWN asks the supervisor, which stops every worker;
+  run where the connection is (PUBLISH reaches every worker, and the connection's worker
+  alone relays it to the peers: ``PubSub.fanned``); a keyspace notification is fired by
+  the worker that changed the key and posted to the others (``_NOTIFY``, which also
+  carries a message a peer relayed to one worker) after its commit, and the tick's
+  replies wait until every sibling delivered it (``Mesh.gate``), so subscribers see
+  notifications in the order the commands ran. SHUTDOWN asks the supervisor, which
+  stops every worker. WAIT counts a peer once the log of every worker the client wrote
+  to is acknowledged there (``ShardConnection._wait``);
 - **a unit** (MSET, MGET, MSETNX, DEL, UNLINK, EXISTS, TOUCH, RENAME, RENAMENX, COPY,
   LMOVE, RPOPLPUSH, SMOVE, SUNION, SINTER, SDIFF, SINTERCARD, ZUNION, ZINTER, ZDIFF,
   ZINTERCARD and the STORE forms, ZRANGESTORE, PFCOUNT, PFMERGE, BITOP, LCS,
@@ -181,7 +184,8 @@ def _entry(ctx: Context, ci: int, args: Any) -> list[Any]:
         return [ctx.id, ctx.proto, ci, args, u.name]
     return [ctx.id, ctx.proto, ci, args, None if u.name == _DEFAULT_USER else u.name,
             [t.redirect, t.noloop, t.optin, t.optout, t.caching]]
-_NOTIFY = -2  # ... a keyspace notification to deliver here: [channel, message, number] (an "n" frame at once)
+_NOTIFY = -2  # ... a keyspace notification to deliver here: [channel, message, number], or a message a peer
+# relayed (an SPUBLISH: [channel, message, number, 1]); acknowledged by an "n" frame at once
 _LOCK = -3  # ... lock this worker for the unit in the client id's slot (no reply: a "g" frame later)
 _UNLOCK = -4  # ... the unit is done here
 _SCRIPT = -5  # ... a script body to cache here (EVAL elsewhere: EVALSHA then works on every worker)
@@ -201,9 +205,9 @@ _RECONNECT_S = 0.05
 
 # keyless commands a worker cannot answer for the node yet: they need every worker's state
 _FRONT_REFUSED: frozenset[str] = frozenset()
-# node-wide commands a worker answers alone: WAIT (a multi-worker node has no peers yet, so
-# no replica acknowledges), SWAPDB (one database: its error), SHUTDOWN (the worker asks the
-# supervisor, which stops every worker: Node.shutdown_hook)
+# node-wide commands a worker answers alone: SWAPDB (one database: its error), SHUTDOWN (the
+# worker asks the supervisor, which stops every worker: Node.shutdown_hook); WAIT (queued in
+# MULTI: its EXEC runs it here; otherwise ``ShardConnection._wait``)
 _ALL_HERE = frozenset(("wait", "swapdb", "shutdown"))
 _EVALS = frozenset(("eval", "eval_ro"))
 
@@ -216,6 +220,8 @@ TRANSACTION = object()  # Plan.where's answer for an EXEC whose queue spans work
 WATCH = object()  # ... for a WATCH of keys of other workers (watches live with the key's owner)
 SHARED = object()  # ... for a command writing node records: here, its reply once every worker has them
 BLOCK_ACROSS = object()  # ... for a blocking command whose keys are on several workers
+WAIT_ACROSS = object()  # ... for WAIT: the acks of every worker's log the client wrote to
+_WAIT_POLL_S = 0.01
 _ENDS_WATCH = frozenset(("exec", "discard", "unwatch", "reset"))
 
 
@@ -324,7 +330,7 @@ class Plan:
             j = self.owner[partition_of(args[arg])]
             return None if j == self.index else j
         if kind == _LOCAL:
-            return None
+            return WAIT_ACROSS if cmd.fullname == "wait" and ctx.multi is None else None
         if kind == _TRACK:
             return self._redirect(args)
         if kind == _REFUSE or kind == _FANOUT:
@@ -539,7 +545,12 @@ class Owner(asyncio.Protocol):
             self._block(ctx, self.mesh.plan.commands[ci - _BLOCKING], args)
             return
         if ci >= _FAN:
-            self.replies.append(self._value(self.node.execute(ctx, self.mesh.plan.commands[ci - _FAN], args)))
+            pubsub = self.node.pubsub
+            pubsub.fanned = True  # (a PUBLISH fanned out: the connection's worker relays it to the peers)
+            try:
+                self.replies.append(self._value(self.node.execute(ctx, self.mesh.plan.commands[ci - _FAN], args)))
+            finally:
+                pubsub.fanned = False
             self._deferred(ctx)
             return
         r = self.node.execute(ctx, self.mesh.plan.commands[ci], args)
@@ -621,7 +632,7 @@ class Owner(asyncio.Protocol):
         cid, ci, args = e[0], e[2], e[3]
         mesh = self.mesh
         if ci == _NOTIFY:
-            self.node.pubsub.deliver(args[0], args[1])
+            self.node.pubsub.deliver(args[0], args[1], len(args) > 3)  # (an SPUBLISH a peer relayed)
             self.noted = args[2]
         elif ci == _INVALIDATE:
             self.node.tracking.invalidated(cid, args[0], args[1])
@@ -1355,11 +1366,12 @@ class Mesh:
                 link.post([0, 0, _SCRIPT, body])
 
     def notify(self, channel: bytes, message: bytes, shard: bool) -> None:
-        """A keyspace notification fired here, to the subscribers of the other workers (a
-        worker that is down misses it, as a disconnected subscriber would): sent once this
-        tick is committed (``gate``)."""
+        """A keyspace notification fired here, or a message a peer relayed here (``shard``:
+        an SPUBLISH), to the subscribers of the other workers (a worker that is down misses
+        it, as a disconnected subscriber would): sent once this tick is committed (``gate``)."""
         self.note_seq += 1
-        self.notes.append([0, 0, _NOTIFY, [channel, message, self.note_seq]])
+        self.notes.append([0, 0, _NOTIFY, [channel, message, self.note_seq, 1] if shard
+                           else [channel, message, self.note_seq]])
         self.node.request_tick()
 
     def gate(self, waiting: list[Callable[[bool], None]], committed: bool) -> bool:
@@ -1557,6 +1569,8 @@ class ShardConnection(Connection):
                             r = self._block_at(w.j, r, args)
                         elif w is BLOCK_ACROSS:
                             r = self._block_across(r, args)
+                        elif w is WAIT_ACROSS:
+                            r = self._wait(r, args)
                         elif w is TRANSACTION:
                             r = self._on_mesh(mesh.run_transaction(ctx, self.remote, self.watching))
                         elif w is WATCH:
@@ -1826,6 +1840,50 @@ class ShardConnection(Connection):
                            "workers only")
             replies.append(unpack(got[0]))
         return fan.merge(replies, args)
+
+    def _wait(self, cmd: Command, args: list[bytes]) -> Any:
+        """WAIT numreplicas timeout: the client's writes are in the logs of the workers
+        that ran them (this one's, and those of the siblings holding a proxy of it), each
+        shipped to a peer on links of its own; a peer counts once every one of those
+        logs' acks reached the client's last write there. The count: the lowest of this
+        worker's (WAIT's own handler, on the client's context) and each such sibling's
+        (a ``WAIT 0 0`` on the client's proxy there, which answers at once), asked once
+        this worker's own count reached numreplicas (or its timeout passed), then again
+        every ``_WAIT_POLL_S`` until the lowest reaches it or the timeout passes."""
+        node, ctx, mesh = self.node, self.ctx, self.mesh
+        here = node.execute(ctx, cmd, args)  # this worker's count (it waits for its own acks)
+        if type(here) is not int and type(here) is not Blocking:
+            return here  # the arguments' error
+        need, timeout = int(args[1]), int(args[2])  # (parsed by the handler above)
+        loop = node.loop
+        assert loop is not None
+        number = mesh.plan.number[id(cmd)]
+        deadline = loop.time() + timeout / 1000 if timeout else None
+
+        async def ask(j: int) -> int:
+            link = mesh.links[j]
+            if link is None:
+                return 0  # (a worker restarting: what it wrote is not known to be acknowledged)
+            fut: asyncio.Future[list[bytes] | None] = loop.create_future()
+            link.send([_entry(ctx, number, [b"WAIT", b"0", b"0"])], lambda r, f=fut: f.done() or f.set_result(r))
+            got = await fut
+            if not got or not got[0].startswith(b":"):
+                return 0
+            return int(got[0][1:-2])
+
+        async def waiting() -> int:
+            if type(here) is Blocking:
+                await here.awaitable  # type: ignore[misc]
+            while True:
+                n = node.replication.acked_count(ctx.last_write_seq)
+                for j in sorted(self.remote):
+                    if n <= 0:
+                        break
+                    n = min(n, await ask(j))
+                if n >= need or (deadline is not None and loop.time() >= deadline):
+                    return n
+                await asyncio.sleep(_WAIT_POLL_S)
+        return self._on_mesh(waiting())
 
     def _block_at(self, j: int, cmd: Command, args: list[bytes]) -> Any:
         """A blocking command whose keys are on worker ``j``: it waits there; this

@@ -107,6 +107,15 @@ class SharedRecords(NodeRecords):
         if changed:
             self.node.changes.publish_node(changed)
 
+    def share(self, recs: Records) -> None:
+        """Records a peer's batch or snapshot stored here (replication, a shard worker's
+        ``on_node_records``): to every sibling, without waiting (a sibling down now gathers
+        them when it starts again)."""
+        entry = [[0, 0, RECORDS, [False, recs]]]
+        for link in self.mesh.links:
+            if link is not None:
+                link.send(entry, lambda replies: None)
+
     def received(self, ci: int, args: Any) -> bytes:
         """A sibling's ``RECORDS`` or ``GATHER`` entry: its reply."""
         if ci == GATHER:

@@ -97,6 +97,12 @@ def map_path(root: str) -> str:
     return os.path.join(root, "shards", "map")
 
 
+def port_file(r: PartitionRange) -> str:
+    """The name, in ``data_dir/shards/``, of the file where the worker of ``r`` publishes
+    its own gRPC port and incarnation (``replication/workers.py``); part of the layout."""
+    return f"{r.first}-{r.last}.grpc"
+
+
 def committed(root: str) -> Layout | None:
     """The committed layout of ``root`` (None: a new data directory)."""
     path = map_path(root)
@@ -176,7 +182,7 @@ def _tidy(root: str, layout: Layout | None) -> None:
                      "one process's" if layout else "new")
             shutil.rmtree(base)
         return
-    keep = {os.path.basename(d) for d in layout.dirs} | {"map", CLIENTS_FILE}
+    keep = {os.path.basename(d) for d in layout.dirs} | {port_file(r) for r in layout.ranges} | {"map", CLIENTS_FILE}
     for name in sorted(os.listdir(base)):
         if name not in keep:
             log.info("deleting %s: what a reshard left (not in the shard map)", os.path.join(base, name))

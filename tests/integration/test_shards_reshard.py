@@ -121,7 +121,8 @@ def check(n: Node, want: dict) -> None:
 def layout(data) -> tuple[int, bool, list[str]]:
     got = reshard.committed(str(data))
     assert got is not None
-    names = sorted(n for n in os.listdir(data / "shards") if n != CLIENTS_FILE) if (data / "shards").exists() else []
+    names = (sorted(n for n in os.listdir(data / "shards") if n != CLIENTS_FILE and not n.endswith(".grpc"))
+             if (data / "shards").exists() else [])
     return got.shards, got.single, names
 
 
