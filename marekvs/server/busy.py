@@ -103,8 +103,19 @@ class BusyServer:
         caller = run.caller
         self.serving = [c for c in self.server.connections
                         if c.ctx is not None and c.ctx is not caller and not c.scheduled and not c.paused
-                        and not c.held and not c.ctx.blocked and not c.ctx.closing and not c.tls]
+                        and not c.ctx.blocked and not c.ctx.closing and not c.tls
+                        and (not c.held or self._unheld(c))]
         self.node.loop.call_soon(self._end)  # runs once the script's command returns
+
+    def _unheld(self, conn: "Connection") -> bool:
+        """A connection of a shard worker held by the busy script's unit lock: its waiting
+        commands are answered now, as its next ones will be (BUSY, or run if allowed)."""
+        if not conn.busy_unhold():
+            return False
+        cmds, err = conn.backlog, conn.backlog_err
+        conn.backlog, conn.backlog_err = [], None
+        self._serve(conn, lambda: conn._run(cmds, err))
+        return not conn.ctx.closing
 
     def _end(self) -> None:
         """The script ended: the loop serves everyone again; hand it the new clients."""
@@ -148,10 +159,16 @@ class BusyServer:
         if not data:
             self.serving.remove(conn)  # the loop will see the end of the stream too
             return
+        self._serve(conn, lambda: conn.data_received(data))
+        if conn.ctx.closing and conn in self.serving:
+            self.serving.remove(conn)
+
+    def _serve(self, conn: "Connection", run: Any) -> None:
+        """``run()`` the connection's commands with the busy dispatcher; write the replies."""
         dispatch = conn.dispatch
         conn.dispatch = self.node.scripting.busy_dispatch
         try:
-            conn.data_received(data)
+            run()
         finally:
             conn.dispatch = dispatch
         if conn.out and conn.transport is not None and not conn.transport.is_closing():
@@ -159,7 +176,6 @@ class BusyServer:
             conn.transport.write(b"".join(out))
         if conn.ctx.closing and conn.transport is not None:
             conn.transport.close()
-            self.serving.remove(conn)
 
     # -- clients that connect while the script is busy -------------------------------------
     def _listening_fds(self) -> list[int]:

@@ -293,6 +293,12 @@ class Connection(asyncio.Protocol):
             return True
         return ctx.reply_mode == 1  # still OFF (CLIENT REPLY ON turned it back on: reply)
 
+    def busy_unhold(self) -> bool:
+        """Whether a held connection is served while a script is busy (``server/busy.py``):
+        not one held by CLIENT PAUSE (a shard worker's, held by the busy script's unit lock,
+        is)."""
+        return False
+
     def _resume(self) -> None:
         """The pause ended: run what was held, in order."""
         self.held = False

@@ -160,6 +160,8 @@ _SCRIPT = -5  # ... a script body to cache here (EVAL elsewhere: EVALSHA then wo
 _WATCHED = -6  # ... (under a unit's lock) are the client's watches here still valid? then unwatch
 _UNWATCH = -7  # ... forget the client's watches here (UNWATCH, DISCARD, RESET, an EXEC that ran)
 _UNWAIT = -8  # ... the client's blocking command over several workers ended: its watch here too
+_SCALL = -9  # ... run [command index, argv, frozen time or None, unit] now for the unit holding this worker
+_ESCALATE = -10  # ... a script reached keys of workers it did not declare: lock every worker for its runs
 _FAN = 1 << 16  # ... plus a command's index: a node-wide command, its reply as a value (fanout.py)
 _PART = 1 << 17  # ... plus a command's index: a part of the unit holding this worker (a "u" frame)
 _BLOCKING = 1 << 18  # ... plus a command's index: a blocking command of a client (a "b" frame when it ends)
@@ -172,12 +174,17 @@ _FRONT_REFUSED = frozenset(("client|tracking", "monitor"))
 # supervisor, which stops every worker: Node.shutdown_hook)
 _ALL_HERE = frozenset(("wait", "swapdb", "shutdown"))
 _EVALS = frozenset(("eval", "eval_ro"))
+_RUNNERS = frozenset(("eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "fcall_ro"))
+LOCK_WAIT_S = 2.0  # how long a script waits for the lock of a worker it did not declare
+SYNC_REPLY_S = 60.0  # ... for the reply of a worker locked for it (then: the worker is taken as lost)
 
 # a plan's kinds
-_LOCAL, _KEY, _KEYS, _REFUSE, _EXEC, _SORT, _FANOUT, _SCAN, _RECORD = range(9)
+_LOCAL, _KEY, _KEYS, _REFUSE, _EXEC, _SORT, _FANOUT, _SCAN, _RECORD, _RUNNER = range(10)
 
 
 TRANSACTION = object()  # Plan.where's answer for an EXEC whose queue spans workers
+EVERYWHERE = object()  # ... for an EXEC queueing a node-wide command, a unit of several phases or a script
+SCRIPT = object()  # ... for a script whose declared keys are on several workers (or remembered: every worker)
 WATCH = object()  # ... for a WATCH of keys of other workers (watches live with the key's owner)
 SHARED = object()  # ... for a command writing node records: here, its reply once every worker has them
 BLOCK_ACROSS = object()  # ... for a blocking command whose keys are on several workers
@@ -218,6 +225,14 @@ def part_command(table: Any, name: bytes) -> Command:
     return cmd  # type: ignore[no-any-return]
 
 
+def script_key(name: str, args: list[bytes]) -> bytes:
+    """What a script is remembered by (``Plan.escalated``): its sha, or ``f:`` and its
+    function's name."""
+    if name.startswith("fcall"):
+        return b"f:" + args[1]
+    return args[1].lower() if name.startswith("evalsha") else libs.sha1hex(args[1])
+
+
 def mesh_address(name: str, index: int) -> str:
     """The abstract unix socket worker ``index`` of the node ``name`` accepts siblings on
     (no file: nothing to clean up after a SIGKILL, no path length limit)."""
@@ -247,6 +262,7 @@ class Plan:
         self.number = {id(c): i for i, c in enumerate(self.commands)}
         self.plan: dict[int, tuple[int, Any]] = {}
         self.block_at = [BlockAt(j) for j in range(len(shards))]
+        self.escalated: set[bytes] = set()  # scripts (script_key) that lock every worker (Mesh.route)
         for cmd in table:
             cls = router.class_of(cmd)
             blocking = "blocking" in cmd.flags
@@ -266,6 +282,8 @@ class Plan:
                 p = (_EXEC, None)
             elif cmd.fullname in ("sort", "sort_ro"):
                 p = (_SORT, None)
+            elif cmd.fullname in _RUNNERS:
+                p = (_RUNNER, None)
             elif cls == KEY and not blocking:
                 p = (_KEY, router.route(cmd).pos)
             else:
@@ -291,7 +309,10 @@ class Plan:
             return None if j == self.index else j
         if kind == _EXEC:
             return self._exec(ctx, cmd)
-        if kind == _SORT and any(a.lower() in (b"by", b"get") for a in args[2:]):
+        if kind == _RUNNER:
+            if self.escalated and script_key(cmd.fullname, args) in self.escalated:
+                return SCRIPT
+        elif kind == _SORT and any(a.lower() in (b"by", b"get") for a in args[2:]):
             return unsupported(cmd, "BY and GET read keys of every shard worker")
         shards = self.router.shards_of(cmd, args)
         if not shards and cmd.fullname == "pfmerge" and len(args) == 2:  # (Redis 7.0 finds no key in
@@ -301,6 +322,8 @@ class Plan:
         if cmd.fullname == "watch":  # watches live with the key's owner
             return WATCH
         if len(shards) > 1:
+            if kind == _RUNNER:
+                return SCRIPT
             unit = UNITS.get(cmd.fullname)
             if unit is not None and (not arg or not unit.would_block(args)):
                 return unit
@@ -314,20 +337,79 @@ class Plan:
     def _exec(self, ctx: Context, cmd: Command) -> Any:
         """An EXEC runs here when every queued command would; as a transaction unit
         (``TRANSACTION``: ``Mesh.run_transaction``) when each runs on one worker, some on
-        others; else it is refused (a queued node-wide or multi-worker command)."""
+        others; with every worker locked (``EVERYWHERE``) when one is node-wide, a unit of
+        several phases or a script that does not run here; else it is refused (a command
+        not carried yet)."""
         if ctx.multi_error or not ctx.multi:
             return None  # (EXECABORT, or an empty transaction: here)
-        elsewhere = False
+        elsewhere = everywhere = False
         for c, a in ctx.multi:
             w = self.where(ctx, c, a)
             if w is None:
                 continue
             if type(w) is BlockAt:  # (inside MULTI it does not block: a plain hop)
                 w = w.j
-            if type(w) is not int and not (isinstance(w, Unit) and w.phases == 1):
-                return unsupported(cmd, "a queued command is node-wide or needs several steps across shard workers")
+            if type(w) is int and c.fullname in _RUNNERS:
+                everywhere = True  # (a script runs here, its calls carried: Mesh.route)
+            elif type(w) is Fan or w is SCRIPT or (isinstance(w, Unit) and w.phases > 1):
+                everywhere = True
+            elif type(w) is not int and not isinstance(w, Unit):
+                return unsupported(cmd, "a queued command is not carried across shard workers yet")
             elsewhere = True
-        return TRANSACTION if elsewhere else None
+        return EVERYWHERE if everywhere else TRANSACTION if elsewhere else None
+
+
+class Session:
+    """The workers a script or a transaction running on this worker holds (``Mesh.route``):
+    those locked for its unit up front, and those it locked on its way (a script's keys it
+    did not declare), released when it ends."""
+
+    __slots__ = ("uid", "locked", "taken", "lazy", "strayed")
+
+    def __init__(self, uid: int, locked: set[int], lazy: bool):
+        self.uid, self.locked, self.lazy = uid, locked, lazy
+        self.taken: list[int] = []
+        self.strayed = False  # a script reached a worker it did not declare (Plan.escalated)
+
+
+class SyncLink:
+    """A blocking unix socket to sibling ``j`` for what a script or a transaction running
+    on this worker carries there while it runs: Lua runs synchronously inside this
+    worker's tick, so each ``redis.call`` waits for its reply here (the sibling serves it
+    as any sibling's connection: an ``Owner``)."""
+
+    def __init__(self, address: str):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self.sock.connect(address)
+        except OSError:
+            self.sock.close()
+            raise
+        self.unpacker = msgpack.Unpacker(raw=False)
+
+    def send(self, entries: list[list[Any]]) -> None:
+        self.sock.settimeout(SYNC_REPLY_S)
+        self.sock.sendall(_packb(entries))
+
+    def wait(self, key: str, unit: int, timeout: float) -> Any:
+        """The ``r`` of the next frame ``{key: unit}`` (earlier frames are stale: a grant
+        that came after its wait timed out); raises ``TimeoutError`` or ``OSError``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            for frame in self.unpacker:
+                if type(frame) is dict and frame.get(key) == unit:
+                    return frame["r"]
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError
+            self.sock.settimeout(left)
+            data = self.sock.recv(1 << 16)
+            if not data:
+                raise ConnectionResetError
+            self.unpacker.feed(data)
+
+    def close(self) -> None:
+        self.sock.close()
 
 
 class Link(asyncio.Protocol):
@@ -546,9 +628,30 @@ class Owner(asyncio.Protocol):
         elif ci == _UNLOCK:
             self.locks.discard(cid)
             mesh.release(cid)
+        elif ci == _SCALL:  # a script's (or a transaction's) command, for the unit holding us
+            self.parts.append(self._scall(e) if mesh.holder == args[3] else
+                              self._value(Err("ERR internal error: a unit's part on a shard worker not locked for it")))
+        elif ci == _ESCALATE:
+            mesh.plan.escalated.add(args)
         else:  # _PART: only the holder sends one (it has every lock it needs)
             self.parts.append(self._part(e) if mesh.holder is not None else
                               self._value(Err("ERR internal error: a unit's part on a shard worker not locked for it")))
+
+    def _scall(self, e: list[Any]) -> bytes:
+        """Run a command a script or a transaction on the worker holding this one carries
+        here (``Mesh.route``), in the script's frozen time: its reply, packed."""
+        number, argv, now = e[3][0], e[3][1], e[3][2]
+        ctx = self._proxy(e)
+        ks = self.node.ks
+        wall = ks.now
+        if now is not None:
+            ks.now = lambda: now  # (the script's time snapshot: a key does not expire meanwhile)
+        try:
+            r = self.node.execute(ctx, self.mesh.plan.commands[number], argv)
+        finally:
+            ks.now = wall
+        ctx.deferred = None
+        return self._value(r)
 
     def _part(self, e: list[Any]) -> bytes:
         """Run a part of the unit holding this worker: its reply, packed."""
@@ -647,6 +750,11 @@ class Mesh:
         node.blocking.woke = self.woke
         node.blocking.unblock_rounds = self._unblock_rounds
         self.batching = False
+        # scripts and transactions holding workers, their calls carried synchronously (route)
+        self.session: Session | None = None
+        self.sync: list[SyncLink | None] = [None] * len(shards)
+        node.scripting.route = self.route
+        node.scripting.run_ended = self._script_ended
 
     async def start(self) -> None:
         """Accept siblings, then connect to each (waiting until every one is up)."""
@@ -817,21 +925,28 @@ class Mesh:
                 out[k].setdefault(j, []).append(unpack(v))
         return out
 
-    async def run_transaction(self, ctx: Context, remote: set[int], watching: set[int]) -> Any:
+    async def run_transaction(self, ctx: Context, remote: set[int], watching: set[int],
+                              everywhere: bool = False) -> Any:
         """EXEC of a queue whose commands run on several workers (each on one): lock the
         workers of the queue and this one, in order; then, under the locks, EXEC's own
         checks (WATCH: a client's watches are on this worker), each worker's commands sent
-        at once (in queue order) while this worker's run here, the replies in queue order."""
+        at once (in queue order) while this worker's run here, the replies in queue order.
+        ``everywhere`` (a queued node-wide command, unit of several phases or script):
+        every worker locked, and the commands run one after the other, each where its keys
+        are (``route``: carried synchronously, as a script's calls)."""
         node, plan = self.node, self.plan
         queued = ctx.multi or []
         places: list[Any] = []  # per queued command: None (here), a worker, or a unit's split
-        for c, a in queued:
-            w = plan.where(ctx, c, a)
-            if type(w) is BlockAt:
-                w = w.j
-            places.append(w.split(a, plan.owner, partition_of, ctx) or None if isinstance(w, Unit) else w)
-        workers = sorted({j for p in places if p is not None for j in (p[0] if type(p) is tuple else (p,))}
-                         | {self.index} | watching)
+        if everywhere:
+            workers = list(range(len(self.shards)))
+        else:
+            for c, a in queued:
+                w = plan.where(ctx, c, a)
+                if type(w) is BlockAt:
+                    w = w.j
+                places.append(w.split(a, plan.owner, partition_of, ctx) or None if isinstance(w, Unit) else w)
+            workers = sorted({j for p in places if p is not None for j in (p[0] if type(p) is tuple else (p,))}
+                             | {self.index} | watching)
         uid = self.new_unit()
         locked: list[int] = []
         try:
@@ -854,6 +969,8 @@ class Mesh:
             watching.clear()
             if not valid:
                 return NULL_ARRAY
+            if everywhere:
+                return self._exec_everywhere(ctx, queued, uid, workers, remote)
             replies: list[Any] = [None] * len(queued)
             split: dict[int, dict[int, list[Any]]] = {}  # a unit's replies by worker
             sends: dict[int, list[tuple[int, list[Any]]]] = {}  # per worker: (queue index, entry)
@@ -908,6 +1025,230 @@ class Mesh:
         finally:
             for j in locked:
                 self.unlock(j, uid)
+
+    # -- scripts and transactions that hold workers while they run -------------------------
+    async def run_script(self, ctx: Context, cmd: Command, args: list[bytes]) -> Any:
+        """A script whose declared keys are on several workers (or one remembered for
+        reaching undeclared ones: every worker): lock its workers and this one, in order,
+        then run it here; its calls for keys of other workers are carried there
+        synchronously (``route``)."""
+        if self.plan.escalated and script_key(cmd.fullname, args) in self.plan.escalated:
+            workers = list(range(len(self.shards)))
+        else:
+            workers = sorted(self.plan.router.shards_of(cmd, args) | {self.index})
+        return await self.run_locked(workers, lambda: self.node.execute(ctx, cmd, args))
+
+    async def run_locked(self, workers: list[int], body: Callable[[], Any]) -> Any:
+        """Lock ``workers`` in order (a unit), run ``body()`` with them held (a
+        ``Session``: ``route`` carries its commands), unlock them and what it took on its
+        way; ``body``'s reply (LOADING if a worker is down before it ran)."""
+        uid = self.new_unit()
+        locked: list[int] = []
+        try:
+            for j in workers:
+                if j != self.index and self.links[j] is None:
+                    return self.loading_err[j]
+            for j in workers:
+                if await self.lock(j, uid, []) is None:
+                    return self.loading_err[j]
+                locked.append(j)
+            loop = self.node.loop
+            assert loop is not None
+            ticked: asyncio.Future[bool] = loop.create_future()
+            self.node.after_commit(lambda ok: ticked.done() or ticked.set_result(ok))
+            await ticked  # (the replies of this tick go first: a busy script serves them BUSY then)
+            session = self.session = Session(uid, set(workers), False)
+            try:
+                return body()
+            finally:
+                self.session = None
+                self._release_taken(session)
+        finally:
+            for j in locked:
+                self.unlock(j, uid)
+
+    def route(self, ctx: Context, cmd: Command, argv: list[bytes]) -> Any:
+        """Run an admitted command of a script (the Lua client's ``ctx``) or of a
+        transaction holding workers (``run_transaction``'s EVERYWHERE) where its keys are,
+        synchronously: here, on the worker of its keys (carried there, ``_SCALL``), as a
+        unit's phases, or on every worker (merged as ``fanout`` merges). A worker the
+        running unit does not hold is locked first (``_hold``)."""
+        w = self.plan.where(ctx, cmd, argv)
+        if w is None:
+            return self.node.execute(ctx, cmd, argv)
+        if type(w) is BlockAt:  # (a script's or a transaction's blocking command does not block)
+            w = w.j
+        if type(w) is int:
+            if cmd.fullname in _RUNNERS:  # (a script queued in a transaction: it runs here)
+                return self.node.execute(ctx, cmd, argv)
+            err = self._hold([w])
+            return err if err is not None else self._carry(ctx, w, [(cmd, argv)])[0]
+        if w is SCRIPT:  # (queued in a transaction, which holds every worker)
+            return self.node.execute(ctx, cmd, argv)
+        if type(w) is Fan:
+            every = list(range(len(self.shards)))
+            err = self._hold(every)
+            if err is not None:
+                return err
+            replies = [self.node.execute(ctx, cmd, argv)]
+            for j in every:
+                if j != self.index:
+                    replies.append(self._carry(ctx, j, [(cmd, argv)])[0])
+            for r in replies[1:]:
+                if type(r) is Err and r.startswith("LOADING"):
+                    return r
+            return w.merge(replies, argv)
+        if isinstance(w, Unit):
+            return self._unit_now(ctx, w, cmd, argv)
+        if type(w) is str:
+            return self.node.rejected(ctx, cmd, w)
+        return self.node.rejected(ctx, cmd, unsupported(cmd, "inside a script or a transaction across workers"))
+
+    def _unit_now(self, ctx: Context, unit: Unit, cmd: Command, argv: list[bytes]) -> Any:
+        """A command whose keys are on several workers, its phases run synchronously on
+        the workers the session holds (``_run_batch``'s steps, one unit)."""
+        node = self.node
+        split = unit.split(argv, self.plan.owner, partition_of, ctx)
+        if split is None:  # not the command's arguments: its error, from here
+            return node.execute(ctx, cmd, argv)
+        parts, where = split
+        got: list[Got] = []
+        for phase in range(unit.phases):
+            steps = unit.step(phase, parts, where, got)
+            err = self._hold(sorted(steps))
+            if err is not None:
+                return err
+            out: dict[int, list[Any]] = {}
+            for j, cmds in steps.items():
+                calls = [(part_command(node.table, a[0]), a) for a in cmds]
+                out[j] = [node.execute(ctx, c, a) for c, a in calls] if j == self.index else self._carry(ctx, j, calls)
+            got.append(out)  # type: ignore[arg-type]
+            err = next((v for vs in out.values() for v in vs if type(v) is Err), None)
+            done = err if err is not None else unit.after(phase, parts, where, got)
+            if done is not None or phase == unit.phases - 1:
+                return final(done)
+        return None
+
+    def _hold(self, workers: list[int]) -> Err | None:
+        """Make sure the running session holds ``workers``: a script without one (its
+        keys on this worker, or none) starts one; a worker it does not hold is locked now,
+        waiting at most ``LOCK_WAIT_S`` (another unit may hold it and wait for this
+        worker, which runs the script and answers nobody meanwhile: never a deadlock)."""
+        session = self.session
+        for j in workers:
+            if j == self.index or (session is not None and j in session.locked):
+                continue
+            if session is None:
+                session = self.session = Session(self.new_unit(), set(), True)
+            session.strayed = True
+            err = self._lock_now(j, session.uid)
+            if err is not None:
+                return err
+            session.locked.add(j)
+            session.taken.append(j)
+        return None
+
+    def _sync(self, j: int) -> SyncLink | None:
+        link = self.sync[j]
+        if link is None and self.links[j] is not None:
+            try:
+                link = self.sync[j] = SyncLink(mesh_address(self.name, j))
+            except OSError:
+                return None
+        return link
+
+    def _drop_sync(self, j: int) -> None:
+        link = self.sync[j]
+        self.sync[j] = None
+        if link is not None:
+            link.close()
+
+    def _lock_now(self, j: int, uid: int) -> Err | None:
+        link = self._sync(j)
+        if link is None:
+            return self.loading_err[j]
+        try:
+            link.send([[uid, 0, _LOCK, []]])
+            link.wait("g", uid, LOCK_WAIT_S)
+            return None
+        except TimeoutError:
+            try:
+                link.send([[uid, 0, _UNLOCK, None]])  # (withdrawn: released if granted meanwhile)
+            except OSError:
+                self._drop_sync(j)
+            return Err(errors.OTHER_SHARD_WORKER_BUSY)
+        except OSError:
+            self._drop_sync(j)
+            return self.loading_err[j]
+
+    def _carry(self, ctx: Context, j: int, calls: list[tuple[Command, list[bytes]]]) -> list[Any]:
+        """Run ``calls`` on worker ``j`` (held by the session) for ``ctx``, waiting for
+        their replies (each after ``j`` committed it); in a script, in its frozen time."""
+        session = self.session
+        assert session is not None
+        uid = session.uid
+        now = self.node.ks.now() if self.node.scripting.running is not None else None
+        number = self.plan.number
+        link = self._sync(j)
+        if link is not None:
+            try:
+                link.send([_entry(ctx, _SCALL, [number[id(c)], a, now, uid]) for c, a in calls])
+                return [unpack(v) for v in link.wait("u", uid, SYNC_REPLY_S)]
+            except (OSError, TimeoutError):
+                self._drop_sync(j)
+        err = Err("LOADING a shard worker stopped while running the command: it may have run on some workers only")
+        return [err] * len(calls)
+
+    def _release_taken(self, session: Session) -> None:
+        for j in session.taken:
+            link = self.sync[j]
+            if link is not None:
+                try:
+                    link.send([[session.uid, 0, _UNLOCK, None]])
+                except OSError:
+                    self._drop_sync(j)
+        session.taken = []
+
+    def _script_ended(self, run: Any) -> None:
+        """A script ended: the workers it locked on its way are released; one that reached
+        a worker it did not declare is remembered, on every worker, so that its next runs
+        lock every worker up front (``Plan.where``'s SCRIPT) instead of waiting here."""
+        session = self.session
+        if session is None or not session.strayed:
+            return
+        session.strayed = False
+        key = run.name.lower() if run.eval_mode else b"f:" + run.name
+        if key not in self.plan.escalated:
+            self.plan.escalated.add(key)
+            for link in self.links:
+                if link is not None:
+                    link.post([0, 0, _ESCALATE, key])
+        if session.lazy:
+            self.session = None
+            self._release_taken(session)
+
+    def _exec_everywhere(self, ctx: Context, queued: list[Any], uid: int, workers: list[int],
+                         remote: set[int]) -> list[Any]:
+        """The commands of an EXEC holding every worker, in queue order, each admitted
+        again (as ``node.dispatch`` does for a transaction run here) and run where its
+        keys are (``route``)."""
+        node = self.node
+        remote.update(j for j in workers if j != self.index)
+        session = self.session = Session(uid, set(workers), False)
+        deny, acl_where = ctx.deny_blocking, ctx.acl_context
+        ctx.deny_blocking = True
+        ctx.acl_context = MULTI
+        replies: list[Any] = []
+        try:
+            for _, args in queued:
+                c = node.admit(ctx, args)
+                replies.append(self.route(ctx, c, args) if isinstance(c, Command) else c)
+        finally:
+            ctx.deny_blocking = deny
+            ctx.acl_context = acl_where
+            self.session = None
+            self._release_taken(session)
+        return replies
 
     def _end_multi(self, ctx: Context) -> None:
         ctx.multi = None
@@ -1052,6 +1393,8 @@ class Mesh:
 
     def stop(self) -> None:
         self.stopping = True
+        for j in range(len(self.sync)):
+            self._drop_sync(j)
         for t in list(self.tasks):
             t.cancel()
         if self.server is not None:
@@ -1066,7 +1409,7 @@ class ShardConnection(Connection):
     where ``Plan.where`` says (the module docstring). Its ``_run`` is ``Connection._run``
     with that one branch; a single process keeps using ``Connection`` untouched."""
 
-    __slots__ = ("mesh", "admitted", "remote", "in_mesh", "eof", "watching")
+    __slots__ = ("mesh", "admitted", "remote", "in_mesh", "eof", "watching", "unit_held")
 
     def __init__(self, server: RespServer, mesh: Mesh):
         super().__init__(server)
@@ -1076,6 +1419,7 @@ class ShardConnection(Connection):
         self.in_mesh = False  # a hop, node-wide command or unit of ours is out on the mesh
         self.eof = False  # the client shut its writing side: close once those replies went
         self.watching: set[int] = set()  # the other workers where this client WATCHes keys
+        self.unit_held = False  # its commands wait for a unit holding this worker (Mesh.held)
 
     def eof_received(self) -> bool | None:
         """The client half-closed (``nc -N``): what it sent before still gets its replies,
@@ -1109,10 +1453,25 @@ class ShardConnection(Connection):
                 if link is not None:
                     link.post([self.ctx.id, 0, _DROP, None])
 
+    def busy_unhold(self) -> bool:
+        """A script of this worker became busy (``server/busy.py``) while this connection
+        waited for the unit lock the script holds here: it is served as while any busy
+        script (BUSY, SCRIPT KILL, ...), its waiting commands first."""
+        mesh = self.mesh
+        session = mesh.session
+        if not self.unit_held or session is None or mesh.holder != session.uid:
+            return False
+        self.held = self.unit_held = False
+        return True
+
     def _run(self, cmds: list[list[bytes]], err: str | None) -> None:  # noqa: C901 - Connection._run's shape
         ctx = self.ctx
         node = self.node
         mesh = self.mesh
+        if node.scripting.running is not None and self.dispatch != node.dispatch:  # (a busy script: served
+            # by server/busy.py, BUSY or what is allowed)
+            Connection._run(self, cmds, err)
+            return
         admit, execute, where = node.admit, node.execute, mesh.plan.where
         while cmds:
             ctx.last_active = time.monotonic()
@@ -1129,7 +1488,7 @@ class ShardConnection(Connection):
                     self._end_run(None)  # (the replies before it go now)
                     return
                 if mesh.holder is not None:  # a unit holds this worker: wait for it
-                    self.held = True
+                    self.held = self.unit_held = True
                     self.backlog = cmds[i:]
                     self.backlog_err = err
                     mesh.held.append(self._resume)
@@ -1147,8 +1506,8 @@ class ShardConnection(Connection):
                 else:
                     r = admit(ctx, args)
                 if isinstance(r, Command):
-                    if r.fullname in _EVALS and len(args) > 1:
-                        mesh.share_script(args[1])
+                    if r.fullname in _EVALS and len(args) > 2 and args[2].isdigit() and int(args[2]) <= len(args) - 3:
+                        mesh.share_script(args[1])  # (Redis caches it after numkeys' checks)
                     w = where(ctx, r, args)
                     if self.watching and r.fullname in _ENDS_WATCH:
                         w = self._end_watch(r, w)
@@ -1165,8 +1524,10 @@ class ShardConnection(Connection):
                         r = self._block_at(w.j, r, args)
                     elif w is BLOCK_ACROSS:
                         r = self._block_across(r, args)
-                    elif w is TRANSACTION:
-                        r = self._on_mesh(mesh.run_transaction(ctx, self.remote, self.watching))
+                    elif w is TRANSACTION or w is EVERYWHERE:
+                        r = self._on_mesh(mesh.run_transaction(ctx, self.remote, self.watching, w is EVERYWHERE))
+                    elif w is SCRIPT:
+                        r = self._on_mesh(mesh.run_script(ctx, r, args))
                     elif w is WATCH:
                         r = self._watch(r, args)
                     elif w is SHARED:
@@ -1228,8 +1589,9 @@ class ShardConnection(Connection):
         EXEC that runs checks them under the transaction's locks; otherwise they are
         dropped there (as here)."""
         ctx = self.ctx
-        if cmd.fullname == "exec" and ctx.multi is not None and not ctx.multi_error and (w is None or w is TRANSACTION):
-            return TRANSACTION
+        if cmd.fullname == "exec" and ctx.multi is not None and not ctx.multi_error and (
+                w is None or w is TRANSACTION or w is EVERYWHERE):
+            return w if w is EVERYWHERE else TRANSACTION
         for j in self.watching:
             link = self.mesh.links[j]
             if link is not None:

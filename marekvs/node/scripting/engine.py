@@ -49,6 +49,7 @@ from marekvs.commands import aclrules, errors
 from marekvs.commands.args import parse_ll
 from marekvs.commands.context import LUA, Context
 from marekvs.commands.reply import Err, Simple
+from marekvs.commands.table import Command
 from marekvs.core import envelope as env
 from marekvs.core import funclib
 from marekvs.core import keys as K
@@ -125,6 +126,10 @@ class Scripting:
         # end the process at once (SHUTDOWN NOSAVE while busy)
         self.busy_poll: Callable[[], None] | None = None
         self.hard_exit: Callable[[], None] | None = None
+        # installed by a shard worker's mesh (server/mesh.py): run a script's admitted command
+        # where its keys are (carried to another worker, synchronously), and the end of a run
+        self.route: Callable[[Context, Command, list[bytes]], Any] | None = None
+        self.run_ended: Callable[[ScriptRun], None] | None = None
         self.ctx = Context(node, 0)  # the "Lua client" the script's commands run as
         self.ctx.deny_blocking = True
         self.ctx.acl_context = LUA  # (ACL: each call is checked, denials get the script's texts)
@@ -243,7 +248,13 @@ class Scripting:
             run.dirty = True
         self.in_lua = False
         try:
-            r = node.dispatch(self.ctx, argv)
+            route = self.route
+            if route is None:
+                r = node.dispatch(self.ctx, argv)
+            else:  # (a shard worker: admitted here, run where its keys are)
+                r = node.admit(self.ctx, argv)
+                if isinstance(r, Command):
+                    r = route(self.ctx, r, argv)
             caller = run.caller
             if caller is not None and caller.tracking is not None and cmd.readonly:
                 node.tracking.after_read(caller, cmd, argv)
@@ -414,6 +425,8 @@ class Scripting:
                 vm.after_run()
             if run.dirty:
                 caller.last_write_seq = node.engine.next_seq
+            if self.run_ended is not None:
+                self.run_ended(run)
         return reply
 
     def _error_reply(self, vm: LuaVM, value: Any, name: bytes) -> tuple[Err, bool]:
