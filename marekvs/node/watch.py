@@ -14,7 +14,7 @@ watches a key.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from marekvs.commands.context import Context
 from marekvs.core import keys as K
@@ -26,6 +26,9 @@ class Watches:
     def __init__(self, node: Any):
         self.node = node
         self.keys: dict[bytes, dict[int, Context]] = {}  # user key -> the clients watching it
+        # a shard worker's mesh: a client of another worker whose watch here became dirty
+        # (its worker shows it in CLIENT LIST's flags)
+        self.dirtied: Callable[[Context], None] | None = None
 
     def watch(self, ctx: Context, keys: list[bytes]) -> None:
         ks = self.node.ks
@@ -74,4 +77,6 @@ class Watches:
             clients = watched.get(key)
             if clients:
                 for ctx in clients.values():
+                    if not ctx.watch_dirty and self.dirtied is not None:
+                        self.dirtied(ctx)
                     ctx.watch_dirty = True

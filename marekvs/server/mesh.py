@@ -641,16 +641,26 @@ class Owner(asyncio.Protocol):
         """Run a command a script or a transaction on the worker holding this one carries
         here (``Mesh.route``), in the script's frozen time: its reply, packed."""
         number, argv, now = e[3][0], e[3][1], e[3][2]
-        ctx = self._proxy(e)
-        ks = self.node.ks
-        wall = ks.now
-        if now is not None:
-            ks.now = lambda: now  # (the script's time snapshot: a key does not expire meanwhile)
+        node = self.node
+        cmd = self.mesh.plan.commands[number]
+        if now is None:  # a transaction's command: on the client's proxy
+            ctx = self._proxy(e)
+            r = node.execute(ctx, cmd, argv)
+            ctx.deferred = None
+            return self._value(r)
+        # a script's call: as this worker's Lua client (what handlers refuse from scripts,
+        # XREAD BLOCK, ...), in the script's protocol, as its user, in its time snapshot
+        sctx, ks = node.scripting.ctx, node.ks
+        saved, wall = (sctx.proto, sctx.user), ks.now
+        sctx.proto = e[1]
+        sctx.user = (node.acl.users.get(e[4]) or User(e[4])) if len(e) > 4 else node.acl.default
+        ks.now = lambda: now  # (no key expires meanwhile)
         try:
-            r = self.node.execute(ctx, self.mesh.plan.commands[number], argv)
+            r = node.execute(sctx, cmd, argv)
         finally:
             ks.now = wall
-        ctx.deferred = None
+            sctx.proto, sctx.user = saved
+            sctx.deferred = None
         return self._value(r)
 
     def _part(self, e: list[Any]) -> bytes:
@@ -752,8 +762,11 @@ class Mesh:
         self.batching = False
         # scripts and transactions holding workers, their calls carried synchronously (route)
         self.session: Session | None = None
+        self.scripts: list[tuple[set[int], Callable[[], Any], asyncio.Future[Any]]] = []  # (run_script)
+        self.scripting_batch = False
         self.sync: list[SyncLink | None] = [None] * len(shards)
         node.scripting.route = self.route
+        node.watches.dirtied = self._dirtied
         node.scripting.run_ended = self._script_ended
 
     async def start(self) -> None:
@@ -1033,10 +1046,47 @@ class Mesh:
         then run it here; its calls for keys of other workers are carried there
         synchronously (``route``)."""
         if self.plan.escalated and script_key(cmd.fullname, args) in self.plan.escalated:
-            workers = list(range(len(self.shards)))
+            workers = set(range(len(self.shards)))
         else:
-            workers = sorted(self.plan.router.shards_of(cmd, args) | {self.index})
-        return await self.run_locked(workers, lambda: self.node.execute(ctx, cmd, args))
+            workers = self.plan.router.shards_of(cmd, args) | {self.index}
+        loop = self.node.loop
+        assert loop is not None
+        fut: asyncio.Future[Any] = loop.create_future()
+        self.scripts.append((workers, lambda: self.node.execute(ctx, cmd, args), fut))
+        if not self.scripting_batch:
+            self.scripting_batch = True
+            loop.call_soon(self._next_scripts)
+        return await fut
+
+    def _next_scripts(self) -> None:
+        """Run the scripts waiting (``run_script``) as one batch, like units (``submit``):
+        one lock of each worker for all of them, then each in the order they came."""
+        batch, self.scripts = self.scripts, []
+        if not batch or self.stopping:
+            self.scripting_batch = False
+            return
+        workers = sorted(set().union(*(w for w, _, _ in batch)))
+
+        def run() -> None:
+            for _, body, fut in batch:
+                if not fut.done():
+                    fut.set_result(body())
+
+        async def go() -> None:
+            try:
+                r = await self.run_locked(workers, run)
+                for _, _, fut in batch:  # (a worker down: LOADING, none ran)
+                    fut.done() or fut.set_result(r)
+            except BaseException:
+                for _, _, fut in batch:
+                    fut.done() or fut.set_result(Err("ERR internal error: a script across shard workers failed"))
+                raise
+            finally:
+                self._next_scripts()
+
+        task = asyncio.get_running_loop().create_task(go())
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
 
     async def run_locked(self, workers: list[int], body: Callable[[], Any]) -> Any:
         """Lock ``workers`` in order (a unit), run ``body()`` with them held (a
@@ -1254,6 +1304,7 @@ class Mesh:
         ctx.multi = None
         ctx.multi_error = False
         self.node.watches.unwatch_all(ctx)
+        ctx.watch_dirty = False  # (also when it watched keys of other workers only)
 
     def part_entry(self, ctx: Context, cmd: Command, argv: list[bytes]) -> list[Any]:
         """The entry running ``argv`` for ``ctx`` as a part of the unit holding a worker."""
@@ -1315,6 +1366,11 @@ class Mesh:
         if "w" in frame:
             self._woken(frame["w"], unpack(frame["r"]))
             return
+        if "d" in frame:
+            ctx = self.node.clients.get(frame["d"])
+            if ctx is not None:  # (until its EXEC, DISCARD, UNWATCH or RESET: _end_multi, _end_watch)
+                ctx.watch_dirty = True
+            return
         fut = self.unit_waits.pop((frame["g"] if "g" in frame else frame["u"], j), None)
         if fut is not None and not fut.done():
             fut.set_result(frame["r"])
@@ -1330,6 +1386,16 @@ class Mesh:
         for owner in self.owners:
             if cid in owner.proxies:
                 owner._unit_frame({"w": cid, "r": pack(value)})
+                return
+
+    def _dirtied(self, ctx: Context) -> None:
+        """A key a client of another worker WATCHes here changed: its worker marks it
+        (CLIENT LIST's ``d`` flag; its EXEC asks here anyway, ``_WATCHED``)."""
+        if ctx.id % len(self.shards) == self.index:
+            return
+        for owner in self.owners:
+            if owner.proxies.get(ctx.id) is ctx:
+                owner._unit_frame({"d": ctx.id})
                 return
 
     def _unblock_rounds(self, cid: int, error: bool) -> bool:
@@ -1597,6 +1663,8 @@ class ShardConnection(Connection):
             if link is not None:
                 link.post(_entry(ctx, _UNWATCH, None))
         self.watching.clear()
+        if ctx.watched is None:
+            ctx.watch_dirty = False
         return w
 
     def _shared(self, cmd: Command, args: list[bytes]) -> Any:

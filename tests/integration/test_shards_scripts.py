@@ -79,6 +79,10 @@ CASES = {
         ["EVAL", "return redis.call('GET', KEYS[2])", "3", "A0", "S1"],
         ["EVALSHA", "ffffffffffffffffffffffffffffffffffffffff", "2", "A0", "S1"],
         E("return redis.call('WATCH', KEYS[2])", "2", "A0", "S1"),
+        ["XADD", "X1", "1-1", "f", "v"],
+        E("return redis.pcall('XREAD', 'BLOCK', 0, 'STREAMS', KEYS[2], '$')", "2", "A0", "X1"),
+        E("return redis.call('BLPOP', KEYS[2], 0)", "2", "A0", "B1"),
+        E("return redis.pcall('XREAD', 'COUNT', 1, 'STREAMS', KEYS[2], '0')", "2", "A0", "X1"),
     ],
     "evalsha_and_functions": [
         ["SET", "A0", "10"], ["SET", "B0", "20"],
@@ -395,3 +399,32 @@ def _read(c) -> bytes:
 
 def _resp(*args: bytes) -> bytes:
     return b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(x), x) for x in args)
+
+
+def test_client_list_flags_a_watch_dirtied_on_another_worker(nodes):
+    """A client of worker 0 WATCHing a key of worker 1: a change of the key shows in
+    CLIENT LIST's flags (``xd``, as one process shows it), its EXEC aborts, and its next
+    transaction runs (the mark does not outlive the EXEC)."""
+    sharded, _ = nodes
+    key = keys_on(1, 1, "wd:")[0].encode()
+    c, other = conn_on(sharded.port, 0), conn_on(sharded.port, 1)
+    try:
+        cid = c.call([b"CLIENT", b"ID"])[1:-2]
+        for cmd in ([b"WATCH", key], [b"MULTI"], [b"SET", key, b"mine"]):
+            c.call(cmd)
+
+        def flags() -> bytes:
+            line = next(x for x in other.call([b"CLIENT", b"LIST"]).split(b"\n") if b"id=" + cid + b" " in x)
+            return line.split(b" flags=")[1].split(b" ")[0]
+        assert flags() == b"x"
+        assert other.call([b"SET", key, b"theirs"]) == b"+OK\r\n"
+        deadline = time.monotonic() + DEADLINE
+        while flags() != b"xd":
+            assert time.monotonic() < deadline, flags()
+        assert c.call([b"EXEC"]) == b"*-1\r\n"
+        for cmd in ([b"WATCH", key], [b"MULTI"], [b"SET", key, b"mine"]):
+            c.call(cmd)
+        assert c.call([b"EXEC"]) == b"*1\r\n+OK\r\n" and other.call([b"GET", key]) == b"$4\r\nmine\r\n"
+    finally:
+        c.close()
+        other.close()
