@@ -80,7 +80,8 @@ class BusyServer:
         conns = {c.ctx.fd: c for c in self.serving if c.ctx is not None and not c.ctx.closing and c.ctx.fd >= 0}
         raws = {r.sock.fileno(): r for r in self.raw if not r.closed}
         listeners = self._listening_fds()
-        fds = list(conns) + list(raws) + listeners
+        siblings = sc.busy_fds() if sc.busy_fds is not None else {}  # (a shard worker's mesh)
+        fds = list(conns) + list(raws) + listeners + list(siblings)
         if not fds:
             return
         try:
@@ -92,6 +93,8 @@ class BusyServer:
                 self._serve_connection(conns[fd], fd)
             elif fd in raws:
                 self._serve_raw(raws[fd])
+            elif fd in siblings:
+                siblings[fd]()
             else:
                 self._accept(fd)
         for r in self.raw:
@@ -130,10 +133,8 @@ class BusyServer:
             loop.create_task(self._adopt(r))
 
     async def _adopt(self, r: RawClient) -> None:
-        from marekvs.server.listener import Connection
-
-        try:
-            await self.node.loop.connect_accepted_socket(lambda: Connection(self.server, adopt=r), r.sock)
+        try:  # (a shard worker's connection factory makes ShardConnections)
+            await self.node.loop.connect_accepted_socket(lambda: self.server.connection_factory(r), r.sock)
         except Exception:
             log.exception("handing a client accepted during a busy script to the loop failed")
             self.node.drop_context(r.ctx)
@@ -145,6 +146,8 @@ class BusyServer:
         keeps the store as its last commit left it (a script is all or nothing)."""
         log.warning("SHUTDOWN NOSAVE while a script is busy: exiting without committing the "
                     "running script's writes")
+        if self.node.shutdown_hook is not None:  # a shard worker: its supervisor stops the others
+            self.node.shutdown_hook()
         logging.shutdown()
         os._exit(0)
 

@@ -496,7 +496,7 @@ class RespServer:
         self.tcp_server: asyncio.AbstractServer | None = None
         # a shard worker (process.py) serves ShardConnections (server/mesh.py) on a port its
         # siblings share (SO_REUSEPORT); a single process, Connections on a port of its own
-        self.connection_factory: Callable[[], Connection] = lambda: Connection(self)
+        self.connection_factory: Callable[..., Connection] = lambda adopt=None: Connection(self, adopt)
         self.reuse_port = False
         self.idle_task: asyncio.Task | None = None
         self.connections: set[Connection] = set()

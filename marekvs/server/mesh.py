@@ -111,6 +111,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import select
 import socket
 import time
 from collections import deque
@@ -162,6 +163,7 @@ _UNWATCH = -7  # ... forget the client's watches here (UNWATCH, DISCARD, RESET, 
 _UNWAIT = -8  # ... the client's blocking command over several workers ended: its watch here too
 _SCALL = -9  # ... run [command index, argv, frozen time or None, unit] now for the unit holding this worker
 _ESCALATE = -10  # ... a script reached keys of workers it did not declare: lock every worker for its runs
+_BUSY = -11  # ... [kind or None, worker]: a script of that worker is busy ("eval"/"function"), or no more
 _FAN = 1 << 16  # ... plus a command's index: a node-wide command, its reply as a value (fanout.py)
 _PART = 1 << 17  # ... plus a command's index: a part of the unit holding this worker (a "u" frame)
 _BLOCKING = 1 << 18  # ... plus a command's index: a blocking command of a client (a "b" frame when it ends)
@@ -509,21 +511,27 @@ class Owner(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.unpacker.feed(data)
+        for frame in self.unpacker:
+            if type(frame) is dict:  # the answer of a sibling's busy script (Mesh._forward_busy)
+                self.mesh.busy_answer(frame)
+            else:
+                self._frame(frame)
+        self._emit()
+
+    def _frame(self, frame: list[Any]) -> None:
         mesh = self.mesh
         queue = self.queue
-        for frame in self.unpacker:
-            for e in frame:
-                ci = e[2]
-                if _PART <= ci < _BLOCKING or ci < _DROP:  # a unit's lock, unlock or part, a notification: now
-                    self._now(e)
-                elif queue or mesh.holder is not None:  # (this worker is locked for a unit)
-                    queue.append(e)
-                else:
-                    self._run(e)
-            if self.parts:  # the holder's parts of this frame: their replies in one frame
-                self._unit_frame({"u": mesh.holder, "r": self.parts})
-                self.parts = []
-        self._emit()
+        for e in frame:
+            ci = e[2]
+            if _PART <= ci < _BLOCKING or ci < _DROP:  # a unit's lock, unlock or part, a notification: now
+                self._now(e)
+            elif queue or mesh.holder is not None:  # (this worker is locked for a unit)
+                queue.append(e)
+            else:
+                self._run(e)
+        if self.parts:  # the holder's parts of this frame: their replies in one frame
+            self._unit_frame({"u": mesh.holder, "r": self.parts})
+            self.parts = []
 
     def _run(self, e: list[Any]) -> None:
         cid, proto, ci, args = e[0], e[1], e[2], e[3]
@@ -633,6 +641,11 @@ class Owner(asyncio.Protocol):
                               self._value(Err("ERR internal error: a unit's part on a shard worker not locked for it")))
         elif ci == _ESCALATE:
             mesh.plan.escalated.add(args)
+        elif ci == _BUSY:
+            mesh.busy_by = None if args[0] is None else self
+            self.node.scripting.busy_elsewhere = args[0]
+            if args[0] is None:
+                mesh.busy_over()
         else:  # _PART: only the holder sends one (it has every lock it needs)
             self.parts.append(self._part(e) if mesh.holder is not None else
                               self._value(Err("ERR internal error: a unit's part on a shard worker not locked for it")))
@@ -716,6 +729,10 @@ class Owner(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
+        if self.mesh.busy_by is self:  # (its busy script ended with it)
+            self.mesh.busy_by = None
+            self.node.scripting.busy_elsewhere = None
+            self.mesh.busy_over()
         for cid in self.proxies:
             self.node.blocking.unwatch(cid)
         self.proxies.clear()
@@ -767,6 +784,13 @@ class Mesh:
         self.sync: list[SyncLink | None] = [None] * len(shards)
         node.scripting.route = self.route
         node.watches.dirtied = self._dirtied
+        # the connection of the sibling whose script is busy (its clients get BUSY here too), and
+        # the commands carried to it meanwhile (_forward_busy) by client id
+        self.busy_by: Owner | None = None
+        self.busy_waits: dict[int, asyncio.Future[Any]] = {}
+        node.scripting.busy_notice = self._busy_notice
+        node.scripting.forward_busy = self._forward_busy
+        node.scripting.busy_fds = self._busy_fds
         node.scripting.run_ended = self._script_ended
 
     async def start(self) -> None:
@@ -1259,10 +1283,109 @@ class Mesh:
                     self._drop_sync(j)
         session.taken = []
 
+    # -- a busy script: BUSY on every worker ------------------------------------------------
+    def _busy_notice(self, run: Any) -> None:
+        """A script of this worker became busy (or, ``run`` None, ended busy): told to
+        every sibling over this worker's blocking socket to it, on which the sibling then
+        carries SCRIPT KILL, FUNCTION KILL, FUNCTION STATS and SHUTDOWN here
+        (``_forward_busy``), read by the script's poll (``_busy_fds``) while it runs."""
+        kind = None if run is None else "eval" if run.eval_mode else "function"
+        for j in range(len(self.shards)):
+            if j == self.index:
+                continue
+            link = self._sync(j)
+            if link is None:
+                continue
+            try:
+                if run is None:
+                    self._busy_serve(link)  # (what came before the end: answered as not busy)
+                link.send([[0, 0, _BUSY, [kind]]])
+            except OSError:
+                self._drop_sync(j)
+
+    def _busy_fds(self) -> dict[int, Callable[[], None]]:
+        fds: dict[int, Callable[[], None]] = {}
+        for j, link in enumerate(self.sync):
+            if link is not None:
+                fds[link.sock.fileno()] = lambda j=j, link=link: self._busy_read(j, link)
+        return fds
+
+    def _busy_read(self, j: int, link: SyncLink) -> None:
+        try:
+            self._busy_serve(link)
+        except OSError:
+            self._drop_sync(j)
+
+    def _busy_serve(self, link: SyncLink) -> None:
+        """Answer the commands a sibling carried here for our busy script (``{"busy":
+        entry}`` frames on our blocking socket to it), as our own clients are answered
+        then; other frames there are stale (no call of ours waits on it meanwhile)."""
+        if not select.select([link.sock], [], [], 0)[0]:
+            return
+        data = link.sock.recv(1 << 16)
+        if not data:
+            raise ConnectionResetError
+        link.unpacker.feed(data)
+        node = self.node
+        for frame in link.unpacker:
+            if type(frame) is not dict or "busy" not in frame:
+                continue
+            e = frame["busy"]
+            ctx = Context(node, e[0], addr="shard-worker-proxy")
+            ctx.proto = e[1]
+            if len(e) > 4:
+                ctx.user = node.acl.users.get(e[4]) or User(e[4])
+            scripting = node.scripting
+            r = scripting.busy_dispatch(ctx, e[3]) if scripting.running is not None else node.dispatch(ctx, e[3])
+            link.sock.settimeout(SYNC_REPLY_S)
+            link.sock.sendall(_packb({"k": e[0], "r": Owner._value(r)}))
+
+    def _forward_busy(self, ctx: Context, args: list[bytes]) -> Any:
+        """SCRIPT KILL, FUNCTION KILL, FUNCTION STATS or SHUTDOWN while a sibling's script
+        is busy: carried there and answered as it answers them (SHUTDOWN NOSAVE ends the
+        node: the client gets no reply)."""
+        owner = self.busy_by
+        if owner is None or owner.transport is None:
+            return self.node.dispatch(ctx, args)
+        loop = self.node.loop
+        assert loop is not None
+        fut: asyncio.Future[Any] = loop.create_future()
+        self.busy_waits[ctx.id] = fut
+        owner.transport.write(_packb({"busy": _entry(ctx, 0, args)}))
+
+        async def reply() -> Any:
+            try:
+                got = await asyncio.wait_for(fut, SYNC_REPLY_S)
+            except asyncio.TimeoutError:
+                got = None
+            finally:
+                self.busy_waits.pop(ctx.id, None)
+            if got is not None:
+                return unpack(got)
+            if args[0].lower() == b"shutdown":  # (the node is going: no reply)
+                ctx.closing = True
+                return NO_REPLY
+            return self.node.dispatch(ctx, args)  # (the script ended meanwhile: as if not busy)
+        return Blocking(reply())
+
+    def busy_answer(self, frame: dict[str, Any]) -> None:
+        fut = self.busy_waits.get(frame.get("k", -1))
+        if fut is not None and not fut.done():
+            fut.set_result(frame["r"])
+
+    def busy_over(self) -> None:
+        """The sibling's busy script ended (or the sibling went down): what was carried
+        to it and not answered runs here, as if not busy."""
+        for fut in list(self.busy_waits.values()):
+            if not fut.done():
+                fut.set_result(None)
+
     def _script_ended(self, run: Any) -> None:
         """A script ended: the workers it locked on its way are released; one that reached
         a worker it did not declare is remembered, on every worker, so that its next runs
         lock every worker up front (``Plan.where``'s SCRIPT) instead of waiting here."""
+        if run.busy:
+            self._busy_notice(None)
         session = self.session
         if session is None or not session.strayed:
             return
@@ -1444,6 +1567,7 @@ class Mesh:
         j = link.j
         if self.links[j] is link:
             self.links[j] = None
+        self._drop_sync(j)
         for waits in (self.unit_waits, self.parked):  # our units and blocked clients waiting on it fail
             for key in [k for k in waits if k[1] == j]:
                 fut = waits.pop(key)
@@ -1477,8 +1601,8 @@ class ShardConnection(Connection):
 
     __slots__ = ("mesh", "admitted", "remote", "in_mesh", "eof", "watching", "unit_held")
 
-    def __init__(self, server: RespServer, mesh: Mesh):
-        super().__init__(server)
+    def __init__(self, server: RespServer, mesh: Mesh, adopt: Any = None):
+        super().__init__(server, adopt)
         self.mesh = mesh
         self.admitted: Any = None  # the next backlog command, admitted while gathering a run
         self.remote: set[int] = set()  # siblings holding a proxy context of this client
@@ -1569,6 +1693,8 @@ class ShardConnection(Connection):
                 r = self.admitted
                 if r is not None:
                     self.admitted = None
+                elif mesh.busy_by is not None:  # a sibling's script is busy: BUSY, or what is allowed
+                    r = node.scripting.busy_dispatch(ctx, args)
                 else:
                     r = admit(ctx, args)
                 if isinstance(r, Command):

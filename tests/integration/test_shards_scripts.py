@@ -428,3 +428,29 @@ def test_client_list_flags_a_watch_dirtied_on_another_worker(nodes):
     finally:
         c.close()
         other.close()
+
+
+def test_a_busy_script_is_busy_for_every_worker(nodes):
+    """A busy script without keys on worker 0: a client of worker 1 gets BUSY (its own
+    keys too), and its SCRIPT KILL is carried to worker 0 and ends the script; then both
+    serve again."""
+    sharded, _ = nodes
+    k1 = keys_on(1, 1, "bz:")[0].encode()
+    runner, other = conn_on(sharded.port, 0), conn_on(sharded.port, 1)
+    busy = b"-BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.\r\n"
+    try:
+        assert other.call([b"CONFIG", b"SET", b"busy-reply-threshold", b"50"]) == b"+OK\r\n"
+        runner.sock.sendall(_resp(b"EVAL", b"while true do end", b"0"))
+        deadline = time.monotonic() + DEADLINE
+        while other.call([b"PING"]) != busy:
+            assert time.monotonic() < deadline, "worker 1 never answered BUSY"
+        assert other.call([b"GET", k1]) == busy
+        assert other.call([b"FUNCTION", b"KILL"]).startswith(b"-BUSY")  # (an EVAL runs: SCRIPT KILL it)
+        assert other.call([b"SCRIPT", b"KILL"]) == b"+OK\r\n"
+        assert _read(runner).startswith(b"-ERR Script killed by user with SCRIPT KILL...")
+        assert other.call([b"SET", k1, b"v"]) == b"+OK\r\n" and runner.call([b"GET", k1]) == b"$1\r\nv\r\n"
+        assert other.call([b"SCRIPT", b"KILL"]).startswith(b"-NOTBUSY")
+    finally:
+        other.call([b"CONFIG", b"SET", b"busy-reply-threshold", b"5000"])
+        runner.close()
+        other.close()
