@@ -494,7 +494,7 @@ _STATUS_TEXT[InvalidHll] = INVALID_HLL
 # -- scripting: EVAL, SCRIPT, FUNCTION, FCALL (scripting.py, node/scripting/) ---------------
 NOSCRIPT = "NOSCRIPT No matching script. Please use EVAL."
 # a shard worker (shards > 1) reached a key another worker owns where the router did not see it
-# (a key a command finds in a value: SORT BY/GET patterns in a script; docs/shards.md)
+# (a safety net: the engine's range check; docs/shards.md)
 OTHER_SHARD_WORKER = ("ERR the key is on another shard worker: with shards > 1 a script reaches only the keys "
                       "of the worker of its declared keys")
 # a script reached a key it did not declare on a worker another unit held past the wait (server/mesh.py;

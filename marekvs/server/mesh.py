@@ -52,13 +52,23 @@ connections). A client's command runs where its keys live:
   An EXEC whose queue runs on several workers is a unit too (``Mesh.run_transaction``),
   and so is the EXEC of a client that WATCHes keys of other workers (each worker watches
   its keys on the client's proxy; the EXEC asks each under its lock, ``_WATCHED``);
+- **a script over several workers** (EVAL/EVALSHA/FCALL whose declared keys are on
+  several workers, ``SCRIPT``; or one remembered for reaching keys it did not declare:
+  ``Plan.escalated``, every worker): the connection's worker locks them and itself, as a
+  unit, and runs it; each ``redis.call`` runs where its keys are (``Mesh.route``), carried
+  to a locked worker over a blocking socket of that pair (``SyncLink``, an ``_SCALL``
+  entry: Lua runs synchronously inside this worker's tick), as a unit's phases, or on
+  every worker; a worker a script did not declare is locked on its way (``_hold``, a
+  bounded wait). An EXEC queueing a node-wide command, a unit of several phases or a
+  script locks every worker and runs its queue through the same route (``EVERYWHERE``).
+  A busy script makes every worker answer BUSY (``_BUSY``), and SCRIPT KILL through any
+  worker reaches it (docs/shards.md §3 as built);
 - **refused**: what is not carried across workers yet answers
   ``ERR <command> is not supported with shards > 1 yet`` (``Plan``): the node-wide
   commands ``fanout.MERGES`` does not name (MEMORY STATS, LATENCY, ...), the other
-  commands whose keys are on several workers (SORT ... STORE), scripts whose declared
-  keys are on several workers (EVAL's and FCALL's), an EXEC queueing a node-wide command,
-  a unit of several phases (MSETNX, RENAME, ZUNIONSTORE, ...) or a blocking command
-  across workers, SORT with BY/GET, client tracking and MONITOR.
+  commands whose keys are on several workers (SORT ... STORE), an EXEC queueing a
+  blocking command across workers or a refused command, SORT with BY/GET, client
+  tracking and MONITOR.
 
 **Node records** (ACL SETUSER/DELUSER/LOAD, FUNCTION LOAD/DELETE/FLUSH/RESTORE: the
 router's ``node-record`` class) run on the connection's worker; the users and libraries
