@@ -21,7 +21,7 @@ import hiredis
 import pytest
 
 from tests.helpers import Node
-from tests.integration.test_differential import fresh_pair, normalise
+from tests.integration.test_differential import Conn, fresh_pair, normalise
 from tests.integration.test_shards import keys_on
 from tests.integration.test_shards_multikey import NAMES
 from tests.integration.test_shards_multikey import conn_on as _conn_on
@@ -123,6 +123,11 @@ def _argv(cmd: list[str]) -> list[bytes]:
     return [NAMES.get(w, w).encode("latin-1") for w in cmd]
 
 
+def _flush(c) -> None:
+    for cmd in ([b"FLUSHALL"], [b"SCRIPT", b"FLUSH"], [b"FUNCTION", b"FLUSH"]):
+        assert c.call(cmd) == b"+OK\r\n"
+
+
 @pytest.fixture(scope="module")
 def nodes(tmp_path_factory):
     sharded = Node(tmp_path_factory.mktemp("scripts2") / "data", extra=["--shards", "2"]).start()
@@ -130,11 +135,6 @@ def nodes(tmp_path_factory):
     yield sharded, single
     sharded.stop()
     single.stop()
-
-
-def _flush(c) -> None:
-    for cmd in ([b"FLUSHALL"], [b"SCRIPT", b"FLUSH"], [b"FUNCTION", b"FLUSH"]):
-        assert c.call(cmd) == b"+OK\r\n"
 
 
 @pytest.mark.parametrize("proto,worker", [(2, 0), (3, 1), (3, 0), (2, 1)])
@@ -194,42 +194,30 @@ def test_a_reader_never_sees_half_of_a_script(nodes, declared):
     moves = [0, 0]
     reads = [0]
 
-    def mover(w: int) -> None:
-        c = conn_on(sharded.port, w)
+    def mover(w: int, c: Conn) -> None:
         src, dst = (a, b) if w == 0 else (b, a)
-        try:
-            while not stop.is_set():
-                if declared:
-                    got = c.call([b"EVAL", move % (b"KEYS[1]", b"KEYS[2]"), b"2", src, dst])
-                else:
-                    got = c.call([b"EVAL", move % (b"ARGV[1]", b"ARGV[2]"), b"0", src, dst])
-                if got[:1] != b":":
-                    errors.append(f"script: {got!r}")
-                    return
-                moves[w] += 1
-        except Exception as e:  # noqa: BLE001 - reported by the test
-            errors.append(repr(e))
-        finally:
-            c.close()
+        while not stop.is_set():
+            if declared:
+                got = c.call([b"EVAL", move % (b"KEYS[1]", b"KEYS[2]"), b"2", src, dst])
+            else:
+                got = c.call([b"EVAL", move % (b"ARGV[1]", b"ARGV[2]"), b"0", src, dst])
+            if got[:1] != b":":
+                errors.append(f"script: {got!r}")
+                return
+            moves[w] += 1
 
-    def reader(w: int) -> None:
-        c = conn_on(sharded.port, w)
-        try:
-            while not stop.is_set():
-                x, y = _bulks(c.call([b"MGET", a, b]))
-                total = _int(c.call([b"EVAL", b"return redis.call('GET', KEYS[1]) + redis.call('GET', KEYS[2])",
-                                     b"2", a, b]))
-                if int(x) + int(y) != 1000 or total != 1000:
-                    errors.append(f"half a script seen: {x!r} + {y!r}, {total}")
-                    return
-                reads[0] += 1
-        except Exception as e:  # noqa: BLE001 - reported by the test
-            errors.append(repr(e))
-        finally:
-            c.close()
+    def reader(w: int, c: Conn) -> None:
+        while not stop.is_set():
+            x, y = _bulks(c.call([b"MGET", a, b]))
+            total = _int(c.call([b"EVAL", b"return redis.call('GET', KEYS[1]) + redis.call('GET', KEYS[2])",
+                                 b"2", a, b]))
+            if int(x) + int(y) != 1000 or total != 1000:
+                errors.append(f"half a script seen: {x!r} + {y!r}, {total}")
+                return
+            reads[0] += 1
 
-    threads = [threading.Thread(target=mover, args=(w,)) for w in (0, 1)]
-    threads += [threading.Thread(target=reader, args=(w,)) for w in (0, 1)]
+    threads = [_thread(sharded.port, w, errors, mover) for w in (0, 1)]
+    threads += [_thread(sharded.port, w, errors, reader) for w in (0, 1)]
     for t in threads:
         t.start()
     deadline = time.monotonic() + DEADLINE
@@ -259,40 +247,28 @@ def test_transactions_with_node_wide_commands_are_atomic(nodes):
     errors: list[str] = []
     done = [0, 0]
 
-    def writer(w: int) -> None:
-        c = conn_on(sharded.port, w)
-        try:
-            for _ in range(60):
-                for cmd in ([b"MULTI"], [b"INCR", a], [b"INCR", b], [b"DBSIZE"]):
-                    c.call(cmd)
-                got = c.call([b"EXEC"])
-                parts = got.split(b"\r\n")
-                if parts[0] != b"*3" or parts[1] != parts[2] or parts[3] != b":2":
-                    errors.append(f"EXEC: {got!r}")
-                    return
-                done[w] += 1
-        except Exception as e:  # noqa: BLE001 - reported by the test
-            errors.append(repr(e))
-        finally:
-            c.close()
+    def writer(w: int, c: Conn) -> None:
+        for _ in range(60):
+            for cmd in ([b"MULTI"], [b"INCR", a], [b"INCR", b], [b"DBSIZE"]):
+                c.call(cmd)
+            got = c.call([b"EXEC"])
+            parts = got.split(b"\r\n")
+            if parts[0] != b"*3" or parts[1] != parts[2] or parts[3] != b":2":
+                errors.append(f"EXEC: {got!r}")
+                return
+            done[w] += 1
 
-    def reader(w: int) -> None:
-        c = conn_on(sharded.port, w)
-        try:
-            while not stop.is_set():
-                for cmd in ([b"MULTI"], [b"GET", a], [b"GET", b]):
-                    c.call(cmd)
-                x, y = _bulks(c.call([b"EXEC"]))
-                if x != y:
-                    errors.append(f"half a transaction seen: {x!r} {y!r}")
-                    return
-        except Exception as e:  # noqa: BLE001 - reported by the test
-            errors.append(repr(e))
-        finally:
-            c.close()
+    def reader(w: int, c: Conn) -> None:
+        while not stop.is_set():
+            for cmd in ([b"MULTI"], [b"GET", a], [b"GET", b]):
+                c.call(cmd)
+            x, y = _bulks(c.call([b"EXEC"]))
+            if x != y:
+                errors.append(f"half a transaction seen: {x!r} {y!r}")
+                return
 
-    writers = [threading.Thread(target=writer, args=(w,)) for w in (0, 1)]
-    readers = [threading.Thread(target=reader, args=(w,)) for w in (0, 1)]
+    writers = [_thread(sharded.port, w, errors, writer) for w in (0, 1)]
+    readers = [_thread(sharded.port, w, errors, reader) for w in (0, 1)]
     for t in writers + readers:
         t.start()
     for t in writers:
@@ -348,25 +324,19 @@ def test_scripts_racing_for_undeclared_keys_all_finish(nodes):
     answers: list[bytes] = []
     errors: list[str] = []
 
-    def racer(w: int) -> None:
+    def racer(w: int, c: Conn) -> None:
         mine, theirs = (a, b) if w == 0 else (b, a)
-        c = conn_on(sharded.port, w)
-        try:
-            for i in range(30):
-                if i % 3 == 2:
-                    for cmd in ([b"MULTI"], [b"INCR", a], [b"INCR", b], [b"DBSIZE"]):
-                        c.call(cmd)
-                    got = c.call([b"EXEC"])
-                    if got[:2] != b"*3":
-                        errors.append(f"EXEC: {got!r}")
-                else:
-                    answers.append(c.call([b"EVAL", body, b"1", mine, theirs]))
-        except Exception as e:  # noqa: BLE001 - reported by the test
-            errors.append(repr(e))
-        finally:
-            c.close()
+        for i in range(30):
+            if i % 3 == 2:
+                for cmd in ([b"MULTI"], [b"INCR", a], [b"INCR", b], [b"DBSIZE"]):
+                    c.call(cmd)
+                got = c.call([b"EXEC"])
+                if got[:2] != b"*3":
+                    errors.append(f"EXEC: {got!r}")
+            else:
+                answers.append(c.call([b"EVAL", body, b"1", mine, theirs]))
 
-    threads = [threading.Thread(target=racer, args=(w,)) for w in (0, 1, 0, 1)]
+    threads = [_thread(sharded.port, w, errors, racer) for w in (0, 1, 0, 1)]
     for t in threads:
         t.start()
     for t in threads:
@@ -379,7 +349,21 @@ def test_scripts_racing_for_undeclared_keys_all_finish(nodes):
     setup.close()
 
 
-def conn_on(port: int, worker: int):
+def _thread(port: int, worker: int, errors: list[str], body) -> threading.Thread:
+    """A thread running ``body(worker, connection)`` on a connection of ``worker``; what it
+    raises goes to ``errors``."""
+    def run() -> None:
+        c = conn_on(port, worker)
+        try:
+            body(worker, c)
+        except Exception as e:  # noqa: BLE001 - reported by the test
+            errors.append(repr(e))
+        finally:
+            c.close()
+    return threading.Thread(target=run)
+
+
+def conn_on(port: int, worker: int) -> Conn:
     c = _conn_on(port, worker)
     c.sock.settimeout(DEADLINE)
     return c
