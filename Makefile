@@ -57,13 +57,19 @@ SHARDED_TESTS := tests/integration/test_differential.py tests/integration/test_d
                  tests/integration/test_differential_streams.py tests/integration/test_lists.py \
                  tests/integration/test_bad_input.py tests/integration/test_differential_options.py \
                  tests/integration/test_acl.py tests/integration/test_clients.py tests/integration/test_sort.py \
-                 tests/integration/test_transactions.py tests/integration/test_dump_restore.py
+                 tests/integration/test_transactions.py tests/integration/test_dump_restore.py \
+                 tests/integration/test_scripting.py
+# what differs by design on a node of several shard workers (docs/shards.md §8a): math.random's
+# generator is one per worker; a script's writes carried to another worker are committed there
+# as they run, so SHUTDOWN NOSAVE amid a busy script does not drop them
+SHARDED_DESELECT := --deselect tests/integration/test_scripting.py::test_math_random_is_redis_s_generator \
+  --deselect tests/integration/test_scripting.py::test_a_script_that_wrote_is_unkillable_and_shutdown_nosave_drops_its_writes
 
 test: proto native
 	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile tests; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "no tests collected"; rc=0; fi; \
 	  if [ $$rc -eq 0 ]; then echo "again against nodes of 2 shard workers: $(SHARDED_TESTS)"; \
-	    MAREKVS_TEST_SHARDS=2 $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile $(SHARDED_TESTS); \
+	    MAREKVS_TEST_SHARDS=2 $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile $(SHARDED_DESELECT) $(SHARDED_TESTS); \
 	    rc=$$?; if [ $$rc -eq 5 ]; then rc=0; fi; fi; exit $$rc
 
 laws: proto native

@@ -103,6 +103,19 @@ RATE_LIMITER = (b"local n = redis.call('INCR', KEYS[1]) "
                 b"if n == 1 then redis.call('EXPIRE', KEYS[1], ARGV[2]) end "
                 b"if n > tonumber(ARGV[1]) then return 0 end return 1")
 RATE_LIMITER_SHA = hashlib.sha1(RATE_LIMITER).hexdigest()
+# A transfer between two counters (a script with two declared keys): on a node of two shard
+# workers (--marekvs-arg=--shards=2) evalsha2 names two keys of one worker (a hash tag), and
+# evalsha2x a key of each (docs/shards.md §3: both workers locked, one call carried)
+TRANSFER = b"redis.call('INCRBY', KEYS[1], 1) return redis.call('DECRBY', KEYS[2], 1)"
+TRANSFER_SHA = hashlib.sha1(TRANSFER).hexdigest()
+
+
+def _key_of_worker(worker: int, prefix: str) -> str:
+    """The first ``prefix<n>`` on ``worker`` of a node of two shard workers."""
+    from marekvs.core.partition import ShardMap, partition_of
+
+    owner = ShardMap.even(2).owner
+    return next(f"{prefix}{i}" for i in range(1000) if owner[partition_of(f"{prefix}{i}".encode())] == worker)
 
 # The rows of `make bench`, in order. A data-type family adds its rows here; the default
 # run measures every row (`--tests` picks some).
@@ -149,6 +162,17 @@ WORKLOADS: dict[str, Workload] = {
     "evalsha": Workload(command=("EVALSHA", RATE_LIMITER_SHA, "1", "rl:__rand_int__", "100", "60"),
                         probe=(b"EVAL", RATE_LIMITER, b"1", b"bench:probe:rl", b"100", b"60"),
                         setup=((b"SCRIPT", b"LOAD", RATE_LIMITER),), cleanup=(b"bench:probe:rl",)),
+    "evalsha2": Workload(command=("EVALSHA", TRANSFER_SHA, "2", "bench:tr:{t}a", "bench:tr:{t}b"),
+                         probe=(b"EVAL", TRANSFER, b"2", b"bench:probe:{t}a", b"bench:probe:{t}b"),
+                         setup=((b"SCRIPT", b"LOAD", TRANSFER),),
+                         cleanup=(b"bench:probe:{t}a", b"bench:probe:{t}b")),
+    "evalsha2x": Workload(command=("EVALSHA", TRANSFER_SHA, "2", _key_of_worker(0, "bench:tr:"),
+                                   _key_of_worker(1, "bench:tr:")),
+                          probe=(b"EVAL", TRANSFER, b"2", _key_of_worker(0, "bench:probe:tr").encode(),
+                                 _key_of_worker(1, "bench:probe:tr").encode()),
+                          setup=((b"SCRIPT", b"LOAD", TRANSFER),),
+                          cleanup=(_key_of_worker(0, "bench:probe:tr").encode(),
+                                   _key_of_worker(1, "bench:probe:tr").encode())),
     # transactions: MULTI, three SETs, EXEC, pipelined (its own client, bench/multi_exec.py)
     "multi": Workload(probe=(b"MULTI",), driver="multi_exec.py", weight=4),
     # HyperLogLog: PFADD of one random element (of --keyspace) to one HLL; PFCOUNT of an HLL

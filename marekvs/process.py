@@ -73,7 +73,7 @@ class Process:
         self.metrics_server: asyncio.AbstractServer | None = None
         if worker is not None:
             mesh = self.mesh = Mesh(self.node, ShardMap.even(config.shards), worker.index, worker.mesh)
-            self.resp.connection_factory = lambda: ShardConnection(self.resp, mesh)
+            self.resp.connection_factory = lambda adopt=None: ShardConnection(self.resp, mesh, adopt)
             self.resp.reuse_port = True
             self.node.shutdown_hook = lambda: os.kill(os.getppid(), signal.SIGTERM)  # the supervisor stops them all
             self.node.pid = os.getppid()

@@ -493,10 +493,14 @@ BITFIELD_RO_GET = "ERR BITFIELD_RO only supports the GET subcommand"
 _STATUS_TEXT[InvalidHll] = INVALID_HLL
 # -- scripting: EVAL, SCRIPT, FUNCTION, FCALL (scripting.py, node/scripting/) ---------------
 NOSCRIPT = "NOSCRIPT No matching script. Please use EVAL."
-# a shard worker (shards > 1) reached a key another worker owns: a script runs on the worker of its
-# declared keys and can touch only that worker's keys (docs/shards.md)
+# a shard worker (shards > 1) reached a key another worker owns where the router did not see it
+# (a safety net: the engine's range check; docs/shards.md)
 OTHER_SHARD_WORKER = ("ERR the key is on another shard worker: with shards > 1 a script reaches only the keys "
                       "of the worker of its declared keys")
+# a script reached a key it did not declare on a worker another unit held past the wait (server/mesh.py;
+# its next runs lock every worker up front: docs/shards.md §3)
+OTHER_SHARD_WORKER_BUSY = ("ERR script touched a key outside its declared KEYS on another shard worker while "
+                           "a transaction held it")
 NUMKEYS_NEGATIVE = "ERR Number of keys can't be negative"
 BAD_NUMKEYS = "ERR Bad number of keys provided"
 SCRIPT_RO_WRITE_FLAG = "ERR Can not execute a script with write flag using *_ro command."

@@ -80,7 +80,8 @@ class BusyServer:
         conns = {c.ctx.fd: c for c in self.serving if c.ctx is not None and not c.ctx.closing and c.ctx.fd >= 0}
         raws = {r.sock.fileno(): r for r in self.raw if not r.closed}
         listeners = self._listening_fds()
-        fds = list(conns) + list(raws) + listeners
+        siblings = sc.busy_fds() if sc.busy_fds is not None else {}  # (a shard worker's mesh)
+        fds = list(conns) + list(raws) + listeners + list(siblings)
         if not fds:
             return
         try:
@@ -92,6 +93,8 @@ class BusyServer:
                 self._serve_connection(conns[fd], fd)
             elif fd in raws:
                 self._serve_raw(raws[fd])
+            elif fd in siblings:
+                siblings[fd]()
             else:
                 self._accept(fd)
         for r in self.raw:
@@ -103,8 +106,19 @@ class BusyServer:
         caller = run.caller
         self.serving = [c for c in self.server.connections
                         if c.ctx is not None and c.ctx is not caller and not c.scheduled and not c.paused
-                        and not c.held and not c.ctx.blocked and not c.ctx.closing and not c.tls]
+                        and not c.ctx.blocked and not c.ctx.closing and not c.tls
+                        and (not c.held or self._unheld(c))]
         self.node.loop.call_soon(self._end)  # runs once the script's command returns
+
+    def _unheld(self, conn: "Connection") -> bool:
+        """A connection of a shard worker held by the busy script's unit lock: its waiting
+        commands are answered now, as its next ones will be (BUSY, or run if allowed)."""
+        if not conn.busy_unhold():
+            return False
+        cmds, err = conn.backlog, conn.backlog_err
+        conn.backlog, conn.backlog_err = [], None
+        self._serve(conn, lambda: conn._run(cmds, err))
+        return not conn.ctx.closing
 
     def _end(self) -> None:
         """The script ended: the loop serves everyone again; hand it the new clients."""
@@ -119,10 +133,8 @@ class BusyServer:
             loop.create_task(self._adopt(r))
 
     async def _adopt(self, r: RawClient) -> None:
-        from marekvs.server.listener import Connection
-
-        try:
-            await self.node.loop.connect_accepted_socket(lambda: Connection(self.server, adopt=r), r.sock)
+        try:  # (a shard worker's connection factory makes ShardConnections)
+            await self.node.loop.connect_accepted_socket(lambda: self.server.connection_factory(r), r.sock)
         except Exception:
             log.exception("handing a client accepted during a busy script to the loop failed")
             self.node.drop_context(r.ctx)
@@ -134,6 +146,8 @@ class BusyServer:
         keeps the store as its last commit left it (a script is all or nothing)."""
         log.warning("SHUTDOWN NOSAVE while a script is busy: exiting without committing the "
                     "running script's writes")
+        if self.node.shutdown_hook is not None:  # a shard worker: its supervisor stops the others
+            self.node.shutdown_hook()
         logging.shutdown()
         os._exit(0)
 
@@ -148,10 +162,16 @@ class BusyServer:
         if not data:
             self.serving.remove(conn)  # the loop will see the end of the stream too
             return
+        self._serve(conn, lambda: conn.data_received(data))
+        if conn.ctx.closing and conn in self.serving:
+            self.serving.remove(conn)
+
+    def _serve(self, conn: "Connection", run: Any) -> None:
+        """``run()`` the connection's commands with the busy dispatcher; write the replies."""
         dispatch = conn.dispatch
         conn.dispatch = self.node.scripting.busy_dispatch
         try:
-            conn.data_received(data)
+            run()
         finally:
             conn.dispatch = dispatch
         if conn.out and conn.transport is not None and not conn.transport.is_closing():
@@ -159,7 +179,6 @@ class BusyServer:
             conn.transport.write(b"".join(out))
         if conn.ctx.closing and conn.transport is not None:
             conn.transport.close()
-            self.serving.remove(conn)
 
     # -- clients that connect while the script is busy -------------------------------------
     def _listening_fds(self) -> list[int]:

@@ -303,6 +303,12 @@ class Connection(asyncio.Protocol):
             return True
         return ctx.reply_mode == 1  # still OFF (CLIENT REPLY ON turned it back on: reply)
 
+    def busy_unhold(self) -> bool:
+        """Whether a held connection is served while a script is busy (``server/busy.py``):
+        not one held by CLIENT PAUSE (a shard worker's, held by the busy script's unit lock,
+        is)."""
+        return False
+
     def _resume(self) -> None:
         """The pause ended: run what was held, in order."""
         self.held = False
@@ -500,7 +506,7 @@ class RespServer:
         self.tcp_server: asyncio.AbstractServer | None = None
         # a shard worker (process.py) serves ShardConnections (server/mesh.py) on a port its
         # siblings share (SO_REUSEPORT); a single process, Connections on a port of its own
-        self.connection_factory: Callable[[], Connection] = lambda: Connection(self)
+        self.connection_factory: Callable[..., Connection] = lambda adopt=None: Connection(self, adopt)
         self.reuse_port = False
         self.idle_task: asyncio.Task | None = None
         self.connections: set[Connection] = set()

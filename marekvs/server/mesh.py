@@ -58,13 +58,24 @@ connections). A client's command runs where its keys live:
   An EXEC whose queue runs on several workers is a unit too (``Mesh.run_transaction``),
   and so is the EXEC of a client that WATCHes keys of other workers (each worker watches
   its keys on the client's proxy; the EXEC asks each under its lock, ``_WATCHED``);
+- **a script over several workers** (EVAL/EVALSHA/FCALL whose declared keys are on
+  several workers, ``SCRIPT``; or one remembered for reaching keys it did not declare:
+  ``Plan.escalated``, every worker): the connection's worker locks them and itself, as a
+  unit, and runs it; each ``redis.call`` runs where its keys are (``Mesh.route``), carried
+  to a locked worker over a blocking socket of that pair (``SyncLink``, an ``_SCALL``
+  entry: Lua runs synchronously inside this worker's tick), as a unit's phases, or on
+  every worker; a worker a script did not declare is locked on its way (``_hold``, a
+  bounded wait). An EXEC queueing a script that does not run on one worker locks every
+  worker and runs its queue through the same route (``EVERYWHERE``); node-wide commands
+  and units of several phases in an EXEC run in segments under the EXEC's locks
+  (``Mesh._segment``).
+  A busy script makes every worker answer BUSY (``_BUSY``), and SCRIPT KILL through any
+  worker reaches it (docs/shards.md §3 as built);
 - **refused**: what is not carried across workers yet answers
   ``ERR <command> is not supported with shards > 1 yet`` (``Plan``): the node-wide
   commands ``fanout.MERGES`` does not name (MEMORY STATS, LATENCY, ...), the other
-  commands whose keys are on several workers that no unit carries, scripts whose
-  declared keys are on several workers (EVAL's and FCALL's), an EXEC queueing a
-  node-wide command, a unit of several phases (MSETNX, RENAME, ZUNIONSTORE, SORT with
-  patterns, ...) or a blocking command across workers.
+  commands whose keys are on several workers that no unit carries, an EXEC queueing a
+  blocking command across workers or a command not carried.
 
 **Client tracking** (``node/tracking.py``): a tracking client's entries carry its state
 (``_entry``), so a read carried to another worker registers the client in that worker's
@@ -133,6 +144,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import select
 import socket
 import time
 from collections import deque
@@ -198,6 +210,9 @@ _MONITOR = -11  # ... a MONITOR line for our monitors
 _HAS_CLIENT = 1 << 19  # ... is the client of this id (the args) connected here? (a value)
 _BCAST = _HAS_CLIENT + 1  # ... a BCAST tracking client of the sender began ([prefixes, noloop]) or ended (None)
 _MONITORS = _HAS_CLIENT + 2  # ... the sender (its index in the client id's slot) has monitors (True) or none
+_SCALL = -12  # ... run [command index, argv, frozen time or None, unit] now for the unit holding this worker
+_ESCALATE = -13  # ... a script reached keys of workers it did not declare: lock every worker for its runs
+_BUSY = -14  # ... [kind or None, worker]: a script of that worker is busy ("eval"/"function"), or no more
 _FAN = 1 << 16  # ... plus a command's index: a node-wide command, its reply as a value (fanout.py)
 _PART = 1 << 17  # ... plus a command's index: a part of the unit holding this worker (a "u" frame)
 _BLOCKING = 1 << 18  # ... plus a command's index: a blocking command of a client (a "b" frame when it ends)
@@ -210,13 +225,18 @@ _FRONT_REFUSED: frozenset[str] = frozenset()
 # MULTI: its EXEC runs it here; otherwise ``ShardConnection._wait``)
 _ALL_HERE = frozenset(("wait", "swapdb", "shutdown"))
 _EVALS = frozenset(("eval", "eval_ro"))
+_RUNNERS = frozenset(("eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "fcall_ro"))
+LOCK_WAIT_S = 2.0  # how long a script waits for the lock of a worker it did not declare
+SYNC_REPLY_S = 60.0  # ... for the reply of a worker locked for it (then: the worker is taken as lost)
 
 # a plan's kinds
-_LOCAL, _KEY, _KEYS, _REFUSE, _EXEC, _SORT, _FANOUT, _SCAN, _RECORD, _TRACK = range(10)
+_LOCAL, _KEY, _KEYS, _REFUSE, _EXEC, _SORT, _FANOUT, _SCAN, _RECORD, _TRACK, _RUNNER = range(11)
 
 
 _GONE = object()  # a unit inside a transaction lost a worker
 TRANSACTION = object()  # Plan.where's answer for an EXEC whose queue spans workers
+EVERYWHERE = object()  # ... for an EXEC queueing a node-wide command, a unit of several phases or a script
+SCRIPT = object()  # ... for a script whose declared keys are on several workers (or remembered: every worker)
 WATCH = object()  # ... for a WATCH of keys of other workers (watches live with the key's owner)
 SHARED = object()  # ... for a command writing node records: here, its reply once every worker has them
 BLOCK_ACROSS = object()  # ... for a blocking command whose keys are on several workers
@@ -269,6 +289,14 @@ def part_command(table: Any, name: bytes) -> Command:
     return cmd  # type: ignore[no-any-return]
 
 
+def script_key(name: str, args: list[bytes]) -> bytes:
+    """What a script is remembered by (``Plan.escalated``): its sha, or ``f:`` and its
+    function's name."""
+    if name.startswith("fcall"):
+        return b"f:" + args[1]
+    return args[1].lower() if name.startswith("evalsha") else libs.sha1hex(args[1])
+
+
 def mesh_address(name: str, index: int) -> str:
     """The abstract unix socket worker ``index`` of the node ``name`` accepts siblings on
     (no file: nothing to clean up after a SIGKILL, no path length limit)."""
@@ -298,6 +326,7 @@ class Plan:
         self.number = {id(c): i for i, c in enumerate(self.commands)}
         self.plan: dict[int, tuple[int, Any]] = {}
         self.block_at = [BlockAt(j) for j in range(len(shards))]
+        self.escalated: set[bytes] = set()  # scripts (script_key) that lock every worker (Mesh.route)
         for cmd in table:
             cls = router.class_of(cmd)
             blocking = "blocking" in cmd.flags
@@ -318,6 +347,8 @@ class Plan:
                 p = (_EXEC, None)
             elif cmd.fullname in ("sort", "sort_ro"):
                 p = (_SORT, None)
+            elif cmd.fullname in _RUNNERS:
+                p = (_RUNNER, None)
             elif cls == KEY and not blocking:
                 p = (_KEY, router.route(cmd).pos)
             else:
@@ -345,7 +376,10 @@ class Plan:
             return None if j == self.index else j
         if kind == _EXEC:
             return self._exec(ctx, cmd)
-        if kind == _SORT and any(a.lower() in (b"by", b"get") for a in args[2:]):
+        if kind == _RUNNER:
+            if self.escalated and script_key(cmd.fullname, args) in self.escalated:
+                return SCRIPT
+        elif kind == _SORT and any(a.lower() in (b"by", b"get") for a in args[2:]):
             return UNITS[cmd.fullname]  # (BY and GET patterns may read keys of every worker)
         shards = self.router.shards_of(cmd, args)
         if not shards and cmd.fullname == "pfmerge" and len(args) == 2:  # (Redis 7.0 finds no key in
@@ -355,6 +389,8 @@ class Plan:
         if cmd.fullname == "watch":  # watches live with the key's owner
             return WATCH
         if len(shards) > 1:
+            if kind == _RUNNER:
+                return SCRIPT
             unit = UNITS.get(cmd.fullname)
             if unit is not None and (not arg or not unit.would_block(args)):
                 return unit
@@ -379,22 +415,80 @@ class Plan:
     def _exec(self, ctx: Context, cmd: Command) -> Any:
         """An EXEC runs here when every queued command would; as a transaction unit
         (``TRANSACTION``: ``Mesh.run_transaction``) when some run on other workers (on
-        one, as a unit over several, or node-wide on every worker); else it is refused (a
+        one, as a unit over several, or node-wide on every worker); with every worker locked
+        (``EVERYWHERE``) when one is a script that does not run here; else it is refused (a
         queued command not carried yet, or blocking on keys of several workers)."""
         if ctx.multi_error or not ctx.multi:
             return None  # (EXECABORT, or an empty transaction: here)
-        elsewhere = False
+        elsewhere = everywhere = False
         for c, a in ctx.multi:
             w = self.where(ctx, c, a)
             if w is None or type(w) is AskClient:  # (CLIENT TRACKING: here, as queued)
                 continue
             if type(w) is BlockAt:  # (inside MULTI it does not block: a plain hop)
                 w = w.j
-            if type(w) is not int and type(w) is not Fan and not isinstance(w, Unit):
+            if type(w) is int and c.fullname in _RUNNERS:
+                everywhere = True  # (a script runs here, its calls carried: Mesh.route)
+            elif w is SCRIPT:
+                everywhere = True
+            elif type(w) is not int and type(w) is not Fan and not isinstance(w, Unit):
                 return unsupported(cmd, "a queued command is not carried across shard workers yet, or blocks on "
                                         "keys of several")
             elsewhere = True
-        return TRANSACTION if elsewhere else None
+        return EVERYWHERE if everywhere else TRANSACTION if elsewhere else None
+
+
+class Session:
+    """The workers a script or a transaction running on this worker holds (``Mesh.route``):
+    those locked for its unit up front, and those it locked on its way (a script's keys it
+    did not declare), released when it ends."""
+
+    __slots__ = ("uid", "locked", "taken", "lazy", "strayed")
+
+    def __init__(self, uid: int, locked: set[int], lazy: bool):
+        self.uid, self.locked, self.lazy = uid, locked, lazy
+        self.taken: list[int] = []
+        self.strayed = False  # a script reached a worker it did not declare (Plan.escalated)
+
+
+class SyncLink:
+    """A blocking unix socket to sibling ``j`` for what a script or a transaction running
+    on this worker carries there while it runs: Lua runs synchronously inside this
+    worker's tick, so each ``redis.call`` waits for its reply here (the sibling serves it
+    as any sibling's connection: an ``Owner``)."""
+
+    def __init__(self, address: str):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self.sock.connect(address)
+        except OSError:
+            self.sock.close()
+            raise
+        self.unpacker = msgpack.Unpacker(raw=False)
+
+    def send(self, entries: list[list[Any]]) -> None:
+        self.sock.settimeout(SYNC_REPLY_S)
+        self.sock.sendall(_packb(entries))
+
+    def wait(self, key: str, unit: int, timeout: float) -> Any:
+        """The ``r`` of the next frame ``{key: unit}`` (earlier frames are stale: a grant
+        that came after its wait timed out); raises ``TimeoutError`` or ``OSError``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            for frame in self.unpacker:
+                if type(frame) is dict and frame.get(key) == unit:
+                    return frame["r"]
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError
+            self.sock.settimeout(left)
+            data = self.sock.recv(1 << 16)
+            if not data:
+                raise ConnectionResetError
+            self.unpacker.feed(data)
+
+    def close(self) -> None:
+        self.sock.close()
 
 
 class Link(asyncio.Protocol):
@@ -495,26 +589,32 @@ class Owner(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.unpacker.feed(data)
-        mesh = self.mesh
-        queue = self.queue
         for frame in self.unpacker:
-            for e in frame:
-                ci = e[2]
-                if _PART <= ci < _BLOCKING or ci < _DROP:  # a unit's lock, unlock or part, a notification: now
-                    self._now(e)
-                elif queue or mesh.holder is not None:  # (this worker is locked for a unit)
-                    queue.append(e)
-                else:
-                    self._run(e)
-            if self.parts:  # the holder's parts of this frame: their replies in one frame
-                self._unit_frame({"u": mesh.holder, "r": self.parts})
-                self.parts = []
+            if type(frame) is dict:  # the answer of a sibling's busy script (Mesh._forward_busy)
+                self.mesh.busy_answer(frame)
+            else:
+                self._frame(frame)
         if self.noted:  # acknowledged at once, not after our commit (Mesh.gate: never held)
             if self.transport is not None and not self.transport.is_closing():
                 self.transport.write(_packb({"n": self.noted}))
             self.noted = 0
-        mesh.announced.clear()  # (a client of ours killed from here: nobody waits for that news)
+        self.mesh.announced.clear()  # (a client of ours killed from here: nobody waits for that news)
         self._emit()
+
+    def _frame(self, frame: list[Any]) -> None:
+        mesh = self.mesh
+        queue = self.queue
+        for e in frame:
+            ci = e[2]
+            if _PART <= ci < _BLOCKING or ci < _DROP:  # a unit's lock, unlock or part, a notification: now
+                self._now(e)
+            elif queue or mesh.holder is not None:  # (this worker is locked for a unit)
+                queue.append(e)
+            else:
+                self._run(e)
+        if self.parts:  # the holder's parts of this frame: their replies in one frame
+            self._unit_frame({"u": mesh.holder, "r": self.parts})
+            self.parts = []
 
     def _run(self, e: list[Any]) -> None:
         cid, proto, ci, args = e[0], e[1], e[2], e[3]
@@ -659,9 +759,45 @@ class Owner(asyncio.Protocol):
         elif ci == _UNLOCK:
             self.locks.discard(cid)
             mesh.release(cid)
+        elif ci == _SCALL:  # a script's (or a transaction's) command, for the unit holding us
+            self.parts.append(self._scall(e) if mesh.holder == args[3] else
+                              self._value(Err("ERR internal error: a unit's part on a shard worker not locked for it")))
+        elif ci == _ESCALATE:
+            mesh.plan.escalated.add(args)
+        elif ci == _BUSY:
+            mesh.busy_by = None if args[0] is None else self
+            self.node.scripting.busy_elsewhere = args[0]
+            if args[0] is None:
+                mesh.busy_over()
         else:  # _PART: only the holder sends one (it has every lock it needs)
             self.parts.append(self._part(e) if mesh.holder is not None else
                               self._value(Err("ERR internal error: a unit's part on a shard worker not locked for it")))
+
+    def _scall(self, e: list[Any]) -> bytes:
+        """Run a command a script or a transaction on the worker holding this one carries
+        here (``Mesh.route``), in the script's frozen time: its reply, packed."""
+        number, argv, now = e[3][0], e[3][1], e[3][2]
+        node = self.node
+        cmd = self.mesh.plan.commands[number]
+        if now is None:  # a transaction's command: on the client's proxy
+            ctx = self._proxy(e)
+            r = node.execute(ctx, cmd, argv)
+            ctx.deferred = None
+            return self._value(r)
+        # a script's call: as this worker's Lua client (what handlers refuse from scripts,
+        # XREAD BLOCK, ...), in the script's protocol, as its user, in its time snapshot
+        sctx, ks = node.scripting.ctx, node.ks
+        saved, wall = (sctx.proto, sctx.user), ks.now
+        sctx.proto = e[1]
+        sctx.user = (node.acl.users.get(e[4]) or User(e[4])) if len(e) > 4 else node.acl.default
+        ks.now = lambda: now  # (no key expires meanwhile)
+        try:
+            r = node.execute(sctx, cmd, argv)
+        finally:
+            ks.now = wall
+            sctx.proto, sctx.user = saved
+            sctx.deferred = None
+        return self._value(r)
 
     def _part(self, e: list[Any]) -> bytes:
         """Run a part of the unit holding this worker: its reply, packed."""
@@ -716,6 +852,10 @@ class Owner(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
+        if self.mesh.busy_by is self:  # (its busy script ended with it)
+            self.mesh.busy_by = None
+            self.node.scripting.busy_elsewhere = None
+            self.mesh.busy_over()
         for cid in self.proxies:
             self.node.blocking.unwatch(cid)
         self.proxies.clear()
@@ -780,6 +920,20 @@ class Mesh:
         self.watchers: dict[int, set[int]] = {}  # client id -> the workers where it watches keys
         node.monitor_siblings = self._monitor_line
         self.batching = False
+        # scripts and transactions holding workers, their calls carried synchronously (route)
+        self.session: Session | None = None
+        self.scripts: list[tuple[set[int], Callable[[], Any], asyncio.Future[Any]]] = []  # (run_script)
+        self.scripting_batch = False
+        self.sync: list[SyncLink | None] = [None] * len(shards)
+        node.scripting.route = self.route
+        # the connection of the sibling whose script is busy (its clients get BUSY here too), and
+        # the commands carried to it meanwhile (_forward_busy) by client id
+        self.busy_by: Owner | None = None
+        self.busy_waits: dict[int, asyncio.Future[Any]] = {}
+        node.scripting.busy_notice = self._busy_notice
+        node.scripting.forward_busy = self._forward_busy
+        node.scripting.busy_fds = self._busy_fds
+        node.scripting.run_ended = self._script_ended
 
     async def start(self) -> None:
         """Accept siblings, then connect to each (waiting until every one is up)."""
@@ -980,27 +1134,34 @@ class Mesh:
                 out[k].setdefault(j, []).append(unpack(v))
         return out
 
-    async def run_transaction(self, ctx: Context, remote: set[int], watching: set[int]) -> Any:
+    async def run_transaction(self, ctx: Context, remote: set[int], watching: set[int],
+                              everywhere: bool = False) -> Any:
         """EXEC of a queue whose commands run on several workers (each on one): lock the
         workers of the queue and this one, in order; then, under the locks, EXEC's own
         checks (WATCH: a client's watches are on this worker), each worker's commands sent
-        at once (in queue order) while this worker's run here, the replies in queue order."""
+        at once (in queue order) while this worker's run here, the replies in queue order.
+        ``everywhere`` (a queued node-wide command, unit of several phases or script):
+        every worker locked, and the commands run one after the other, each where its keys
+        are (``route``: carried synchronously, as a script's calls)."""
         node, plan = self.node, self.plan
         queued = ctx.multi or []
         places: list[Any] = []  # per queued command: None (here), a worker, or a unit's split
         units: list[Any] = []  # ... and its unit (or None)
-        for c, a in queued:
-            w = plan.where(ctx, c, a)
-            if type(w) is BlockAt:
-                w = w.j
-            elif type(w) is AskClient:
-                w = None
-            places.append(w.split(a, plan.owner, partition_of, ctx) or None if isinstance(w, Unit) else w)
-            units.append(w if isinstance(w, Unit) else None)
-        every = range(len(self.shards))
-        workers = sorted({j for p in places if p is not None
-                          for j in (p[0] if type(p) is tuple else every if type(p) is Fan else (p,))}
-                         | {self.index} | watching)
+        if everywhere:
+            workers = list(range(len(self.shards)))
+        else:
+            for c, a in queued:
+                w = plan.where(ctx, c, a)
+                if type(w) is BlockAt:
+                    w = w.j
+                elif type(w) is AskClient:
+                    w = None
+                places.append(w.split(a, plan.owner, partition_of, ctx) or None if isinstance(w, Unit) else w)
+                units.append(w if isinstance(w, Unit) else None)
+            every = range(len(self.shards))
+            workers = sorted({j for p in places if p is not None
+                              for j in (p[0] if type(p) is tuple else every if type(p) is Fan else (p,))}
+                             | {self.index} | watching)
         uid = self.new_unit()
         locked: list[int] = []
         try:
@@ -1023,6 +1184,8 @@ class Mesh:
             watching.clear()
             if not valid:
                 return NULL_ARRAY
+            if everywhere:
+                return self._exec_everywhere(ctx, queued, uid, workers, remote)
             replies: list[Any] = [None] * len(queued)
             segment: list[int] = []  # queue indices run at once (each on one worker, or a one-phase unit)
             gone = Err("LOADING a shard worker stopped while running the transaction: it may have run on some "
@@ -1173,10 +1336,371 @@ class Mesh:
         finally:
             ctx.acl_context = where
 
+    # -- scripts and transactions that hold workers while they run -------------------------
+    async def run_script(self, ctx: Context, cmd: Command, args: list[bytes]) -> Any:
+        """A script whose declared keys are on several workers (or one remembered for
+        reaching undeclared ones: every worker): lock its workers and this one, in order,
+        then run it here; its calls for keys of other workers are carried there
+        synchronously (``route``)."""
+        if self.plan.escalated and script_key(cmd.fullname, args) in self.plan.escalated:
+            workers = set(range(len(self.shards)))
+        else:
+            workers = self.plan.router.shards_of(cmd, args) | {self.index}
+        loop = self.node.loop
+        assert loop is not None
+        fut: asyncio.Future[Any] = loop.create_future()
+        self.scripts.append((workers, lambda: self.node.execute(ctx, cmd, args), fut))
+        if not self.scripting_batch:
+            self.scripting_batch = True
+            loop.call_soon(self._next_scripts)
+        return await fut
+
+    def _next_scripts(self) -> None:
+        """Run the scripts waiting (``run_script``) as one batch, like units (``submit``):
+        one lock of each worker for all of them, then each in the order they came."""
+        batch, self.scripts = self.scripts, []
+        if not batch or self.stopping:
+            self.scripting_batch = False
+            return
+        workers = sorted(set().union(*(w for w, _, _ in batch)))
+
+        def run() -> None:
+            for _, body, fut in batch:
+                if not fut.done():
+                    fut.set_result(body())
+
+        async def go() -> None:
+            try:
+                r = await self.run_locked(workers, run)
+                for _, _, fut in batch:  # (a worker down: LOADING, none ran)
+                    fut.done() or fut.set_result(r)
+            except BaseException:
+                for _, _, fut in batch:
+                    fut.done() or fut.set_result(Err("ERR internal error: a script across shard workers failed"))
+                raise
+            finally:
+                self._next_scripts()
+
+        task = asyncio.get_running_loop().create_task(go())
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def run_locked(self, workers: list[int], body: Callable[[], Any]) -> Any:
+        """Lock ``workers`` in order (a unit), run ``body()`` with them held (a
+        ``Session``: ``route`` carries its commands), unlock them and what it took on its
+        way; ``body``'s reply (LOADING if a worker is down before it ran)."""
+        uid = self.new_unit()
+        locked: list[int] = []
+        try:
+            for j in workers:
+                if j != self.index and self.links[j] is None:
+                    return self.loading_err[j]
+            for j in workers:
+                if await self.lock(j, uid, []) is None:
+                    return self.loading_err[j]
+                locked.append(j)
+            loop = self.node.loop
+            assert loop is not None
+            ticked: asyncio.Future[bool] = loop.create_future()
+            self.node.after_commit(lambda ok: ticked.done() or ticked.set_result(ok))
+            await ticked  # (the replies of this tick go first: a busy script serves them BUSY then)
+            session = self.session = Session(uid, set(workers), False)
+            try:
+                return body()
+            finally:
+                self.session = None
+                self._release_taken(session)
+        finally:
+            for j in locked:
+                self.unlock(j, uid)
+
+    def route(self, ctx: Context, cmd: Command, argv: list[bytes]) -> Any:
+        """Run an admitted command of a script (the Lua client's ``ctx``) or of a
+        transaction holding workers (``run_transaction``'s EVERYWHERE) where its keys are,
+        synchronously: here, on the worker of its keys (carried there, ``_SCALL``), as a
+        unit's phases, or on every worker (merged as ``fanout`` merges). A worker the
+        running unit does not hold is locked first (``_hold``)."""
+        w = self.plan.where(ctx, cmd, argv)
+        if w is None:
+            return self.node.execute(ctx, cmd, argv)
+        if type(w) is BlockAt:  # (a script's or a transaction's blocking command does not block)
+            w = w.j
+        if type(w) is int:
+            if cmd.fullname in _RUNNERS:  # (a script queued in a transaction: it runs here)
+                return self.node.execute(ctx, cmd, argv)
+            err = self._hold([w])
+            return err if err is not None else self._carry(ctx, w, [(cmd, argv)])[0]
+        if w is SCRIPT:  # (queued in a transaction, which holds every worker)
+            return self.node.execute(ctx, cmd, argv)
+        if type(w) is Fan:
+            every = list(range(len(self.shards)))
+            err = self._hold(every)
+            if err is not None:
+                return err
+            replies = [self.node.execute(ctx, cmd, argv)]
+            for j in every:
+                if j != self.index:
+                    replies.append(self._carry(ctx, j, [(cmd, argv)])[0])
+            for r in replies[1:]:
+                if type(r) is Err and r.startswith("LOADING"):
+                    return r
+            return w.merge(replies, argv)
+        if isinstance(w, Unit):
+            return self._unit_now(ctx, w, cmd, argv)
+        if type(w) is str:
+            return self.node.rejected(ctx, cmd, w)
+        return self.node.rejected(ctx, cmd, unsupported(cmd, "inside a script or a transaction across workers"))
+
+    def _unit_now(self, ctx: Context, unit: Unit, cmd: Command, argv: list[bytes]) -> Any:
+        """A command whose keys are on several workers, its phases run synchronously on
+        the workers the session holds (``_run_batch``'s steps, one unit)."""
+        node = self.node
+        split = unit.split(argv, self.plan.owner, partition_of, ctx)
+        if split is None:  # not the command's arguments: its error, from here
+            return node.execute(ctx, cmd, argv)
+        parts, where = split
+        got: list[Got] = []
+        for phase in range(unit.phases):
+            steps = unit.step(phase, parts, where, got)
+            err = self._hold(sorted(steps))
+            if err is not None:
+                return err
+            out: dict[int, list[Any]] = {}
+            for j, cmds in steps.items():
+                calls = [(part_command(node.table, a[0]), a) for a in cmds]
+                out[j] = [node.execute(ctx, c, a) for c, a in calls] if j == self.index else self._carry(ctx, j, calls)
+            got.append(out)  # type: ignore[arg-type]
+            err = next((v for vs in out.values() for v in vs if type(v) is Err), None)
+            done = err if err is not None else unit.after(phase, parts, where, got)
+            if done is not None or phase == unit.phases - 1:
+                return final(done)
+        return None
+
+    def _hold(self, workers: list[int]) -> Err | None:
+        """Make sure the running session holds ``workers``: a script without one (its
+        keys on this worker, or none) starts one; a worker it does not hold is locked now,
+        waiting at most ``LOCK_WAIT_S`` (another unit may hold it and wait for this
+        worker, which runs the script and answers nobody meanwhile: never a deadlock)."""
+        session = self.session
+        for j in workers:
+            if j == self.index or (session is not None and j in session.locked):
+                continue
+            if session is None:
+                session = self.session = Session(self.new_unit(), set(), True)
+            session.strayed = True
+            err = self._lock_now(j, session.uid)
+            if err is not None:
+                return err
+            session.locked.add(j)
+            session.taken.append(j)
+        return None
+
+    def _sync(self, j: int) -> SyncLink | None:
+        link = self.sync[j]
+        if link is None and self.links[j] is not None:
+            try:
+                link = self.sync[j] = SyncLink(mesh_address(self.name, j))
+            except OSError:
+                return None
+        return link
+
+    def _drop_sync(self, j: int) -> None:
+        link = self.sync[j]
+        self.sync[j] = None
+        if link is not None:
+            link.close()
+
+    def _lock_now(self, j: int, uid: int) -> Err | None:
+        link = self._sync(j)
+        if link is None:
+            return self.loading_err[j]
+        try:
+            link.send([[uid, 0, _LOCK, []]])
+            link.wait("g", uid, LOCK_WAIT_S)
+            return None
+        except TimeoutError:
+            try:
+                link.send([[uid, 0, _UNLOCK, None]])  # (withdrawn: released if granted meanwhile)
+            except OSError:
+                self._drop_sync(j)
+            return Err(errors.OTHER_SHARD_WORKER_BUSY)
+        except OSError:
+            self._drop_sync(j)
+            return self.loading_err[j]
+
+    def _carry(self, ctx: Context, j: int, calls: list[tuple[Command, list[bytes]]]) -> list[Any]:
+        """Run ``calls`` on worker ``j`` (held by the session) for ``ctx``, waiting for
+        their replies (each after ``j`` committed it); in a script, in its frozen time."""
+        session = self.session
+        assert session is not None
+        uid = session.uid
+        now = self.node.ks.now() if self.node.scripting.running is not None else None
+        number = self.plan.number
+        link = self._sync(j)
+        if link is not None:
+            try:
+                link.send([_entry(ctx, _SCALL, [number[id(c)], a, now, uid]) for c, a in calls])
+                return [unpack(v) for v in link.wait("u", uid, SYNC_REPLY_S)]
+            except (OSError, TimeoutError):
+                self._drop_sync(j)
+        err = Err("LOADING a shard worker stopped while running the command: it may have run on some workers only")
+        return [err] * len(calls)
+
+    def _release_taken(self, session: Session) -> None:
+        for j in session.taken:
+            link = self.sync[j]
+            if link is not None:
+                try:
+                    link.send([[session.uid, 0, _UNLOCK, None]])
+                except OSError:
+                    self._drop_sync(j)
+        session.taken = []
+
+    # -- a busy script: BUSY on every worker ------------------------------------------------
+    def _busy_notice(self, run: Any) -> None:
+        """A script of this worker became busy (or, ``run`` None, ended busy): told to
+        every sibling over this worker's blocking socket to it, on which the sibling then
+        carries SCRIPT KILL, FUNCTION KILL, FUNCTION STATS and SHUTDOWN here
+        (``_forward_busy``), read by the script's poll (``_busy_fds``) while it runs."""
+        kind = None if run is None else "eval" if run.eval_mode else "function"
+        for j in range(len(self.shards)):
+            if j == self.index:
+                continue
+            link = self._sync(j)
+            if link is None:
+                continue
+            try:
+                if run is None:
+                    self._busy_serve(link)  # (what came before the end: answered as not busy)
+                link.send([[0, 0, _BUSY, [kind]]])
+            except OSError:
+                self._drop_sync(j)
+
+    def _busy_fds(self) -> dict[int, Callable[[], None]]:
+        fds: dict[int, Callable[[], None]] = {}
+        for j, link in enumerate(self.sync):
+            if link is not None:
+                fds[link.sock.fileno()] = lambda j=j, link=link: self._busy_read(j, link)
+        return fds
+
+    def _busy_read(self, j: int, link: SyncLink) -> None:
+        try:
+            self._busy_serve(link)
+        except OSError:
+            self._drop_sync(j)
+
+    def _busy_serve(self, link: SyncLink) -> None:
+        """Answer the commands a sibling carried here for our busy script (``{"busy":
+        entry}`` frames on our blocking socket to it), as our own clients are answered
+        then; other frames there are stale (no call of ours waits on it meanwhile)."""
+        if not select.select([link.sock], [], [], 0)[0]:
+            return
+        data = link.sock.recv(1 << 16)
+        if not data:
+            raise ConnectionResetError
+        link.unpacker.feed(data)
+        node = self.node
+        for frame in link.unpacker:
+            if type(frame) is not dict or "busy" not in frame:
+                continue
+            e = frame["busy"]
+            ctx = Context(node, e[0], addr="shard-worker-proxy")
+            ctx.proto = e[1]
+            if len(e) > 4:
+                ctx.user = node.acl.users.get(e[4]) or User(e[4])
+            scripting = node.scripting
+            r = scripting.busy_dispatch(ctx, e[3]) if scripting.running is not None else node.dispatch(ctx, e[3])
+            link.sock.settimeout(SYNC_REPLY_S)
+            link.sock.sendall(_packb({"k": e[0], "r": Owner._value(r)}))
+
+    def _forward_busy(self, ctx: Context, args: list[bytes]) -> Any:
+        """SCRIPT KILL, FUNCTION KILL, FUNCTION STATS or SHUTDOWN while a sibling's script
+        is busy: carried there and answered as it answers them (SHUTDOWN NOSAVE ends the
+        node: the client gets no reply)."""
+        owner = self.busy_by
+        if owner is None or owner.transport is None:
+            return self.node.dispatch(ctx, args)
+        loop = self.node.loop
+        assert loop is not None
+        fut: asyncio.Future[Any] = loop.create_future()
+        self.busy_waits[ctx.id] = fut
+        owner.transport.write(_packb({"busy": _entry(ctx, 0, args)}))
+
+        async def reply() -> Any:
+            try:
+                got = await asyncio.wait_for(fut, SYNC_REPLY_S)
+            except asyncio.TimeoutError:
+                got = None
+            finally:
+                self.busy_waits.pop(ctx.id, None)
+            if got is not None:
+                return unpack(got)
+            if args[0].lower() == b"shutdown":  # (the node is going: no reply)
+                ctx.closing = True
+                return NO_REPLY
+            return self.node.dispatch(ctx, args)  # (the script ended meanwhile: as if not busy)
+        return Blocking(reply())
+
+    def busy_answer(self, frame: dict[str, Any]) -> None:
+        fut = self.busy_waits.get(frame.get("k", -1))
+        if fut is not None and not fut.done():
+            fut.set_result(frame["r"])
+
+    def busy_over(self) -> None:
+        """The sibling's busy script ended (or the sibling went down): what was carried
+        to it and not answered runs here, as if not busy."""
+        for fut in list(self.busy_waits.values()):
+            if not fut.done():
+                fut.set_result(None)
+
+    def _script_ended(self, run: Any) -> None:
+        """A script ended: the workers it locked on its way are released; one that reached
+        a worker it did not declare is remembered, on every worker, so that its next runs
+        lock every worker up front (``Plan.where``'s SCRIPT) instead of waiting here."""
+        if run.busy:
+            self._busy_notice(None)
+        session = self.session
+        if session is None or not session.strayed:
+            return
+        session.strayed = False
+        key = run.name.lower() if run.eval_mode else b"f:" + run.name
+        if key not in self.plan.escalated:
+            self.plan.escalated.add(key)
+            for link in self.links:
+                if link is not None:
+                    link.post([0, 0, _ESCALATE, key])
+        if session.lazy:
+            self.session = None
+            self._release_taken(session)
+
+    def _exec_everywhere(self, ctx: Context, queued: list[Any], uid: int, workers: list[int],
+                         remote: set[int]) -> list[Any]:
+        """The commands of an EXEC holding every worker, in queue order, each admitted
+        again (as ``node.dispatch`` does for a transaction run here) and run where its
+        keys are (``route``)."""
+        node = self.node
+        remote.update(j for j in workers if j != self.index)
+        session = self.session = Session(uid, set(workers), False)
+        deny, acl_where = ctx.deny_blocking, ctx.acl_context
+        ctx.deny_blocking = True
+        ctx.acl_context = MULTI
+        replies: list[Any] = []
+        try:
+            for _, args in queued:
+                c = node.admit(ctx, args)
+                replies.append(self.route(ctx, c, args) if isinstance(c, Command) else c)
+        finally:
+            ctx.deny_blocking = deny
+            ctx.acl_context = acl_where
+            self.session = None
+            self._release_taken(session)
+        return replies
+
     def _end_multi(self, ctx: Context) -> None:
         ctx.multi = None
         ctx.multi_error = False
         self.node.watches.unwatch_all(ctx)
+        ctx.watch_dirty = False  # (also when it watched keys of other workers only)
 
     def part_entry(self, ctx: Context, cmd: Command, argv: list[bytes]) -> list[Any]:
         """The entry running ``argv`` for ``ctx`` as a part of the unit holding a worker."""
@@ -1431,6 +1955,7 @@ class Mesh:
             del rb[cid]
         if j in self.monitor_workers:
             self.monitors_of(j, False)
+        self._drop_sync(j)
         for waits in (self.unit_waits, self.parked):  # our units and blocked clients waiting on it fail
             for key in [k for k in waits if k[1] == j]:
                 fut = waits.pop(key)
@@ -1446,6 +1971,8 @@ class Mesh:
 
     def stop(self) -> None:
         self.stopping = True
+        for j in range(len(self.sync)):
+            self._drop_sync(j)
         for t in list(self.tasks):
             t.cancel()
         if self.server is not None:
@@ -1460,16 +1987,17 @@ class ShardConnection(Connection):
     where ``Plan.where`` says (the module docstring). Its ``_run`` is ``Connection._run``
     with that one branch; a single process keeps using ``Connection`` untouched."""
 
-    __slots__ = ("mesh", "admitted", "remote", "in_mesh", "eof", "watching")
+    __slots__ = ("mesh", "admitted", "remote", "in_mesh", "eof", "watching", "unit_held")
 
-    def __init__(self, server: RespServer, mesh: Mesh):
-        super().__init__(server)
+    def __init__(self, server: RespServer, mesh: Mesh, adopt: Any = None):
+        super().__init__(server, adopt)
         self.mesh = mesh
         self.admitted: Any = None  # the next backlog command, admitted while gathering a run
         self.remote: set[int] = set()  # siblings holding a proxy context of this client
         self.in_mesh = False  # a hop, node-wide command or unit of ours is out on the mesh
         self.eof = False  # the client shut its writing side: close once those replies went
         self.watching: set[int] = set()  # the other workers where this client WATCHes keys
+        self.unit_held = False  # its commands wait for a unit holding this worker (Mesh.held)
 
     def eof_received(self) -> bool | None:
         """The client half-closed (``nc -N``): what it sent before still gets its replies,
@@ -1505,10 +2033,25 @@ class ShardConnection(Connection):
                 if link is not None:
                     link.post([self.ctx.id, 0, _DROP, None])
 
+    def busy_unhold(self) -> bool:
+        """A script of this worker became busy (``server/busy.py``) while this connection
+        waited for the unit lock the script holds here: it is served as while any busy
+        script (BUSY, SCRIPT KILL, ...), its waiting commands first."""
+        mesh = self.mesh
+        session = mesh.session
+        if not self.unit_held or session is None or mesh.holder != session.uid:
+            return False
+        self.held = self.unit_held = False
+        return True
+
     def _run(self, cmds: list[list[bytes]], err: str | None) -> None:  # noqa: C901 - Connection._run's shape
         ctx = self.ctx
         node = self.node
         mesh = self.mesh
+        if node.scripting.running is not None and self.dispatch != node.dispatch:  # (a busy script: served
+            # by server/busy.py, BUSY or what is allowed)
+            Connection._run(self, cmds, err)
+            return
         admit, execute, where = node.admit, node.execute, mesh.plan.where
         while cmds:
             ctx.last_active = time.monotonic()
@@ -1525,7 +2068,7 @@ class ShardConnection(Connection):
                     self._end_run(None)  # (the replies before it go now)
                     return
                 if mesh.holder is not None:  # a unit holds this worker: wait for it
-                    self.held = True
+                    self.held = self.unit_held = True
                     self.backlog = cmds[i:]
                     self.backlog_err = err
                     mesh.held.append(self._resume)
@@ -1540,11 +2083,13 @@ class ShardConnection(Connection):
                 r = self.admitted
                 if r is not None:
                     self.admitted = None
+                elif mesh.busy_by is not None:  # a sibling's script is busy: BUSY, or what is allowed
+                    r = node.scripting.busy_dispatch(ctx, args)
                 else:
                     r = admit(ctx, args)
                 if isinstance(r, Command):
-                    if r.fullname in _EVALS and len(args) > 1:
-                        mesh.share_script(args[1])
+                    if r.fullname in _EVALS and len(args) > 2 and args[2].isdigit() and int(args[2]) <= len(args) - 3:
+                        mesh.share_script(args[1])  # (Redis caches it after numkeys' checks)
                     w = where(ctx, r, args)
                     if self.watching and r.fullname in _ENDS_WATCH:
                         w = self._end_watch(r, w)
@@ -1571,8 +2116,10 @@ class ShardConnection(Connection):
                             r = self._block_across(r, args)
                         elif w is WAIT_ACROSS:
                             r = self._wait(r, args)
-                        elif w is TRANSACTION:
-                            r = self._on_mesh(mesh.run_transaction(ctx, self.remote, self.watching))
+                        elif w is TRANSACTION or w is EVERYWHERE:
+                            r = self._on_mesh(mesh.run_transaction(ctx, self.remote, self.watching, w is EVERYWHERE))
+                        elif w is SCRIPT:
+                            r = self._on_mesh(mesh.run_script(ctx, r, args))
                         elif w is WATCH:
                             r = self._watch(r, args)
                         else:
@@ -1677,13 +2224,16 @@ class ShardConnection(Connection):
         EXEC that runs checks them under the transaction's locks; otherwise they are
         dropped there (as here)."""
         ctx = self.ctx
-        if cmd.fullname == "exec" and ctx.multi is not None and not ctx.multi_error and (w is None or w is TRANSACTION):
-            return TRANSACTION
+        if cmd.fullname == "exec" and ctx.multi is not None and not ctx.multi_error and (
+                w is None or w is TRANSACTION or w is EVERYWHERE):
+            return w if w is EVERYWHERE else TRANSACTION
         for j in self.watching:
             link = self.mesh.links[j]
             if link is not None:
                 link.post(_entry(ctx, _UNWATCH, None))
         self.watching.clear()
+        if ctx.watched is None:
+            ctx.watch_dirty = False
         return w
 
     def _shared(self, cmd: Command, args: list[bytes]) -> Any:

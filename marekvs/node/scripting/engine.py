@@ -49,6 +49,7 @@ from marekvs.commands import aclrules, errors
 from marekvs.commands.args import parse_ll
 from marekvs.commands.context import LUA, Context
 from marekvs.commands.reply import Err, Simple
+from marekvs.commands.table import Command
 from marekvs.core import envelope as env
 from marekvs.core import funclib
 from marekvs.core import keys as K
@@ -64,6 +65,8 @@ RECURSION_LIMIT = 20_000
 DEFAULT_MAX_MEMORY = 1 << 30  # per interpreter: a runaway script fails instead of exhausting the node
 LOAD_TIMEOUT = 0.5  # FUNCTION LOAD's library code runs for at most this long (Redis's 500 ms)
 _LOG_LEVELS = (logging.DEBUG, logging.DEBUG, logging.INFO, logging.WARNING)
+# what a shard worker carries to the worker whose script is busy (busy_dispatch)
+_FORWARDED_WHILE_BUSY = frozenset(("script|kill", "function|kill", "function|stats", "shutdown"))
 
 
 
@@ -125,6 +128,17 @@ class Scripting:
         # end the process at once (SHUTDOWN NOSAVE while busy)
         self.busy_poll: Callable[[], None] | None = None
         self.hard_exit: Callable[[], None] | None = None
+        # installed by a shard worker's mesh (server/mesh.py): run a script's admitted command
+        # where its keys are (carried to another worker, synchronously), and the end of a run
+        self.route: Callable[[Context, Command, list[bytes]], Any] | None = None
+        self.run_ended: Callable[[ScriptRun], None] | None = None
+        # ... a run of this worker became busy (the siblings answer BUSY meanwhile); a script
+        # of another worker is busy (its kind: "eval"/"function"), and how to carry a
+        # command that must reach it (SCRIPT KILL, FUNCTION KILL, FUNCTION STATS, SHUTDOWN)
+        self.busy_notice: Callable[[ScriptRun], None] | None = None
+        self.busy_elsewhere: str | None = None
+        self.forward_busy: Callable[[Context, list[bytes]], Any] | None = None
+        self.busy_fds: Callable[[], dict[int, Callable[[], None]]] | None = None  # (its siblings' sockets)
         self.ctx = Context(node, 0)  # the "Lua client" the script's commands run as
         self.ctx.deny_blocking = True
         self.ctx.acl_context = LUA  # (ACL: each call is checked, denials get the script's texts)
@@ -168,6 +182,8 @@ class Scripting:
             if threshold <= 0 or (now - run.start) * 1000 < threshold:
                 return None
             run.busy = True
+            if self.busy_notice is not None:
+                self.busy_notice(run)
             log.warning("Slow script detected: still in execution after %d milliseconds. You can try killing "
                         "the script using the %s command. Script name is: %s.", (now - run.start) * 1000,
                         "SCRIPT KILL" if run.eval_mode else "FUNCTION KILL", run.name.decode("latin-1"))
@@ -243,7 +259,13 @@ class Scripting:
             run.dirty = True
         self.in_lua = False
         try:
-            r = node.dispatch(self.ctx, argv)
+            route = self.route
+            if route is None:
+                r = node.dispatch(self.ctx, argv)
+            else:  # (a shard worker: admitted here, run where its keys are)
+                r = node.admit(self.ctx, argv)
+                if isinstance(r, Command):
+                    r = route(self.ctx, r, argv)
             caller = run.caller
             if caller is not None and caller.tracking is not None and cmd.readonly:
                 node.tracking.after_read(caller, cmd, argv)
@@ -414,6 +436,8 @@ class Scripting:
                 vm.after_run()
             if run.dirty:
                 caller.last_write_seq = node.engine.next_seq
+            if self.run_ended is not None:
+                self.run_ended(run)
         return reply
 
     def _error_reply(self, vm: LuaVM, value: Any, name: bytes) -> tuple[Err, bool]:
@@ -554,7 +578,9 @@ class Scripting:
 
     def busy_error(self) -> str:
         run = self.running
-        return errors.BUSY_EVAL if run is None or run.eval_mode else errors.BUSY_FUNCTION
+        if run is None:
+            return errors.BUSY_FUNCTION if self.busy_elsewhere == "function" else errors.BUSY_EVAL
+        return errors.BUSY_EVAL if run.eval_mode else errors.BUSY_FUNCTION
 
     def busy_dispatch(self, ctx: Context, args: list[bytes]) -> Any:
         """A command of another client while a script is busy (processCommand's busy
@@ -574,6 +600,8 @@ class Scripting:
             return node.dispatch(ctx, args)
         if "allow_busy" not in cmd.flags:
             return node.rejected(ctx, cmd, self.busy_error())
+        if self.running is None and self.forward_busy is not None and cmd.fullname in _FORWARDED_WHILE_BUSY:
+            return self.forward_busy(ctx, args)  # (the busy script is another shard worker's)
         if cmd.name == "shutdown" and cmd.parent is None:
             if any(x.lower() == b"nosave" for x in args[1:]) and self.hard_exit is not None:
                 self.hard_exit()
