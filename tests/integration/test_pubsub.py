@@ -295,15 +295,17 @@ def test_redis_py_client_side_cache(tmp_path):
     from redis.cache import CacheConfig
 
     node = Node(tmp_path / "data", extra=["--redis-version", "7.4.0"]).start()
-    cached = redis.Redis(port=node.port, protocol=3, cache_config=CacheConfig())
-    writer = node.client()
-    writer.set("cached-key", "one")
-    assert cached.get("cached-key") == b"one"
-    assert cached.get("cached-key") == b"one"  # (from the cache)
-    writer.set("cached-key", "two")
-    deadline = time.monotonic() + 30
-    while cached.get("cached-key") != b"two" and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert cached.get("cached-key") == b"two"
-    cached.close()
-    node.stop()
+    try:  # (stopped by its pid whatever happens: no server outlives the test)
+        cached = redis.Redis(port=node.port, protocol=3, cache_config=CacheConfig())
+        writer = node.client()
+        writer.set("cached-key", "one")
+        assert cached.get("cached-key") == b"one"
+        assert cached.get("cached-key") == b"one"  # (from the cache)
+        writer.set("cached-key", "two")
+        deadline = time.monotonic() + 30
+        while cached.get("cached-key") != b"two" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert cached.get("cached-key") == b"two"
+        cached.close()
+    finally:
+        node.stop()
