@@ -34,6 +34,21 @@ def shared_node(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def shard_nodes(tmp_path_factory):
+    """A node of two shard workers and a single process beside it, per module (the shard
+    tests compare the two, and redis-server)."""
+    sharded = Node(tmp_path_factory.mktemp("shards2") / "data", extra=["--shards", "2"]).start()
+    try:
+        single = Node(tmp_path_factory.mktemp("shards1") / "data", extra=["--shards", "1"]).start()
+    except BaseException:
+        sharded.stop()
+        raise
+    yield sharded, single
+    sharded.stop()
+    single.stop()
+
+
+@pytest.fixture(scope="module")
 def real_redis(tmp_path_factory):
     """One stock redis-server for a whole module's side-by-side checks."""
     if not RedisServer.available():

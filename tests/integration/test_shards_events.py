@@ -14,7 +14,7 @@ import pytest
 
 from tests.helpers import mb, notifications_seen, sync
 from tests.integration.test_differential import Conn
-from tests.integration.test_shards_multikey import NAMES, conn_on, nodes  # noqa: F401 - the fixture
+from tests.integration.test_shards_multikey import NAMES, conn_on
 
 # each: (setup, commands), names as in test_shards_multikey.NAMES
 SEQUENCES = [
@@ -40,9 +40,9 @@ def _named(text: str) -> bytes:
 @pytest.mark.parametrize("flags", [b"KEA", b"KEAnm", b"Kgm", b"E$"])
 @pytest.mark.parametrize("seq", range(len(SEQUENCES)))
 @pytest.mark.parametrize("client,listener", [(0, 1), (1, 0), (1, 1)])
-def test_notifications_come_in_command_order_with_each_commands_events(nodes, real_redis, seq,  # noqa: F811
+def test_notifications_come_in_command_order_with_each_commands_events(shard_nodes, real_redis, seq,
                                                                          flags, client, listener):
-    sharded, single = nodes
+    sharded, single = shard_nodes
     setup, commands = (_named(x) for x in SEQUENCES[seq])
     seen = []
     for port, pair in ((real_redis.port, None), (single.port, None), (sharded.port, (client, listener))):
@@ -66,8 +66,8 @@ def _hits_misses(conn: Conn, commands: bytes) -> tuple[int, int]:
 
 
 @pytest.mark.parametrize("seq", range(len(SEQUENCES)))
-def test_keyspace_hits_and_misses_of_commands_across_workers_as_redis(nodes, real_redis, seq):  # noqa: F811
-    sharded, _ = nodes
+def test_keyspace_hits_and_misses_of_commands_across_workers_as_redis(shard_nodes, real_redis, seq):
+    sharded, _ = shard_nodes
     setup, commands = (_named(x) for x in SEQUENCES[seq])
     counts = []
     for port in (sharded.port, real_redis.port):

@@ -21,7 +21,6 @@ import threading
 import hiredis
 import pytest
 
-from tests.helpers import Node
 from tests.integration.test_differential import Conn, fresh_pair, normalise
 from tests.integration.test_shards import keys_on
 
@@ -180,19 +179,10 @@ def conn_on(port: int, worker: int, shards: int = 2) -> Conn:
     raise AssertionError(f"no connection landed on worker {worker}")
 
 
-@pytest.fixture(scope="module")
-def nodes(tmp_path_factory):
-    sharded = Node(tmp_path_factory.mktemp("shards2") / "data", extra=["--shards", "2"]).start()
-    single = Node(tmp_path_factory.mktemp("shards1") / "data", extra=["--shards", "1"]).start()
-    yield sharded, single
-    sharded.stop()
-    single.stop()
-
-
 @pytest.mark.parametrize("proto,worker", [(2, 0), (3, 1)])
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_multikey_commands_across_workers_answer_as_one_process_and_redis(nodes, real_redis, case, proto, worker):
-    sharded, single = nodes
+def test_multikey_commands_across_workers_answer_as_one_process_and_redis(shard_nodes, real_redis, case, proto, worker):
+    sharded, single = shard_nodes
     conns = fresh_pair(single.port, real_redis.port, proto)
     mine = conn_on(sharded.port, worker)
     try:
@@ -212,11 +202,11 @@ def test_multikey_commands_across_workers_answer_as_one_process_and_redis(nodes,
             c.close()
 
 
-def test_zunionstore_across_workers_is_atomic_against_transactions(nodes):
+def test_zunionstore_across_workers_is_atomic_against_transactions(shard_nodes):
     """Writers move a member's score in both zsets at once (a transaction across the
     workers); ZUNIONSTORE and ZINTER across them always see both changed or neither:
     every member's two scores are equal, so each summed score is even."""
-    sharded, _ = nodes
+    sharded, _ = shard_nodes
     a, b, d = (NAMES[k].encode() for k in ("A2", "B2", "D0"))
     setup = conn_on(sharded.port, 0)
     setup.call([b"DEL", a, b, d])

@@ -20,7 +20,6 @@ import time
 import hiredis
 import pytest
 
-from tests.helpers import Node
 from tests.integration.test_differential import Conn, fresh_pair, normalise
 from tests.integration.test_shards import keys_on
 from tests.integration.test_shards_multikey import NAMES
@@ -128,20 +127,11 @@ def _flush(c) -> None:
         assert c.call(cmd) == b"+OK\r\n"
 
 
-@pytest.fixture(scope="module")
-def nodes(tmp_path_factory):
-    sharded = Node(tmp_path_factory.mktemp("scripts2") / "data", extra=["--shards", "2"]).start()
-    single = Node(tmp_path_factory.mktemp("scripts1") / "data", extra=["--shards", "1"]).start()
-    yield sharded, single
-    sharded.stop()
-    single.stop()
-
-
 @pytest.mark.parametrize("proto,worker", [(2, 0), (3, 1), (3, 0), (2, 1)])
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_scripts_and_transactions_across_workers_answer_as_one_process_and_redis(nodes, real_redis, case, proto,
+def test_scripts_and_transactions_across_workers_answer_as_one_process_and_redis(shard_nodes, real_redis, case, proto,
                                                                                   worker):
-    sharded, single = nodes
+    sharded, single = shard_nodes
     conns = fresh_pair(single.port, real_redis.port, proto)
     mine = conn_on(sharded.port, worker)
     try:
@@ -173,13 +163,13 @@ def _bulks(reply: bytes) -> list[bytes]:
 
 
 @pytest.mark.parametrize("declared", [True, False])
-def test_a_reader_never_sees_half_of_a_script(nodes, declared):
+def test_a_reader_never_sees_half_of_a_script(shard_nodes, declared):
     """Scripts on both workers move units between a key of each worker, declared or not
     (undeclared: the first run locks the other worker on its way, and the node remembers
     the script, whose later runs lock both workers up front); readers on other
     connections of both workers (MGET across the workers, and a script reading both)
     always see the sum unchanged, and every script answers."""
-    sharded, _ = nodes
+    sharded, _ = shard_nodes
     a, b = keys_on(0, 1, "sum:")[0].encode(), keys_on(1, 1, "sum:")[0].encode()
     setup = conn_on(sharded.port, 0)
     setup.call([b"MSET", a, b"500", b, b"500"])
@@ -234,11 +224,11 @@ def test_a_reader_never_sees_half_of_a_script(nodes, declared):
     setup.close()
 
 
-def test_transactions_with_node_wide_commands_are_atomic(nodes):
+def test_transactions_with_node_wide_commands_are_atomic(shard_nodes):
     """EXECs of `INCR a; INCR b; DBSIZE` (every worker locked) from both workers beside
     readers' `MULTI; GET a; GET b; EXEC`: the readers never see one INCR without the other,
     and every DBSIZE counts both keys."""
-    sharded, _ = nodes
+    sharded, _ = shard_nodes
     a, b = keys_on(0, 1, "tx:")[0].encode(), keys_on(1, 1, "tx:")[0].encode()
     setup = conn_on(sharded.port, 0)
     setup.call([b"FLUSHALL"])
@@ -283,11 +273,11 @@ def test_transactions_with_node_wide_commands_are_atomic(nodes):
     setup.close()
 
 
-def test_a_killed_script_releases_the_workers_it_held(nodes):
+def test_a_killed_script_releases_the_workers_it_held(shard_nodes):
     """A script with keys on both workers spinning (busy): a client of the other worker
     waits (that worker is locked for the script) until SCRIPT KILL, from a client of the
     script's worker, ends it with Redis's error; then both workers serve at once."""
-    sharded, _ = nodes
+    sharded, _ = shard_nodes
     a, b = keys_on(0, 1, "kill:")[0].encode(), keys_on(1, 1, "kill:")[0].encode()
     runner, killer, other = conn_on(sharded.port, 0), conn_on(sharded.port, 0), conn_on(sharded.port, 1)
     try:
@@ -310,12 +300,12 @@ def test_a_killed_script_releases_the_workers_it_held(nodes):
             c.close()
 
 
-def test_scripts_racing_for_undeclared_keys_all_finish(nodes):
+def test_scripts_racing_for_undeclared_keys_all_finish(shard_nodes):
     """Scripts on both workers, each declaring a key of its own worker and reaching a key
     of the other it did not declare, while transactions lock both: each answers, with
     its value or the error that the other worker was held (never a hang); after the
     first runs the node remembers the scripts and they lock both workers up front."""
-    sharded, _ = nodes
+    sharded, _ = shard_nodes
     a, b = keys_on(0, 1, "race:")[0].encode(), keys_on(1, 1, "race:")[0].encode()
     setup = conn_on(sharded.port, 0)
     setup.call([b"MSET", a, b"0", b, b"0"])
@@ -385,11 +375,11 @@ def _resp(*args: bytes) -> bytes:
     return b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(x), x) for x in args)
 
 
-def test_client_list_flags_a_watch_dirtied_on_another_worker(nodes):
+def test_client_list_flags_a_watch_dirtied_on_another_worker(shard_nodes):
     """A client of worker 0 WATCHing a key of worker 1: a change of the key shows in
     CLIENT LIST's flags (``xd``, as one process shows it), its EXEC aborts, and its next
     transaction runs (the mark does not outlive the EXEC)."""
-    sharded, _ = nodes
+    sharded, _ = shard_nodes
     key = keys_on(1, 1, "wd:")[0].encode()
     c, other = conn_on(sharded.port, 0), conn_on(sharded.port, 1)
     try:
@@ -414,11 +404,11 @@ def test_client_list_flags_a_watch_dirtied_on_another_worker(nodes):
         other.close()
 
 
-def test_a_busy_script_is_busy_for_every_worker(nodes):
+def test_a_busy_script_is_busy_for_every_worker(shard_nodes):
     """A busy script without keys on worker 0: a client of worker 1 gets BUSY (its own
     keys too), and its SCRIPT KILL is carried to worker 0 and ends the script; then both
     serve again."""
-    sharded, _ = nodes
+    sharded, _ = shard_nodes
     k1 = keys_on(1, 1, "bz:")[0].encode()
     runner, other = conn_on(sharded.port, 0), conn_on(sharded.port, 1)
     busy = b"-BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.\r\n"
