@@ -30,10 +30,8 @@ import pytest
 
 from tests.integration.test_differential import Conn
 from tests.integration.test_shards import keys_on
-from tests.integration import test_shards_multikey
 from tests.integration.test_shards_multikey import conn_on
 
-nodes = test_shards_multikey.nodes  # the fixture: a node of two workers, and one of one
 DEADLINE = 30.0
 NAMES = {"K0": keys_on(0, 1, "tk")[0], "K1": keys_on(1, 1, "tk")[0], "A0": keys_on(0, 1, "a:")[0],
          "A1": keys_on(1, 1, "a:")[0], "B1": keys_on(1, 1, "b:")[0], "C0": keys_on(0, 1, "c:")[0]}
@@ -199,8 +197,8 @@ def _replay(port: int, spec, steps, want: list[dict[str, list[bytes]]], sharded:
 
 
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))
-def test_tracking_across_workers_answers_as_one_process_and_redis(nodes, real_redis, scenario):
-    sharded, single = nodes
+def test_tracking_across_workers_answers_as_one_process_and_redis(shard_nodes, real_redis, scenario):
+    sharded, single = shard_nodes
     spec, steps = SCENARIOS[scenario]
     want = _reference(real_redis.port, spec, steps)
     assert not _replay(single.port, spec, steps, want, False), "one process differs from redis-server"
@@ -242,8 +240,8 @@ def _monitor_lines(port: int, sharded: bool, monitor_worker: int) -> list[bytes]
         c.conn.close()
 
 
-def test_monitor_on_either_worker_sees_every_command(nodes, real_redis):
-    sharded, single = nodes
+def test_monitor_on_either_worker_sees_every_command(shard_nodes, real_redis):
+    sharded, single = shard_nodes
     want = _monitor_lines(real_redis.port, False, 0)
     assert _monitor_lines(single.port, False, 0) == want
     for worker in (0, 1):
