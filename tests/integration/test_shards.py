@@ -70,6 +70,19 @@ def client_on(port: int, worker: int, **kw) -> redis.Redis:
     raise AssertionError(f"no connection landed on worker {worker}")
 
 
+def writers_then_readers(writers: list[threading.Thread], readers: list[threading.Thread],
+                         stop: threading.Event) -> None:
+    """Run writer and reader threads together until the writers end, then stop the readers
+    (each joined with a generous deadline: the caller checks none is left alive)."""
+    for t in writers + readers:
+        t.start()
+    for t in writers:
+        t.join(DEADLINE)
+    stop.set()
+    for t in readers:
+        t.join(DEADLINE)
+
+
 def wait_until(pred, what: str, timeout: float = DEADLINE):
     deadline = time.monotonic() + timeout
     while True:
@@ -714,13 +727,7 @@ def test_transactions_across_workers_are_atomic(node):
 
     writers = [threading.Thread(target=incr, args=(w,)) for w in (0, 1, 0, 1)]
     readers = [threading.Thread(target=read, args=(w,)) for w in (0, 1)]
-    for t in writers + readers:
-        t.start()
-    for t in writers:
-        t.join(DEADLINE)
-    stop.set()
-    for t in readers:
-        t.join(DEADLINE)
+    writers_then_readers(writers, readers, stop)
     assert not failures, failures[:3]
     assert not torn, f"EXEC saw a transaction half done: {torn[:5]}"
     assert a.mget(x, y) == [b"600", b"600"]

@@ -179,15 +179,22 @@ def conn_on(port: int, worker: int, shards: int = 2) -> Conn:
     raise AssertionError(f"no connection landed on worker {worker}")
 
 
-@pytest.mark.parametrize("proto,worker", [(2, 0), (3, 1)])
-@pytest.mark.parametrize("case", sorted(CASES))
-def test_multikey_commands_across_workers_answer_as_one_process_and_redis(shard_nodes, real_redis, case, proto, worker):
+def three_way(shard_nodes, real_redis, proto: int, worker: int) -> tuple[Conn, tuple[Conn, Conn]]:
+    """A connection on ``worker`` of the two-worker node, and connections to the single
+    process and redis-server (``fresh_pair``: both flushed), all in RESP ``proto``."""
     sharded, single = shard_nodes
     conns = fresh_pair(single.port, real_redis.port, proto)
     mine = conn_on(sharded.port, worker)
+    if proto == 3:
+        assert mine.call([b"HELLO", b"3"])[:1] == b"%"
+    return mine, conns
+
+
+@pytest.mark.parametrize("proto,worker", [(2, 0), (3, 1)])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_multikey_commands_across_workers_answer_as_one_process_and_redis(shard_nodes, real_redis, case, proto, worker):
+    mine, conns = three_way(shard_nodes, real_redis, proto, worker)
     try:
-        if proto == 3:
-            assert mine.call([b"HELLO", b"3"])[:1] == b"%"
         assert mine.call([b"FLUSHALL"]) == b"+OK\r\n"
         for line in CASES[case]:
             only_marekvs, argv = _argv(line)

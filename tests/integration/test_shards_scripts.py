@@ -20,9 +20,9 @@ import time
 import hiredis
 import pytest
 
-from tests.integration.test_differential import Conn, fresh_pair, normalise
-from tests.integration.test_shards import keys_on
-from tests.integration.test_shards_multikey import NAMES
+from tests.integration.test_differential import Conn, normalise
+from tests.integration.test_shards import keys_on, writers_then_readers
+from tests.integration.test_shards_multikey import NAMES, three_way
 from tests.integration.test_shards_multikey import conn_on as _conn_on
 
 DEADLINE = 120.0
@@ -131,12 +131,8 @@ def _flush(c) -> None:
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_scripts_and_transactions_across_workers_answer_as_one_process_and_redis(shard_nodes, real_redis, case, proto,
                                                                                   worker):
-    sharded, single = shard_nodes
-    conns = fresh_pair(single.port, real_redis.port, proto)
-    mine = conn_on(sharded.port, worker)
+    mine, conns = three_way(shard_nodes, real_redis, proto, worker)
     try:
-        if proto == 3:
-            assert mine.call([b"HELLO", b"3"])[:1] == b"%"
         for c in (mine, *conns):
             _flush(c)
         for cmd in CASES[case]:
@@ -259,13 +255,7 @@ def test_transactions_with_node_wide_commands_are_atomic(shard_nodes):
 
     writers = [_thread(sharded.port, w, errors, writer) for w in (0, 1)]
     readers = [_thread(sharded.port, w, errors, reader) for w in (0, 1)]
-    for t in writers + readers:
-        t.start()
-    for t in writers:
-        t.join(DEADLINE)
-    stop.set()
-    for t in readers:
-        t.join(DEADLINE)
+    writers_then_readers(writers, readers, stop)
     assert not any(t.is_alive() for t in writers + readers), "a transaction never answered"
     assert not errors, errors[:3]
     assert done == [60, 60]
