@@ -735,8 +735,6 @@ class _Gather(Unit):
     def prepare(self, w: dict[str, Any], ctx: Any) -> None:
         """What the computation needs of the client's context, taken now."""
 
-    counts = True  # its reads are Redis's lookupKeyRead (``lookups``)
-
     def step(self, phase: int, parts: Parts, where: Any, got: Got) -> Steps:
         steps: Steps = {}
         if phase == 0:  # (muted: the reads counted and keymiss fired here, in key order: ``lookups``)
@@ -756,7 +754,7 @@ class _Gather(Unit):
     def lookups(self, where: Any, got: Got) -> list[tuple[bytes, bool]]:
         """Each key read, in order, up to the first of another type (where Redis stops
         with its error: found, so a hit)."""
-        if not self.counts or not got:
+        if not got:
             return []
         out = []
         for k, v in zip(where["keys"], self._values(where, got)):
