@@ -10,6 +10,7 @@ authenticated as) is TOPIC_AUTHORIZATION_FAILED.
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from typing import Any
 
@@ -24,6 +25,8 @@ _NO_TXN = "transactions are not supported by this gateway"
 # topic configs CreateTopics accepts (and DescribeConfigs reports), with the values allowed
 TOPIC_CONFIGS = ("retention.ms", "retention.bytes", "compression.type", "max.message.bytes", "cleanup.policy",
                  "message.timestamp.type")
+
+log = logging.getLogger("marekvs.kafka")
 
 
 def handle(conn: Any, req: Request) -> Any:
@@ -580,18 +583,33 @@ def find_coordinator(conn: Any, req: Request) -> bytes:
     return encode(req, dict(r, throttle_time_ms=0))
 
 
+_ERROR_NAMES = {v: k for k, v in vars(Error).items() if isinstance(v, int)}
+
+
+def _group_said(what: str, b: Any, code: int, generation: Any = "") -> None:
+    """A group request's answer, logged at debug level (``log_level debug``): what a member was told."""
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug("%s group %s member %s generation %s: %s%s", what, b.group_id, b.member_id or "(new)",
+                  getattr(b, "generation_id", "-"), _ERROR_NAMES.get(code, code),
+                  f" (generation {generation})" if generation != "" else "")
+
+
 async def join_group(conn: Any, req: Request) -> bytes:
     res = await conn.gw.groups.join(conn, req.body, req.version)
+    _group_said("JoinGroup", req.body, res["error_code"], res["generation_id"])
     return encode(req, dict(res, throttle_time_ms=0))
 
 
 async def sync_group(conn: Any, req: Request) -> bytes:
     res = await conn.gw.groups.sync(req.body)
+    _group_said("SyncGroup", req.body, res["error_code"])
     return encode(req, dict(res, throttle_time_ms=0))
 
 
 def heartbeat(conn: Any, req: Request) -> bytes:
-    return encode(req, {"throttle_time_ms": 0, "error_code": conn.gw.groups.heartbeat(req.body)})
+    code = conn.gw.groups.heartbeat(req.body)
+    _group_said("Heartbeat", req.body, code)
+    return encode(req, {"throttle_time_ms": 0, "error_code": code})
 
 
 def leave_group(conn: Any, req: Request) -> bytes:
@@ -630,6 +648,10 @@ def offset_commit(conn: Any, req: Request) -> bytes:
             parts.append({"partition_index": pp.partition_index, "error_code": pc})
     if wrote:
         gw.record("a group's name", b"SADD", gw.layout.groups_key, group)
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug("OffsetCommit group %s member %s generation %s: %s %s", b.group_id, b.member_id or "-",
+                  b.generation_id_or_member_epoch, _ERROR_NAMES.get(code, code),
+                  [(tt.name, pp.partition_index, pp.committed_offset) for tt in b.topics for pp in tt.partitions])
     return encode(req, {"throttle_time_ms": 0, "topics": out})
 
 
