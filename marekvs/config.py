@@ -124,8 +124,8 @@ class Config:
         "gc_grace": "seconds tombstones and expired records are kept before physical removal",
         "max_clock_drift": "ms a peer's HLC may lead our wall clock before it is clamped",
         "shards": "shard worker processes: 1 is one process serving all 4096 partitions; N > 1 is "
-                  "EXPERIMENTAL (docs/shards.md): N worker processes on one port, single-key commands only, "
-                  "no peers",
+                  "EXPERIMENTAL (docs/shards.md): N worker processes on one port; auto: one per core "
+                  "available to the node (its CPU affinity and cgroup quota)",
         "cache_entries": "records kept in the write-through cache in front of RocksDB",
         "sweep_interval": "seconds between expiry-sweeper steps",
         "log_level": "debug | info | warning | error",
@@ -247,7 +247,27 @@ class Config:
                              "antientropy_partitions >= 1")
 
 
+def available_cores(cgroup: str = "/sys/fs/cgroup/cpu.max") -> int:
+    """The cores this process may use: its CPU affinity, capped by a cgroup v2 CPU quota
+    (``cpu.max``: ``max 100000`` or ``<quota> <period>``, a container's ``--cpus``),
+    rounded up; at least 1."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # (not on Linux)
+        cores = os.cpu_count() or 1
+    try:
+        with open(cgroup) as fh:
+            quota, period = fh.read().split()[:2]
+        if quota != "max" and int(period) > 0:
+            cores = min(cores, -(-int(quota) // int(period)))
+    except (OSError, ValueError):
+        pass
+    return max(1, cores)
+
+
 def _coerce(name: str, value: Any) -> Any:
+    if name == "shards" and isinstance(value, str) and value.strip().lower() == "auto":
+        return min(available_cores(), 4096)
     f = {x.name: x for x in fields(Config)}[name]
     if f.type in ("int", int):
         return int(value)

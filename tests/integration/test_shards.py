@@ -15,6 +15,7 @@ lands on the one it wants.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import signal
 import socket
@@ -28,6 +29,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from marekvs import config as cfgmod
 from marekvs.core.partition import ShardMap, partition_of
 from tests.helpers import ROOT, Node, client_of
 
@@ -404,6 +406,25 @@ def test_refused_configurations(tmp_path):
         "unchanged" in r.stderr
     assert (tmp_path / "one" / "CURRENT").read_text() == "MANIFEST-000001\n"
     assert not (tmp_path / "one" / "shards").exists()
+
+
+def test_shards_auto_starts_a_worker_per_core(tmp_path):
+    """``--shards auto``: one worker per core the node may use (here its CPU affinity); the
+    data directory's map records the count, and a count of 1 is the single process."""
+    cores = cfgmod.available_cores()
+    n = Node(tmp_path / "data", durability="no", extra=["--shards", "auto"]).start()
+    try:
+        if cores > 1:
+            workers = wait_until(lambda: len(children(n.pid)) == cores and children(n.pid), "the workers")
+            assert len(workers) == cores
+            assert json.loads((tmp_path / "data" / "shards" / "map").read_text())["shards"] == cores
+        else:
+            assert not children(n.pid) and not (tmp_path / "data" / "shards").exists()
+        c = n.client()
+        c.mset({f"k{i}": i for i in range(50)})
+        assert c.dbsize() == 50
+    finally:
+        assert n.stop(timeout=DEADLINE) == 0
 
 
 def test_sigterm_leaves_no_process(tmp_path):
