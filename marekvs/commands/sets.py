@@ -149,7 +149,7 @@ def smove(ctx, args: list[bytes]):
 
 # -- the algebra -------------------------------------------------------------------------------
 
-def _store(ctx, dst: bytes, event: bytes, members: list[bytes]) -> int:
+def store_result(ctx, dst: bytes, event: bytes, members: list[bytes]) -> int:
     """A STORE's write and its event: ``event`` for a result, ``del`` when an empty
     result deleted the destination, nothing when there was nothing to delete."""
     ks, now = ctx.ks, ctx.ks.now()
@@ -173,6 +173,12 @@ def sinter(ctx, args: list[bytes]):
          group="set", acl=_ACL_R_SLOW, summary="Intersect multiple sets and return the cardinality of the result",
          since="7.0.0", complexity=_INTER_COMPLEXITY, syntax="numkeys key [key ...] [LIMIT limit]")
 def sintercard(ctx, args: list[bytes]):
+    n, limit = sintercard_args(args)
+    return len(kset.intersection(ctx.ks, args[2:2 + n], ctx.ks.now(), limit))
+
+
+def sintercard_args(args: list[bytes]) -> tuple[int, int]:
+    """SINTERCARD's (numkeys, LIMIT or 0), or its CommandError."""
     n = A.parse_ll(args[1])
     if n is None or n < 1:
         raise CommandError(errors.NUMKEYS_POSITIVE)
@@ -190,7 +196,7 @@ def sintercard(ctx, args: list[bytes]):
         else:
             p.fail(errors.SYNTAX)
     p.check()
-    return len(kset.intersection(ctx.ks, args[2:2 + n], ctx.ks.now(), limit))
+    return n, limit
 
 
 @command("sinterstore", -3, "write denyoom", specs=("RW UPDATE index 1 range 0", "RO ACCESS index 2 range -1"),
@@ -198,7 +204,7 @@ def sintercard(ctx, args: list[bytes]):
          since="1.0.0", complexity=_INTER_COMPLEXITY, syntax="destination key [key ...]")
 def sinterstore(ctx, args: list[bytes]):
     ks, now = ctx.ks, ctx.ks.now()
-    return _store(ctx, args[1], b"sinterstore", kset.intersection(ks, args[2:], now))
+    return store_result(ctx, args[1], b"sinterstore", kset.intersection(ks, args[2:], now))
 
 
 @command("sunion", -2, "readonly", specs="RO ACCESS index 1 range -1", group="set", acl=_ACL_R_SLOW,
@@ -212,7 +218,7 @@ def sunion(ctx, args: list[bytes]):
          since="1.0.0", complexity=_UNION_COMPLEXITY, syntax="destination key [key ...]")
 def sunionstore(ctx, args: list[bytes]):
     ks, now = ctx.ks, ctx.ks.now()
-    return _store(ctx, args[1], b"sunionstore", kset.union(ks, args[2:], now))
+    return store_result(ctx, args[1], b"sunionstore", kset.union(ks, args[2:], now))
 
 
 @command("sdiff", -2, "readonly", specs="RO ACCESS index 1 range -1", group="set", acl=_ACL_R_SLOW,
@@ -226,7 +232,7 @@ def sdiff(ctx, args: list[bytes]):
          since="1.0.0", complexity=_UNION_COMPLEXITY, syntax="destination key [key ...]")
 def sdiffstore(ctx, args: list[bytes]):
     ks, now = ctx.ks, ctx.ks.now()
-    return _store(ctx, args[1], b"sdiffstore", kset.difference(ks, args[2:], now))
+    return store_result(ctx, args[1], b"sdiffstore", kset.difference(ks, args[2:], now))
 
 
 @command("sscan", -3, "readonly", specs=_RO_ACCESS, group="set", acl=_ACL_R_SLOW,

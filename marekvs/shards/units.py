@@ -27,18 +27,18 @@ to the next phase, else the reply; an error reply of any part ends the unit with
   the push or ``SADD`` at the destination with what moved (LMOVE's muted: Redis fires
   the push's event before the pop's, so the coordinator fires them).
 
-- SUNION, SINTER, SDIFF, SINTERCARD and their STORE forms: ``_SetAlgebra``.
-- Commands over the values of keys (``_Gather``): ZUNION, ZINTER, ZDIFF, ZINTERCARD and
-  their STORE forms, PFCOUNT, PFMERGE, BITOP, LCS. Each key is read on its worker by a
-  *part command* (``PART_COMMANDS``: ``~zread``, ``~sread``, ``~hread``, which answer a
+- Commands over the values of keys (``_Gather``): SUNION, SINTER, SDIFF, SINTERCARD,
+  ZUNION, ZINTER, ZDIFF, ZINTERCARD and their STORE forms, PFCOUNT, PFMERGE, BITOP, LCS.
+  Each key is read on its worker by a *part command* (``PART_COMMANDS``: ``~smembers``,
+  ``~zread``, ``~sread``, ``~hread``, which answer a
   key of another type with a mark, not an error, so the command's own error wins in its
   own key order), then the computing code of the single-process command (factored out of
   the commands layer: ``zsets.setop_result``, ``keyspace/bitmaps.bitop``,
   ``strings.lcs_of``, the registers' maximum and ``keyspace/hll.estimate``) makes the
   reply here, and a STORE's result is written at the destination's worker by a part
-  command that writes as the command does, with its events (``~zstore``: ``zunionstore``
-  and the others; ``~bstore``: ``set`` or ``del``; ``~hmerge``: PFMERGE's registers
-  raised, ``pfadd``).
+  command that writes as the command does, with its events (``~sstore``: ``sunionstore``
+  and the others, ``~zstore``: ``zunionstore`` and the others; ``~bstore``: ``set`` or
+  ``del``; ``~hmerge``: PFMERGE's registers raised, ``pfadd``).
 - ZRANGESTORE, GEOSEARCHSTORE, GEORADIUS[BYMEMBER] ... STORE|STOREDIST (``_Capture``):
   the command runs whole at its source's worker with its write kept, not made
   (``~capture``, ``zsets.stores_captured``), then ``~zstore`` writes it at the
@@ -83,12 +83,13 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from marekvs.commands import args as A
-from marekvs.commands import bitmaps, errors, lists, sort, streams, strings, zsets
+from marekvs.commands import bitmaps, errors, lists, sets, sort, streams, strings, zsets
 from marekvs.commands.errors import CommandError
 from marekvs.commands.reply import NULL_ARRAY, OK, Err, Map, SetReply
 from marekvs.commands.table import Command
 from marekvs.keyspace import bitmaps as kbit
 from marekvs.keyspace import hll as khll
+from marekvs.keyspace import sets as kset
 from marekvs.keyspace import strings as kstr
 from marekvs.keyspace import zsets as Z
 from marekvs.keyspace.status import KeyspaceError, WrongType
@@ -461,104 +462,6 @@ class _Smove(_TwoKeys):
         return 1
 
 
-class _SetAlgebra(Unit):
-    """SUNION, SINTER, SDIFF, SINTERCARD and the STORE forms over keys of several workers:
-    each worker combines its own keys (``SUNION``/``SINTER`` of them: the same type checks,
-    a missing key an empty set), the results combine here (union and intersection are
-    associative; a difference is the first key's members less the union of the others),
-    and a STORE writes the result at the destination's worker (``DEL``, then ``SADD`` of
-    the members: its events are ``del`` and ``sadd``, not ``sunionstore``)."""
-
-    def __init__(self, name: str):
-        self.name = name
-        self.op = name[1:6] if name != "sintercard" else "inter"  # union, inter, diff (sdiff: "diff")
-        if name.startswith("sdiff"):
-            self.op = "diff"
-        self.store = name.endswith("store")
-        self.phases = 2 if self.store else 1
-
-    def split(self, args: list[bytes], owner: Sequence[int], pid_of: Any, ctx: Any = None
-              ) -> tuple[Parts, Any] | None:
-        dst = None
-        limit = 0
-        if self.name == "sintercard":
-            n = _int(args[1]) if len(args) > 2 else None
-            if n is None or n < 1 or n > len(args) - 2:
-                return None
-            keys, rest = args[2:2 + n], args[2 + n:]
-            while rest:  # LIMIT n, the last one given counting (any other option: its error, whole)
-                lim = _int(rest[1]) if len(rest) > 1 and rest[0].lower() == b"limit" else None
-                if lim is None or lim < 0:
-                    return None
-                limit, rest = lim, rest[2:]
-        elif self.store:
-            if len(args) < 3:
-                return None
-            dst, keys = args[1], args[2:]
-        else:
-            if len(args) < 2:
-                return None
-            keys = args[1:]
-        first = owner[pid_of(keys[0])]
-        others: dict[int, list[bytes]] = {}
-        for k in keys[1:] if self.op == "diff" else keys:
-            others.setdefault(owner[pid_of(k)], []).append(k)
-        parts: Parts = dict.fromkeys(others)
-        parts[first] = None
-        jd = owner[pid_of(dst)] if dst is not None else None
-        if jd is not None:
-            parts[jd] = None
-        return parts, (keys[0], first, others, dst, jd, limit)
-
-    def step(self, phase: int, parts: Parts, where: Any, got: Got) -> Steps:
-        first_key, first, others, dst, jd, _ = where
-        if phase == 0:
-            steps: Steps = {}
-            if self.op == "diff":
-                steps[first] = [[b"SUNION", first_key]]
-            cmd = b"SINTER" if self.op == "inter" else b"SUNION"
-            for j, keys in others.items():
-                steps.setdefault(j, []).append([cmd, *keys])
-            return steps
-        members = self._result(where, got)
-        return {jd: [[b"DEL", dst]] + ([[b"SADD", dst, *members]] if members else [])}
-
-    def _result(self, where: Any, got: Got) -> list[bytes]:
-        first_key, first, others, _, _, _ = where
-        replies = got[0]
-        at = dict.fromkeys(replies, 0)
-        if self.op == "diff":
-            base = dict.fromkeys(replies[first][0])
-            at[first] = 1
-        parts = []
-        for j in others:
-            parts.append(replies[j][at[j]])
-            at[j] += 1
-        if self.op == "union":
-            out: dict[bytes, None] = {}
-            for p in parts:
-                out.update(dict.fromkeys(p))
-            return list(out)
-        if self.op == "inter":
-            common = set(parts[0])
-            for p in parts[1:]:
-                common.intersection_update(p)
-            return [m for m in parts[0] if m in common]
-        for p in parts:
-            for m in p:
-                base.pop(m, None)
-        return list(base)
-
-    def after(self, phase: int, parts: Parts, where: Any, got: Got) -> Any:
-        if self.store:
-            return None if phase == 0 else len(self._result(where, got))
-        members = self._result(where, got)
-        if self.name == "sintercard":
-            limit = where[5]
-            return min(len(members), limit) if limit else len(members)
-        return SetReply(members)
-
-
 # -- part commands: what a unit runs on a worker that no client command does ------------------
 
 WRONG = 0  # a ``~sread``/``~hread`` of a key of another type (Redis's error depends on the command)
@@ -629,6 +532,20 @@ def _capture(ctx: Any, args: list[bytes]) -> Any:
     return [r, dest, event, [[s, m] for s, m in entries]]
 
 
+def _smembers(ctx: Any, args: list[bytes]) -> Any:
+    """``~smembers key``: the members of the set at ``key`` (None if absent; ``WRONG`` for
+    another type)."""
+    try:
+        return kset.union(ctx.ks, [args[1]], ctx.ks.now()) or None
+    except WrongType:
+        return WRONG
+
+
+def _sstore(ctx: Any, args: list[Any]) -> Any:
+    """``~sstore dest event members``: SUNIONSTORE & co.'s write of their result."""
+    return sets.store_result(ctx, args[1], args[2], args[3])
+
+
 def _zstore(ctx: Any, args: list[Any]) -> Any:
     """``~zstore dest event entries``: the write ``~capture`` or ZUNIONSTORE & co. kept."""
     return zsets.store_entries(ctx, args[1], args[2], [(s, m) for s, m in args[3]])
@@ -687,7 +604,8 @@ PART_COMMANDS: dict[bytes, Command] = {c.name.encode(): c for c in (
     _part_command("~hmerge", _hmerge, True), _part_command("~bstore", _bstore, True),
     _part_command("~zstore", _zstore, True), _part_command("~sortkeys", _sortkeys, False),
     _part_command("~pread", _pread, False), _part_command("~sortrun", _sortrun, True),
-    _part_command("~lstore", _lstore, True),
+    _part_command("~lstore", _lstore, True), _part_command("~smembers", _smembers, False),
+    _part_command("~sstore", _sstore, True),
     Command(name="~mute", handler=_mute, arity=-2, flags=("write",), first_key=0, last_key=0, step=0),
 )}
 """The commands units run as parts besides the client commands (``~`` names no client can
@@ -807,6 +725,48 @@ class _ZsetAlgebra(_Gather):
             return zsets.scored(w["proto"], r[1], r[0])
         w["write"] = [b"~zstore", w["dst"], b"z" + self.op.encode() + b"store", [[s, m] for s, m in r[1]]]
         return None
+
+
+class _SetAlgebra(_Gather):
+    """SUNION, SINTER, SDIFF, SINTERCARD and the STORE forms: each key's members read on
+    its worker (``~smembers``: None for a missing key, ``WRONG`` for another type), the
+    algebra here in byte order as ``keyspace/sets.py`` answers it, WRONGTYPE at the first
+    key of another type (Redis looks every key up before it combines), and a STORE's
+    result written by ``~sstore`` with the one-process write and event
+    (``sets.store_result``: ``sunionstore``, ..., or ``del`` for an empty result)."""
+
+    read = b"~smembers"
+
+    def __init__(self, name: str):
+        super().__init__(name, name.endswith("store"))
+        self.op = "union" if "union" in name else "inter" if "inter" in name else "diff"
+
+    def keys(self, args: list[bytes], ctx: Any) -> tuple[list[bytes], bytes | None]:
+        if self.name == "sintercard":
+            n, _ = sets.sintercard_args(args)
+            return args[2:2 + n], None
+        if self.store:
+            return args[2:], args[1]
+        return args[1:], None
+
+    def compute(self, w: dict[str, Any], values: list[Any]) -> Any:
+        if any(type(v) is int for v in values):
+            raise WrongType()
+        found = [set(v) if v is not None else set() for v in values]
+        if self.op == "union":
+            members = set().union(*found)
+        elif self.op == "inter":
+            members = set.intersection(*found)
+        else:
+            members = found[0].difference(*found[1:])
+        out = sorted(members)
+        if self.name == "sintercard":
+            limit = sets.sintercard_args(w["args"])[1]
+            return min(len(out), limit) if limit else len(out)
+        if self.store:
+            w["write"] = [b"~sstore", w["dst"], self.name.encode(), out]
+            return None
+        return SetReply(out)
 
 
 class _Bitop(_Gather):
