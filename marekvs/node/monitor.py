@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from typing import Any
+from typing import Any, Callable
 
 from marekvs.commands.context import LUA
 from marekvs.commands.reply import Simple
@@ -50,11 +50,16 @@ class SlowLog:
         self.threshold_us = threshold_us
         self.entries: deque[list[Any]] = deque(maxlen=max_len)
         self.next_id = 0
+        # a shard worker's: the node-wide entry ids (shards/clients.py), else this log's count
+        self.take_id: Callable[[], int] | None = None
+        self.muted = False  # (a shard worker running its part of a node-wide command: logged once, by the front)
 
     def resize(self, max_len: int) -> None:
         self.entries = deque(self.entries, maxlen=max_len)
 
     def add(self, args: list[bytes], duration_us: int, addr: str, name: bytes) -> None:
+        if self.muted:
+            return
         shown = _redact(args)
         argc = len(shown)
         if argc > SLOWLOG_MAX_ARGC:
@@ -62,8 +67,11 @@ class SlowLog:
         shown = [a if len(a) <= SLOWLOG_MAX_STRING
                  else a[:SLOWLOG_MAX_STRING] + b"... (%d more bytes)" % (len(a) - SLOWLOG_MAX_STRING)
                  for a in shown]
-        self.entries.appendleft([self.next_id, int(time.time()), duration_us, shown, addr.encode(), name])
-        self.next_id += 1
+        if self.take_id is not None:
+            entry_id = self.take_id()
+        else:
+            entry_id, self.next_id = self.next_id, self.next_id + 1
+        self.entries.appendleft([entry_id, int(time.time()), duration_us, shown, addr.encode(), name])
 
     def get(self, count: int) -> list[list[Any]]:
         return list(self.entries) if count < 0 else list(self.entries)[:count]

@@ -645,12 +645,13 @@ class Owner(asyncio.Protocol):
             self._block(ctx, self.mesh.plan.commands[ci - _BLOCKING], args)
             return
         if ci >= _FAN:
-            pubsub = self.node.pubsub
+            pubsub, slowlog = self.node.pubsub, self.node.slowlog
             pubsub.fanned = True  # (a PUBLISH fanned out: the connection's worker relays it to the peers)
+            slowlog.muted = True  # (the connection's worker logs the command, once)
             try:
                 self.replies.append(self._value(self.node.execute(ctx, self.mesh.plan.commands[ci - _FAN], args)))
             finally:
-                pubsub.fanned = False
+                pubsub.fanned = slowlog.muted = False
             self._deferred(ctx)
             return
         r = self.node.execute(ctx, self.mesh.plan.commands[ci], args)
@@ -915,6 +916,7 @@ class Mesh:
         # client ids growing over the node, maxclients for the node (the supervisor's file)
         path = os.path.join(os.path.dirname(os.path.abspath(node.config.data_dir)), CLIENTS_FILE)
         node.shared_clients = SharedClients(path, index, len(shards))
+        node.slowlog.take_id = node.shared_clients.next_slowlog_id
         node.monitors_changed = self._monitors_changed
         node.watches.elsewhere = self._watch_changed
         self.watchers: dict[int, set[int]] = {}  # client id -> the workers where it watches keys

@@ -18,7 +18,8 @@ holding the connection merges the replies into the one a single process gives.
 - by key: PUBSUB NUMSUB/SHARDNUMSUB (counts summed per channel), DEBUG DIGEST (the XOR
   of every key's digest: the same digest as one process holding the same data), DEBUG
   DIGEST-VALUE (each key's digest from the worker where it lives);
-- SLOWLOG GET: the newest entries of every worker (by time, then id), ``count`` of them;
+- SLOWLOG GET: the newest entries of every worker (by id: the workers take entry ids from
+  one node-wide sequence, ``shards/clients.py``), ``count`` of them;
   ACL LOG likewise (each worker logs the denials of its own connections), by age; ACL LOG
   RESET empties every worker's;
 - FUNCTION STATS: the connection's worker's counts (every worker loads every library:
@@ -182,7 +183,7 @@ def _slowlog_get(replies: list[Any], args: list[bytes]) -> Any:
     if e is not None:
         return e
     entries = [x for r in replies for x in r]
-    entries.sort(key=lambda x: (x[1], x[0]), reverse=True)  # [id, time, usec, argv, addr, name]
+    entries.sort(key=lambda x: x[0], reverse=True)  # [id, time, usec, argv, addr, name]: ids node-wide
     count = 10
     if len(args) > 2:
         count = int(args[2])
