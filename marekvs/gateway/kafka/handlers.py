@@ -465,7 +465,11 @@ async def _fetch(conn: Any, req: Request) -> bytes:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(b.max_wait_ms, 0) / 1000
     brokers = gw.brokers()
+    first = True
     while True:
+        if not first:  # (on a node of shard workers: the reads of another step run in a round, rounds.py)
+            await gw.round()
+        first = False
         out, total, keys, errors = _fetch_once(conn, req, brokers)
         left = deadline - loop.time()
         if total >= max(b.min_bytes, 1) or errors or left <= 0 or not keys:
