@@ -154,6 +154,29 @@ class Producing(threading.Thread):
             self.failure = e
 
 
+class Consuming(threading.Thread):
+    """Reads every partition from the beginning with confluent-kafka, through the kills."""
+
+    def __init__(self, n, topic: str, stop: threading.Event):
+        super().__init__(daemon=True)
+        self.n, self.topic, self.stop = n, topic, stop
+        self.read: dict[tuple[int, int], bytes] = {}
+        self.failure: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            c = ck.Consumer({"bootstrap.servers": boot(self.n), "group.id": "reader", "enable.auto.commit": False,
+                             "reconnect.backoff.max.ms": 200})
+            c.assign([ck.TopicPartition(self.topic, p, ck.OFFSET_BEGINNING) for p in range(PARTITIONS)])
+            while not self.stop.is_set():
+                m = c.poll(0.2)
+                if m is not None and m.error() is None:
+                    self.read[(m.partition(), m.offset())] = m.value()
+            c.close()
+        except BaseException as e:  # (reported by the test)
+            self.failure = e
+
+
 def kill(n, index: int) -> None:
     victim = next(p for p in children(n.pid) if _cmdline(p)[_cmdline(p).index(b"--index") + 1] == b"%d" % index)
     os.kill(victim, signal.SIGKILL)
@@ -165,13 +188,16 @@ def kill(n, index: int) -> None:
 def test_sigkill_of_a_worker_under_acks_all_produce_loses_no_acknowledged_record(tmp_path):
     n = start(tmp_path, durability="always")
     stop = threading.Event()
-    producing = None
+    producing = consuming = None
     try:
         topic = "acked"
         streams_on_both(topic)
         create(n, topic, PARTITIONS)
         producing = Producing(n, topic, stop)
         producing.start()
+        reading = threading.Event()
+        consuming = Consuming(n, topic, reading)
+        consuming.start()
         wait_until(lambda: len(producing.acked) >= 100, "records acknowledged")
         for index in (1, 0):  # worker 0 serves the Kafka port: its clients connect again
             kill(n, index)
@@ -184,12 +210,22 @@ def test_sigkill_of_a_worker_under_acks_all_produce_loses_no_acknowledged_record
         found = stored(n.port, topic, 0)
         lost = [(v, where) for v, where in producing.acked.items() if found.get(where) != v]
         assert not lost, f"{len(lost)} acknowledged records not at their offsets, e.g. {lost[:5]}"
-        print(f"{len(producing.acked)} records acknowledged, {len(found)} stored")
+        # a consumer that fetched through the kills reads each of them at its offset too
+        wait_until(lambda: all(where in consuming.read for where in producing.acked.values()),
+                   "the consumer to read every acknowledged record")
+        reading.set()
+        consuming.join(DEADLINE)
+        assert consuming.failure is None, consuming.failure
+        assert all(consuming.read[where] == v for v, where in producing.acked.items())
+        print(f"{len(producing.acked)} records acknowledged, {len(found)} stored, {len(consuming.read)} read")
         assert n.proc.poll() is None and len(children(n.pid)) == SHARDS
     finally:
         stop.set()
-        if producing is not None:
-            producing.join(DEADLINE)
+        for t in (producing, consuming):
+            if t is not None:
+                if t is consuming:
+                    reading.set()
+                t.join(DEADLINE)
         n.stop(timeout=DEADLINE)
 
 

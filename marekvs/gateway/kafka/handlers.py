@@ -435,9 +435,14 @@ def _fetch_once(conn: Any, req: Request, brokers: dict) -> tuple[list, int, list
                 errors = True
                 continue
             key = gw.layout.stream_key(t.name, fp.partition)
+            try:
+                hw = gw.logs.high_watermark(key)
+                start = gw.logs.log_start(key)
+            except StoreError as e:  # (its shard worker restarting: LOADING)
+                res["error_code"] = _denied(e)
+                errors = True
+                continue
             keys.append(key)
-            hw = gw.logs.high_watermark(key)
-            start = gw.logs.log_start(key)
             res.update(high_watermark=hw, last_stable_offset=hw, log_start_offset=start)
             o = fp.fetch_offset
             if o < start or o > hw:
