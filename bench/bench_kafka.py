@@ -136,6 +136,25 @@ def produce(nodes: list[mc.NodeSpec], topic: str, n: int, size: int, parts: int)
             "server_cpu_us_per_record": round(cpu / n * 1e6, 1)}
 
 
+def produce_one_by_one(nodes: list[mc.NodeSpec], topic: str, n: int, size: int, parts: int) -> dict[str, Any]:
+    """One record per request, each waited for (``flush``) before the next: a request's
+    round trip through the gateway (on shard workers: a round), as records/s and server
+    CPU per request."""
+    p = Producer({"bootstrap.servers": boot(nodes), "acks": "all", "linger.ms": 0, "enable.idempotence": False})
+    value = b"v" * size
+    p.produce(topic, value=value, partition=0)
+    p.flush(60)  # (connected, metadata known)
+    pids = [x.pid for x in nodes]
+    c0, t0 = cpu_seconds(pids), time.perf_counter()
+    for i in range(n):
+        p.produce(topic, value=value, partition=i % parts)
+        if p.flush(60):
+            raise RuntimeError("produce one by one: not delivered")
+    dt, cpu = time.perf_counter() - t0, cpu_seconds(pids) - c0
+    return {"records": n, "seconds": round(dt, 3), "records_s": round(n / dt), "latency_ms": round(dt / n * 1e3, 3),
+            "server_cpu_us_per_record": round(cpu / n * 1e6, 1)}
+
+
 def consume(nodes: list[mc.NodeSpec], topic: str, n: int, size: int, parts: int) -> dict[str, Any]:
     c = Consumer({"bootstrap.servers": boot(nodes), "group.id": "bench", "enable.auto.commit": False,
                   "fetch.max.bytes": 50 << 20, "max.partition.fetch.bytes": 10 << 20})
@@ -184,6 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--nodes", default="1,3", help="cluster sizes")
     ap.add_argument("--shards", default="1", help="shard workers per node, for one-node rows (e.g. 1,2)")
     ap.add_argument("--partitions", type=int, default=0, help="partitions per topic (default: one per node)")
+    ap.add_argument("--one-by-one", type=int, default=2000, help="records produced one request at a time (100 B rows)")
     args = ap.parse_args(argv)
     if shutil.which("redis-benchmark") is None:
         sys.exit("bench: redis-benchmark not found on PATH (apt-get install redis-tools)")
@@ -224,6 +244,8 @@ def main(argv: list[str] | None = None) -> int:
                        "size": size, "produce": produce(nodes, topic, n, size, parts),
                        "consume": consume(nodes, topic, n, size, parts),
                        "floor_xadd": floor(nodes, n, size, topic)}
+                if size == 100 and args.one_by_one:
+                    row["produce_one_by_one"] = produce_one_by_one(nodes, topic, args.one_by_one, size, parts)
                 result["rows"].append(row)
                 print(f"{count} node(s) of {shards} worker(s), {parts} partitions, {size} B: "
                       f"produce {row['produce']['records_s']:,} rec/s "
@@ -244,6 +266,14 @@ def main(argv: list[str] | None = None) -> int:
               f"{f['records_s']:,} | {f['mb_s']} | {p['records_s'] / f['records_s']:.2f}x | "
               f"{p['server_cpu_us_per_record']} / {c['server_cpu_us_per_record']} / "
               f"{f['server_cpu_us_per_record']} |")
+    ones = [r for r in result["rows"] if "produce_one_by_one" in r]
+    if ones:
+        print("\n| nodes | shards | partitions | one record per request: rec/s | latency ms | server CPU us/request |")
+        print("| ---: | ---: | ---: | ---: | ---: | ---: |")
+        for r in ones:
+            o = r["produce_one_by_one"]
+            print(f"| {r['nodes']} | {r['shards']} | {r['partitions']} | {o['records_s']:,} | {o['latency_ms']} | "
+                  f"{o['server_cpu_us_per_record']} |")
     out = RESULTS / f"kafka-{stamp}.json"
     with open(out, "w") as f:
         json.dump(result, f, indent=2)

@@ -365,11 +365,11 @@ def _append(conn: Any, t: Topic, pd: Any, res: dict[str, Any]) -> int:
         if verdict.duplicate_of >= 0:  # a retry: stored once, answered with where it went
             res.update(base_offset=verdict.duplicate_of, log_start_offset=gw.logs.log_start(key))
             return gw.log_position()  # (acks=all: what this node has, the original included)
-    first, seq = gw.logs.append(ctx, key, [r for bt in batches for r in bt.records])
+    first, seq, start = gw.logs.append(ctx, key, [r for bt in batches for r in bt.records])
     if idem:
         gw.record("a producer's sequence", b"HSET", pkey, pid, producers.appended(
             state, bt.producer_epoch, bt.base_sequence, last, first, wall_ms()).encode())
-    res.update(base_offset=first, log_start_offset=gw.logs.log_start(key))
+    res.update(base_offset=first, log_start_offset=start)
     return seq
 
 

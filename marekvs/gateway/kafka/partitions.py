@@ -72,7 +72,7 @@ class Logs:
     def _info(self, key: bytes) -> dict[bytes, Any] | None:
         """XINFO STREAM of ``key`` on its worker (None: no stream)."""
         try:
-            flat = self.layout.call(self.gw.sys, b"XINFO", b"STREAM", key)
+            flat = self.layout.cached(self.gw.sys, b"XINFO", b"STREAM", key)
         except StoreError as e:
             if e.text.startswith("ERR no such key"):
                 return None
@@ -157,21 +157,32 @@ class Logs:
         return bool(self.unacked)
 
     # -- append ------------------------------------------------------------------------------------
-    def append(self, ctx: Any, key: bytes, recs: list[tuple[Any, Any, int, list]]) -> tuple[int, int]:
+    def append(self, ctx: Any, key: bytes, recs: list[tuple[Any, Any, int, list]]) -> tuple[int, int, int]:
         """Add ``recs`` (key, value, timestamp, headers) to the stream ``key``; returns the
-        first offset and the replication-log position of the last entry."""
+        first offset, the replication-log position of the last entry and the log start
+        offset after it."""
+        remote = self._remote(key)
+        if remote:  # the start after it, from the XINFO read before it (one XINFO less)
+            info = self._info(key)
+            emptied = info is not None and not info[b"first-entry"] and (
+                _sid(info[b"max-deleted-entry-id"]) != streams.MIN_ID or info[b"entries-added"] > info[b"length"])
+            start = -1 if emptied else self.log_start(key)  # (emptied: the first appended, below)
         top = self.last_id(key)
         ms, seq = offsets.mint(top, physical_ms(self.node.hlc.now()), self.node.config.node_id, len(recs))
         self.layout.call_many(ctx, key, [[b"XADD", key, b"%d-%d" % (ms, seq + i),
                                           *records.entry_fields(k, v, ts, headers)]
                                          for i, (k, v, ts, headers) in enumerate(recs)])
-        if self._remote(key):
-            self.gw.wake(key)  # (the change feed here tells only this worker's writes)
         first = offsets.of_id((ms, seq))
+        if remote:
+            self.gw.wake(key)  # (the change feed here tells only this worker's writes)
+            if start < 0:  # (records were removed and none was left: its start was its end)
+                start = first
+        else:
+            start = self.log_start(key)
         log_seq = ctx.last_write_seq
         if self.node.replication is not None and self.node.replication.peers:
             self.unacked.setdefault(key, collections.deque()).append((first, log_seq))
-        return first, log_seq
+        return first, log_seq, start
 
     # -- read ----------------------------------------------------------------------------------------
     def read(self, ctx: Any, key: bytes, start: int, end: int, max_bytes: int) -> list[tuple[int, Any, list]]:

@@ -43,6 +43,8 @@ class Rounds:
         self.active = False  # a round holds the workers now: steps may run their commands
         self.inside = 0  # the tasks let in to this round whose step has not ended yet
         self.ended: asyncio.Future[None] | None = None
+        # reads of other workers' records carried once per round (``Layout.read``)
+        self.cache: dict[bytes, dict[tuple[bytes, ...], Any]] | None = None  # key -> (argv -> reply)
         self.task: asyncio.Task[None] | None = None
 
     async def enter(self) -> None:
@@ -81,6 +83,7 @@ class Rounds:
                 try:
                     batch, self.waiting = self.waiting, []
                     self.active = True
+                    self.cache = {}
                     self.ended = loop.create_future()
                     for fut in batch:
                         if not fut.done():
@@ -90,6 +93,7 @@ class Rounds:
                         await self.ended
                 finally:
                     self.active = False
+                    self.cache = None
                     self.ended = None
                     mesh.close_session(session)
         finally:

@@ -67,7 +67,7 @@ class KafkaGateway:
         for rule in (b"on", b"nopass", b"allkeys", b"allchannels", b"allcommands"):
             root.set(rule, node.acl.view)
         self.sys.user = root
-        self.layout.mesh, self.layout.carrier = mesh, self.sys
+        self.layout.mesh, self.layout.carrier, self.layout.rounds = mesh, self.sys, self.rounds
         self.connections: set[Connection] = set()
         # long-poll fetches: stream key -> events to set when it changes
         self.waiters: dict[bytes, set[asyncio.Event]] = {}

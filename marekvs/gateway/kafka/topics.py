@@ -87,6 +87,7 @@ class Layout:
         # carried to other workers run as
         self.mesh: Any = None
         self.carrier: Any = None
+        self.rounds: Any = None
         self.known: dict[tuple[bytes, ...], Any] = {}  # (``read``)
         self.p = prefix.encode()
         self.topics_key = self.p + b":topics"
@@ -123,19 +124,44 @@ class Layout:
             raise StoreError(str(r))
         return r
 
-    def _routed(self, ctx: Any, args: list[bytes]) -> Any:
+    def _routed(self, ctx: Any, args: list[bytes], cached: bool = False) -> Any:
         """On a node of shard workers: admitted for ``ctx`` here, run where its keys are,
         in the round running (``rounds.py``): here for ``ctx``, else carried there for the
-        gateway (``carrier``: one proxy on the sibling for every connection)."""
+        gateway (``carrier``: one proxy on the sibling for every connection). A ``cached``
+        read of another worker (``read``) is carried once per round: the round holds every
+        worker, so only the gateway's own writes change it meanwhile, and they drop it."""
         node, mesh = self.node, self.mesh
         cmd = node.admit(ctx, args)
         if not isinstance(cmd, Command):
             return cmd
+        cache = self.rounds.cache
+        if cmd.write and cache:
+            for a in args[1:]:
+                cache.pop(a, None)
         if mesh.plan.where(ctx, cmd, args) is None:
             return node.execute(ctx, cmd, args)
-        if mesh.session is None:
+        if mesh.session is None or cache is None:
             return Err("ERR internal error: the Kafka gateway ran a command of another shard worker outside a round")
-        return mesh.route(self.carrier, cmd, args)
+        if not cached:
+            return mesh.route(self.carrier, cmd, args)
+        of_key = cache.setdefault(args[-1], {})  # (by the key it reads, its last argument)
+        key = tuple(args)
+        r = of_key.get(key)
+        if r is None:
+            r = mesh.route(self.carrier, cmd, args)
+            if type(r) is not Err:
+                of_key[key] = r
+        return r
+
+    def cached(self, ctx: Any, *argv: bytes) -> Any:
+        """A read whose last argument is its key, carried once per round on a node of shard
+        workers (``_routed``)."""
+        if self.mesh is None:
+            return self.call(ctx, *argv)
+        r = self._routed(ctx, list(argv), cached=True)
+        if type(r) is Err:
+            raise StoreError(str(r))
+        return r
 
     def read(self, ctx: Any, *argv: bytes) -> Any:
         """A read of the layout's records that every request makes (a topic's hash, its
@@ -144,12 +170,12 @@ class Layout:
         served meanwhile (only this gateway writes these keys on a node without peers)."""
         if self.mesh is None:
             return self.call(ctx, *argv)
-        try:
-            r = self.known[argv] = self.call(ctx, *argv)
-        except StoreError as e:
-            if not e.text.startswith("LOADING") or argv not in self.known:
-                raise
+        r = self._routed(ctx, list(argv), cached=True)
+        if type(r) is Err:
+            if not r.startswith("LOADING") or argv not in self.known:
+                raise StoreError(str(r))
             return self.known[argv]
+        self.known[argv] = r
         return r
 
     def call_many(self, ctx: Any, key: bytes, commands: list[list[bytes]]) -> None:
@@ -161,9 +187,10 @@ class Layout:
             for argv in commands:
                 self.call(ctx, *argv)
             return
-        if mesh.session is None:
+        if mesh.session is None or self.rounds.cache is None:
             raise StoreError("ERR internal error: the Kafka gateway ran a command of another shard worker outside "
                              "a round")
+        self.rounds.cache.pop(key, None)
         calls = []
         for argv in commands:
             cmd = self.node.admit(ctx, argv)
