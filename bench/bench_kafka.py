@@ -155,6 +155,49 @@ def produce_one_by_one(nodes: list[mc.NodeSpec], topic: str, n: int, size: int, 
             "server_cpu_us_per_record": round(cpu / n * 1e6, 1)}
 
 
+def resp_beside(nodes: list[mc.NodeSpec], topic: str, size: int, parts: int, seconds: float) -> dict[str, Any]:
+    """GET/s of RESP clients (``redis-benchmark -c 50 -P 16 -t get``, INFO's
+    cmdstat_get calls over ``seconds``) alone, then beside a producer sending one
+    record per request: what the Kafka requests' rounds cost the RESP clients."""
+    import redis
+
+    node = nodes[0]
+    r = redis.Redis(host=mc.HOST, port=node.port)
+
+    def gets() -> int:
+        return int(r.info("commandstats")["cmdstat_get"]["calls"])
+
+    def measure(during: Any) -> float:
+        cmd = ["redis-benchmark", "-h", mc.HOST, "-p", str(node.port), "-c", "50", "-P", "16", "-t", "get",
+               "-n", "100000000", "-r", "100000"]
+        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            time.sleep(1.0)  # (connected, warm)
+            c0, t0 = gets(), time.perf_counter()
+            during(seconds)
+            c1, t1 = gets(), time.perf_counter()
+        finally:
+            p.terminate()
+            p.wait(60)
+        return (c1 - c0) / (t1 - t0)
+
+    alone = measure(time.sleep)
+    sent = [0]
+
+    def producing(secs: float) -> None:
+        p = Producer({"bootstrap.servers": boot(nodes), "acks": "all", "linger.ms": 0, "enable.idempotence": False})
+        end = time.monotonic() + secs
+        while time.monotonic() < end:
+            p.produce(topic, value=b"v" * size, partition=sent[0] % parts)
+            p.flush(60)
+            sent[0] += 1
+
+    beside = measure(producing)
+    return {"get_s_alone": round(alone), "get_s_beside_producer": round(beside), "seconds": seconds,
+            "producer_requests_s": round(sent[0] / seconds),
+            "command": "redis-benchmark -c 50 -P 16 -t get -r 100000 (rate from INFO commandstats)"}
+
+
 def consume(nodes: list[mc.NodeSpec], topic: str, n: int, size: int, parts: int) -> dict[str, Any]:
     c = Consumer({"bootstrap.servers": boot(nodes), "group.id": "bench", "enable.auto.commit": False,
                   "fetch.max.bytes": 50 << 20, "max.partition.fetch.bytes": 10 << 20})
@@ -204,6 +247,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shards", default="1", help="shard workers per node, for one-node rows (e.g. 1,2)")
     ap.add_argument("--partitions", type=int, default=0, help="partitions per topic (default: one per node)")
     ap.add_argument("--one-by-one", type=int, default=2000, help="records produced one request at a time (100 B rows)")
+    ap.add_argument("--resp-beside", type=float, default=0, help="seconds of RESP GETs alone, then beside a "
+                    "one-record-per-request producer (100 B rows of one node; 0: not run)")
     args = ap.parse_args(argv)
     if shutil.which("redis-benchmark") is None:
         sys.exit("bench: redis-benchmark not found on PATH (apt-get install redis-tools)")
@@ -246,6 +291,8 @@ def main(argv: list[str] | None = None) -> int:
                        "floor_xadd": floor(nodes, n, size, topic)}
                 if size == 100 and args.one_by_one:
                     row["produce_one_by_one"] = produce_one_by_one(nodes, topic, args.one_by_one, size, parts)
+                if size == 100 and args.resp_beside and count == 1:
+                    row["resp_beside"] = resp_beside(nodes, topic, size, parts, args.resp_beside)
                 result["rows"].append(row)
                 print(f"{count} node(s) of {shards} worker(s), {parts} partitions, {size} B: "
                       f"produce {row['produce']['records_s']:,} rec/s "
@@ -274,6 +321,14 @@ def main(argv: list[str] | None = None) -> int:
             o = r["produce_one_by_one"]
             print(f"| {r['nodes']} | {r['shards']} | {r['partitions']} | {o['records_s']:,} | {o['latency_ms']} | "
                   f"{o['server_cpu_us_per_record']} |")
+    besides = [r for r in result["rows"] if "resp_beside" in r]
+    if besides:
+        print("\n| shards | RESP GET/s alone | beside a one-record-per-request producer | its requests/s |")
+        print("| ---: | ---: | ---: | ---: |")
+        for r in besides:
+            b = r["resp_beside"]
+            print(f"| {r['shards']} | {b['get_s_alone']:,} | {b['get_s_beside_producer']:,} | "
+                  f"{b['producer_requests_s']:,} |")
     out = RESULTS / f"kafka-{stamp}.json"
     with open(out, "w") as f:
         json.dump(result, f, indent=2)
