@@ -238,6 +238,16 @@ def floor(nodes: list[mc.NodeSpec], n: int, size: int, tag: str) -> dict[str, An
             "command": " ".join(cmds[0][:15]) + " value <%d B> timestamp <ms>" % size}
 
 
+def table(header: list[str], rows: list[list[Any]]) -> None:
+    """A markdown table on stdout (nothing when there are no rows)."""
+    if not rows:
+        return
+    print("\n| " + " | ".join(header) + " |")
+    print("|" + " ---: |" * len(header))
+    for row in rows:
+        print("| " + " | ".join(str(x) for x in row) + " |")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="few records: a smoke run")
@@ -303,32 +313,20 @@ def main(argv: list[str] | None = None) -> int:
             mc.stop_nodes(nodes, timeout=15)
             shutil.rmtree(work, ignore_errors=True)
     result["loadavg_after"] = os.getloadavg()
-    print("\n| nodes | shards | partitions | record | produce rec/s | MB/s | consume rec/s | MB/s | "
-          "XADD floor rec/s | MB/s | produce/floor | server CPU us/rec (produce / consume / XADD) |")
-    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    for r in result["rows"]:
-        p, c, f = r["produce"], r["consume"], r["floor_xadd"]
-        print(f"| {r['nodes']} | {r['shards']} | {r['partitions']} | {r['size']} B | {p['records_s']:,} | "
-              f"{p['mb_s']} | {c['records_s']:,} | {c['mb_s']} | "
-              f"{f['records_s']:,} | {f['mb_s']} | {p['records_s'] / f['records_s']:.2f}x | "
-              f"{p['server_cpu_us_per_record']} / {c['server_cpu_us_per_record']} / "
-              f"{f['server_cpu_us_per_record']} |")
-    ones = [r for r in result["rows"] if "produce_one_by_one" in r]
-    if ones:
-        print("\n| nodes | shards | partitions | one record per request: rec/s | latency ms | server CPU us/request |")
-        print("| ---: | ---: | ---: | ---: | ---: | ---: |")
-        for r in ones:
-            o = r["produce_one_by_one"]
-            print(f"| {r['nodes']} | {r['shards']} | {r['partitions']} | {o['records_s']:,} | {o['latency_ms']} | "
-                  f"{o['server_cpu_us_per_record']} |")
-    besides = [r for r in result["rows"] if "resp_beside" in r]
-    if besides:
-        print("\n| shards | RESP GET/s alone | beside a one-record-per-request producer | its requests/s |")
-        print("| ---: | ---: | ---: | ---: |")
-        for r in besides:
-            b = r["resp_beside"]
-            print(f"| {r['shards']} | {b['get_s_alone']:,} | {b['get_s_beside_producer']:,} | "
-                  f"{b['producer_requests_s']:,} |")
+    table(["nodes", "shards", "partitions", "record", "produce rec/s", "MB/s", "consume rec/s", "MB/s",
+           "XADD floor rec/s", "MB/s", "produce/floor", "server CPU us/rec (produce / consume / XADD)"],
+          [[r["nodes"], r["shards"], r["partitions"], f"{r['size']} B", f"{p['records_s']:,}", p["mb_s"],
+            f"{c['records_s']:,}", c["mb_s"], f"{f['records_s']:,}", f["mb_s"],
+            f"{p['records_s'] / f['records_s']:.2f}x",
+            f"{p['server_cpu_us_per_record']} / {c['server_cpu_us_per_record']} / {f['server_cpu_us_per_record']}"]
+           for r in result["rows"] for p, c, f in [(r["produce"], r["consume"], r["floor_xadd"])]])
+    table(["nodes", "shards", "partitions", "one record per request: rec/s", "latency ms", "server CPU us/request"],
+          [[r["nodes"], r["shards"], r["partitions"], f"{o['records_s']:,}", o["latency_ms"],
+            o["server_cpu_us_per_record"]]
+           for r in result["rows"] if "produce_one_by_one" in r for o in [r["produce_one_by_one"]]])
+    table(["shards", "RESP GET/s alone", "beside a one-record-per-request producer", "its requests/s"],
+          [[r["shards"], f"{b['get_s_alone']:,}", f"{b['get_s_beside_producer']:,}", f"{b['producer_requests_s']:,}"]
+           for r in result["rows"] if "resp_beside" in r for b in [r["resp_beside"]]])
     out = RESULTS / f"kafka-{stamp}.json"
     with open(out, "w") as f:
         json.dump(result, f, indent=2)
