@@ -23,8 +23,18 @@ worker for all of them, like a group commit); those that come while it runs wait
 next. Writes the gateway records outside a request (a group's generation when a
 rebalance completes on a timer) run in the next round.
 
+Reads of another worker's records that requests repeat (a topic's hash, its leaders, the
+brokers, a stream's XINFO) are carried once per round (``Layout.read``, ``Layout.cached``):
+the round holds every worker, so only the gateway's own writes, which drop them, change
+them meanwhile. While a worker restarts, the topics', leaders' and brokers' records it
+holds are taken as last read, so the other workers' partitions are served meanwhile.
+
 Cost (bench/README.md, "Kafka on shard workers"): a round's lock round trip per sibling,
-then one round trip per command carried (a produced batch: one per partition).
+then one round trip per command carried (a produce to a partition of another worker: its
+XINFO STREAM and its batch's XADDs in one frame). Every worker is held for each round, so
+the node's RESP clients wait meanwhile: locking only the workers a step touches (lazily,
+as a script's undeclared keys are) and keeping the layout's records across rounds would cut
+that (not built).
 """
 
 from __future__ import annotations
