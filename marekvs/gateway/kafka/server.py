@@ -88,7 +88,10 @@ class KafkaGateway:
         else:
             self.server = await asyncio.start_server(self._accept, cfg.bind, cfg.kafka_port, limit=_LIMIT)
         await self.round()
-        self.brokers()  # (records this node's address if the record lacks or differs from it)
+        try:
+            self.brokers()  # (records this node's address if the record lacks or differs from it)
+        except StoreError as e:  # (its shard worker restarting: recorded by the next request's)
+            log.warning("Kafka gateway: reading the brokers' record failed: %s", e.text)
         self.node.request_tick()
         loop = asyncio.get_running_loop()
         self._ack_task = loop.create_task(self._acks())
