@@ -11,8 +11,9 @@ saved), in that order.
 slice 2): a node over the worker's partition range in its own data directory, its mesh
 with its siblings (``server/mesh.py``), replication (the worker's log is a stream of its
 own: ``replication/workers.py``, docs/shards.md §5), then the RESP listener on the node's
-port shared with the siblings (SO_REUSEPORT). No anti-entropy exchange or service (slice 7),
-metrics or Kafka yet: the supervisor refuses the ports.
+port shared with the siblings (SO_REUSEPORT), and on worker 0 the Kafka gateway
+(``gateway/kafka/rounds.py``). No anti-entropy exchange or service (slice 7), TLS or metrics
+yet: the supervisor refuses the ports.
 """
 
 from __future__ import annotations
@@ -64,12 +65,6 @@ class Process:
         self.node.antientropy = self.antientropy  # INFO antientropy, metrics
         self.node.pubsub.relay = self.replication.relay.publish  # PUBLISH reaches every node
         self.resp = RespServer(self.node)
-        self.kafka: Any = None
-        if config.kafka_port:  # the Kafka gateway (marekvs/gateway/kafka/)
-            from marekvs.gateway.kafka import KafkaGateway
-
-            tls = TlsListener(self.node, self.resp.tls, "Kafka client") if config.kafka_tls == "yes" else None
-            self.kafka = KafkaGateway(self.node, tls)
         self.metrics_server: asyncio.AbstractServer | None = None
         if worker is not None:
             mesh = self.mesh = Mesh(self.node, ShardMap.even(config.shards), worker.index, worker.mesh)
@@ -78,6 +73,14 @@ class Process:
             self.node.shutdown_hook = lambda: os.kill(os.getppid(), signal.SIGTERM)  # the supervisor stops them all
             self.node.pid = os.getppid()
             self.replication.on_node_records = mesh.records.share  # a peer's users and libraries
+        self.kafka: Any = None
+        # the Kafka gateway (marekvs/gateway/kafka/): on a node of shard workers, worker 0
+        # alone serves the Kafka port (gateway/kafka/rounds.py)
+        if config.kafka_port and (worker is None or worker.index == 0):
+            from marekvs.gateway.kafka import KafkaGateway
+
+            tls = TlsListener(self.node, self.resp.tls, "Kafka client") if config.kafka_tls == "yes" else None
+            self.kafka = KafkaGateway(self.node, tls, self.mesh)
 
     async def run(self) -> None:
         node, config = self.node, self.node.config
@@ -132,6 +135,8 @@ class Process:
             raise SystemExit(1) from None
         self.mesh.records.acks.clear()  # (each worker applies its settings itself: nobody waits)
         await self.resp.start()
+        if self.kafka is not None:
+            await self.kafka.start()
         log.info("marekvs %s node %d shard worker %d (partitions %s) serving %s:%d (data %s)", __version__,
                  config.node_id, worker.index, node.engine.partitions, config.bind, config.port,
                  os.path.abspath(config.data_dir))

@@ -1416,6 +1416,41 @@ class Mesh:
             for j in locked:
                 self.unlock(j, uid)
 
+    # -- a gateway's sessions (marekvs/gateway/kafka/rounds.py) -----------------------------
+    async def open_session(self) -> Session:
+        """Lock every live worker, in order (as a unit), for a session whose synchronous
+        calls ``route`` and ``carry`` run where their keys are, until ``close_session``;
+        a worker down now is left out (its keys answer LOADING, or it is locked on the
+        way if it is back). The caller runs the session's steps itself."""
+        uid = self.new_unit()
+        locked: list[int] = []
+        try:
+            for j in range(len(self.shards)):
+                if await self.lock(j, uid, []) is not None:
+                    locked.append(j)
+        except BaseException:
+            for j in locked:
+                self.unlock(j, uid)
+            raise
+        session = self.session = Session(uid, set(locked), False)
+        return session
+
+    def close_session(self, session: Session) -> None:
+        if self.session is session:
+            self.session = None
+        taken = set(session.taken)
+        self._release_taken(session)
+        for j in sorted(session.locked - taken):
+            self.unlock(j, session.uid)
+
+    def carry(self, ctx: Context, j: int, calls: list[tuple[Command, list[bytes]]]) -> list[Any]:
+        """Run admitted ``calls`` on worker ``j`` for the running session, in one frame
+        (each reply after ``j`` committed it)."""
+        if j == self.index:
+            return [self.node.execute(ctx, c, a) for c, a in calls]
+        err = self._hold([j])
+        return [err] * len(calls) if err is not None else self._carry(ctx, j, calls)
+
     def route(self, ctx: Context, cmd: Command, argv: list[bytes]) -> Any:
         """Run an admitted command of a script (the Lua client's ``ctx``) or of a
         transaction holding workers (``run_transaction``'s EVERYWHERE) where its keys are,

@@ -4,8 +4,9 @@ issue 33, slice 2): ``marekvs serve --shards N`` with N > 1.
 The supervisor serves no client and holds no data; its pid is the node's pid (stop it with
 SIGTERM as any node). It:
 
-- refuses what workers do not carry yet: the TLS, Kafka and metrics ports (peers are
-  served since slice 6: each worker replicates its own partitions, docs/shards.md §5);
+- refuses what workers do not carry yet: the TLS and metrics ports, and the Kafka port
+  with peers (worker 0 serves it on a node without: docs/kafka.md; peers are served since
+  slice 6: each worker replicates its own partitions, docs/shards.md §5);
 - lays out the data directory (``marekvs/shards/reshard.py``, called by ``marekvs serve``
   for every shard count before anything serves): ``data_dir/shards/map`` (the shard count,
   ranges and directories) and one directory per worker, ``data_dir/shards/<first>-<last>/``
@@ -62,9 +63,11 @@ _SIGNALS = (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT)
 
 def refusal(config: Config) -> str | None:
     """Why a node of ``config.shards`` > 1 workers does not start with this configuration."""
-    for name in ("tls_port", "kafka_port", "metrics_port"):
+    for name in ("tls_port", "metrics_port"):
         if getattr(config, name):
             return f"{name} is not supported with shards > 1 yet (docs/shards.md)"
+    if config.kafka_port and config.peers:  # (acks=all and the high watermark: docs/kafka.md)
+        return "kafka_port with peers is not supported with shards > 1 yet (docs/kafka.md)"
     return None
 
 

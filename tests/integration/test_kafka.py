@@ -271,21 +271,25 @@ def test_a_full_disk_answers_produce_with_kafka_storage_error_and_recovers(tmp_p
         before = produce(n, "disk", [{"value": b"before"}])
         _fill(mnt)
 
-        def misconf() -> bool:  # a RESP write makes the node find its disk full
-            try:
-                with n.client(socket_timeout=10) as r:
-                    r.set("probe", "x")
-            except Exception as e:  # the first write's connection closes unanswered, later ones get MISCONF
-                return str(e).startswith("MISCONF")
-            return False
-        wait_for(misconf, 60, "writes refused with MISCONF")
+        def misconf() -> int:  # a RESP write makes the node find its disk full: how many are refused
+            refused = 0
+            # (on a node of shard workers each finds it on its own write: the worker of
+            # "probe", and that of the partition's stream, which a hash tag names)
+            for key in ("probe", "{korvet:stream:disk:0}probe"):
+                try:
+                    with n.client(socket_timeout=10) as r:
+                        r.set(key, "x")
+                except Exception as e:  # the first write's connection closes unanswered, later ones get MISCONF
+                    refused += str(e).startswith("MISCONF")
+            return refused
+        wait_for(lambda: misconf() == 2, 60, "writes refused with MISCONF")
         p = Producer({"bootstrap.servers": boot(n), "retries": 0, "acks": 1, "message.timeout.ms": 30000})
         errs = []
         p.produce("disk", value=b"refused", on_delivery=lambda err, m: errs.append(err))
         p.flush(60)
         assert [e.code() for e in errs] == [ck.KafkaError.KAFKA_STORAGE_ERROR], errs
         os.unlink(mnt / "filler")
-        wait_for(lambda: not misconf(), 60, "the node takes writes again")
+        wait_for(lambda: misconf() == 0, 60, "the node takes writes again")
         after = produce(n, "disk", [{"value": b"after"}])
         got = consume(n, "disk", [0], 2)
         assert [(m.offset(), m.value()) for m in got] == [(before[0][1], b"before"), (after[0][1], b"after")]

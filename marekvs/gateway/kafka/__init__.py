@@ -17,6 +17,8 @@ Modules, each with its part of the design:
 - ``handlers.py``: the APIs.
 - ``server.py``: the listener and its connections, each a client of ``node.dispatch`` (SASL
   PLAIN as marekvs ACL users), who may lead, the retention pass.
+- ``rounds.py``: on a node of shard workers, worker 0 serves the port and each step of a
+  request runs its commands where their keys are, in rounds that lock every worker.
 
 docs/kafka.md is the operator's page (how to run it, APIs and versions, semantics on a
 cluster, differences from Kafka).

@@ -368,11 +368,11 @@ def _append(conn: Any, t: Topic, pd: Any, res: dict[str, Any]) -> int:
         if verdict.duplicate_of >= 0:  # a retry: stored once, answered with where it went
             res.update(base_offset=verdict.duplicate_of, log_start_offset=gw.logs.log_start(key))
             return gw.log_position()  # (acks=all: what this node has, the original included)
-    first, seq = gw.logs.append(ctx, key, [r for bt in batches for r in bt.records])
+    first, seq, start = gw.logs.append(ctx, key, [r for bt in batches for r in bt.records])
     if idem:
         gw.record("a producer's sequence", b"HSET", pkey, pid, producers.appended(
             state, bt.producer_epoch, bt.base_sequence, last, first, wall_ms()).encode())
-    res.update(base_offset=first, log_start_offset=gw.logs.log_start(key))
+    res.update(base_offset=first, log_start_offset=start)
     return seq
 
 
@@ -438,9 +438,14 @@ def _fetch_once(conn: Any, req: Request, brokers: dict) -> tuple[list, int, list
                 errors = True
                 continue
             key = gw.layout.stream_key(t.name, fp.partition)
+            try:
+                hw = gw.logs.high_watermark(key)
+                start = gw.logs.log_start(key)
+            except StoreError as e:  # (its shard worker restarting: LOADING)
+                res["error_code"] = _denied(e)
+                errors = True
+                continue
             keys.append(key)
-            hw = gw.logs.high_watermark(key)
-            start = gw.logs.log_start(key)
             res.update(high_watermark=hw, last_stable_offset=hw, log_start_offset=start)
             o = fp.fetch_offset
             if o < start or o > hw:
@@ -468,7 +473,11 @@ async def _fetch(conn: Any, req: Request) -> bytes:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(b.max_wait_ms, 0) / 1000
     brokers = gw.brokers()
+    first = True
     while True:
+        if not first:  # (on a node of shard workers: the reads of another step run in a round, rounds.py)
+            await gw.round()
+        first = False
         out, total, keys, errors = _fetch_once(conn, req, brokers)
         left = deadline - loop.time()
         if total >= max(b.min_bytes, 1) or errors or left <= 0 or not keys:

@@ -38,7 +38,8 @@ import time
 from typing import Any
 
 from marekvs.core.hlc import physical_ms, wall_ms
-from marekvs.gateway.kafka import offsets, records
+from marekvs.gateway.kafka import offsets, records, rounds
+from marekvs.gateway.kafka.topics import StoreError
 from marekvs.keyspace import streams
 
 CHUNK = 256  # entries one XRANGE reads
@@ -62,15 +63,49 @@ class Logs:
     def _stream(self, key: bytes) -> streams.Stream | None:
         return streams.lookup(self.node.ks, key, wall_ms())
 
-    def log_end(self, key: bytes) -> int:
-        st = self._stream(key)
-        if st is None or st.last_id == streams.MIN_ID:
-            return 0
-        top = st.last_id
+    def _remote(self, key: bytes) -> bool:
+        """Is ``key`` on another shard worker (``rounds.py``)? Its stream is then read
+        with XINFO STREAM and XRANGE, carried to its worker."""
+        mesh = self.gw.mesh
+        return mesh is not None and rounds.owner(mesh, key) != mesh.index
+
+    def _info(self, key: bytes) -> dict[bytes, Any] | None:
+        """XINFO STREAM of ``key`` on its worker (None: no stream)."""
+        try:
+            flat = self.layout.cached(self.gw.sys, b"XINFO", b"STREAM", key)
+        except StoreError as e:
+            if e.text.startswith("ERR no such key"):
+                return None
+            raise
+        return dict(zip(flat[::2], flat[1::2]))
+
+    def _top_ms_end(self, key: bytes, top: tuple[int, int]) -> int:
+        """One past the greatest offset of the entries of ``top``'s millisecond (another
+        origin's may have a greater counter than ``top``'s: ``offsets.sort_ms``)."""
         end = offsets.of_id(top) + 1
-        for sid, _ in streams.range_entries(self.node.ks, st, (top[0], 0), (top[0], streams.U64_MAX)):
-            end = max(end, offsets.of_id(sid) + 1)
+        if not self._remote(key):
+            for sid, _ in streams.range_entries(self.node.ks, self._stream(key), (top[0], 0),
+                                                (top[0], streams.U64_MAX)):
+                end = max(end, offsets.of_id(sid) + 1)
+            return end
+        got = self.layout.call(self.gw.sys, b"XRANGE", key, b"%d-0" % top[0], b"%d-%d" % (top[0], streams.U64_MAX))
+        for sid, _ in got:
+            end = max(end, offsets.of_id(_sid(sid)) + 1)
         return end
+
+    def last_id(self, key: bytes) -> tuple[int, int]:
+        """The stream's last id (MIN_ID when there is none)."""
+        if self._remote(key):
+            info = self._info(key)
+            return streams.MIN_ID if info is None else _sid(info[b"last-generated-id"])
+        st = self._stream(key)
+        return streams.MIN_ID if st is None else st.last_id
+
+    def log_end(self, key: bytes) -> int:
+        top = self.last_id(key)
+        if top == streams.MIN_ID:
+            return 0
+        return self._top_ms_end(key, top)
 
     def high_watermark(self, key: bytes) -> int:
         end = self.log_end(key)
@@ -88,6 +123,14 @@ class Logs:
             self.unacked.pop(key, None)
 
     def log_start(self, key: bytes) -> int:
+        if self._remote(key):
+            info = self._info(key)
+            if info is None:
+                return 0
+            if _sid(info[b"max-deleted-entry-id"]) == streams.MIN_ID and info[b"entries-added"] <= info[b"length"]:
+                return 0  # nothing ever removed
+            first = info[b"first-entry"]
+            return offsets.of_id(_sid(first[0])) if first else self.log_end(key)
         st = self._stream(key)
         if st is None:
             return 0
@@ -114,20 +157,32 @@ class Logs:
         return bool(self.unacked)
 
     # -- append ------------------------------------------------------------------------------------
-    def append(self, ctx: Any, key: bytes, recs: list[tuple[Any, Any, int, list]]) -> tuple[int, int]:
+    def append(self, ctx: Any, key: bytes, recs: list[tuple[Any, Any, int, list]]) -> tuple[int, int, int]:
         """Add ``recs`` (key, value, timestamp, headers) to the stream ``key``; returns the
-        first offset and the replication-log position of the last entry."""
-        st = self._stream(key)
-        top = st.last_id if st is not None else streams.MIN_ID
+        first offset, the replication-log position of the last entry and the log start
+        offset after it."""
+        remote = self._remote(key)
+        if remote:  # the start after it, from the XINFO read before it (one XINFO less)
+            info = self._info(key)
+            emptied = info is not None and not info[b"first-entry"] and (
+                _sid(info[b"max-deleted-entry-id"]) != streams.MIN_ID or info[b"entries-added"] > info[b"length"])
+            start = -1 if emptied else self.log_start(key)  # (emptied: the first appended, below)
+        top = self.last_id(key)
         ms, seq = offsets.mint(top, physical_ms(self.node.hlc.now()), self.node.config.node_id, len(recs))
-        call = self.layout.call
-        for i, (k, v, ts, headers) in enumerate(recs):
-            call(ctx, b"XADD", key, b"%d-%d" % (ms, seq + i), *records.entry_fields(k, v, ts, headers))
+        self.layout.call_many(ctx, key, [[b"XADD", key, b"%d-%d" % (ms, seq + i),
+                                          *records.entry_fields(k, v, ts, headers)]
+                                         for i, (k, v, ts, headers) in enumerate(recs)])
         first = offsets.of_id((ms, seq))
+        if remote:
+            self.gw.wake(key)  # (the change feed here tells only this worker's writes)
+            if start < 0:  # (records were removed and none was left: its start was its end)
+                start = first
+        else:
+            start = self.log_start(key)
         log_seq = ctx.last_write_seq
         if self.node.replication is not None and self.node.replication.peers:
             self.unacked.setdefault(key, collections.deque()).append((first, log_seq))
-        return first, log_seq
+        return first, log_seq, start
 
     # -- read ----------------------------------------------------------------------------------------
     def read(self, ctx: Any, key: bytes, start: int, end: int, max_bytes: int) -> list[tuple[int, Any, list]]:

@@ -31,6 +31,7 @@ from marekvs.core.hlc import wall_ms
 from marekvs.gateway.kafka import handlers, producers, protocol
 from marekvs.gateway.kafka.groups import Coordinator
 from marekvs.gateway.kafka.partitions import Logs
+from marekvs.gateway.kafka.rounds import Rounds
 from marekvs.gateway.kafka.topics import Layout, StoreError, rendezvous
 from marekvs.keyspace.changes import user_keys
 
@@ -42,8 +43,12 @@ _PRE_AUTH = frozenset((protocol.API_VERSIONS, protocol.SASL_HANDSHAKE, protocol.
 
 
 class KafkaGateway:
-    def __init__(self, node: Any, tls: Any = None):
+    def __init__(self, node: Any, tls: Any = None, mesh: Any = None):
         self.node = node
+        # on a node of shard workers (worker 0's gateway): the mesh its rounds lock and
+        # carry commands over (``rounds.py``); None on a node of one process
+        self.mesh = mesh
+        self.rounds = Rounds(mesh) if mesh is not None else None
         # with kafka_tls yes: a listener with start(host, port, protocol_factory) and stop()
         # that serves each connection over TLS (server/listener.TlsListener)
         self.tls = tls
@@ -62,6 +67,7 @@ class KafkaGateway:
         for rule in (b"on", b"nopass", b"allkeys", b"allchannels", b"allcommands"):
             root.set(rule, node.acl.view)
         self.sys.user = root
+        self.layout.mesh, self.layout.carrier, self.layout.rounds = mesh, self.sys, self.rounds
         self.connections: set[Connection] = set()
         # long-poll fetches: stream key -> events to set when it changes
         self.waiters: dict[bytes, set[asyncio.Event]] = {}
@@ -71,6 +77,7 @@ class KafkaGateway:
         self.groups = Coordinator(self)
         self.lag_time = cfg.kafka_replica_lag_time_max_ms / 1000
         self.started = time.monotonic()
+        self._later: set[asyncio.Task] = set()  # writes waiting for a round (``record``)
         self._caught_up: dict[int, int] = {}  # peer -> its log end at a Hello this node has applied
 
     # -- life cycle ---------------------------------------------------------------------------
@@ -80,7 +87,11 @@ class KafkaGateway:
             self.tls.start(cfg.bind, cfg.kafka_port, self._protocol)
         else:
             self.server = await asyncio.start_server(self._accept, cfg.bind, cfg.kafka_port, limit=_LIMIT)
-        self.brokers()  # (records this node's address if the record lacks or differs from it)
+        await self.round()
+        try:
+            self.brokers()  # (records this node's address if the record lacks or differs from it)
+        except StoreError as e:  # (its shard worker restarting: recorded by the next request's)
+            log.warning("Kafka gateway: reading the brokers' record failed: %s", e.text)
         self.node.request_tick()
         loop = asyncio.get_running_loop()
         self._ack_task = loop.create_task(self._acks())
@@ -98,6 +109,8 @@ class KafkaGateway:
             if task is not None:
                 task.cancel()
         self.groups.stop()
+        if self.rounds is not None:
+            self.rounds.stop()
         for c in list(self.connections):
             c.close()
 
@@ -114,6 +127,15 @@ class KafkaGateway:
         finally:
             self.connections.discard(conn)
 
+    async def round(self) -> None:
+        """On a node of shard workers: wait for a round (``rounds.py``), in which the
+        caller's step up to its next suspension may run commands on keys of any worker."""
+        if self.rounds is not None:
+            await self.rounds.enter()
+
+    def in_round(self) -> bool:
+        return self.rounds is None or self.rounds.active
+
     def log_position(self) -> int:
         """This node's replication-log position (what acks=all waits for peers to have)."""
         return self.node.engine.log_seq
@@ -126,13 +148,24 @@ class KafkaGateway:
     def record(self, what: str, *argv: bytes) -> bool:
         """One of the gateway's own writes (a broker address, a partition claimed, a group's
         generation): False, logged, when the node refuses it (a full disk); what it records
-        is written again the next time it is needed."""
+        is written again the next time it is needed. On a node of shard workers, outside
+        a round (a group's rebalance completing on a timer), it is written in the next one."""
+        if not self.in_round():
+            task = asyncio.get_running_loop().create_task(self._record_later(what, argv))
+            self._later.add(task)
+            task.add_done_callback(self._later.discard)
+            return True
         try:
             self.layout.call(self.sys, *argv)
             return True
         except StoreError as e:
             log.warning("Kafka gateway: recording %s failed: %s", what, e.text)
             return False
+
+    async def _record_later(self, what: str, argv: tuple[bytes, ...]) -> None:
+        await self.round()
+        self.record(what, *argv)
+        self.node.request_tick()
 
     # -- cluster view ---------------------------------------------------------------------------
     def set_broker(self) -> None:
@@ -227,6 +260,7 @@ class KafkaGateway:
             await asyncio.sleep(self.retention_interval)
             if self.storage_error() is not None:
                 continue
+            await self.round()
             try:
                 self.enforce_retention(wall_ms())
             except StoreError as e:
@@ -279,6 +313,12 @@ class KafkaGateway:
         for key in user_keys(changes):
             for ev in w.get(key, ()):
                 ev.set()
+
+    def wake(self, key: bytes) -> None:
+        """The fetches waiting on ``key`` (a stream of another shard worker this gateway
+        appended to: this worker's change feed does not tell it)."""
+        for ev in self.waiters.get(key, ()):
+            ev.set()
 
     async def _acks(self) -> None:
         """Peers' acknowledgements move high watermarks: wake the fetches waiting on the
@@ -355,6 +395,8 @@ class Connection:
                 self.ctx.last_active = asyncio.get_running_loop().time()
                 if req.client_id:
                     self.client_id = req.client_id
+                if self.gw.rounds is not None and req.api.key != protocol.API_VERSIONS:
+                    await self.gw.rounds.enter()
                 out = handlers.handle(self, req)
                 if asyncio.iscoroutine(out):
                     out = await out
@@ -370,6 +412,8 @@ class Connection:
                     await self.writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
+        except StoreError as e:  # (a shard worker restarting holds a record every request reads)
+            log.warning("Kafka client %s: %s: closing", self.ctx.addr, e.text)
         except asyncio.CancelledError:
             raise
         except Exception:

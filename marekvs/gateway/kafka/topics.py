@@ -43,6 +43,10 @@ from typing import Any
 
 import xxhash
 
+from marekvs.commands.reply import Err
+from marekvs.commands.table import Command
+from marekvs.gateway.kafka import rounds
+
 LEGAL_NAME = re.compile(rb"^[a-zA-Z0-9._-]{1,249}$")
 TOPIC_FIELDS = (b"id", b"name", b"partitions", b"retentionTime", b"retentionBytes", b"compression",
                 b"valueType", b"offsetSequenceBits", b"messageBytes")
@@ -79,6 +83,12 @@ class Layout:
 
     def __init__(self, node: Any, prefix: str):
         self.node = node
+        # on a node of shard workers (``rounds.py``): the mesh, and the context commands
+        # carried to other workers run as
+        self.mesh: Any = None
+        self.carrier: Any = None
+        self.rounds: Any = None
+        self.known: dict[tuple[bytes, ...], Any] = {}  # (``read``)
         self.p = prefix.encode()
         self.topics_key = self.p + b":topics"
         self.topic_ids_key = self.p + b":topic-ids"
@@ -109,13 +119,90 @@ class Layout:
 
     # -- commands -------------------------------------------------------------------------------
     def call(self, ctx: Any, *argv: bytes) -> Any:
-        r = self.node.dispatch(ctx, list(argv))
-        if type(r).__name__ == "Err":
+        r = self.node.dispatch(ctx, list(argv)) if self.mesh is None else self._routed(ctx, list(argv))
+        if type(r) is Err:
             raise StoreError(str(r))
         return r
 
+    def _routed(self, ctx: Any, args: list[bytes], cached: bool = False) -> Any:
+        """On a node of shard workers: admitted for ``ctx`` here, run where its keys are,
+        in the round running (``rounds.py``): here for ``ctx``, else carried there for the
+        gateway (``carrier``: one proxy on the sibling for every connection). A ``cached``
+        read of another worker (``read``) is carried once per round: the round holds every
+        worker, so only the gateway's own writes change it meanwhile, and they drop it."""
+        node, mesh = self.node, self.mesh
+        cmd = node.admit(ctx, args)
+        if not isinstance(cmd, Command):
+            return cmd
+        cache = self.rounds.cache
+        if cmd.write and cache:
+            for a in args[1:]:
+                cache.pop(a, None)
+        if mesh.plan.where(ctx, cmd, args) is None:
+            return node.execute(ctx, cmd, args)
+        if mesh.session is None or cache is None:
+            return Err("ERR internal error: the Kafka gateway ran a command of another shard worker outside a round")
+        if not cached:
+            return mesh.route(self.carrier, cmd, args)
+        of_key = cache.setdefault(args[-1], {})  # (by the key it reads, its last argument)
+        key = tuple(args)
+        r = of_key.get(key)
+        if r is None:
+            r = mesh.route(self.carrier, cmd, args)
+            if type(r) is not Err:
+                of_key[key] = r
+        return r
+
+    def cached(self, ctx: Any, *argv: bytes) -> Any:
+        """A read whose last argument is its key, carried once per round on a node of shard
+        workers (``_routed``)."""
+        if self.mesh is None:
+            return self.call(ctx, *argv)
+        r = self._routed(ctx, list(argv), cached=True)
+        if type(r) is Err:
+            raise StoreError(str(r))
+        return r
+
+    def read(self, ctx: Any, *argv: bytes) -> Any:
+        """A read of the layout's records that every request makes (a topic's hash, its
+        leaders, the brokers): on a node of shard workers, while the worker holding the key
+        restarts (LOADING), what it read last, so the partitions of the other workers are
+        served meanwhile (only this gateway writes these keys on a node without peers)."""
+        if self.mesh is None:
+            return self.call(ctx, *argv)
+        r = self._routed(ctx, list(argv), cached=True)
+        if type(r) is Err:
+            if not r.startswith("LOADING") or argv not in self.known:
+                raise StoreError(str(r))
+            return self.known[argv]
+        self.known[argv] = r
+        return r
+
+    def call_many(self, ctx: Any, key: bytes, commands: list[list[bytes]]) -> None:
+        """Run ``commands`` on ``key`` (a produced batch's XADDs), stopping at the first
+        refused (StoreError); on a node of shard workers carried to its worker in one frame."""
+        mesh = self.mesh
+        j = -1 if mesh is None else rounds.owner(mesh, key)
+        if j < 0 or j == mesh.index:
+            for argv in commands:
+                self.call(ctx, *argv)
+            return
+        if mesh.session is None or self.rounds.cache is None:
+            raise StoreError("ERR internal error: the Kafka gateway ran a command of another shard worker outside "
+                             "a round")
+        self.rounds.cache.pop(key, None)
+        calls = []
+        for argv in commands:
+            cmd = self.node.admit(ctx, argv)
+            if not isinstance(cmd, Command):
+                raise StoreError(str(cmd))
+            calls.append((cmd, argv))
+        for r in mesh.carry(self.carrier, j, calls):
+            if type(r) is Err:
+                raise StoreError(str(r))
+
     def topic(self, ctx: Any, name: bytes) -> Topic | None:
-        flat = self.call(ctx, b"HGETALL", self.topic_key(name))
+        flat = self.read(ctx, b"HGETALL", self.topic_key(name))
         if not flat:
             return None
         h = dict(zip(flat[::2], flat[1::2]))
@@ -158,7 +245,7 @@ class Layout:
 
     def leaders(self, ctx: Any, topic: bytes) -> dict[int, tuple[int, int]]:
         """partition -> (epoch, node) as recorded."""
-        flat = self.call(ctx, b"HGETALL", self.leaders_key(topic))
+        flat = self.read(ctx, b"HGETALL", self.leaders_key(topic))
         out = {}
         for k, v in zip(flat[::2], flat[1::2]):
             try:
@@ -173,7 +260,7 @@ class Layout:
         return b"HSET", self.leaders_key(topic), b"%d" % partition, b"%d:%d" % (epoch, node_id)
 
     def brokers(self, ctx: Any) -> dict[int, tuple[str, int]]:
-        flat = self.call(ctx, b"HGETALL", self.brokers_key)
+        flat = self.read(ctx, b"HGETALL", self.brokers_key)
         out = {}
         for k, v in zip(flat[::2], flat[1::2]):
             host, _, port = v.decode().rpartition(":")
