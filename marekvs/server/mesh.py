@@ -81,7 +81,11 @@ connections). A client's command runs where its keys live:
 (``_entry``), so a read carried to another worker registers the client in that worker's
 table; a change there is told to the client's worker (``_INVALIDATE``: after the reply of
 the client's own command when that is what changed it), which resolves its REDIRECT, to
-a client of a third worker if need be (``_PUSH``). CLIENT TRACKING ... REDIRECT asks the
+a client of a third worker if need be (``_PUSH``). Both go as keyspace notifications do
+(``Mesh.gate``): the replies of the tick that made the change wait until the client's
+worker has the invalidation, so it is in the client's output before anything the client
+sends after seeing those replies (Redis writes it into the client's buffer before it
+replies). CLIENT TRACKING ... REDIRECT asks the
 target's worker whether it is connected (``_HAS_CLIENT``). A BCAST client's prefixes go
 to every sibling (``_BCAST``), and CLIENT TRACKING answers once each has them.
 
@@ -204,8 +208,9 @@ _SCRIPT = -5  # ... a script body to cache here (EVAL elsewhere: EVALSHA then wo
 _WATCHED = -6  # ... (under a unit's lock) are the client's watches here still valid? then unwatch
 _UNWATCH = -7  # ... forget the client's watches here (UNWATCH, DISCARD, RESET, an EXEC that ran)
 _UNWAIT = -8  # ... the client's blocking command over several workers ended: its watch here too
-_INVALIDATE = -9  # ... keys our client read changed there: [keys or None, by its own command?]
-_PUSH = -10  # ... an invalidation for our client that another worker's client REDIRECTs to: keys
+_INVALIDATE = -9  # ... keys our client read changed there: [keys or None, by its own command?, number]
+_PUSH = -10  # ... an invalidation for our client that another worker's client REDIRECTs to: [keys, number]
+# (both go as a notification does, ``Mesh.gate``: acknowledged by an "n" frame at once)
 _MONITOR = -11  # ... a MONITOR line for our monitors
 _HAS_CLIENT = 1 << 19  # ... is the client of this id (the args) connected here? (a value)
 _BCAST = _HAS_CLIENT + 1  # ... a BCAST tracking client of the sender began ([prefixes, noloop]) or ended (None)
@@ -301,6 +306,12 @@ def mesh_address(name: str, index: int) -> str:
     """The abstract unix socket worker ``index`` of the node ``name`` accepts siblings on
     (no file: nothing to clean up after a SIGKILL, no path length limit)."""
     return f"\0{name}-w{index}"
+
+
+def _seq(entry: list[Any]) -> int:
+    """The number of an ``_INVALIDATE`` or ``_PUSH`` entry (``Mesh._note_to``)."""
+    args = entry[3]
+    return int(args[2] if entry[2] == _INVALIDATE else args[1])
 
 
 def unsupported(cmd: Command, why: str = "") -> str:
@@ -734,13 +745,15 @@ class Owner(asyncio.Protocol):
         mesh = self.mesh
         if ci == _NOTIFY:
             self.node.pubsub.deliver(args[0], args[1], len(args) > 3)  # (an SPUBLISH a peer relayed)
-            self.noted = args[2]
+            self.noted = max(self.noted, args[2])
         elif ci == _INVALIDATE:
             self.node.tracking.invalidated(cid, args[0], args[1])
+            self.noted = max(self.noted, args[2])
         elif ci == _PUSH:
             target = self.node.clients.get(cid)
             if target is not None:
-                self.node.tracking.send(target, args, None)
+                self.node.tracking.send(target, args[0], None)
+            self.noted = max(self.noted, args[1])
         elif ci == _MONITOR:
             self.node.deliver_monitor_line(args)
         elif ci == _UNWAIT:
@@ -879,10 +892,13 @@ class Mesh:
         self.plan = Plan(node, shards, index)
         self.links: list[Link | None] = [None] * len(shards)
         node.pubsub.siblings = self.notify
-        # keyspace notifications for the siblings' subscribers (``notify``, ``gate``): this
-        # tick's, the number of the last posted and acknowledged per sibling, and the ticks
-        # whose replies wait for acknowledgements (what each waits for, its callbacks)
+        # keyspace notifications for the siblings' subscribers (``notify``, ``gate``) and
+        # tracking invalidations for their clients (``_invalidate``, ``_forward``): this
+        # tick's (the invalidations by worker), the number of the last posted and
+        # acknowledged per sibling, and the ticks whose replies wait for acknowledgements
+        # (what each waits for, its callbacks)
         self.notes: list[list[Any]] = []
+        self.notes_to: dict[int, list[list[Any]]] = {}
         self.note_seq = 0
         self.note_posted = [0] * len(shards)
         self.note_acked = [0] * len(shards)
@@ -1887,7 +1903,17 @@ class Mesh:
                 link.post(entry)
 
     def _invalidate(self, cid: int, keys: list[bytes] | None, own: bool) -> None:
-        self._post(cid % len(self.shards), [cid, 0, _INVALIDATE, [keys, own]])
+        self.note_seq += 1
+        self._note_to(cid % len(self.shards), [cid, 0, _INVALIDATE, [keys, own, self.note_seq]])
+
+    def _note_to(self, j: int, entry: list[Any]) -> None:
+        """An invalidation for a client of worker ``j``: sent with this tick's notifications,
+        and the tick's replies held until ``j`` delivered it (``gate``), as Redis's is in the
+        client's output before the reply of the command that caused it. (So a client whose
+        next command turns tracking off, or reads the key again, got the message first.)"""
+        if j != self.index:
+            self.notes_to.setdefault(j, []).append(entry)
+            self.node.request_tick()
 
     def told(self, cid: int, push: Any) -> None:
         """An invalidation of client ``cid``'s own write made here (``Push``), to its worker."""
@@ -1895,7 +1921,8 @@ class Mesh:
             self._invalidate(cid, push[1], True)
 
     def _forward(self, rid: int, keys: list[bytes] | None) -> None:
-        self._post(rid % len(self.shards), [rid, 0, _PUSH, keys])
+        self.note_seq += 1
+        self._note_to(rid % len(self.shards), [rid, 0, _PUSH, [keys, self.note_seq]])
 
     def _bcast(self, cid: int, state: Any) -> None:
         self._announce([cid, 0, _BCAST, state])
@@ -1946,16 +1973,22 @@ class Mesh:
         subscriber's worker). Costs a round trip only for the ticks that notify.
         Acknowledgements are written at once by the siblings, never held by a gate of
         theirs: no two workers wait for each other. True when it took ``waiting``."""
-        notes = self.notes
-        if notes:
-            self.notes = []
+        notes, to = self.notes, self.notes_to
+        if notes or to:
+            self.notes, self.notes_to = [], {}
             if committed:  # (a failed commit: the writes they tell of are not made)
-                frame = _packb(notes)
-                seq = self.note_seq
+                frame = _packb(notes) if notes else b""
+                last = notes[-1][3][2] if notes else 0  # (the numbers: _NOTIFY's args[2], _seq)
                 for j, link in enumerate(self.links):
-                    if link is not None and link.transport is not None and not link.transport.is_closing():
+                    if link is None or link.transport is None or link.transport.is_closing():
+                        continue
+                    mine = to.get(j)
+                    if mine:
+                        link.transport.write(_packb(notes + mine))
+                        self.note_posted[j] = max(last, _seq(mine[-1]))
+                    elif frame:
                         link.transport.write(frame)
-                        self.note_posted[j] = seq
+                        self.note_posted[j] = last
         elif not self.gated:
             return False
         self.gated.append((self.note_posted.copy(), waiting, committed))
@@ -1970,7 +2003,7 @@ class Mesh:
         pipeline's later commands), which must not overtake those notifications; that
         tick's ``gate`` sends them, then releases."""
         gated, acked = self.gated, self.note_acked
-        if self.notes:
+        if self.notes or self.notes_to:
             return
         while gated:
             wanted, waiting, committed = gated[0]

@@ -152,7 +152,11 @@ def _send(w: Wire, step: str, ids: dict[str, int]) -> None:
         w.send(_argv(part, ids))
 
 
-def _named(m: bytes, ids: dict[str, int]) -> bytes:
+def _named(m: bytes, ids: dict[str, int], step: str) -> bytes:
+    """``m`` with the client ids it names as ``<name>``: in the replies of the steps that
+    name clients (a DEL's count may equal a client id)."""
+    if "GETREDIR" not in step and "TRACKINGINFO" not in step:
+        return m
     for name, cid in ids.items():
         m = m.replace(b":%d\r\n" % cid, b":<%s>\r\n" % name.encode())
     return m
@@ -165,7 +169,7 @@ def _reference(port: int, spec, steps) -> list[dict[str, list[bytes]]]:
     out = []
     for who, step in steps:
         _send(wires[who], step, ids)
-        out.append({name: [_named(m, ids) for m in w.until_pong()] for name, w in wires.items()})
+        out.append({name: [_named(m, ids, step) for m in w.until_pong()] for name, w in wires.items()})
     for w in wires.values():
         w.conn.close()
     return out
@@ -176,20 +180,24 @@ def _replay(port: int, spec, steps, want: list[dict[str, list[bytes]]], sharded:
     first = wires[next(iter(wires))]
     first.send([b"FLUSHALL"])
     first.message()
-    wrong = []
+    wrong: list[str] = []
+    at, got = "the end", []
     try:
         for (who, step), expected in zip(steps, want):
             _send(wires[who], step, ids)
             for name, w in wires.items():
-                got = [_named(w.message(), ids) for _ in expected[name]]
+                at, got = f"{who}: {step} -> {name} (want {expected[name]!r})", []
+                for _ in expected[name]:
+                    got.append(_named(w.message(), ids, step))
                 if got != expected[name]:
                     wrong.append(f"{who}: {step} -> {name} got {got!r}, want {expected[name]!r}")
         for name, w in wires.items():
+            at, got = f"the end -> {name}", []
             rest = w.until_pong()
             if rest:
                 wrong.append(f"{name} got more: {rest!r}")
     except socket.timeout:
-        wrong.append("timed out waiting for a message")
+        wrong.append(f"timed out waiting for a message at {at}, after {got!r}")
     finally:
         for w in wires.values():
             w.conn.close()
