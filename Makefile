@@ -58,7 +58,7 @@ SHARDED_TESTS := tests/integration/test_differential.py tests/integration/test_d
                  tests/integration/test_bad_input.py tests/integration/test_differential_options.py \
                  tests/integration/test_acl.py tests/integration/test_clients.py tests/integration/test_sort.py \
                  tests/integration/test_transactions.py tests/integration/test_dump_restore.py \
-                 tests/integration/test_scripting.py
+                 tests/integration/test_scripting.py tests/integration/test_tls.py
 # what differs by design on a node of several shard workers (docs/shards.md §8a): math.random's
 # generator is one per worker; a script's writes carried to another worker are committed there
 # as they run, so SHUTDOWN NOSAVE amid a busy script does not drop them
