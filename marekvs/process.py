@@ -136,8 +136,8 @@ class Process:
             self.metrics_server = await start_metrics(node, self.resp.tls if config.metrics_tls == "yes" else None,
                                                       self.mesh.gather_metrics)
         await self.resp.start()
-        log.info("marekvs %s node %d shard worker %d (partitions %s) serving %s:%d (data %s)", __version__,
-                 config.node_id, worker.index, node.engine.partitions, config.bind, config.port,
+        log.info("marekvs %s node %d shard worker %d (partitions %s) serving %s (data %s)", __version__,
+                 config.node_id, worker.index, node.engine.partitions, config.listening(),
                  os.path.abspath(config.data_dir))
         if worker.ready_fd >= 0:
             os.write(worker.ready_fd, b"R")
