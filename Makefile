@@ -64,7 +64,8 @@ SHARDED_TESTS := tests/integration/test_differential.py tests/integration/test_d
                  tests/integration/test_sweeper_collections.py tests/integration/test_durability.py \
                  tests/integration/test_fuzz.py tests/integration/test_full_disk.py \
                  tests/integration/test_kafka.py tests/integration/test_kafka_features.py \
-                 tests/integration/test_kafka_clients.py
+                 tests/integration/test_kafka_clients.py \
+                 tests/integration/test_tls.py
 # what differs by design on a node of several shard workers (docs/shards.md §8a): math.random's
 # generator is one per worker; a script's writes carried to another worker are committed there
 # as they run, so SHUTDOWN NOSAVE amid a busy script does not drop them

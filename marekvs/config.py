@@ -199,6 +199,12 @@ class Config:
         (Redis's INFO tcp_port)."""
         return self.port or self.tls_port
 
+    def listening(self) -> str:
+        """The client listeners, as the start-up line names them ("127.0.0.1:6379 (RESP), ...")."""
+        kafka = "Kafka over TLS" if self.kafka_tls == "yes" else "Kafka"
+        return ", ".join(f"{self.bind}:{p} ({kind})" for p, kind in (
+            (self.port, "RESP"), (self.tls_port, "RESP over TLS"), (self.kafka_port, kafka)) if p)
+
     def peer_tls_files(self) -> tuple[str, str, str]:
         """(certificate, key, CA bundle) of the peer links: tls_cert/tls_key/tls_ca, each
         falling back on its Redis-named counterpart when tls_replication is yes (the CA

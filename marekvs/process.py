@@ -10,10 +10,11 @@ saved), in that order.
 ``config.shards`` > 1 workers (started by ``marekvs/shards/supervisor.py``; docs/shards.md
 slice 2): a node over the worker's partition range in its own data directory, its mesh
 with its siblings (``server/mesh.py``), replication (the worker's log is a stream of its
-own: ``replication/workers.py``, docs/shards.md §5), then the RESP listener on the node's
-port shared with the siblings (SO_REUSEPORT), and on worker 0 the Kafka gateway
-(``gateway/kafka/rounds.py``). No anti-entropy exchange or service (slice 7), TLS or metrics
-yet: the supervisor refuses the ports.
+own: ``replication/workers.py``, docs/shards.md §5), the metrics exporter if asked (the
+node's metrics port, shared with the siblings: it answers for the whole node,
+``server/metrics.py``), then the RESP listeners on the node's ports shared with the
+siblings (SO_REUSEPORT: the plaintext port and the TLS port), and on worker 0 the Kafka
+gateway (``gateway/kafka/rounds.py``). No anti-entropy exchange or service (slice 7) yet.
 """
 
 from __future__ import annotations
@@ -97,11 +98,8 @@ class Process:
         await self.resp.start()
         if self.kafka is not None:
             await self.kafka.start()
-        kafka = "Kafka over TLS" if config.kafka_tls == "yes" else "Kafka"
-        ports = [f"{config.bind}:{p} ({kind})" for p, kind in (
-            (config.port, "RESP"), (config.tls_port, "RESP over TLS"), (config.kafka_port, kafka)) if p]
         log.info("marekvs %s node %d listening on %s (data %s, durability %s)", __version__,
-                 config.node_id, ", ".join(ports), os.path.abspath(config.data_dir), config.durability)
+                 config.node_id, config.listening(), os.path.abspath(config.data_dir), config.durability)
         await self.until_stopped()
 
     async def until_stopped(self) -> None:
@@ -134,11 +132,16 @@ class Process:
             log.critical("%s", e)
             raise SystemExit(1) from None
         self.mesh.records.acks.clear()  # (each worker applies its settings itself: nobody waits)
+        if config.metrics_port:  # every worker answers the node's metrics port for the whole node
+            from marekvs.server.metrics import start_metrics
+
+            self.metrics_server = await start_metrics(node, self.resp.tls if config.metrics_tls == "yes" else None,
+                                                      self.mesh.gather_metrics)
         await self.resp.start()
         if self.kafka is not None:
             await self.kafka.start()
-        log.info("marekvs %s node %d shard worker %d (partitions %s) serving %s:%d (data %s)", __version__,
-                 config.node_id, worker.index, node.engine.partitions, config.bind, config.port,
+        log.info("marekvs %s node %d shard worker %d (partitions %s) serving %s (data %s)", __version__,
+                 config.node_id, worker.index, node.engine.partitions, config.listening(),
                  os.path.abspath(config.data_dir))
         if worker.ready_fd >= 0:
             os.write(worker.ready_fd, b"R")

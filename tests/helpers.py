@@ -118,12 +118,11 @@ def wait_port(port: int, proc: subprocess.Popen | None = None, timeout: float = 
     raise TimeoutError(f"nothing listening on 127.0.0.1:{port} after {timeout}s")
 
 
-# MAREKVS_TEST_SHARDS=N (N > 1): the nodes the tests start alone (no peers, TLS or metrics
-# port, which a multi-worker node refuses yet; a Kafka port is served) run N shard workers
-# (docs/shards.md).
+# MAREKVS_TEST_SHARDS=N (N > 1): the nodes the tests start alone (no peers, which a
+# multi-worker node with a Kafka port refuses yet) run N shard workers (docs/shards.md).
 # `make test` runs the files listed in the Makefile's SHARDED_TESTS a second time with
 # MAREKVS_TEST_SHARDS=2 (the others still meet what the slices left)
-_NOT_WITH_SHARDS = ("--peers", "--shards", "--tls-port", "--metrics-port", "--config")
+_NOT_WITH_SHARDS = ("--peers", "--shards", "--config")
 
 
 def test_shards(extra: list[str]) -> list[str]:

@@ -239,15 +239,20 @@ class Connection(asyncio.Protocol):
             # pipelined behind a successful AUTH is judged by the limits that now apply.
             cmds, err = self.parser.more()
         if err is not None:
-            self.out.append(b"-ERR %s\r\n" % err.encode())
-            ctx.closing = True
-            if err == resp.TLS_ON_PLAINTEXT:
-                log.warning("closing client %s: a TLS handshake on the plaintext port %s", ctx.addr, ctx.laddr)
-            else:
-                log.debug("protocol error from %s: %s", ctx.addr, err)
+            self.protocol_error(err)
         if self.out and not self.scheduled:
             self.scheduled = True
             self.node.after_commit(self.flush_cb)
+
+    def protocol_error(self, err: str) -> None:
+        """The parser's error: its reply, then the connection closes (with a log line)."""
+        ctx = self.ctx
+        self.out.append(b"-ERR %s\r\n" % err.encode())
+        ctx.closing = True
+        if err == resp.TLS_ON_PLAINTEXT:
+            log.warning("closing client %s: a TLS handshake on the plaintext port %s", ctx.addr, ctx.laddr)
+        else:
+            log.debug("protocol error from %s: %s", ctx.addr, err)
 
     async def _unblock(self, b: Blocking) -> None:
         ctx = self.ctx
@@ -349,9 +354,10 @@ class Connection(asyncio.Protocol):
         self.parser.auth_required = not authed and self.node.acl.auth_required()
 
 
-def listening_sockets(host: str, port: int) -> list[socket.socket]:
+def listening_sockets(host: str, port: int, reuse_port: bool = False) -> list[socket.socket]:
     """Non-blocking sockets listening on ``port`` of every address ``host`` resolves to (as
-    ``loop.create_server`` binds them: SO_REUSEADDR, IPv6 sockets IPv6 only)."""
+    ``loop.create_server`` binds them: SO_REUSEADDR, IPv6 sockets IPv6 only; SO_REUSEPORT
+    too with ``reuse_port``: the shard workers of a node share the port)."""
     out: list[socket.socket] = []
     seen = set()
     try:
@@ -363,6 +369,8 @@ def listening_sockets(host: str, port: int) -> list[socket.socket]:
             s = socket.socket(family, kind, proto)
             out.append(s)
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if reuse_port:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
             if family == socket.AF_INET6:
                 s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
             s.bind(addr)
@@ -432,9 +440,10 @@ class TlsListener:
         self.protocol_factory: Callable[[], asyncio.BaseProtocol] | None = None
         self._refused = _Throttled()
 
-    def start(self, host: str, port: int, protocol_factory: Callable[[], asyncio.BaseProtocol]) -> None:
+    def start(self, host: str, port: int, protocol_factory: Callable[[], asyncio.BaseProtocol],
+              reuse_port: bool = False) -> None:
         self.protocol_factory = protocol_factory
-        self.sockets = listening_sockets(host, port)
+        self.sockets = listening_sockets(host, port, reuse_port)
         for ls in self.sockets:
             self.node.loop.add_reader(ls.fileno(), self.accept, ls)  # type: ignore[union-attr]
 
@@ -504,8 +513,9 @@ class RespServer:
     def __init__(self, node: Node):
         self.node = node
         self.tcp_server: asyncio.AbstractServer | None = None
-        # a shard worker (process.py) serves ShardConnections (server/mesh.py) on a port its
-        # siblings share (SO_REUSEPORT); a single process, Connections on a port of its own
+        # a shard worker (process.py) serves ShardConnections (server/mesh.py) on ports its
+        # siblings share (SO_REUSEPORT: the plaintext port and the TLS port); a single
+        # process, Connections on ports of its own
         self.connection_factory: Callable[..., Connection] = lambda adopt=None: Connection(self, adopt)
         self.reuse_port = False
         self.idle_task: asyncio.Task | None = None
@@ -528,11 +538,11 @@ class RespServer:
                 self.connection_factory, cfg.bind, cfg.port, reuse_address=True, backlog=_BACKLOG,
                 reuse_port=self.reuse_port or None)
         if cfg.tls_port:
-            self.tls_listener.start(cfg.bind, cfg.tls_port, self._tls_connection)
+            self.tls_listener.start(cfg.bind, cfg.tls_port, self._tls_connection, self.reuse_port)
         self.idle_task = loop.create_task(self._close_idle_clients())
 
     def _tls_connection(self) -> Connection:
-        conn = Connection(self)
+        conn = self.connection_factory()  # (a shard worker's: a ShardConnection)
         conn.tls = True
         return conn
 

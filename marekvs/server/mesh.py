@@ -168,6 +168,7 @@ from marekvs.node.monitor import PROXY_ADDR
 from marekvs.node.scripting import libs
 from marekvs.server import resp
 from marekvs.server.listener import Connection, RespServer
+from marekvs.server.metrics import Row, worker_rows
 from marekvs.server.noderecords import RECORDS, SharedRecords
 from marekvs.shards.clients import CLIENTS_FILE, SharedClients
 from marekvs.shards.fanout import MERGES, Merge, pack, unpack
@@ -215,6 +216,7 @@ _MONITOR = -11  # ... a MONITOR line for our monitors
 _HAS_CLIENT = 1 << 19  # ... is the client of this id (the args) connected here? (a value)
 _BCAST = _HAS_CLIENT + 1  # ... a BCAST tracking client of the sender began ([prefixes, noloop]) or ended (None)
 _MONITORS = _HAS_CLIENT + 2  # ... the sender (its index in the client id's slot) has monitors (True) or none
+_METRICS = _HAS_CLIENT + 3  # ... this worker's metrics rows, for a scrape of the node's metrics port (a value)
 _SCALL = -12  # ... run [command index, argv, frozen time or None, unit] now for the unit holding this worker
 _ESCALATE = -13  # ... a script reached keys of workers it did not declare: lock every worker for its runs
 _BUSY = -14  # ... [kind or None, worker]: a script of that worker is busy ("eval"/"function"), or no more
@@ -643,6 +645,9 @@ class Owner(asyncio.Protocol):
             return
         if ci == _HAS_CLIENT:
             self.replies.append(self._value(int(args in self.node.clients)))
+            return
+        if ci == _METRICS:
+            self.replies.append(self._value(worker_rows(self.node)))
             return
         if ci == _BCAST or ci == _MONITORS:  # (answered: the command that announced it waits)
             if ci == _BCAST:
@@ -1896,6 +1901,28 @@ class Mesh:
                 link.send([entry], lambda replies, f=fut: f.done() or f.set_result(None))
                 self.announced.append(fut)
 
+    async def gather_metrics(self, here: list[Row], timeout: float) -> list[list[Row] | None]:
+        """A scrape of the node's metrics port (``server/metrics.py``): each worker's rows,
+        ``here`` this one's, None for a sibling that is down or did not answer within
+        ``timeout`` (a unit or a busy script holding it)."""
+        loop = self.node.loop
+        assert loop is not None
+        out: list[list[Row] | None] = [None] * len(self.links)
+        out[self.index] = here
+        waits: dict[int, asyncio.Future[list[bytes] | None]] = {}
+        for j, link in enumerate(self.links):
+            if link is not None:
+                fut: asyncio.Future[list[bytes] | None] = loop.create_future()
+                link.send([[self.index, 0, _METRICS, None]], lambda replies, f=fut: f.done() or f.set_result(replies))
+                waits[j] = fut
+        if waits:
+            await asyncio.wait(waits.values(), timeout=timeout)
+        for j, fut in waits.items():
+            got = fut.result() if fut.done() else None
+            if got is not None:
+                out[j] = unpack(got[0])
+        return out
+
     def _post(self, j: int, entry: list[Any]) -> None:
         if j != self.index:
             link = self.links[j]
@@ -2236,8 +2263,7 @@ class ShardConnection(Connection):
 
     def _end_run(self, err: str | None) -> None:
         if err is not None:
-            self.out.append(b"-ERR %s\r\n" % err.encode())
-            self.ctx.closing = True
+            self.protocol_error(err)
         if self.out and not self.scheduled:
             self.scheduled = True
             self.node.after_commit(self.flush_cb)

@@ -4,9 +4,10 @@ issue 33, slice 2): ``marekvs serve --shards N`` with N > 1.
 The supervisor serves no client and holds no data; its pid is the node's pid (stop it with
 SIGTERM as any node). It:
 
-- refuses what workers do not carry yet: the TLS and metrics ports, and the Kafka port
-  with peers (worker 0 serves it on a node without: docs/kafka.md; peers are served since
-  slice 6: each worker replicates its own partitions, docs/shards.md §5);
+- refuses what workers do not carry yet: the Kafka port with peers (worker 0 serves it
+  on a node without: docs/kafka.md; peers are served since slice 6: each worker
+  replicates its own partitions, docs/shards.md §5; every worker listens on the TLS port
+  too, and answers the metrics port for the whole node, ``server/metrics.py``);
 - lays out the data directory (``marekvs/shards/reshard.py``, called by ``marekvs serve``
   for every shard count before anything serves): ``data_dir/shards/map`` (the shard count,
   ranges and directories) and one directory per worker, ``data_dir/shards/<first>-<last>/``
@@ -63,9 +64,6 @@ _SIGNALS = (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT)
 
 def refusal(config: Config) -> str | None:
     """Why a node of ``config.shards`` > 1 workers does not start with this configuration."""
-    for name in ("tls_port", "metrics_port"):
-        if getattr(config, name):
-            return f"{name} is not supported with shards > 1 yet (docs/shards.md)"
     if config.kafka_port and config.peers:  # (acks=all and the high watermark: docs/kafka.md)
         return "kafka_port with peers is not supported with shards > 1 yet (docs/kafka.md)"
     return None
@@ -125,8 +123,8 @@ class Supervisor:
             if waiting == set() and not self.serving:
                 self.serving = True
                 c = self.config
-                log.info("marekvs %s node %d listening on %s:%d (RESP) with %d shard workers, EXPERIMENTAL "
-                         "(data %s, durability %s)", __version__, c.node_id, c.bind, c.port, self.n,
+                log.info("marekvs %s node %d listening on %s with %d shard workers, EXPERIMENTAL "
+                         "(data %s, durability %s)", __version__, c.node_id, c.listening(), self.n,
                          os.path.abspath(c.data_dir), c.durability)
             for i, p in enumerate(self.procs):
                 if p is None or p.poll() is None:
