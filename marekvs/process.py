@@ -11,8 +11,9 @@ saved), in that order.
 slice 2): a node over the worker's partition range in its own data directory, its mesh
 with its siblings (``server/mesh.py``), replication (the worker's log is a stream of its
 own: ``replication/workers.py``, docs/shards.md §5), then the RESP listener on the node's
-port shared with the siblings (SO_REUSEPORT). No anti-entropy exchange or service (slice 7),
-metrics or Kafka yet: the supervisor refuses the ports.
+port shared with the siblings (SO_REUSEPORT). Anti-entropy runs in every worker over its
+own partitions, its service answering for the node's (``antientropy/routed.py``, slice 7).
+No metrics or Kafka yet: the supervisor refuses the ports.
 """
 
 from __future__ import annotations
@@ -59,8 +60,9 @@ class Process:
             self.node = Node(config, config_file, partitions=shards.ranges[worker.index], worker=worker.index)
         self.replication = ReplicationManager(self.node, None if worker is None else worker.index)
         self.node.replication = self.replication
-        # its service and tasks ride replication (a shard worker: the digest verifier only)
-        self.antientropy = AntiEntropy(self.node, self.replication, exchange=worker is None)
+        # its service and tasks ride replication (a shard worker: over its partitions, the
+        # service routing the others to their workers: antientropy/routed.py)
+        self.antientropy = AntiEntropy(self.node, self.replication)
         self.node.antientropy = self.antientropy  # INFO antientropy, metrics
         self.node.pubsub.relay = self.replication.relay.publish  # PUBLISH reaches every node
         self.resp = RespServer(self.node)
