@@ -26,8 +26,8 @@ holding the connection merges the replies into the one a single process gives.
 - LASTSAVE: the oldest worker's (every write before it is saved on every worker);
 - INFO: the connection's worker's text, with the counters of the node summed over the
   workers (``merge_info``: clients, memory, stats, the keyspace line, command and error
-  stats; the Marekvs section already names the workers' ranges), and the Replication
-  section merged over the workers (``_replication``: the same whichever worker answers).
+  stats; the Marekvs section already names the workers' ranges), and the Replication and
+  Antientropy sections merged over the workers (``_replication``, ``_antientropy``).
 
 Replies cross the mesh as msgpack values (``pack``/``unpack``): the reply types of
 ``commands/reply.py`` are msgpack extension types, so a merge sees what the handler
@@ -403,6 +403,37 @@ def _replication(sections: list[Fields]) -> Fields:
     return out
 
 
+# INFO antientropy of a node of shard workers (antientropy/background.py ``info_fields``):
+# each worker runs its own exchanges over its partitions and serves calls; the node's
+# counts are their sums, the last exchange the most recent worker's, the verifier's whole
+# passes the fewest any worker made, the rest the same on every worker.
+_AE_LAST = (b"last_exchange_peer", b"last_exchange_age_ms", b"last_exchange_ms",
+            b"last_exchange_mismatched_partitions", b"last_exchange_error")
+_AE_SAME = frozenset((b"antientropy_interval_s",))
+
+
+def _antientropy(sections: list[Fields]) -> Fields:
+    dicts = [dict(fs) for fs in sections]
+
+    def recency(d: dict[bytes, bytes]) -> tuple[bool, int, bytes]:
+        age = int(_num(d.get(b"last_exchange_age_ms", b"-1")) or 0)
+        return age < 0, age, d.get(b"last_exchange_error", b"")
+
+    last = min(dicts, key=recency)  # (never exchanged: age -1, last)
+    out: Fields = []
+    for k, v in sections[0]:
+        if k in _AE_LAST:
+            v = last.get(k, v)
+        elif k == b"digest_verify_cycles":
+            v = _fmt(min(_num(d.get(k, b"0")) or 0 for d in dicts))
+        elif k == b"digest_rebuilt_at_open":
+            v = _fmt(max(_num(d.get(k, b"0")) or 0 for d in dicts))
+        elif k not in _AE_SAME and all(_num(d.get(k, b"0")) is not None for d in dicts):
+            v = _fmt(sum(_num(d.get(k, b"0")) or 0 for d in dicts))
+        out.append((k, v))
+    return out
+
+
 def merge_info(texts: list[bytes]) -> bytes:
     """INFO's text for the node from each worker's (the first is the connection's), in
     ``info_text``'s layout."""
@@ -414,6 +445,8 @@ def merge_info(texts: list[bytes]) -> bytes:
             pairs = list(_summed(name, fields, others).items())
         elif name == b"replication":
             pairs = _replication([fields] + others)
+        elif name == b"antientropy":
+            pairs = _antientropy([fields] + others)
         else:
             pairs = list(fields)
         parts.append(title + b"\r\n" + b"".join(k + b":" + v + b"\r\n" for k, v in pairs))

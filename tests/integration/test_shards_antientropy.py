@@ -14,10 +14,14 @@ not know).
 - ``marekvs repair`` between a node of 2 workers and one of one: a plain comparison finds
   nothing, ``digest --nodes --check`` names the partitions lost behind the 2-worker node's
   back (one on each worker), ``repair --verify`` repairs exactly those records, and after
-  it ``digest --nodes`` and a plain repair confirm; stopped, ``digest --data-dir`` of the
-  2-worker directory prints the partition roots of the 1-worker one;
+  it ``digest --nodes`` and a plain repair confirm; a push with a bad record among records
+  of both workers is refused whole (nothing written), as is a partition out of range;
+  stopped, ``digest --data-dir`` of the 2-worker directory prints the partition roots of
+  the 1-worker one, and finds, rebuilds and then confirms a partition lost behind a
+  worker's back;
 - the PySpark job (``marekvs repair --spark``) repairs a 2-worker node too;
-- INFO replication through each worker of the 3-worker node is the same merged text.
+- INFO replication through each worker of the 3-worker node is the same merged text; INFO
+  antientropy sums the workers' counts.
 """
 
 from __future__ import annotations
@@ -27,21 +31,28 @@ import re
 import time
 from pathlib import Path
 
+import grpc
 import pytest
 
+from marekvs.core import envelope as env
+from marekvs.core import keys as K
 from marekvs.core.partition import ShardMap, partition_of
+from marekvs.replication.gen import antientropy_v1_pb2 as pb
 from marekvs.shards import reshard
 from tests.antientropy_helpers import (
     AE_OFF,
     Expected,
     _drop_log_entries,
+    caller,
     check_healed,
     digests_differ,
     drop_partition_records,
     grpc_nodes,
     info_antientropy,
     marekvs,
+    md,
     set_antientropy,
+    stub,
     with_rocksdb,
 )
 from tests.cluster import Cluster, info_section, shard_fields, wait_for
@@ -129,6 +140,12 @@ def test_background_exchange_converges_nodes_of_1_and_3_workers(tmp_path):
         info = wait_for(lambda: int((x := info_antientropy(cluster, 1))["exchanges"]) > 0 and x, 60,
                         "an exchange of node 1 with node 2")
         assert int(info["records_pulled"]) + int(info["pushed_records_applied"]) > 0, info
+        # INFO antientropy of node 2 is the node's, summed over its workers: each verifier's
+        # first pass over its range, the partition lost behind worker's back corrected
+        info = wait_for(lambda: int((x := info_antientropy(cluster, 2))["digest_verify_cycles"]) >= 1 and x, 60,
+                        "every worker of node 2 verifying its partitions once")
+        assert int(info["digest_verified_partitions"]) >= 4096 and int(info["exchanges"]) > 0, info
+        assert int(info["digest_corrected_partitions"]) >= 1, info
 
 
 def test_repair_cli_and_digests_between_a_2_worker_node_and_one_process(tmp_path):
@@ -168,6 +185,22 @@ def test_repair_cli_and_digests_between_a_2_worker_node_and_one_process(tmp_path
         assert r.returncode == 0 and r.stdout.count("equals the data") == 2, r.stdout + r.stderr
         r = marekvs("repair", "--nodes", nodes, "--verify", "--settle", "0")
         assert r.returncode == 0 and "status: consistent" in r.stdout, r.stdout + r.stderr
+        # bad input through the node port: refused whole, whichever worker answers, nothing written
+        digest = cluster.digests()[1]
+        good = [pb.Record(key=K.encode_string_key(k), value=env.pack(0, 5 << 32, 9, 0, b"x"))
+                for k in (b"new-%d" % n for n in range(200))]  # (on both workers)
+        assert {two.shard_of_key(g.key) for g in good} == {0, 1}
+        bad = pb.Record(key=b"\x0f\xffsk", value=env.pack(0, 1 << 32, 2))  # its partition id does not match
+        for _ in range(4):  # (each a new connection: the kernel hands it to either worker)
+            ch, s = stub(cluster, 1)
+            with ch:
+                with pytest.raises(grpc.RpcError) as e:
+                    s.Push(pb.PushRequest(caller=caller(), records=good + [bad]), metadata=md())
+                assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "partition id" in e.value.details()
+                with pytest.raises(grpc.RpcError) as e:
+                    s.Segments(pb.SegmentsRequest(caller=caller(), partitions=[5, 4096]), metadata=md())
+                assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "partition 4096" in e.value.details()
+        assert cluster.digests()[1] == digest
         # offline: the 2-worker directory reads as one process's holding the same data
         for i in (1, 2):
             cluster[i].stop()
