@@ -15,7 +15,9 @@ not know).
   nothing, ``digest --nodes --check`` names the partitions lost behind the 2-worker node's
   back (one on each worker), ``repair --verify`` repairs exactly those records, and after
   it ``digest --nodes`` and a plain repair confirm; a push with a bad record among records
-  of both workers is refused whole (nothing written), as is a partition out of range;
+  of both workers is refused whole (nothing written), as is a partition out of range; with
+  one worker SIGKILLed (and not restarted yet) a call needing its partitions fails at once
+  with UNAVAILABLE, and the node answers again once it is back;
   stopped, ``digest --data-dir`` of the 2-worker directory prints the partition roots of
   the 1-worker one, and finds, rebuilds and then confirms a partition lost behind a
   worker's back;
@@ -27,7 +29,9 @@ not know).
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import time
 from pathlib import Path
 
@@ -49,6 +53,7 @@ from tests.antientropy_helpers import (
     drop_partition_records,
     grpc_nodes,
     info_antientropy,
+    kept_roots,
     marekvs,
     md,
     set_antientropy,
@@ -56,6 +61,7 @@ from tests.antientropy_helpers import (
     with_rocksdb,
 )
 from tests.cluster import Cluster, info_section, shard_fields, wait_for
+from tests.integration.test_shards import _cmdline, alive, children
 from tests.integration.test_shards_replication import conn_on_worker
 
 pytestmark = pytest.mark.timeout(600)
@@ -201,6 +207,27 @@ def test_repair_cli_and_digests_between_a_2_worker_node_and_one_process(tmp_path
                     s.Segments(pb.SegmentsRequest(caller=caller(), partitions=[5, 4096]), metadata=md())
                 assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "partition 4096" in e.value.details()
         assert cluster.digests()[1] == digest
+        # a worker down (SIGKILLed, its supervisor stopped so it is not restarted yet): a call
+        # needing its partitions fails at once, naming it; once it is back, the node answers
+        sup = cluster[1].pid
+        w1 = next(p for p in children(sup) if _cmdline(p)[_cmdline(p).index(b"--index") + 1] == b"1")
+        os.kill(sup, signal.SIGSTOP)
+        try:
+            os.kill(w1, signal.SIGKILL)
+            wait_for(lambda: not alive(w1), 30, "worker 1 to die")
+            for _ in range(4):  # (new connections: all on worker 0 now)
+                ch, s = stub(cluster, 1)
+                with ch:
+                    t0 = time.monotonic()
+                    with pytest.raises(grpc.RpcError) as e:
+                        s.Roots(pb.RootsRequest(caller=caller(), first=0, count=4096), metadata=md(), timeout=60)
+                    assert e.value.code() == grpc.StatusCode.UNAVAILABLE, e.value
+                    assert "a shard worker of this node" in e.value.details(), e.value.details()
+                    assert time.monotonic() - t0 < 10
+        finally:
+            os.kill(sup, signal.SIGCONT)
+        wait_for(lambda: _roots_or_none(cluster, 1) == kept_roots(cluster, 2), 60,
+                 "node 1 answering for worker 1 again")
         # offline: the 2-worker directory reads as one process's holding the same data
         for i in (1, 2):
             cluster[i].stop()
@@ -217,6 +244,13 @@ def test_repair_cli_and_digests_between_a_2_worker_node_and_one_process(tmp_path
         assert r.returncode == 1 and f"in 1 partitions: {partition_of(keys[1])}" in r.stdout, r.stdout + r.stderr
         r = marekvs("digest", "--data-dir", str(cluster[1].data_dir), "--check")
         assert r.returncode == 0 and "equals the data" in r.stdout, r.stdout + r.stderr
+
+
+def _roots_or_none(cluster: Cluster, i: int) -> bytes | None:
+    try:
+        return kept_roots(cluster, i)
+    except grpc.RpcError:
+        return None
 
 
 def _replication_text(port: int, workers: int, worker: int) -> str:
