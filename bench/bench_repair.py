@@ -5,6 +5,7 @@ a fraction of them diverged in ways log shipping cannot heal.
     .venv/bin/python bench/bench_repair.py                         # 100k and 1M keys, 1% diverged
     .venv/bin/python bench/bench_repair.py --keys 100000 --diverge 0.001,0.01,0.1
     .venv/bin/python bench/bench_repair.py --keys 10000000 --tasks 64
+    .venv/bin/python bench/bench_repair.py --keys 100000 --shards 1,2,3   # nodes of shard workers
 
 For each size:
 
@@ -16,7 +17,8 @@ For each size:
    DEL). None of it is in a replication log, so only anti-entropy can repair it: exactly
    "records written on one node with their log entry lost".
 2. the nodes are started with their peers (anti-entropy off: only the job repairs), and
-   wait until every link streams.
+   wait until every link streams. ``--shards A,B,C`` starts node i with that many shard
+   workers (docs/shards.md; each directory is resharded as the node starts, before it serves).
 3. **repair**: ``marekvs repair --spark --master local[*] --tasks T --settle 0`` (the
    PySpark job through spark-submit). Its JSON report gives the stage times (summed over
    tasks: two run at a time on two cores), the bytes moved and the records repaired per
@@ -169,9 +171,10 @@ def one_size(n: int, fraction: float, args: argparse.Namespace, rnd: random.Rand
     base = free_base(6)
     nodes = [mc.NodeSpec(i, base + i - 1, base + 2 + i, str(work / f"node{i}"), str(work / f"node{i}.log"))
              for i in (1, 2, 3)]
-    row: dict[str, Any] = {"keys": n, "diverge": fraction}
+    row: dict[str, Any] = {"keys": n, "diverge": fraction, "shards": args.shards}
     try:
-        print(f"\n== {n:,} keys, {fraction:.2%} diverged: building three data directories ...", flush=True)
+        print(f"\n== {n:,} keys, {fraction:.2%} diverged, shard workers {args.shards}: building three data "
+              "directories ...", flush=True)
         b = build([x.data_dir for x in nodes], n, fraction, rnd)
         div = b.pop("div")
         row["build"] = b
@@ -179,7 +182,8 @@ def one_size(n: int, fraction: float, args: argparse.Namespace, rnd: random.Rand
               f"{b['newer']} newer on one node, {b['tombstone']} deleted on one node)", flush=True)
         for x in nodes:
             mc.start_node(x, nodes, durability="everysec", name=NAME, secret=SECRET,
-                          extra=["--antientropy-interval", "0", "--digest-verify-interval", "0"])
+                          extra=["--antientropy-interval", "0", "--digest-verify-interval", "0",
+                                 "--shards", str(args.shards[x.id - 1])])
         problems = mc.wait_ready(nodes, timeout=180)
         if problems:
             raise RuntimeError(f"nodes did not start: {problems}")
@@ -238,7 +242,11 @@ def main() -> int:
     p.add_argument("--master", default="local[*]")
     p.add_argument("--seed", type=int, default=21)
     p.add_argument("--keep", action="store_true", help="keep the data directories and logs")
+    p.add_argument("--shards", default="1,1,1", type=lambda s: [int(x) for x in s.split(",")],
+                   help="shard workers of nodes 1, 2 and 3 (default 1,1,1)")
     args = p.parse_args()
+    if len(args.shards) != 3 or min(args.shards) < 1:
+        p.error("--shards takes three counts, e.g. 1,2,3")
     rnd = random.Random(args.seed)
     rows = []
     for n in [int(x) for x in args.keys.split(",")]:

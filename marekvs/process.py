@@ -10,11 +10,12 @@ saved), in that order.
 ``config.shards`` > 1 workers (started by ``marekvs/shards/supervisor.py``; docs/shards.md
 slice 2): a node over the worker's partition range in its own data directory, its mesh
 with its siblings (``server/mesh.py``), replication (the worker's log is a stream of its
-own: ``replication/workers.py``, docs/shards.md §5), the metrics exporter if asked (the
-node's metrics port, shared with the siblings: it answers for the whole node,
-``server/metrics.py``), then the RESP listeners on the node's ports shared with the
-siblings (SO_REUSEPORT: the plaintext port and the TLS port), and on worker 0 the Kafka
-gateway (``gateway/kafka/rounds.py``). No anti-entropy exchange or service (slice 7) yet.
+own: ``replication/workers.py``, docs/shards.md §5), anti-entropy in every worker over its
+own partitions, its service answering for the node's (``antientropy/routed.py``, slice 7),
+the metrics exporter if asked (the node's metrics port, shared with the siblings: it
+answers for the whole node, ``server/metrics.py``), then the RESP listeners on the node's
+ports shared with the siblings (SO_REUSEPORT: the plaintext port and the TLS port), and on
+worker 0 the Kafka gateway (``gateway/kafka/rounds.py``).
 """
 
 from __future__ import annotations
@@ -61,8 +62,9 @@ class Process:
             self.node = Node(config, config_file, partitions=shards.ranges[worker.index], worker=worker.index)
         self.replication = ReplicationManager(self.node, None if worker is None else worker.index)
         self.node.replication = self.replication
-        # its service and tasks ride replication (a shard worker: the digest verifier only)
-        self.antientropy = AntiEntropy(self.node, self.replication, exchange=worker is None)
+        # its service and tasks ride replication (a shard worker: over its partitions, the
+        # service routing the others to their workers: antientropy/routed.py)
+        self.antientropy = AntiEntropy(self.node, self.replication)
         self.node.antientropy = self.antientropy  # INFO antientropy, metrics
         self.node.pubsub.relay = self.replication.relay.publish  # PUBLISH reaches every node
         self.resp = RespServer(self.node)

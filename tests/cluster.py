@@ -240,6 +240,14 @@ def peer_fields(client) -> dict[int, dict[str, str]]:
     return out
 
 
+def shard_fields(client) -> list[dict[str, str]]:
+    """INFO replication's ``shard<j>`` lines (each worker's log of a node of shard workers),
+    in worker order; a node of one process: its own fields, as one."""
+    info = info_section(client, "replication")
+    lines = sorted((int(k[5:]), v) for k, v in info.items() if k.startswith("shard") and k[5:].isdigit())
+    return [dict(item.split("=", 1) for item in v.split(",")) for _, v in lines] or [info]
+
+
 class Cluster:
     """``n`` nodes with ids 1..n on loopback, full mesh.
 

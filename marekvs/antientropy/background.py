@@ -12,6 +12,11 @@ it). Two background tasks then run on the node's event loop:
   this one stopped), pull what this node lacks and push what the peer lacks. Differences
   younger than ``antientropy_settle`` seconds (default 2) are log shipping's business.
   With N nodes each pair is compared every ~(N-1) x interval seconds, by both sides.
+  On a node of several shard workers (docs/shards.md §6) every worker runs its own
+  exchange over its own partitions (its ``LocalReplica``) against the peers' node ports,
+  and ``antientropy_partitions`` is per worker; the service answers from a
+  ``routed.RoutedReplica`` (the node's partitions, each part from its owner worker), so a
+  peer sees the node as one replica.
 - the **verifier**: recomputes the kept digest of each partition from its records and
   corrects it where it differs (a record deleted or changed behind the engine's back, a
   disk that lost files: what no write told the digest), logging a warning. A whole pass
@@ -33,8 +38,9 @@ from typing import Any
 
 from marekvs.antientropy import exchange as X
 from marekvs.antientropy.remote import GrpcReplica, ReplicaError
-from marekvs.antientropy.replica import LocalReplica
+from marekvs.antientropy.replica import LocalReplica, Replica
 from marekvs.antientropy.report import Report
+from marekvs.antientropy.routed import RoutedReplica
 from marekvs.antientropy.service import SERVICE, AntiEntropyService
 from marekvs.core.partition import PARTITIONS, PartitionRange
 from marekvs.replication.gen import antientropy_v1_pb2_grpc as pbg
@@ -127,19 +133,21 @@ class DigestVerifier:
 
 
 class AntiEntropy:
-    def __init__(self, node: Any, replication: Any, exchange: bool = True):
-        """``exchange=False`` (a shard worker, until docs/shards.md slice 7 routes the
-        service's partitions to their workers): neither the service nor the background
-        exchange, only the digest verifier of the worker's partitions."""
+    def __init__(self, node: Any, replication: Any):
         self.node = node
         self.config = node.config
         self.replication = replication
         resp = f"{replication.advertise_host}:{self.config.client_port}"
         self.local = LocalReplica(node.engine, node.hlc, self.config, resp, address=replication.grpc_addr)
-        self.service = AntiEntropyService(self.local, self.config)
-        self.exchange = exchange
-        if exchange:
-            replication.services.append(lambda server: pbg.add_AntiEntropyServicer_to_server(self.service, server))
+        # what the service answers from: this process's partitions, or (a shard worker) the
+        # node's, each part from its worker (routed.py)
+        self.replica: Replica = self.local
+        workers = replication.workers
+        if workers is not None:
+            self.replica = RoutedReplica(self.local, workers.shards, workers.index,
+                                         lambda: [s.grpc_port for s in workers.read()], self.config)
+        self.service = AntiEntropyService(self.replica, self.config)
+        replication.services.append(lambda server: pbg.add_AntiEntropyServicer_to_server(self.service, server))
         replication.companions.append(self)
         self._tasks: list[asyncio.Task] = []
         self.total = Report()  # every background exchange of this node, added up
@@ -150,13 +158,13 @@ class AntiEntropy:
         self.last_peer = 0
         self.last_at = 0.0
         self._turn = 0
-        self._start = 0
+        self._start = self.local.partitions.first  # where the next exchange drills in first
         self.verifier = DigestVerifier(self.local)
 
     # -- life cycle -------------------------------------------------------------------------
     def start(self) -> None:
         loop = asyncio.get_running_loop()
-        if self.config.antientropy_interval > 0 and self.exchange:
+        if self.config.antientropy_interval > 0:
             self._tasks.append(loop.create_task(self._exchange_loop()))
         if self.config.digest_verify_interval > 0:
             self._tasks.append(loop.create_task(self._verify_loop()))
@@ -200,16 +208,18 @@ class AntiEntropy:
                 log.exception("anti-entropy exchange with peer %d failed", p.node_id)
 
     async def exchange_with(self, peer_id: int, addr: str) -> Report:
-        """One exchange between this node and the peer at ``addr`` (see the module docstring)."""
+        """One exchange between this node (a shard worker: its partitions) and the peer at
+        ``addr`` (see the module docstring)."""
         c = self.config
+        mine = self.local.partitions
         opts = X.Options(settle_ms=int(c.antientropy_settle * 1000), max_partitions=c.antientropy_partitions,
                          start=self._start, chunk=PARTITIONS)
         remote = GrpcReplica(addr, c, caller_id=c.node_id)
         try:
-            rep = await X.exchange([self.local, remote], opts=opts)
+            rep = await X.exchange([self.local, remote], mine.first, mine.count, opts=opts)
         finally:
             await remote.close()
-        self._start = (self._start + c.antientropy_partitions) % PARTITIONS
+        self._start = mine.first + (self._start - mine.first + c.antientropy_partitions) % mine.count
         self.exchanges += 1
         self.last = rep
         self.last_peer = peer_id

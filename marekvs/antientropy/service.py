@@ -7,6 +7,10 @@ must carry the caller's cluster name (else FAILED_PRECONDITION); arguments out o
 and records that break the data model's rules, are refused with INVALID_ARGUMENT and a
 message saying what is wrong, before anything is written. Each refusal is logged and
 counted (INFO antientropy; the secret check counts its own, ``SERVICE`` names them).
+
+On a shard worker it answers from a ``routed.RoutedReplica`` (the node's partitions, each
+part from the worker owning it: docs/shards.md §6); a part whose worker cannot be reached
+fails the call with UNAVAILABLE, naming the worker's address.
 """
 
 from __future__ import annotations
@@ -16,7 +20,8 @@ from typing import Any
 
 import grpc
 
-from marekvs.antientropy.replica import MAX_PUSH_RECORDS, BadRequest, LocalReplica, ReplicaInfo
+from marekvs.antientropy.remote import ReplicaError
+from marekvs.antientropy.replica import MAX_PUSH_RECORDS, BadRequest, Replica, ReplicaInfo
 from marekvs.core import digest as D
 from marekvs.replication.gen import antientropy_v1_pb2 as pb
 from marekvs.replication.gen import antientropy_v1_pb2_grpc as pbg
@@ -41,8 +46,8 @@ def sets_of(sets: Any) -> dict[int, list[int]]:
 
 
 class AntiEntropyService(pbg.AntiEntropyServicer):
-    def __init__(self, local: LocalReplica, config: Any):
-        self.local = local
+    def __init__(self, local: Replica, config: Any):
+        self.local = local  # this node's replica (a ``LocalReplica``, or a shard worker's ``RoutedReplica``)
         self.config = config
         self.refused = 0
         self.calls = 0
@@ -62,12 +67,18 @@ class AntiEntropyService(pbg.AntiEntropyServicer):
         log.error("refused %s from %s: %s; nothing written", what, context.peer(), e)
         await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
 
+    async def _unreachable(self, e: ReplicaError, what: str, context: grpc.aio.ServicerContext) -> None:
+        log.warning("%s from %s failed: a shard worker of this node: %s", what, context.peer(), e)
+        await context.abort(grpc.StatusCode.UNAVAILABLE, f"a shard worker of this node: {e}")
+
     async def Roots(self, request: pb.RootsRequest, context: grpc.aio.ServicerContext) -> pb.RootsReply:
         await self._admit(request, context)
         try:
             r = await self.local.roots(request.first, request.count, int(request.verify))
         except BadRequest as e:
             await self._bad(e, "Roots", context)
+        except ReplicaError as e:
+            await self._unreachable(e, "Roots", context)
         if r.wrong:
             log.warning("kept digest of %d partitions differed from their data (records changed behind the "
                         "engine's back?)%s: %s", len(r.wrong),
@@ -83,6 +94,8 @@ class AntiEntropyService(pbg.AntiEntropyServicer):
             segs = await self.local.segments(list(request.partitions))
         except BadRequest as e:
             await self._bad(e, "Segments", context)
+        except ReplicaError as e:
+            await self._unreachable(e, "Segments", context)
         return pb.SegmentsReply(partitions=[pb.PartitionSegments(partition=p, segments=D.pack_u64s(s))
                                             for p, s in segs.items()])
 
@@ -93,6 +106,8 @@ class AntiEntropyService(pbg.AntiEntropyServicer):
             fine = await self.local.fine(sets, request.dry_run)
         except BadRequest as e:
             await self._bad(e, "FineSegments", context)
+        except ReplicaError as e:
+            await self._unreachable(e, "FineSegments", context)
         return pb.FineReply(partitions=[
             pb.PartitionFine(partition=p, segments=sets[p], fine=b"".join(D.pack_u64s(f[s]) for s in sets[p]))
             for p, f in fine.items()])
@@ -103,6 +118,8 @@ class AntiEntropyService(pbg.AntiEntropyServicer):
             records = await self.local.fetch(sets_of(request.sets), request.dry_run)
         except BadRequest as e:
             await self._bad(e, "Fetch", context)
+        except ReplicaError as e:
+            await self._unreachable(e, "Fetch", context)
         for i in range(0, len(records), FETCH_CHUNK):
             yield pb.FetchChunk(records=[pb.Record(key=k, value=v) for k, v in records[i:i + FETCH_CHUNK]])
 
@@ -111,7 +128,9 @@ class AntiEntropyService(pbg.AntiEntropyServicer):
         try:
             if len(request.records) > MAX_PUSH_RECORDS:
                 raise BadRequest(f"{len(request.records)} records in one push (at most {MAX_PUSH_RECORDS})")
-            r = self.local.push_now([(x.key, x.value) for x in request.records])
+            r = await self.local.push([(x.key, x.value) for x in request.records])
         except BadRequest as e:
             await self._bad(e, "a push", context)
+        except ReplicaError as e:
+            await self._unreachable(e, "a push", context)
         return pb.PushReply(applied=r.applied, unchanged=r.unchanged, past_gc_grace=r.past_gc_grace)

@@ -343,6 +343,11 @@ class ReplicationManager:
             ("log_epoch", e.log.epoch), ("incarnation_changes", self.incarnation_changes),
             ("last_incarnation_change", self.last_incarnation_change.replace(" ", "_")),
         ]
+        w = self.workers
+        if w is not None:  # a shard worker: its own log, which INFO merges by (shards/fanout.py)
+            out.append((f"shard{w.index}", f"partitions={w.mine},incarnation={self.incarnation},"
+                                           f"log_epoch={e.log.epoch},log_first_seq={e.log_first},"
+                                           f"log_last_seq={e.log_seq}"))
         for i, p in enumerate(sorted(self.peers.values(), key=lambda x: x.node_id)):
             ack_age = int((time.monotonic() - p.last_ack) * 1000) if p.last_ack else -1
             out.append((f"peer{i}", f"id={p.node_id},addr={p.grpc_addr},resp={p.resp_addr},state={p.state},"

@@ -27,7 +27,8 @@ holding the connection merges the replies into the one a single process gives.
 - LASTSAVE: the oldest worker's (every write before it is saved on every worker);
 - INFO: the connection's worker's text, with the counters of the node summed over the
   workers (``merge_info``: clients, memory, stats, the keyspace line, command and error
-  stats; the Marekvs section already names the workers' ranges).
+  stats; the Marekvs section already names the workers' ranges), and the Replication and
+  Antientropy sections merged over the workers (``_replication``, ``_antientropy``).
 
 Replies cross the mesh as msgpack values (``pack``/``unpack``): the reply types of
 ``commands/reply.py`` are msgpack extension types, so a merge sees what the handler
@@ -322,15 +323,131 @@ def _summed(name: bytes, mine: Fields, others: list[Fields]) -> dict[bytes, byte
     return merged
 
 
+# INFO replication of a node of shard workers (replication/manager.py ``info_fields``): each
+# worker ships its own log (docs/shards.md §5), and names it in a ``shard<j>`` line
+# (partitions, incarnation, log epoch and bounds). The merge: those lines, every worker's;
+# these fields summed over the workers' logs; ``bootstrapping`` the highest; the peers
+# merged by id (``_merge_peer``; ``connected_peers`` and ``known_peers`` counted from them);
+# ``last_incarnation_change`` the first worker's that has one; the rest (role, ids, worker
+# 0's incarnation and epoch) worker 0's. The workers are taken in their order, so any
+# worker answers the same.
+_REPLICATION_SUMMED = frozenset((b"master_repl_offset", b"log_first_seq", b"log_last_seq", b"refused_batches",
+                                 b"pubsub_relayed", b"pubsub_received", b"pubsub_dropped",
+                                 b"incarnation_changes"))
+_PEER_SAME = frozenset((b"id", b"addr", b"resp", b"workers"))
+_PEER_MAX = frozenset((b"lag_ms", b"needs_resync"))
+
+
+def _numbered(k: bytes, prefix: bytes) -> bool:
+    return k.startswith(prefix) and k[len(prefix):].isdigit()
+
+
+def _worker_of(fields: Fields) -> int:
+    return next((int(k[5:]) for k, _ in fields if _numbered(k, b"shard")), 1 << 30)
+
+
+def _merge_peer(lines: list[dict[bytes, bytes]]) -> dict[bytes, bytes]:
+    """One peer's line from each worker's (its links from that worker's log): positions
+    and counters summed, the state ``streaming`` only where every worker streams to it
+    (else the first worker's that does not), the lag and ``needs_resync`` the highest,
+    ``last_ack_ms`` the oldest (-1 where a worker never had an ack)."""
+    out = dict(lines[0])
+    for k, v in lines[0].items():
+        vals = [d.get(k, v) for d in lines]
+        if k in _PEER_SAME:
+            continue
+        if k == b"state":
+            out[k] = next((x for x in vals if x != b"streaming"), b"streaming")
+        elif k == b"last_ack_ms":
+            nums = [_num(x) or 0 for x in vals]
+            out[k] = b"-1" if -1 in nums else _fmt(max(nums))
+        elif k in _PEER_MAX:
+            out[k] = _fmt(max(_num(x) or 0 for x in vals))
+        elif all(_num(x) is not None for x in vals):
+            out[k] = _fmt(sum(_num(x) or 0 for x in vals))
+    return out
+
+
+def _replication(sections: list[Fields]) -> Fields:
+    """INFO replication of the node from each worker's section (see above); a node of one
+    process has no ``shard<j>`` line: its section as it is."""
+    if len(sections) < 2 or any(_worker_of(fs) == 1 << 30 for fs in sections):
+        return sections[0]
+    sections = sorted(sections, key=_worker_of)
+    dicts = [dict(fs) for fs in sections]
+    shards = sorted(((k, v) for fs in sections for k, v in fs if _numbered(k, b"shard")),
+                    key=lambda kv: int(kv[0][5:]))
+    peers: dict[int, list[dict[bytes, bytes]]] = {}
+    for fs in sections:
+        for k, v in fs:
+            if _numbered(k, b"peer"):
+                d = dict(_fields(v))
+                peers.setdefault(int(d.get(b"id", b"0")), []).append(d)
+    merged = [_merge_peer(ls) for _, ls in sorted(peers.items())]
+    out: Fields = []
+    for k, v in sections[0]:
+        if _numbered(k, b"shard") or _numbered(k, b"peer"):
+            continue
+        if k in _REPLICATION_SUMMED:
+            v = _fmt(sum(_num(d.get(k, b"0")) or 0 for d in dicts))
+        elif k == b"bootstrapping":
+            v = _fmt(max(_num(d.get(k, b"0")) or 0 for d in dicts))
+        elif k == b"connected_peers":
+            v = b"%d" % sum(p[b"state"] == b"streaming" for p in merged)
+        elif k == b"known_peers":
+            v = b"%d" % len(merged)
+        elif k == b"last_incarnation_change":
+            v = next((d[k] for d in dicts if d.get(k)), v)
+        out.append((k, v))
+    out += shards
+    out += [(b"peer%d" % i, _join(p)) for i, p in enumerate(merged)]
+    return out
+
+
+# INFO antientropy of a node of shard workers (antientropy/background.py ``info_fields``):
+# each worker runs its own exchanges over its partitions and serves calls; the node's
+# counts are their sums, the last exchange the most recent worker's, the verifier's whole
+# passes the fewest any worker made, the rest the same on every worker.
+_AE_LAST = (b"last_exchange_peer", b"last_exchange_age_ms", b"last_exchange_ms",
+            b"last_exchange_mismatched_partitions", b"last_exchange_error")
+_AE_SAME = frozenset((b"antientropy_interval_s",))
+
+
+def _antientropy(sections: list[Fields]) -> Fields:
+    dicts = [dict(fs) for fs in sections]
+
+    def recency(d: dict[bytes, bytes]) -> tuple[bool, int, bytes]:
+        age = int(_num(d.get(b"last_exchange_age_ms", b"-1")) or 0)
+        return age < 0, age, d.get(b"last_exchange_error", b"")
+
+    last = min(dicts, key=recency)  # (never exchanged: age -1, last)
+    out: Fields = []
+    for k, v in sections[0]:
+        if k in _AE_LAST:
+            v = last.get(k, v)
+        elif k == b"digest_verify_cycles":
+            v = _fmt(min(_num(d.get(k, b"0")) or 0 for d in dicts))
+        elif k == b"digest_rebuilt_at_open":
+            v = _fmt(max(_num(d.get(k, b"0")) or 0 for d in dicts))
+        elif k not in _AE_SAME and all(_num(d.get(k, b"0")) is not None for d in dicts):
+            v = _fmt(sum(_num(d.get(k, b"0")) or 0 for d in dicts))
+        out.append((k, v))
+    return out
+
+
 def merge_info(texts: list[bytes]) -> bytes:
     """INFO's text for the node from each worker's (the first is the connection's), in
     ``info_text``'s layout."""
     parsed = [_parse(t) for t in texts]
     parts = []
     for title, name, fields in parsed[0]:
+        others = [fs for p in parsed[1:] for _, n, fs in p if n == name]
         if name in _SUMMED_SECTIONS:
-            others = [fs for p in parsed[1:] for _, n, fs in p if n == name]
             pairs = list(_summed(name, fields, others).items())
+        elif name == b"replication":
+            pairs = _replication([fields] + others)
+        elif name == b"antientropy":
+            pairs = _antientropy([fields] + others)
         else:
             pairs = list(fields)
         parts.append(title + b"\r\n" + b"".join(k + b":" + v + b"\r\n" for k, v in pairs))

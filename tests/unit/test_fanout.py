@@ -102,3 +102,51 @@ def test_info_sums_the_node_counters_and_keeps_the_connection_workers_identity()
                    b"failed_calls=0\r\n\r\n# Keyspace\r\ndb0:keys=7,expires=1,avg_ttl=300\r\n")
     v = m("info", reply.Verbatim(INFO_A), reply.Verbatim(INFO_B))
     assert type(v) is reply.Verbatim and v == got
+
+
+def _repl(worker: int, seq: int, peers: list[bytes], replid: bytes) -> bytes:
+    lines = [b"role:master", b"master_replid:" + replid, b"master_repl_offset:%d" % seq, b"node_id:2",
+             b"incarnation:%d" % (100 + worker), b"connected_peers:1", b"known_peers:%d" % len(peers),
+             b"log_first_seq:%d" % (seq - 1), b"log_last_seq:%d" % seq, b"bootstrapping:%d" % (worker == 1),
+             b"log_epoch:%d" % (7 + worker), b"last_incarnation_change:" + (b"x" if worker == 1 else b""),
+             b"shard%d:partitions=%d-%d,incarnation=%d,log_epoch=%d,log_first_seq=%d,log_last_seq=%d" % (
+                 worker, 2048 * worker, 2048 * worker + 2047, 100 + worker, 7 + worker, seq - 1, seq)]
+    lines += [b"peer%d:" % i + p for i, p in enumerate(peers)]
+    return b"# Replication\r\n" + b"\r\n".join(lines) + b"\r\n"
+
+
+def _peer(nid: int, state: bytes, acked: int, ack_ms: int, lag_ms: int) -> bytes:
+    return (b"id=%d,addr=h:%d,resp=h:1,state=%s,acked_seq=%d,sent_seq=%d,lag_entries=0,lag_ms=%d,last_ack_ms=%d,"
+            b"bytes_shipped=10,needs_resync=0,workers=1" % (nid, nid, state, acked, acked, lag_ms, ack_ms))
+
+
+def test_info_replication_is_merged_over_the_workers_whichever_answers():
+    w0 = _repl(0, 10, [_peer(1, b"streaming", 10, 5, 0)], b"aaa")
+    w1 = _repl(1, 20, [_peer(1, b"down", 15, -1, 30), _peer(3, b"streaming", 20, 7, 0)], b"bbb")
+    got = merge_info([w1, w0])
+    assert got == merge_info([w0, w1])  # (the connection's worker first: the same text)
+    assert got == (b"# Replication\r\nrole:master\r\nmaster_replid:aaa\r\nmaster_repl_offset:30\r\nnode_id:2\r\n"
+                   b"incarnation:100\r\nconnected_peers:1\r\nknown_peers:2\r\nlog_first_seq:28\r\n"
+                   b"log_last_seq:30\r\nbootstrapping:1\r\nlog_epoch:7\r\nlast_incarnation_change:x\r\n"
+                   b"shard0:partitions=0-2047,incarnation=100,log_epoch=7,log_first_seq=9,log_last_seq=10\r\n"
+                   b"shard1:partitions=2048-4095,incarnation=101,log_epoch=8,log_first_seq=19,log_last_seq=20\r\n"
+                   b"peer0:id=1,addr=h:1,resp=h:1,state=down,acked_seq=25,sent_seq=25,lag_entries=0,lag_ms=30,"
+                   b"last_ack_ms=-1,bytes_shipped=20,needs_resync=0,workers=1\r\n"
+                   b"peer1:id=3,addr=h:3,resp=h:1,state=streaming,acked_seq=20,sent_seq=20,lag_entries=0,lag_ms=0,"
+                   b"last_ack_ms=7,bytes_shipped=10,needs_resync=0,workers=1\r\n")
+    one = _repl(0, 10, [], b"aaa").replace(b"shard0:", b"not_a_shard_line:")  # a node of one process
+    assert merge_info([one]) == one
+
+
+def test_info_antientropy_sums_the_workers_and_takes_the_latest_exchange():
+    def ae(age: int, peer: int, served: int, cycles: int, err: bytes) -> bytes:
+        return (b"# Antientropy\r\nantientropy_interval_s:5.0\r\nexchanges:%d\r\nlast_exchange_peer:%d\r\n"
+                b"last_exchange_age_ms:%d\r\ncalls_served:%d\r\ndigest_verify_cycles:%d\r\n"
+                b"digest_rebuilt_at_open:0\r\nlast_exchange_error:%s\r\n" % (served, peer, age, served, cycles, err))
+
+    a, b = ae(900, 1, 4, 2, b""), ae(100, 3, 6, 1, b"Roots_failed")
+    got = merge_info([a, b])
+    assert got == merge_info([b, a]) == (
+        b"# Antientropy\r\nantientropy_interval_s:5.0\r\nexchanges:10\r\nlast_exchange_peer:3\r\n"
+        b"last_exchange_age_ms:100\r\ncalls_served:10\r\ndigest_verify_cycles:1\r\ndigest_rebuilt_at_open:0\r\n"
+        b"last_exchange_error:Roots_failed\r\n")
