@@ -70,8 +70,9 @@ def test_digests_combine_as_one_process_computes_them():
 
 def test_slowlog_get_takes_the_newest_of_every_worker():
     e = lambda i, t: [i, t, 5, [b"GET", b"k"], b"1.2.3.4:5", b""]  # noqa: E731
-    got = m("slowlog|get", [e(1, 100), e(0, 90)], [e(7, 95)], args=(b"get", b"2"))
-    assert got == [e(1, 100), e(7, 95)]
+    # (entry ids are one node-wide sequence: the newest entry has the highest id, whatever its second)
+    got = m("slowlog|get", [e(8, 100), e(1, 90)], [e(7, 101)], args=(b"get", b"2"))
+    assert got == [e(8, 100), e(7, 101)]
     assert len(m("slowlog|get", [e(i, i) for i in range(8)], [e(i, i) for i in range(8)], args=(b"get",))) == 10
     assert len(m("slowlog|get", [e(1, 1)], [e(2, 2)], args=(b"get", b"-1"))) == 2
 
