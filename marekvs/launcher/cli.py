@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from marekvs import config as cfgmod
 from marekvs.launcher import certs
 from marekvs.launcher.procs import (
     NodeSpec,
@@ -35,7 +36,6 @@ from marekvs.launcher.status import (
     node_status,
     print_nodes,
 )
-
 
 
 DEFAULT_METRICS_BASE_PORT = 9400
@@ -66,6 +66,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             f"restarting the {len(nodes)} recorded nodes of {state_path(d)} on their data directories"
             + (f" (--nodes {args.nodes} ignored)" if args.nodes not in (None, len(nodes)) else "")
             + (" (--metrics ignored: the recorded nodes keep their ports)" if metrics_base else "")
+            + (" (--shards ignored: the recorded nodes keep their flags)" if args.shards is not None else "")
         )
         busy = [p for n in nodes for p in node_ports(n) if not port_free(p)]
         if busy:
@@ -85,6 +86,18 @@ def cmd_up(args: argparse.Namespace) -> int:
     kafka_base = 0
     if args.kafka or args.kafka_base_port is not None:
         kafka_base = args.kafka_base_port or DEFAULT_KAFKA_BASE_PORT
+    extra: list[str] = []
+    if args.shards is not None:
+        try:
+            shards = cfgmod.load(env={}, overrides={"shards": args.shards}).shards
+        except ValueError as e:
+            print(f"marekvs cluster: --shards: {e}", file=sys.stderr)
+            return 1
+        if shards > 1 and kafka_base:
+            print("marekvs cluster: --kafka with --shards > 1 is not supported yet (a node of shard workers "
+                  "with peers does not serve Kafka: docs/kafka.md)", file=sys.stderr)
+            return 1
+        extra = ["--shards", str(shards)]
     specs = plan_nodes(d, args.nodes, args.base_port, args.grpc_base_port, metrics_base, args.tls, kafka_base)
     busy = [p for s in specs for p in node_ports(s) if not port_free(p)]
     if busy:
@@ -107,8 +120,10 @@ def cmd_up(args: argparse.Namespace) -> int:
         metrics_base_port=metrics_base,
         tls=args.tls,
         kafka_base_port=kafka_base,
+        extra=extra,
     )
-    print(f"cluster {args.name!r}: {args.nodes} node(s), state in {state_path(d)}")
+    print(f"cluster {args.name!r}: {args.nodes} node(s){f' of {extra[1]} shard workers' if extra else ''}, "
+          f"state in {state_path(d)}")
     print_nodes(st["nodes"], problems)
     t = tls_dir(d)
     if kafka_base:
@@ -408,6 +423,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     common(up)
     up.add_argument("--durability", default="everysec", choices=["always", "everysec", "no"])
+    up.add_argument("--shards", default=None, metavar="N|auto",
+                    help="shard worker processes of every node (docs/shards.md; default 1; not with --kafka)")
     up.add_argument("--secret", default="", help="cluster secret (passed to nodes through the environment)")
     up.add_argument("--name", default="marekvs", help="cluster name")
     up.add_argument(

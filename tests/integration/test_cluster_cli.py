@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -321,6 +322,51 @@ def test_cluster_stop_start_restart_one_node_and_metrics(tmp_path):
 
         r = cli("stop", "7", "--dir", str(d))
         assert r.returncode == 1 and "no node 7" in r.stderr
+    finally:
+        if (d / "cluster.json").exists():
+            stop_nodes(load_state(d)["nodes"], timeout=5)
+
+
+def _parent(proc: Path) -> int:
+    try:
+        return int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return -1
+
+
+def test_cluster_up_of_nodes_of_shard_workers(tmp_path):
+    """--shards N: every node runs N shard workers (docs/shards.md) and replicates to the
+    others; status and down see each node as one; a restart keeps the count; --kafka with
+    --shards > 1 is refused before anything starts."""
+    d = tmp_path / "cluster"
+    base = free_base(4)
+    ports = [base, base + 1]
+    r = cli("up", "--nodes", "2", "--dir", str(d), "--shards", "2", "--kafka")
+    assert r.returncode == 1 and "--kafka with --shards > 1" in r.stderr and not (d / "cluster.json").exists()
+    try:
+        r = cli("up", "--nodes", "2", "--dir", str(d), "--base-port", str(base), "--grpc-base-port",
+                str(base + 2), "--shards", "2")
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "2 node(s) of 2 shard workers" in r.stdout
+        nodes = load_state(d)["nodes"]
+        for n in nodes:
+            assert json.loads((Path(n.data_dir) / "shards" / "map").read_text())["shards"] == 2
+        for i in range(40):  # (keys of both workers of node 1)
+            assert call(base, "SET", f"k{i}", i) == "OK"
+        wait_until(lambda: digests_equal(ports) and call(base + 1, "DBSIZE") == 40, timeout=60,
+                   what="node 2 replicated node 1's writes")
+        js = status_json(d)
+        assert [s["up"] for s in js["nodes"]] == [True, True]
+        workers = [int(p.name) for n in nodes for p in Path("/proc").iterdir() if p.name.isdigit()
+                   and _parent(p) == n.pid]
+        assert len(workers) == 4
+        r = cli("down", "--dir", str(d))
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert not any(pid_alive(p) for p in [n.pid for n in nodes] + workers)  # (no orphan worker)
+        r = cli("up", "--dir", str(d), "--shards", "3")  # (a restart keeps the recorded flags)
+        assert r.returncode == 0 and "--shards ignored" in r.stdout, r.stdout + r.stderr
+        assert call(base + 1, "GET", "k39") == b"39"
+        assert json.loads((Path(load_state(d)["nodes"][0].data_dir) / "shards" / "map").read_text())["shards"] == 2
     finally:
         if (d / "cluster.json").exists():
             stop_nodes(load_state(d)["nodes"], timeout=5)
