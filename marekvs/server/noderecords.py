@@ -39,6 +39,7 @@ import msgpack
 
 from marekvs.commands.errors import CommandError
 from marekvs.commands.reply import Err
+from marekvs.core import envelope
 from marekvs.core import keys as K
 from marekvs.core import merge
 from marekvs.node.records import NodeRecords, Records
@@ -91,6 +92,12 @@ class SharedRecords(NodeRecords):
     def apply(self, recs: Records) -> None:
         """Records written here or by a sibling: this worker's stored, the others merged
         into ``foreign``; the subscribers hear of every change."""
+        # the receive rule of the records' clocks: a later change through this worker is
+        # stamped above them (each worker has its own clock; a FUNCTION RESTORE through
+        # worker 1 right after a FLUSH through worker 0, in the same millisecond, lost the
+        # merge to the older tombstone when its logical counter was the lower)
+        if recs:
+            self.node.hlc.observe(max(envelope.hlc_of(r) for _, r in recs))
         mine = [(k, r) for k, r in recs if self.mine(k)]
         if mine:
             self.ks.apply(mine)  # (Engine.on_node_change tells the subscribers)

@@ -180,6 +180,22 @@ def test_config_set_requirepass_reaches_both_workers(node):
     assert on(node, 0).ping()
 
 
+def test_a_change_through_one_worker_after_another_s_wins(node):
+    """Each worker stamps node-level records with its own clock: a FUNCTION RESTORE through
+    worker 1 right after a FLUSH through worker 0 must win everywhere, even within one
+    millisecond (a worker observes the clocks of the records its siblings send)."""
+    a, b = on(node, 0), on(node, 1)
+    a.execute_command("FUNCTION", "FLUSH")
+    assert a.execute_command("FUNCTION", "LOAD", LIB) == b"lib1"
+    dump = a.execute_command("FUNCTION", "DUMP")
+    for i in range(60):
+        for c in (a, a, a):  # (a's clock's logical part ahead of b's)
+            assert c.execute_command("FUNCTION", "FLUSH") in OK
+        assert b.execute_command("FUNCTION", "RESTORE", dump) in OK
+        assert a.fcall("nokeys", 0, "x") == 1, i
+        assert b.fcall("nokeys", 0, "x") == 1, i
+
+
 def test_functions_loaded_on_every_worker(node, one):
     single = client_of(one.port, password=PW)
     a, b = on(node, 0), on(node, 1)
