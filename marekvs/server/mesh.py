@@ -72,10 +72,12 @@ connections). A client's command runs where its keys live:
   A busy script makes every worker answer BUSY (``_BUSY``), and SCRIPT KILL through any
   worker reaches it (docs/shards.md §3 as built);
 - **refused**: what is not carried across workers yet answers
-  ``ERR <command> is not supported with shards > 1 yet`` (``Plan``): the node-wide
-  commands ``fanout.MERGES`` does not name (MEMORY STATS, LATENCY, ...), the other
-  commands whose keys are on several workers that no unit carries, an EXEC queueing a
-  blocking command across workers or a command not carried.
+  ``ERR <command> is not supported with shards > 1 yet`` (``Plan``): a node-wide
+  command ``fanout.MERGES`` would not name (none is left), a command whose keys are on
+  several workers that no unit carries (none is left but for the blocking ones, which
+  wait in rounds), an EXEC queueing a command not carried. (An EXEC queueing a blocking
+  command over keys of several workers, or a script calling one, runs its non-blocking
+  form as a unit, as Redis runs a blocking command there: ``Mesh._block_now``.)
 
 **Client tracking** (``node/tracking.py``): a tracking client's entries carry its state
 (``_entry``), so a read carried to another worker registers the client in that worker's
@@ -166,7 +168,7 @@ from marekvs.server import resp
 from marekvs.server.listener import Connection, RespServer
 from marekvs.server.noderecords import RECORDS, SharedRecords
 from marekvs.shards.clients import CLIENTS_FILE, SharedClients
-from marekvs.shards.fanout import MERGES, Merge, pack, unpack
+from marekvs.shards.fanout import FAN_PARTS, MERGES, VIA, Merge, pack, scan_goes_on, unpack
 from marekvs.shards.router import ALL, FRONT, KEY, NODE_RECORD, Router
 from marekvs.shards.units import PART_COMMANDS, UNITS, BlockCall, Got, Unit, Waiting, blocking_call, final
 
@@ -224,13 +226,14 @@ _FRONT_REFUSED: frozenset[str] = frozenset()
 # worker asks the supervisor, which stops every worker: Node.shutdown_hook); WAIT (queued in
 # MULTI: its EXEC runs it here; otherwise ``ShardConnection._wait``)
 _ALL_HERE = frozenset(("wait", "swapdb", "shutdown"))
+_STEPWISE = frozenset(("dbsize", "keys", "debug|digest"))  # (commands/stepwise.py: Fan.steps)
 _EVALS = frozenset(("eval", "eval_ro"))
 _RUNNERS = frozenset(("eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "fcall_ro"))
 LOCK_WAIT_S = 2.0  # how long a script waits for the lock of a worker it did not declare
 SYNC_REPLY_S = 60.0  # ... for the reply of a worker locked for it (then: the worker is taken as lost)
 
 # a plan's kinds
-_LOCAL, _KEY, _KEYS, _REFUSE, _EXEC, _SORT, _FANOUT, _SCAN, _RECORD, _TRACK, _RUNNER = range(11)
+_LOCAL, _KEY, _KEYS, _REFUSE, _EXEC, _SORT, _FANOUT, _SCANS, _RECORD, _TRACK, _RUNNER = range(11)
 
 
 _GONE = object()  # a unit inside a transaction lost a worker
@@ -241,6 +244,8 @@ WATCH = object()  # ... for a WATCH of keys of other workers (watches live with 
 SHARED = object()  # ... for a command writing node records: here, its reply once every worker has them
 BLOCK_ACROSS = object()  # ... for a blocking command whose keys are on several workers
 WAIT_ACROSS = object()  # ... for WAIT: the acks of every worker's log the client wrote to
+SCAN_ACROSS = object()  # ... for SCAN: its cursor's worker, then the next while the call wants more
+_SCAN = FAN_PARTS["~scan"]
 _WAIT_POLL_S = 0.01
 _ENDS_WATCH = frozenset(("exec", "discard", "unwatch", "reset"))
 
@@ -265,14 +270,41 @@ class AskClient:
 
 
 class Fan:
-    """A node-wide command run on every worker: its number in the frames, and how its
-    replies merge (``shards/fanout.py``)."""
+    """A node-wide command run on every worker: its number in the frames, how its
+    replies merge (``shards/fanout.py``), the part command each worker runs instead of it
+    (``via``: ``fanout.VIA``), and whether it runs in steps (``steps``: DBSIZE, KEYS, DEBUG
+    DIGEST go to the siblings as a client's blocking command does, so a sibling serves
+    its other clients between its steps, as the connection's worker does)."""
 
-    __slots__ = ("number", "merge")
+    __slots__ = ("number", "merge", "via", "steps")
 
-    def __init__(self, number: int, merge: Merge):
+    def __init__(self, number: int, merge: Merge, via: Command | None, steps: bool):
         self.number = number
         self.merge = merge
+        self.via = via
+        self.steps = steps
+
+    def here(self, node: Node, ctx: Context, cmd: Command, args: list[bytes]) -> Any:
+        """Run it on this worker: the command, or its ``via`` (the command counted once
+        for INFO commandstats, as one process counts it: the part is in no table)."""
+        if self.via is None:
+            return node.execute(ctx, cmd, args)
+        return as_command(node, ctx, cmd, args, self.via, args)
+
+
+def as_command(node: Node, ctx: Context, cmd: Command, args: list[bytes], part: Command, pargs: list[bytes]) -> Any:
+    """Run ``part`` for the client's ``cmd`` here: ``cmd`` counted (INFO commandstats) and
+    shown to MONITOR as one process does (the part is in no table, and never shown)."""
+    cmd.calls += 1
+    r = node.execute(ctx, part, pargs)
+    if node.monitor_on and not cmd.admin:
+        node.feed_monitors(ctx, args)
+    return r
+
+
+def scan_args(cursor: int, left: Any, args: list[bytes]) -> list[bytes]:
+    """A ``~scan`` part's arguments (``fanout._scan_part``)."""
+    return [b"~scan", b"%d" % cursor, b"%d" % left[2] if left else b"", b"%d" % left[3] if left else b"", *args]
 
 
 def _answer(batch: list[Any], reply: Any) -> None:
@@ -322,7 +354,8 @@ class Plan:
         self.index = index
         self.owner = shards.owner
         table = list(node.table.all_commands())
-        self.commands: list[Command] = table + list(PART_COMMANDS.values())  # (parts: never planned)
+        self.commands: list[Command] = (table + list(PART_COMMANDS.values())  # (parts: never planned)
+                                        + list(FAN_PARTS.values()))
         self.number = {id(c): i for i, c in enumerate(self.commands)}
         self.plan: dict[int, tuple[int, Any]] = {}
         self.block_at = [BlockAt(j) for j in range(len(shards))]
@@ -334,9 +367,11 @@ class Plan:
                 p: tuple[int, Any] = (_REFUSE, unsupported(cmd)) if cmd.fullname in _FRONT_REFUSED else (
                     (_TRACK, None) if cmd.fullname == "client|tracking" else (_LOCAL, None))
             elif cls == ALL and cmd.fullname in MERGES:
-                p = (_FANOUT, Fan(self.number[id(cmd)] + _FAN, MERGES[cmd.fullname]))
+                via = VIA.get(cmd.fullname)
+                p = (_FANOUT, Fan(self.number[id(via or cmd)] + _FAN, MERGES[cmd.fullname], via,
+                                  cmd.fullname in _STEPWISE))
             elif cls == ALL and cmd.fullname == "scan":
-                p = (_SCAN, None)
+                p = (_SCANS, None)
             elif cls == ALL and cmd.fullname in _ALL_HERE:
                 p = (_LOCAL, None)
             elif cls == NODE_RECORD:  # (server/noderecords.py)
@@ -368,12 +403,10 @@ class Plan:
             return arg  # type: ignore[no-any-return]
         if kind == _RECORD:  # (queued in MULTI: EXEC runs it here, and every worker has it soon after)
             return SHARED if ctx.multi is None else None
-        if kind == _SCAN:  # the cursor is a partition: its worker scans on (commands/keys.py)
-            c = args[1] if len(args) > 1 else b""
-            if not c.isdigit() or len(c) > 4 or int(c) >= len(self.owner):
-                return None  # (an invalid cursor's error, or "nothing is left", answered here)
-            j = self.owner[int(c)]
-            return None if j == self.index else j
+        if kind == _SCANS:  # the cursor is a partition: its worker scans on (commands/keys.py)
+            if ctx.multi is None:
+                return SCAN_ACROSS
+            return self.scan_at(args)
         if kind == _EXEC:
             return self._exec(ctx, cmd)
         if kind == _RUNNER:
@@ -401,6 +434,15 @@ class Plan:
             return self.block_at[shards.pop()]
         return shards.pop()
 
+    def scan_at(self, args: list[bytes]) -> int | None:
+        """The worker a SCAN's cursor names, None for this one or an invalid cursor (its
+        error, or "nothing is left", answered here)."""
+        c = args[1] if len(args) > 1 else b""
+        if not c.isdigit() or len(c) > 4 or int(c) >= len(self.owner):
+            return None
+        j = self.owner[int(c)]
+        return None if j == self.index else j
+
     def _redirect(self, args: list[bytes]) -> AskClient | None:
         """CLIENT TRACKING ... REDIRECT id where client ``id`` would be on another worker."""
         for i in range(3, len(args) - 1):
@@ -416,8 +458,9 @@ class Plan:
         """An EXEC runs here when every queued command would; as a transaction unit
         (``TRANSACTION``: ``Mesh.run_transaction``) when some run on other workers (on
         one, as a unit over several, or node-wide on every worker); with every worker locked
-        (``EVERYWHERE``) when one is a script that does not run here; else it is refused (a
-        queued command not carried yet, or blocking on keys of several workers)."""
+        (``EVERYWHERE``) when one is a script that does not run here, or a blocking command
+        over keys of several workers (it runs as its non-blocking form: ``Mesh._block_now``);
+        else it is refused (a queued command not carried yet)."""
         if ctx.multi_error or not ctx.multi:
             return None  # (EXECABORT, or an empty transaction: here)
         elsewhere = everywhere = False
@@ -429,11 +472,10 @@ class Plan:
                 w = w.j
             if type(w) is int and c.fullname in _RUNNERS:
                 everywhere = True  # (a script runs here, its calls carried: Mesh.route)
-            elif w is SCRIPT:
+            elif w is SCRIPT or w is BLOCK_ACROSS:  # (BLOCK_ACROSS: its non-blocking form, Mesh.route)
                 everywhere = True
             elif type(w) is not int and type(w) is not Fan and not isinstance(w, Unit):
-                return unsupported(cmd, "a queued command is not carried across shard workers yet, or blocks on "
-                                        "keys of several")
+                return unsupported(cmd, "a queued command is not carried across shard workers yet")
             elsewhere = True
         return EVERYWHERE if everywhere else TRANSACTION if elsewhere else None
 
@@ -1234,10 +1276,12 @@ class Mesh:
                 here.append((i, None, args))
             elif type(p) is Fan:  # node-wide: on every worker, merged (as ShardConnection._fan)
                 split[i] = {}
-                here.append((i, cmd, args))
+                if p.via is not None:
+                    cmd.calls += 1  # (Fan.here)
+                here.append((i, p.via or cmd, args))
                 for j in range(len(self.shards)):
                     if j != self.index:
-                        sends.setdefault(j, []).append((i, self.part_entry(ctx, cmd, args)))
+                        sends.setdefault(j, []).append((i, self.part_entry(ctx, p.via or cmd, args)))
             elif type(p) is int:
                 sends.setdefault(p, []).append((i, self.part_entry(ctx, cmd, args)))
             else:  # a unit's parts, each on its worker
@@ -1423,6 +1467,10 @@ class Mesh:
         w = self.plan.where(ctx, cmd, argv)
         if w is None:
             return self.node.execute(ctx, cmd, argv)
+        if w is SCAN_ACROSS:
+            return self._scan_now(ctx, cmd, argv)
+        if w is BLOCK_ACROSS:
+            return self._block_now(ctx, cmd, argv)
         if type(w) is BlockAt:  # (a script's or a transaction's blocking command does not block)
             w = w.j
         if type(w) is int:
@@ -1437,10 +1485,10 @@ class Mesh:
             err = self._hold(every)
             if err is not None:
                 return err
-            replies = [self.node.execute(ctx, cmd, argv)]
+            replies = [w.here(self.node, ctx, cmd, argv)]
             for j in every:
                 if j != self.index:
-                    replies.append(self._carry(ctx, j, [(cmd, argv)])[0])
+                    replies.append(self._carry(ctx, j, [(w.via or cmd, argv)])[0])
             for r in replies[1:]:
                 if type(r) is Err and r.startswith("LOADING"):
                     return r
@@ -1450,6 +1498,50 @@ class Mesh:
         if type(w) is str:
             return self.node.rejected(ctx, cmd, w)
         return self.node.rejected(ctx, cmd, unsupported(cmd, "inside a script or a transaction across workers"))
+
+    def _block_now(self, ctx: Context, cmd: Command, argv: list[bytes]) -> Any:
+        """A blocking command over keys of several workers in a transaction or a script:
+        as Redis runs it there, its non-blocking form (``units.blocking_call``: BLPOP as
+        LMPOP ... COUNT 1, BLMOVE as LMOVE, XREAD BLOCK as XREAD, ...) as a unit, the
+        reply in the blocking command's shape, or its nil when nothing was there."""
+        call = blocking_call(cmd.fullname, argv, ctx)
+        if call is None:  # not the command's arguments: its own error, from here
+            return self.node.execute(ctx, cmd, argv)
+        unit = UNITS[call.argv[0].decode().lower()]
+        r = self._unit_now(ctx, unit, part_command(self.node.table, call.argv[0]), call.argv)
+        if r is None or r is NULL_ARRAY or type(r) is Err or call.shape is None:
+            return r
+        return call.shape(r)
+
+    def _scan_now(self, ctx: Context, cmd: Command, argv: list[bytes]) -> Any:
+        """SCAN in a script or a transaction holding workers (``ShardConnection._scan``)."""
+        node = self.node
+        c = argv[1]
+        if not c.isdigit() or len(c) > 4 or int(c) >= len(self.plan.owner):
+            return node.execute(ctx, cmd, argv)  # (an invalid cursor's error, or "nothing is left")
+        cursor = int(c)
+        j = self.plan.owner[cursor]
+        cmd.calls += 1
+        if node.monitor_on:
+            node.feed_monitors(ctx, argv)
+        step: Any = None
+        found: list[bytes] = []
+        while True:
+            pargs = scan_args(cursor, step, argv)
+            if j == self.index:
+                step = node.execute(ctx, _SCAN, pargs)
+            else:
+                err = self._hold([j])
+                if err is not None:
+                    return err
+                step = self._carry(ctx, j, [(_SCAN, pargs)])[0]
+            if type(step) is Err:
+                return step
+            found += step[1]
+            if not scan_goes_on(self.shards.ranges, j, step):
+                return [b"%d" % step[0], found]
+            j += 1
+            cursor = step[0]
 
     def _unit_now(self, ctx: Context, unit: Unit, cmd: Command, argv: list[bytes]) -> Any:
         """A command whose keys are on several workers, its phases run synchronously on
@@ -2116,6 +2208,8 @@ class ShardConnection(Connection):
                             r = self._block_across(r, args)
                         elif w is WAIT_ACROSS:
                             r = self._wait(r, args)
+                        elif w is SCAN_ACROSS:
+                            r = self._scan(r, args)
                         elif w is TRANSACTION or w is EVERYWHERE:
                             r = self._on_mesh(mesh.run_transaction(ctx, self.remote, self.watching, w is EVERYWHERE))
                         elif w is SCRIPT:
@@ -2369,17 +2463,20 @@ class ShardConnection(Connection):
         loop = node.loop
         assert loop is not None
         entry = [_entry(ctx, fan.number, args)]
-        waits: list[asyncio.Future[list[bytes] | None]] = []
+        waits: list[asyncio.Future[Any]] = []
         for j, link in enumerate(mesh.links):
             if link is not None:
-                fut: asyncio.Future[list[bytes] | None] = loop.create_future()
-                link.send(entry, lambda replies, f=fut: f.done() or f.set_result(replies))
+                fut: asyncio.Future[Any] = loop.create_future()
+                if fan.steps:  # (as a blocking command: its reply in a "b" frame when its last step ran)
+                    mesh.parked[(ctx.id, j)] = fut
+                    link.post(_entry(ctx, fan.number - _FAN + _BLOCKING, args))
+                else:
+                    link.send(entry, lambda replies, f=fut: f.done() or f.set_result(replies and replies[0]))
                 waits.append(fut)
                 self.remote.add(j)
-        return self._on_mesh(self._gather(fan, args, node.execute(ctx, cmd, args), waits))
+        return self._on_mesh(self._gather(fan, args, fan.here(node, ctx, cmd, args), waits))
 
-    async def _gather(self, fan: Fan, args: list[bytes], here: Any,
-                      waits: list[asyncio.Future[list[bytes] | None]]) -> Any:
+    async def _gather(self, fan: Fan, args: list[bytes], here: Any, waits: list[asyncio.Future[Any]]) -> Any:
         if type(here) is Blocking:
             here = await here.awaitable  # type: ignore[misc]
         replies = [here]
@@ -2388,8 +2485,55 @@ class ShardConnection(Connection):
             if got is None:
                 return Err("LOADING a shard worker stopped while running the command: it may have run on some "
                            "workers only")
-            replies.append(unpack(got[0]))
+            replies.append(unpack(got))
         return fan.merge(replies, args)
+
+    def _scan(self, cmd: Command, args: list[bytes]) -> Any:
+        """SCAN: a step on the worker its cursor names (``~scan``), and on the next ones
+        while the call wants more keys (``fanout.scan_goes_on``), the keys put together."""
+        mesh, node, ctx = self.mesh, self.node, self.ctx
+        c = args[1]
+        if not c.isdigit() or len(c) > 4 or int(c) >= len(mesh.plan.owner):
+            return node.execute(ctx, cmd, args)  # (an invalid cursor's error, or "nothing is left")
+        cursor = int(c)
+        j = mesh.plan.owner[cursor]
+        cmd.calls += 1  # (and shown to MONITOR once it ran; when it goes on: as a Blocking reply)
+        if j != mesh.index:
+            return self._on_mesh(self._scan_on(j, cursor, None, args, []))
+        step = node.execute(ctx, _SCAN, scan_args(cursor, None, args))
+        if type(step) is not Err and scan_goes_on(mesh.shards.ranges, j, step):
+            return self._on_mesh(self._scan_on(j + 1, step[0], step, args, step[1]))
+        if node.monitor_on:
+            node.feed_monitors(ctx, args)
+        return step if type(step) is Err else [b"%d" % step[0], step[1]]
+
+    async def _scan_on(self, j: int, cursor: int, step: Any, args: list[bytes], found: list[bytes]) -> Any:
+        mesh, node, ctx = self.mesh, self.node, self.ctx
+        number = mesh.plan.number[id(_SCAN)] + _FAN
+        loop = node.loop
+        assert loop is not None
+        while True:
+            pargs = scan_args(cursor, step, args)
+            if j == mesh.index:
+                step = node.execute(ctx, _SCAN, pargs)
+            else:
+                link = mesh.links[j]
+                if link is None:
+                    return mesh.loading_err[j]
+                fut: asyncio.Future[Any] = loop.create_future()
+                link.send([_entry(ctx, number, pargs)], lambda rs, f=fut: f.done() or f.set_result(rs and rs[0]))
+                self.remote.add(j)
+                got = await fut
+                if got is None:
+                    return mesh.loading_err[j]
+                step = unpack(got)
+            if type(step) is Err:
+                return step
+            found += step[1]
+            if not scan_goes_on(mesh.shards.ranges, j, step):
+                return [b"%d" % step[0], found]
+            j += 1
+            cursor = step[0]
 
     def _wait(self, cmd: Command, args: list[bytes]) -> Any:
         """WAIT numreplicas timeout: the client's writes are in the logs of the workers
