@@ -168,7 +168,7 @@ from marekvs.server import resp
 from marekvs.server.listener import Connection, RespServer
 from marekvs.server.noderecords import RECORDS, SharedRecords
 from marekvs.shards.clients import CLIENTS_FILE, SharedClients
-from marekvs.shards.fanout import FAN_PARTS, MERGES, VIA, Merge, pack, scan_goes_on, unpack
+from marekvs.shards.fanout import FAN_PARTS, MERGES, VIA, Merge, pack, scan_walk, unpack
 from marekvs.shards.router import ALL, FRONT, KEY, NODE_RECORD, Router
 from marekvs.shards.units import PART_COMMANDS, UNITS, BlockCall, Got, Unit, Waiting, blocking_call, final
 
@@ -215,6 +215,7 @@ _MONITORS = _HAS_CLIENT + 2  # ... the sender (its index in the client id's slot
 _SCALL = -12  # ... run [command index, argv, frozen time or None, unit] now for the unit holding this worker
 _ESCALATE = -13  # ... a script reached keys of workers it did not declare: lock every worker for its runs
 _BUSY = -14  # ... [kind or None, worker]: a script of that worker is busy ("eval"/"function"), or no more
+_SKIPPED = -15  # (never sent: a command left in Owner.queue that is not run, Owner._steps)
 _FAN = 1 << 16  # ... plus a command's index: a node-wide command, its reply as a value (fanout.py)
 _PART = 1 << 17  # ... plus a command's index: a part of the unit holding this worker (a "u" frame)
 _BLOCKING = 1 << 18  # ... plus a command's index: a blocking command of a client (a "b" frame when it ends)
@@ -237,6 +238,7 @@ _LOCAL, _KEY, _KEYS, _REFUSE, _EXEC, _SORT, _FANOUT, _SCANS, _RECORD, _TRACK, _R
 
 
 _GONE = object()  # a unit inside a transaction lost a worker
+_CANCELLED = object()  # (Owner._ended: the client went away)
 TRANSACTION = object()  # Plan.where's answer for an EXEC whose queue spans workers
 EVERYWHERE = object()  # ... for an EXEC queueing a node-wide command, a unit of several phases or a script
 SCRIPT = object()  # ... for a script whose declared keys are on several workers (or remembered: every worker)
@@ -247,6 +249,10 @@ WAIT_ACROSS = object()  # ... for WAIT: the acks of every worker's log the clien
 SCAN_ACROSS = object()  # ... for SCAN: its cursor's worker, then the next while the call wants more
 _SCAN = FAN_PARTS["~scan"]
 _WAIT_POLL_S = 0.01
+# the reply of a hopped command that runs in steps (a cold zset's first read: commands/stepwise.py),
+# in a "s" frame when its last step ran; and of the client's later commands of that run, not run
+# (the front sends them again once it has that reply: Owner.stepping)
+_LATER, _NOT_RUN = b"", b"\x00"
 _ENDS_WATCH = frozenset(("exec", "discard", "unwatch", "reset"))
 
 
@@ -300,11 +306,6 @@ def as_command(node: Node, ctx: Context, cmd: Command, args: list[bytes], part: 
     if node.monitor_on and not cmd.admin:
         node.feed_monitors(ctx, args)
     return r
-
-
-def scan_args(cursor: int, left: Any, args: list[bytes]) -> list[bytes]:
-    """A ``~scan`` part's arguments (``fanout._scan_part``)."""
-    return [b"~scan", b"%d" % cursor, b"%d" % left[2] if left else b"", b"%d" % left[3] if left else b"", *args]
 
 
 def _answer(batch: list[Any], reply: Any) -> None:
@@ -622,6 +623,7 @@ class Owner(asyncio.Protocol):
         self.parts: list[bytes] = []  # the replies of the holder's parts in this frame
         self.noted = 0  # the number of the last notification delivered from this data (to acknowledge)
         self.blocked: dict[int, asyncio.Task[None]] = {}  # clients' blocking commands waiting here
+        self.stepping: set[int] = set()  # clients whose hopped command runs in steps here
         self.scheduled = False
         self.flush_cb = self._flush
 
@@ -652,6 +654,8 @@ class Owner(asyncio.Protocol):
                 self._now(e)
             elif queue or mesh.holder is not None:  # (this worker is locked for a unit)
                 queue.append(e)
+            elif 0 <= ci < _FAN and e[0] in self.stepping:
+                self.replies.append(_NOT_RUN)
             else:
                 self._run(e)
         if self.parts:  # the holder's parts of this frame: their replies in one frame
@@ -660,6 +664,9 @@ class Owner(asyncio.Protocol):
 
     def _run(self, e: list[Any]) -> None:
         cid, proto, ci, args = e[0], e[1], e[2], e[3]
+        if ci == _SKIPPED:
+            self.replies.append(_NOT_RUN)
+            return
         if ci == _DROP:
             gone = self.proxies.pop(cid, None)
             if gone is not None and gone.watched is not None:
@@ -695,8 +702,17 @@ class Owner(asyncio.Protocol):
                 pubsub.fanned = False
             self._deferred(ctx)
             return
-        r = self.node.execute(ctx, self.mesh.plan.commands[ci], args)
-        if type(r) is Blocking or r is NO_REPLY:  # (the plan sends no blocking command here)
+        if cid in self.stepping:  # (queued behind a unit meanwhile: _steps)
+            self.replies.append(_NOT_RUN)
+            return
+        ctx.deny_blocking = False  # (what runs in steps does: the plan sends no blocking command here)
+        try:
+            r = self.node.execute(ctx, self.mesh.plan.commands[ci], args)
+        finally:
+            ctx.deny_blocking = True
+        if type(r) is Blocking:
+            self._steps(ctx, r.awaitable)
+        elif r is NO_REPLY:
             self.replies.append(b"-ERR internal error: a blocking command on a shard worker proxy\r\n")
         else:
             out: list[bytes] = []
@@ -706,6 +722,35 @@ class Owner(asyncio.Protocol):
                     _enc(m, proto, out)
             self.replies.append(b"".join(out))
         ctx.deferred = None
+
+    def _steps(self, ctx: Context, awaitable: Any) -> None:
+        """A client's hopped command that runs in steps (commands/stepwise.py): its reply
+        slot says ``_LATER``, and the bytes come in a "s" frame once its last step ran;
+        the client's later commands of the same run are not run here (``_NOT_RUN``, also
+        those waiting behind a unit's lock): the front sends them again after that reply,
+        so they run after it, as on one process, while every other client is served."""
+        cid = ctx.id
+        self.replies.append(_LATER)
+        self.stepping.add(cid)
+
+        async def steps() -> None:
+            r = await self._ended(cid, awaitable, "a command in steps")
+            if r is _CANCELLED:
+                self.stepping.discard(cid)
+                return
+            for k, e in enumerate(self.queue):  # (its later commands behind a unit: answered not run)
+                if e[0] == cid and 0 <= e[2] < _FAN:
+                    self.queue[k] = [cid, e[1], _SKIPPED, None]
+            self.stepping.discard(cid)
+            out: list[bytes] = []
+            _enc(r, ctx.proto, out)
+            if ctx.deferred is not None:
+                for m in ctx.deferred:
+                    _enc(m, ctx.proto, out)
+                ctx.deferred = None
+            self._unit_frame({"s": cid, "r": b"".join(out)})
+
+        self.blocked[cid] = asyncio.get_running_loop().create_task(steps())
 
     def _deferred(self, ctx: Context) -> None:
         """What a proxy's command left for after its reply (invalidations of the client's
@@ -733,19 +778,25 @@ class Owner(asyncio.Protocol):
         self.blocked[ctx.id] = task
 
     async def _wait(self, cid: int, awaitable: Any) -> None:
+        r = await self._ended(cid, awaitable, "a blocking command")
+        if r is not _CANCELLED:
+            self._unit_frame({"b": cid, "r": self._value(r)})
+
+    async def _ended(self, cid: int, awaitable: Any, what: str) -> Any:
+        """The reply of client ``cid``'s command that went on after it returned here (a
+        blocking one, one in steps), or ``_CANCELLED`` (the client went away)."""
         try:
-            r = await awaitable
+            return await awaitable
         except CommandError as e:
-            r = Err(e.message)
+            return Err(e.message)
         except asyncio.CancelledError:
-            return
+            return _CANCELLED
         except Exception:
-            log.exception("blocking command on a shard worker proxy failed")
-            r = Err("ERR internal error: a blocking command on a shard worker proxy")
+            log.exception("%s on a shard worker proxy failed", what)
+            return Err(f"ERR internal error: {what} on a shard worker proxy")
         finally:
             if self.blocked.get(cid) is asyncio.current_task():
                 del self.blocked[cid]
-        self._unit_frame({"b": cid, "r": self._value(r)})
 
     def _proxy(self, e: list[Any]) -> Context:
         """The proxy context of the client of entry ``e`` (``_entry``), with its protocol
@@ -833,9 +884,11 @@ class Owner(asyncio.Protocol):
         sctx.proto = e[1]
         sctx.user = (node.acl.users.get(e[4]) or User(e[4])) if len(e) > 4 else node.acl.default
         ks.now = lambda: now  # (no key expires meanwhile)
+        node.feed_muted += 1  # (the script's worker shows its calls: Mesh.route)
         try:
             r = node.execute(sctx, cmd, argv)
         finally:
+            node.feed_muted -= 1
             ks.now = wall
             sctx.proto, sctx.user = saved
             sctx.deferred = None
@@ -947,6 +1000,7 @@ class Mesh:
         self.unit_waits: dict[tuple[int, int], asyncio.Future[Any]] = {}
         self.batch: list[Any] = []  # units waiting for the batch running (``submit``)
         self.parked: dict[tuple[int, int], asyncio.Future[Any]] = {}  # (client id, worker): a blocking command
+        self.stepped: dict[tuple[int, int], asyncio.Future[Any]] = {}  # ... the reply of one run in steps
         self.woken: dict[int, asyncio.Future[Any]] = {}  # client id: its watches over several workers
         node.blocking.woke = self.woke
         node.blocking.unblock_rounds = self._unblock_rounds
@@ -1465,8 +1519,19 @@ class Mesh:
         unit's phases, or on every worker (merged as ``fanout`` merges). A worker the
         running unit does not hold is locked first (``_hold``)."""
         w = self.plan.where(ctx, cmd, argv)
-        if w is None:
-            return self.node.execute(ctx, cmd, argv)
+        if w is None or w is SCRIPT or (type(w) is int and cmd.fullname in _RUNNERS):
+            return self.node.execute(ctx, cmd, argv)  # (a script queued in a transaction: it runs here)
+        node = self.node
+        node.feed_muted += 1  # (MONITOR: the call once, from here, in the order the calls ran)
+        try:
+            r = self._route(ctx, cmd, argv, w)
+        finally:
+            node.feed_muted -= 1
+        if node.monitor_on and not cmd.admin:
+            node.feed_monitors(ctx, argv)
+        return r
+
+    def _route(self, ctx: Context, cmd: Command, argv: list[bytes], w: Any) -> Any:
         if w is SCAN_ACROSS:
             return self._scan_now(ctx, cmd, argv)
         if w is BLOCK_ACROSS:
@@ -1474,12 +1539,8 @@ class Mesh:
         if type(w) is BlockAt:  # (a script's or a transaction's blocking command does not block)
             w = w.j
         if type(w) is int:
-            if cmd.fullname in _RUNNERS:  # (a script queued in a transaction: it runs here)
-                return self.node.execute(ctx, cmd, argv)
             err = self._hold([w])
             return err if err is not None else self._carry(ctx, w, [(cmd, argv)])[0]
-        if w is SCRIPT:  # (queued in a transaction, which holds every worker)
-            return self.node.execute(ctx, cmd, argv)
         if type(w) is Fan:
             every = list(range(len(self.shards)))
             err = self._hold(every)
@@ -1519,29 +1580,19 @@ class Mesh:
         c = argv[1]
         if not c.isdigit() or len(c) > 4 or int(c) >= len(self.plan.owner):
             return node.execute(ctx, cmd, argv)  # (an invalid cursor's error, or "nothing is left")
-        cursor = int(c)
-        j = self.plan.owner[cursor]
         cmd.calls += 1
-        if node.monitor_on:
-            node.feed_monitors(ctx, argv)
-        step: Any = None
-        found: list[bytes] = []
-        while True:
-            pargs = scan_args(cursor, step, argv)
-            if j == self.index:
-                step = node.execute(ctx, _SCAN, pargs)
-            else:
-                err = self._hold([j])
-                if err is not None:
-                    return err
-                step = self._carry(ctx, j, [(_SCAN, pargs)])[0]
-            if type(step) is Err:
-                return step
-            found += step[1]
-            if not scan_goes_on(self.shards.ranges, j, step):
-                return [b"%d" % step[0], found]
-            j += 1
-            cursor = step[0]
+        walk = scan_walk(self.shards.ranges, self.plan.owner[int(c)], int(c), argv)
+        try:
+            j, pargs = next(walk)
+            while True:
+                if j == self.index:
+                    step = node.execute(ctx, _SCAN, pargs)
+                else:
+                    err = self._hold([j])
+                    step = err if err is not None else self._carry(ctx, j, [(_SCAN, pargs)])[0]
+                j, pargs = walk.send(step)
+        except StopIteration as done:
+            return done.value
 
     def _unit_now(self, ctx: Context, unit: Unit, cmd: Command, argv: list[bytes]) -> Any:
         """A command whose keys are on several workers, its phases run synchronously on
@@ -1856,6 +1907,15 @@ class Mesh:
             if parked is not None and not parked.done():
                 parked.set_result(frame["r"])
             return
+        if "s" in frame:  # a hopped command's reply, after its steps (Owner._steps)
+            parked = self.parked.pop((frame["s"], j), None)
+            if parked is None:  # (before the replies of its run: ShardConnection._later takes it)
+                done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+                done.set_result(frame["r"])
+                self.stepped[(frame["s"], j)] = done
+            elif not parked.done():
+                parked.set_result(frame["r"])
+            return
         if "w" in frame:
             self._woken(frame["w"], unpack(frame["r"]))
             return
@@ -2053,6 +2113,8 @@ class Mesh:
                 fut = waits.pop(key)
                 if not fut.done():
                     fut.set_result(None)
+        for key in [k for k in self.stepped if k[1] == j]:
+            del self.stepped[key]
         if self.stopping:
             return
         log.warning("shard worker %d: lost worker %d; its partitions %s answer LOADING until it is back",
@@ -2218,8 +2280,9 @@ class ShardConnection(Connection):
                             r = self._watch(r, args)
                         else:
                             r = self._unit(w, r, args)
-                        if node.monitor_on and type(r) is Blocking and not cmd.admin:
-                            r = Blocking(self._shown(r.awaitable, args))  # (MONITOR: once it ran)
+                        if node.monitor_on and type(r) is Blocking and not cmd.admin and not cmd.skip_monitor:
+                            r = Blocking(self._shown(r.awaitable, args))  # (MONITOR: once it ran; a
+                            # script is shown before its calls, where it runs)
                     else:
                         exec_ = r.fullname == "exec"
                         r = node.rejected(ctx, r, w)  # type: ignore[arg-type]
@@ -2450,7 +2513,7 @@ class ShardConnection(Connection):
         self.backlog_err = err
         self.remote.add(j)
         self.in_mesh = True
-        link.send(entries, lambda replies: self._hopped(mutes, replies, shown))
+        link.send(entries, lambda replies: self._hopped(mutes, replies, shown, j, entries))
         return -1
 
     def _fan(self, fan: Fan, cmd: Command, args: list[bytes]) -> Any:
@@ -2488,52 +2551,74 @@ class ShardConnection(Connection):
             replies.append(unpack(got))
         return fan.merge(replies, args)
 
+    def _later(self, mutes: list[bool], shown: list[list[bytes]] | None, j: int, rest: list[list[Any]]) -> None:
+        """Wait for the reply of a command that runs in steps on worker ``j`` (a "s"
+        frame), then send ``rest`` (the run's commands after it, not run there) again."""
+        mesh, loop = self.mesh, self.node.loop
+        assert loop is not None
+        fut = mesh.stepped.pop((self.ctx.id, j), None)  # (its "s" frame may have come first)
+        if fut is None:
+            fut = mesh.parked[(self.ctx.id, j)] = loop.create_future()
+
+        def done(f: asyncio.Future[Any]) -> None:
+            got = f.result()
+            if got is None or self.ctx.closing:  # (the worker went down: outcome unknown)
+                self._hopped(mutes, None, shown)
+                return
+            if not mutes[0]:
+                self.out.append(got)
+            link = mesh.links[j]
+            if not rest:
+                self._hopped([], [], shown)
+            elif link is None:
+                self._hopped(mutes, None, shown)
+            else:
+                link.send(rest, lambda replies: self._hopped(mutes[1:], replies, shown, j, rest))
+        fut.add_done_callback(done)
+
     def _scan(self, cmd: Command, args: list[bytes]) -> Any:
         """SCAN: a step on the worker its cursor names (``~scan``), and on the next ones
-        while the call wants more keys (``fanout.scan_goes_on``), the keys put together."""
+        while the call wants more keys (``fanout.scan_walk``), the keys put together."""
         mesh, node, ctx = self.mesh, self.node, self.ctx
         c = args[1]
         if not c.isdigit() or len(c) > 4 or int(c) >= len(mesh.plan.owner):
             return node.execute(ctx, cmd, args)  # (an invalid cursor's error, or "nothing is left")
-        cursor = int(c)
-        j = mesh.plan.owner[cursor]
         cmd.calls += 1  # (and shown to MONITOR once it ran; when it goes on: as a Blocking reply)
-        if j != mesh.index:
-            return self._on_mesh(self._scan_on(j, cursor, None, args, []))
-        step = node.execute(ctx, _SCAN, scan_args(cursor, None, args))
-        if type(step) is not Err and scan_goes_on(mesh.shards.ranges, j, step):
-            return self._on_mesh(self._scan_on(j + 1, step[0], step, args, step[1]))
-        if node.monitor_on:
-            node.feed_monitors(ctx, args)
-        return step if type(step) is Err else [b"%d" % step[0], step[1]]
+        walk = scan_walk(mesh.shards.ranges, mesh.plan.owner[int(c)], int(c), args)
+        j, pargs = next(walk)
+        if j == mesh.index:
+            try:
+                j, pargs = walk.send(node.execute(ctx, _SCAN, pargs))
+            except StopIteration as done:
+                if node.monitor_on:
+                    node.feed_monitors(ctx, args)
+                return done.value
+        return self._on_mesh(self._scan_on(walk, j, pargs))
 
-    async def _scan_on(self, j: int, cursor: int, step: Any, args: list[bytes], found: list[bytes]) -> Any:
+    async def _scan_on(self, walk: Any, j: int, pargs: list[bytes]) -> Any:
+        """The rest of ``_scan``: each step where ``walk`` says, its reply sent back to it."""
         mesh, node, ctx = self.mesh, self.node, self.ctx
         number = mesh.plan.number[id(_SCAN)] + _FAN
         loop = node.loop
         assert loop is not None
-        while True:
-            pargs = scan_args(cursor, step, args)
-            if j == mesh.index:
-                step = node.execute(ctx, _SCAN, pargs)
-            else:
-                link = mesh.links[j]
-                if link is None:
-                    return mesh.loading_err[j]
-                fut: asyncio.Future[Any] = loop.create_future()
-                link.send([_entry(ctx, number, pargs)], lambda rs, f=fut: f.done() or f.set_result(rs and rs[0]))
-                self.remote.add(j)
-                got = await fut
-                if got is None:
-                    return mesh.loading_err[j]
-                step = unpack(got)
-            if type(step) is Err:
-                return step
-            found += step[1]
-            if not scan_goes_on(mesh.shards.ranges, j, step):
-                return [b"%d" % step[0], found]
-            j += 1
-            cursor = step[0]
+        try:
+            while True:
+                if j == mesh.index:
+                    step = node.execute(ctx, _SCAN, pargs)
+                else:
+                    link = mesh.links[j]
+                    if link is None:
+                        return mesh.loading_err[j]
+                    fut: asyncio.Future[Any] = loop.create_future()
+                    link.send([_entry(ctx, number, pargs)], lambda rs, f=fut: f.done() or f.set_result(rs and rs[0]))
+                    self.remote.add(j)
+                    got = await fut
+                    if got is None:
+                        return mesh.loading_err[j]
+                    step = unpack(got)
+                j, pargs = walk.send(step)
+        except StopIteration as done:
+            return done.value
 
     def _wait(self, cmd: Command, args: list[bytes]) -> Any:
         """WAIT numreplicas timeout: the client's writes are in the logs of the workers
@@ -2669,23 +2754,31 @@ class ShardConnection(Connection):
                     ctx.tracking.caching = None  # (CLIENT CACHING covered this read, on every worker)
         return self._on_mesh(read())
 
-    def _hopped(self, mutes: list[bool], replies: list[bytes] | None, shown: list[list[bytes]] | None) -> None:
+    def _hopped(self, mutes: list[bool], replies: list[bytes] | None, shown: list[list[bytes]] | None,
+                j: int = -1, entries: list[list[Any]] | None = None) -> None:
         """The replies of a run sent by ``_hop``: spliced in order (then what waited for
         them: invalidations of the client's own writes), the commands shown to the
-        monitors, then the backlog runs."""
+        monitors, then the backlog runs. A command of the run that runs in steps there
+        (``Owner._steps``) is answered later: the commands after it are sent again once
+        its reply came."""
         ctx = self.ctx
         self.in_mesh = False
         if replies is None:  # the owner died (or a commit failed): their outcome is unknown
             self.admitted = None
             self._close_now()
             return
-        ctx.blocked = False
         if ctx.closing:
+            ctx.blocked = False
             return
         out = self.out
-        for m, b in zip(mutes, replies):
+        for k, (m, b) in enumerate(zip(mutes, replies)):
+            if not b and entries is not None:  # (_LATER: no reply is empty)
+                self.in_mesh = True
+                self._later(mutes[k:], shown, j, entries[k + 1:])
+                return
             if not m:
                 out.append(b)
+        ctx.blocked = False
         self.emit_deferred()
         if shown and self.node.monitor_on:
             for args in shown:

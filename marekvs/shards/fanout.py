@@ -55,7 +55,7 @@ returned, and the front encodes the merged value in the client's protocol.
 from __future__ import annotations
 
 import random
-from typing import Any, Callable
+from typing import Any, Callable, Generator
 
 import msgpack  # type: ignore[import-untyped]
 
@@ -462,12 +462,25 @@ def _scan_part(ctx: Any, args: list[bytes]) -> Any:
     return list(r)
 
 
-def scan_goes_on(ranges: Any, j: int, step: list[Any]) -> bool:
-    """Whether a SCAN whose step on worker ``j`` answered ``step`` goes on at the next
-    worker, as one process's would go on over the next partitions: worker ``j``'s range
-    ended before it collected its COUNT of keys or read its bound of records."""
-    nxt, _, want, budget = step
-    return want > 0 and budget > 0 and j + 1 < len(ranges) and nxt == ranges[j + 1].first
+def scan_walk(ranges: Any, j: int, cursor: int, args: list[bytes]) -> Generator[tuple[int, list[bytes]], Any, Any]:
+    """SCAN ``args`` over the workers from ``j`` (whose ``ranges``), at ``cursor``: yields
+    each step's worker and ``~scan`` arguments and is sent its reply; returns the reply.
+    It goes on at the next worker, as one process's call goes on over the next
+    partitions, while worker ``j``'s range ended before the call collected its COUNT of
+    keys or read its bound of records."""
+    step: Any = None
+    found: list[bytes] = []
+    while True:
+        left = [b"", b""] if step is None else [b"%d" % step[2], b"%d" % step[3]]
+        step = yield j, [b"~scan", b"%d" % cursor, *left, *args]
+        if type(step) is Err:
+            return step
+        found += step[1]
+        nxt, _, want, budget = step
+        if not (want > 0 and budget > 0 and j + 1 < len(ranges) and nxt == ranges[j + 1].first):
+            return [b"%d" % nxt, found]
+        j += 1
+        cursor = nxt
 
 
 # the part command a node-wide command runs on every worker instead of itself, where the

@@ -6,9 +6,13 @@ the same replies, fields and shapes, with the node's figures summed over its wor
 
 from __future__ import annotations
 
+import select
+
 import redis
 
-from tests.integration.test_shards import client_on, keys_on, wait_until
+from tests.helpers import Node, mb
+from tests.integration.test_keyspace_passes import read_replies
+from tests.integration.test_shards import client_on, keys_on, sock_on, wait_until
 
 VALUE = b"v" * 2048
 
@@ -211,3 +215,39 @@ def test_what_was_refused_runs_now(shard_nodes):
     assert c.rpush(k1, "c") == 1
     assert c.eval(pop, 2, k0, k1) == [k1.encode(), [b"c"]]
     c.close()
+
+
+def test_a_hopped_read_that_runs_in_steps_leaves_both_workers_serving(tmp_path):
+    """The first read of a big zset after a restart builds its order mirror in steps
+    (test_keyspace_passes.py): carried from a client of worker 0 to the zset's worker 1,
+    it runs in steps there too (``Owner._steps``), so both workers serve other clients
+    meanwhile, and the client's later commands of the same pipeline run after it."""
+    n = Node(tmp_path / "data", extra=["--shards", "2"]).start()
+    try:
+        big = keys_on(1, 1, "big")[0].encode()
+        r = client_on(n.port, 1)
+        pipe = r.pipeline(transaction=False)
+        for start in range(0, 100_000, 5000):
+            pipe.zadd(big, {b"m%07d" % i: i for i in range(start, start + 5000)})
+        pipe.execute()
+        r.close()
+        n.stop()
+        n.start()  # no mirror held
+        a, b0, b1 = sock_on(n.port, 0), client_on(n.port, 0), client_on(n.port, 1)
+        try:
+            a.sendall(mb(b"ZCARD", big) + mb(b"ZADD", big, b"100001", b"new") + mb(b"ZRANGE", big, b"-2", b"-1")
+                      + mb(b"PING"))
+            for c in (b0, b1, b0, b1, b0):
+                assert c.ping()
+            assert b1.zrem(big, b"m0000000") == 1  # (on worker 1, while the build runs there)
+            assert select.select([a], [], [], 0)[0] == [], "the build blocked the other clients"
+            card, added, top, pong = read_replies(a, 4)
+            # (ZCARD ends after the build, which took the ZREM made meanwhile, as one process's)
+            assert (card, added, top, pong) == (99_999, 1, [b"m0099999", b"new"], b"PONG")
+            assert b0.zcard(big) == 100_000 and b0.zrange(big, 0, 0) == [b"m0000001"]
+        finally:
+            a.close()
+            b0.close()
+            b1.close()
+    finally:
+        n.stop()
