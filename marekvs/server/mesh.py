@@ -90,7 +90,8 @@ to every sibling (``_BCAST``), and CLIENT TRACKING answers once each has them.
 **MONITOR** (``node/monitor.py``): a client's commands are shown by its own worker,
 wherever they ran (a unit or a command carried elsewhere once it ran, the queue of a
 transaction across workers in order; never a unit's parts), and the calls of a script by
-the worker running it; each line goes to the monitors of every worker (``_MONITOR``),
+the worker running it; each line goes to the monitors of every worker (``_MONITOR``, with the
+tick's notifications: the client's reply waits until they have it, ``Mesh.gate``),
 those of the siblings that have any (``_MONITORS``: MONITOR answers once each knows).
 
 **Node records** (ACL SETUSER/DELUSER/LOAD, FUNCTION LOAD/DELETE/FLUSH/RESTORE: the
@@ -208,7 +209,7 @@ _UNWATCH = -7  # ... forget the client's watches here (UNWATCH, DISCARD, RESET, 
 _UNWAIT = -8  # ... the client's blocking command over several workers ended: its watch here too
 _INVALIDATE = -9  # ... keys our client read changed there: [keys or None, by its own command?]
 _PUSH = -10  # ... an invalidation for our client that another worker's client REDIRECTs to: keys
-_MONITOR = -11  # ... a MONITOR line for our monitors
+_MONITOR = -11  # ... a MONITOR line for our monitors: [line, number] (acknowledged as _NOTIFY is)
 _HAS_CLIENT = 1 << 19  # ... is the client of this id (the args) connected here? (a value)
 _BCAST = _HAS_CLIENT + 1  # ... a BCAST tracking client of the sender began ([prefixes, noloop]) or ended (None)
 _MONITORS = _HAS_CLIENT + 2  # ... the sender (its index in the client id's slot) has monitors (True) or none
@@ -834,7 +835,12 @@ class Owner(asyncio.Protocol):
             if target is not None:
                 self.node.tracking.send(target, args, None)
         elif ci == _MONITOR:
-            self.node.deliver_monitor_line(args)
+            self.node.deliver_monitor_line(args[0])
+            self.noted = args[1]
+            for m in self.node.monitors:  # (written before the acknowledgement: Connection.push_now)
+                conn = getattr(m.on_push, "__self__", None)
+                if isinstance(conn, Connection):
+                    conn.push_now()
         elif ci == _UNWAIT:
             self.node.blocking.unwatch(cid)
         elif ci == _SCRIPT:
@@ -1896,7 +1902,9 @@ class Mesh:
 
     def unit_message(self, j: int, frame: dict[str, Any]) -> None:
         """A lock granted (``g``, with its parts' replies), parts' replies (``u``), the
-        end of a client's blocking command (``b``), or notifications delivered (``n``)."""
+        end of a client's blocking command (``b``), notifications delivered (``n``), a
+        watch that ended (``w``) or a watched key changed (``d``), or a reply after its
+        steps (``s``)."""
         if "n" in frame:
             if frame["n"] > self.note_acked[j]:
                 self.note_acked[j] = frame["n"]
@@ -2026,8 +2034,14 @@ class Mesh:
         self.node.remote_monitors(bool(self.monitor_workers))
 
     def _monitor_line(self, status: bytes) -> None:
-        for j in self.monitor_workers:
-            self._post(j, [0, 0, _MONITOR, bytes(status)])
+        """A MONITOR line of this worker, for the monitors of the siblings that have any:
+        sent with the tick's notifications (``gate``), so the client's reply waits until
+        every monitor has it, as on one process (a monitor that reads up to a client's
+        command has it by the time that client has its reply)."""
+        if self.monitor_workers:
+            self.note_seq += 1
+            self.notes.append([0, 0, _MONITOR, [bytes(status), self.note_seq]])
+            self.node.request_tick()
 
     def share_script(self, body: bytes) -> None:
         """EVAL of ``body``, wherever it runs: cached here and on every sibling (Redis
