@@ -406,9 +406,7 @@ class Plan:
         if kind == _RECORD:  # (queued in MULTI: EXEC runs it here, and every worker has it soon after)
             return SHARED if ctx.multi is None else None
         if kind == _SCANS:  # the cursor is a partition: its worker scans on (commands/keys.py)
-            if ctx.multi is None:
-                return SCAN_ACROSS
-            return self.scan_at(args)
+            return SCAN_ACROSS
         if kind == _EXEC:
             return self._exec(ctx, cmd)
         if kind == _RUNNER:
@@ -435,15 +433,6 @@ class Plan:
         if kind == _KEYS and arg:  # a blocking command waits where its keys are
             return self.block_at[shards.pop()]
         return shards.pop()
-
-    def scan_at(self, args: list[bytes]) -> int | None:
-        """The worker a SCAN's cursor names, None for this one or an invalid cursor (its
-        error, or "nothing is left", answered here)."""
-        c = args[1] if len(args) > 1 else b""
-        if not c.isdigit() or len(c) > 4 or int(c) >= len(self.owner):
-            return None
-        j = self.owner[int(c)]
-        return None if j == self.index else j
 
     def _redirect(self, args: list[bytes]) -> AskClient | None:
         """CLIENT TRACKING ... REDIRECT id where client ``id`` would be on another worker."""
@@ -474,8 +463,8 @@ class Plan:
                 w = w.j
             if type(w) is int and c.fullname in _RUNNERS:
                 everywhere = True  # (a script runs here, its calls carried: Mesh.route)
-            elif w is SCRIPT or w is BLOCK_ACROSS:  # (BLOCK_ACROSS: its non-blocking form, Mesh.route)
-                everywhere = True
+            elif w is SCRIPT or w is BLOCK_ACROSS or w is SCAN_ACROSS:  # (BLOCK_ACROSS: its non-blocking
+                everywhere = True  # form, SCAN_ACROSS: over the workers while it wants more, Mesh.route)
             elif type(w) is not int and type(w) is not Fan and not isinstance(w, Unit):
                 return unsupported(cmd, "a queued command is not carried across shard workers yet")
             elsewhere = True
