@@ -71,22 +71,24 @@ def is_string_ikey(ikey: bytes) -> bool:
     return ikey[K.TAG_AT] == K.ORD_STRING
 
 
-def op_scan(ks: Keyspace, cursor: int, count: int, now: int) -> tuple[int, list[bytes]]:
+def op_scan(ks: Keyspace, cursor: int, count: int, now: int, budget: int | None = None
+            ) -> tuple[int, list[bytes], int]:
     """Visit whole partitions from ``cursor`` until ``count`` keys are collected, or
-    ``10 * count`` key records were read (Redis's bound on the empty buckets one call
-    visits: after a FLUSHALL the tombstones stay until gc_grace, and a call must not read
-    them all); the next cursor is the next partition holding key records (the empty ones
-    between hold no key present for the whole scan)."""
+    ``budget`` (``10 * count``) key records were read (Redis's bound on the empty buckets
+    one call visits: after a FLUSHALL the tombstones stay until gc_grace, and a call must
+    not read them all); the next cursor is the next partition holding key records (the
+    empty ones between hold no key present for the whole scan). Also the records read."""
     found: list[bytes] = []
-    budget = 10 * count
+    if budget is None:
+        budget = 10 * count
     read = 0
     for pid, records, keys in ks.key_runs(cursor, now):
         if len(found) >= count or read >= budget:
-            return pid, found
+            return pid, found, read
         found.extend(k for k, _, _ in keys)
         read += records
     last = ks.engine.partitions.last  # a shard worker's range ends: the next worker's first
-    return (0 if last == PARTITIONS - 1 else last + 1), found
+    return (0 if last == PARTITIONS - 1 else last + 1), found, read
 
 
 def op_random_key(ks: Keyspace, now: int) -> bytes | None:
@@ -355,18 +357,32 @@ def _matching_keys(ks: Keyspace, pattern: bytes, now: int):
                     "elements inside the collection.",
          syntax="cursor [MATCH pattern] [COUNT count] [TYPE type]")
 def scan(ctx, args: list[bytes]):
-    cursor = A.parse_cursor(args[1])
+    nxt, found, _, _ = scan_step(ctx, args)
+    return [b"%d" % nxt, found]
+
+
+def scan_step(ctx, args: list[bytes], cursor: int | None = None, left: tuple[int, int] | None = None
+              ) -> tuple[int, list[bytes], int, int]:
+    """SCAN's work (``args``: the command's), from ``cursor`` (else its own) with ``left``
+    keys to collect and records to read (else its COUNT's): the next cursor, the keys
+    found that pass its MATCH and TYPE, and what is left to collect and to read (a node of
+    several shard workers goes on at the next worker's first partition while some is:
+    ``shards/fanout.py``)."""
+    if cursor is None:
+        cursor = A.parse_cursor(args[1])
     count, pattern, _, type_arg = A.scan_options(args, 2, type_ok=True)
     typename = None if type_arg is None else type_arg.decode("latin-1").lower()
     if cursor >= PARTITIONS:  # a cursor marekvs never returned: nothing is left
-        return [b"0", []]
+        return 0, [], 0, 0
+    want, budget = left if left is not None else (count, 10 * count)
     now = ctx.ks.now()
-    nxt, found = op_scan(ctx.ks, cursor, count, now)
+    nxt, found, read = op_scan(ctx.ks, cursor, want, now, budget)
+    collected = len(found)
     if pattern is not None:
         found = [k for k in found if A.stringmatch(pattern, k)]
     if typename is not None:
         found = [k for k in found if ctx.ks.type_name(k, now) == typename]
-    return [b"%d" % nxt, found]
+    return nxt, found, want - collected, budget - read
 
 
 @command("randomkey", 1, "readonly", (0, 0, 0), group="generic", acl=_ACL_R_SLOW,

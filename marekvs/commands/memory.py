@@ -68,7 +68,10 @@ def memory_usage(ctx, args: list[bytes]):
     return values(ctx).size(args[2], samples, ctx.ks.now())
 
 
-def _figures(node) -> dict[str, int]:
+def figures(node) -> dict[str, int]:
+    """What MEMORY STATS and MEMORY DOCTOR report, as numbers: a node of several shard
+    workers sums each worker's (``shards/fanout.py``) and makes the same reply from the
+    sums (``stats_reply``, ``doctor_report``)."""
     e = node.engine
     rss = node.memory_rss()
     return {
@@ -78,20 +81,24 @@ def _figures(node) -> dict[str, int]:
         "block_cache": _prop(e.data, "rocksdb.block-cache-usage"),
         "table_readers": _prop(e.data, "rocksdb.estimate-table-readers-mem"),
         "keys": sum(node.sweeper.live_keys),
+        "queries": sum(c.query_buffer() for c in node.clients.values()),
+        "cache": len(e.cache), "cache_capacity": e.cache_entries, "backlog": e.log_seq - e.log_first,
     }
 
 
 @command("stats", 2, "", parent="memory", group="server", acl="slow",
          summary="Show memory usage details", since="4.0.0", complexity="O(1)")
 def memory_stats(ctx, args: list[bytes]):
-    node = ctx.node
-    f = _figures(node)
+    return stats_reply(figures(ctx.node))
+
+
+def stats_reply(f: dict[str, int]) -> reply.Map:
+    """MEMORY STATS's reply from ``figures``."""
     rss, peak, data, keys = f["rss"], f["peak"], f["data"], f["keys"]
-    queries = sum(c.query_buffer() for c in node.clients.values())
     overhead = max(rss - data, 0)
     out: list = [
         b"peak.allocated", peak, b"total.allocated", rss, b"startup.allocated", 0,
-        b"replication.backlog", f["replog"], b"clients.slaves", 0, b"clients.normal", queries,
+        b"replication.backlog", f["replog"], b"clients.slaves", 0, b"clients.normal", f["queries"],
         b"cluster.links", 0, b"aof.buffer", 0, b"lua.caches", 0, b"functions.caches", 0,
     ]
     if keys:
@@ -109,7 +116,7 @@ def memory_stats(ctx, args: list[bytes]):
         # marekvs's own
         b"marekvs.rocksdb.memtables", f["memtables"], b"marekvs.rocksdb.block-cache", f["block_cache"],
         b"marekvs.rocksdb.table-readers", f["table_readers"],
-        b"marekvs.record-cache.entries", len(node.engine.cache),
+        b"marekvs.record-cache.entries", f["cache"],
     ]
     return reply.Map(out)
 
@@ -122,9 +129,9 @@ _FINE = ("Hi Sam, I can't find any memory issue in your instance. I can only acc
 _REPLOG_BACKLOG = 1_000_000  # log entries kept for peers past which a peer is far behind
 
 
-def doctor_report(node) -> str:
-    """What MEMORY DOCTOR says (Redis's sentences for the checks that apply here)."""
-    f = _figures(node)
+def doctor_report(f: dict[str, int]) -> str:
+    """What MEMORY DOCTOR says from ``figures`` (Redis's sentences for the checks that
+    apply here)."""
     if f["data"] < _SMALL_DATASET:
         return _EMPTY
     issues = []
@@ -137,12 +144,11 @@ def doctor_report(node) -> str:
                       "with more data. If the memory peak was only occasional and you want to try to reclaim "
                       "memory, please try the MEMORY PURGE command, otherwise the only other option is to "
                       "shutdown and restart the instance.\n\n")
-    e = node.engine
-    if len(e.cache) >= e.cache_entries:
-        issues.append(f" * Record cache full: the {e.cache_entries} records of the write-through cache in front "
+    if f["cache"] >= f["cache_capacity"]:
+        issues.append(f" * Record cache full: the {f['cache_capacity']} records of the write-through cache in front "
                       "of RocksDB are all in use, so reads of other keys go to RocksDB (its block cache, then "
                       "disk). If the working set is bigger and memory allows, raise cache_entries.\n\n")
-    backlog = e.log_seq - e.log_first
+    backlog = f["backlog"]
     if backlog > _REPLOG_BACKLOG:
         issues.append(f" * Replication backlog: {backlog} replication-log entries are kept because a peer has not "
                       "acknowledged them (INFO replication shows which). The log is trimmed once every peer has "
@@ -156,7 +162,7 @@ def doctor_report(node) -> str:
 @command("doctor", 2, "", parent="memory", group="server", acl="slow",
          summary="Outputs memory problems report", since="4.0.0", complexity="O(1)")
 def memory_doctor(ctx, args: list[bytes]):
-    return reply.Verbatim(doctor_report(ctx.node).encode())
+    return reply.Verbatim(doctor_report(figures(ctx.node)).encode())
 
 
 @command("malloc-stats", 2, "", parent="memory", group="server", acl="slow",

@@ -17,6 +17,8 @@ from marekvs.commands.errors import CommandError
 from marekvs.commands.reply import NO_REPLY, OK
 from marekvs.commands.table import command, container, help_subcommand
 
+LATENCY_SAMPLES = 160  # the samples kept per event (Redis's LATENCY_TS_LEN)
+
 CONTAINERS = (
     container("slowlog", -2, group="server", summary="A container for slow log commands", since="2.2.12",
               acl="slow"),

@@ -35,11 +35,11 @@ from collections import deque
 from typing import Any, Callable
 
 from marekvs.commands.context import LUA
+from marekvs.commands.monitoring import LATENCY_SAMPLES
 from marekvs.commands.reply import Simple
 
 SLOWLOG_MAX_ARGC = 32
 SLOWLOG_MAX_STRING = 128
-LATENCY_SAMPLES = 160
 OPS_SAMPLES = 16
 PROXY_ADDR = "shard-worker-proxy"  # the address of a shard worker's proxy of another worker's client
 REDACTED = {b"auth": (1, 2), b"hello": None}  # argument positions whose values are secrets
@@ -151,11 +151,15 @@ class LatencyMonitor:
         return [] if found is None else [[t, ms] for t, ms in found[0]]
 
     def reset(self, events: list[str]) -> int:
+        return len(self.reset_events(events))
+
+    def reset_events(self, events: list[str]) -> list[str]:
+        """LATENCY RESET: the events whose data it dropped (all of them, if none named)."""
         if not events:
-            n = len(self.events)
+            gone = list(self.events)
             self.events.clear()
-            return n
-        return sum(1 for e in events if self.events.pop(e, None) is not None)
+            return gone
+        return [e for e in dict.fromkeys(events) if self.events.pop(e, None) is not None]
 
 
 class OpsMeter:

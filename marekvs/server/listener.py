@@ -299,6 +299,18 @@ class Connection(asyncio.Protocol):
         t = self.transport
         return self.pushed + (t.get_write_buffer_size() if t is not None else 0)
 
+    def push_now(self) -> None:
+        """Write the pushes queued since the last flush now, if nothing else waits (no
+        reply, which waits for the tick's commit): a shard worker's MONITOR line from a
+        sibling reaches the monitor before that sibling's client has its reply."""
+        t = self.transport
+        out = self.out
+        if not out or t is None or t.is_closing() or sum(map(len, out)) != self.pushed:
+            return
+        t.write(out[0] if len(out) == 1 else b"".join(out))
+        self.out = []
+        self.pushed = 0
+
     def _mute(self, mode: int) -> bool:
         """CLIENT REPLY OFF / SKIP was in force when the command ran: drop its reply?"""
         ctx = self.ctx

@@ -72,10 +72,12 @@ connections). A client's command runs where its keys live:
   A busy script makes every worker answer BUSY (``_BUSY``), and SCRIPT KILL through any
   worker reaches it (docs/shards.md §3 as built);
 - **refused**: what is not carried across workers yet answers
-  ``ERR <command> is not supported with shards > 1 yet`` (``Plan``): the node-wide
-  commands ``fanout.MERGES`` does not name (MEMORY STATS, LATENCY, ...), the other
-  commands whose keys are on several workers that no unit carries, an EXEC queueing a
-  blocking command across workers or a command not carried.
+  ``ERR <command> is not supported with shards > 1 yet`` (``Plan``): a node-wide
+  command ``fanout.MERGES`` would not name (none is left), a command whose keys are on
+  several workers that no unit carries (none is left but for the blocking ones, which
+  wait in rounds), an EXEC queueing a command not carried. (An EXEC queueing a blocking
+  command over keys of several workers, or a script calling one, runs its non-blocking
+  form as a unit, as Redis runs a blocking command there: ``Mesh._block_now``.)
 
 **Client tracking** (``node/tracking.py``): a tracking client's entries carry its state
 (``_entry``), so a read carried to another worker registers the client in that worker's
@@ -92,7 +94,8 @@ to every sibling (``_BCAST``), and CLIENT TRACKING answers once each has them.
 **MONITOR** (``node/monitor.py``): a client's commands are shown by its own worker,
 wherever they ran (a unit or a command carried elsewhere once it ran, the queue of a
 transaction across workers in order; never a unit's parts), and the calls of a script by
-the worker running it; each line goes to the monitors of every worker (``_MONITOR``),
+the worker running it; each line goes to the monitors of every worker (``_MONITOR``, with the
+tick's notifications: the client's reply waits until they have it, ``Mesh.gate``),
 those of the siblings that have any (``_MONITORS``: MONITOR answers once each knows).
 
 **Node records** (ACL SETUSER/DELUSER/LOAD, FUNCTION LOAD/DELETE/FLUSH/RESTORE: the
@@ -171,7 +174,7 @@ from marekvs.server.listener import Connection, RespServer
 from marekvs.server.metrics import Row, worker_rows
 from marekvs.server.noderecords import RECORDS, SharedRecords
 from marekvs.shards.clients import CLIENTS_FILE, SharedClients
-from marekvs.shards.fanout import MERGES, Merge, pack, unpack
+from marekvs.shards.fanout import FAN_PARTS, MERGES, VIA, Merge, pack, scan_walk, unpack
 from marekvs.shards.router import ALL, FRONT, KEY, NODE_RECORD, Router
 from marekvs.shards.units import PART_COMMANDS, UNITS, BlockCall, Got, Unit, Waiting, blocking_call, final
 
@@ -212,7 +215,7 @@ _UNWAIT = -8  # ... the client's blocking command over several workers ended: it
 _INVALIDATE = -9  # ... keys our client read changed there: [keys or None, by its own command?, number]
 _PUSH = -10  # ... an invalidation for our client that another worker's client REDIRECTs to: [keys, number]
 # (both go as a notification does, ``Mesh.gate``: acknowledged by an "n" frame at once)
-_MONITOR = -11  # ... a MONITOR line for our monitors
+_MONITOR = -11  # ... a MONITOR line for our monitors: [line, number] (acknowledged as _NOTIFY is)
 _HAS_CLIENT = 1 << 19  # ... is the client of this id (the args) connected here? (a value)
 _BCAST = _HAS_CLIENT + 1  # ... a BCAST tracking client of the sender began ([prefixes, noloop]) or ended (None)
 _MONITORS = _HAS_CLIENT + 2  # ... the sender (its index in the client id's slot) has monitors (True) or none
@@ -220,6 +223,7 @@ _METRICS = _HAS_CLIENT + 3  # ... this worker's metrics rows, for a scrape of th
 _SCALL = -12  # ... run [command index, argv, frozen time or None, unit] now for the unit holding this worker
 _ESCALATE = -13  # ... a script reached keys of workers it did not declare: lock every worker for its runs
 _BUSY = -14  # ... [kind or None, worker]: a script of that worker is busy ("eval"/"function"), or no more
+_SKIPPED = -15  # (never sent: a command left in Owner.queue that is not run, Owner._steps)
 _FAN = 1 << 16  # ... plus a command's index: a node-wide command, its reply as a value (fanout.py)
 _PART = 1 << 17  # ... plus a command's index: a part of the unit holding this worker (a "u" frame)
 _BLOCKING = 1 << 18  # ... plus a command's index: a blocking command of a client (a "b" frame when it ends)
@@ -231,16 +235,18 @@ _FRONT_REFUSED: frozenset[str] = frozenset()
 # worker asks the supervisor, which stops every worker: Node.shutdown_hook); WAIT (queued in
 # MULTI: its EXEC runs it here; otherwise ``ShardConnection._wait``)
 _ALL_HERE = frozenset(("wait", "swapdb", "shutdown"))
+_STEPWISE = frozenset(("dbsize", "keys", "debug|digest"))  # (commands/stepwise.py: Fan.steps)
 _EVALS = frozenset(("eval", "eval_ro"))
 _RUNNERS = frozenset(("eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "fcall_ro"))
 LOCK_WAIT_S = 2.0  # how long a script waits for the lock of a worker it did not declare
 SYNC_REPLY_S = 60.0  # ... for the reply of a worker locked for it (then: the worker is taken as lost)
 
 # a plan's kinds
-_LOCAL, _KEY, _KEYS, _REFUSE, _EXEC, _SORT, _FANOUT, _SCAN, _RECORD, _TRACK, _RUNNER = range(11)
+_LOCAL, _KEY, _KEYS, _REFUSE, _EXEC, _SORT, _FANOUT, _SCANS, _RECORD, _TRACK, _RUNNER = range(11)
 
 
 _GONE = object()  # a unit inside a transaction lost a worker
+_CANCELLED = object()  # (Owner._ended: the client went away)
 TRANSACTION = object()  # Plan.where's answer for an EXEC whose queue spans workers
 EVERYWHERE = object()  # ... for an EXEC queueing a node-wide command, a unit of several phases or a script
 SCRIPT = object()  # ... for a script whose declared keys are on several workers (or remembered: every worker)
@@ -248,7 +254,13 @@ WATCH = object()  # ... for a WATCH of keys of other workers (watches live with 
 SHARED = object()  # ... for a command writing node records: here, its reply once every worker has them
 BLOCK_ACROSS = object()  # ... for a blocking command whose keys are on several workers
 WAIT_ACROSS = object()  # ... for WAIT: the acks of every worker's log the client wrote to
+SCAN_ACROSS = object()  # ... for SCAN: its cursor's worker, then the next while the call wants more
+_SCAN = FAN_PARTS["~scan"]
 _WAIT_POLL_S = 0.01
+# the reply of a hopped command that runs in steps (a cold zset's first read: commands/stepwise.py),
+# in a "s" frame when its last step ran; and of the client's later commands of that run, not run
+# (the front sends them again once it has that reply: Owner.stepping)
+_LATER, _NOT_RUN = b"", b"\x00"
 _ENDS_WATCH = frozenset(("exec", "discard", "unwatch", "reset"))
 
 
@@ -272,14 +284,36 @@ class AskClient:
 
 
 class Fan:
-    """A node-wide command run on every worker: its number in the frames, and how its
-    replies merge (``shards/fanout.py``)."""
+    """A node-wide command run on every worker: its number in the frames, how its
+    replies merge (``shards/fanout.py``), the part command each worker runs instead of it
+    (``via``: ``fanout.VIA``), and whether it runs in steps (``steps``: DBSIZE, KEYS, DEBUG
+    DIGEST go to the siblings as a client's blocking command does, so a sibling serves
+    its other clients between its steps, as the connection's worker does)."""
 
-    __slots__ = ("number", "merge")
+    __slots__ = ("number", "merge", "via", "steps")
 
-    def __init__(self, number: int, merge: Merge):
+    def __init__(self, number: int, merge: Merge, via: Command | None, steps: bool):
         self.number = number
         self.merge = merge
+        self.via = via
+        self.steps = steps
+
+    def here(self, node: Node, ctx: Context, cmd: Command, args: list[bytes]) -> Any:
+        """Run it on this worker: the command, or its ``via`` (the command counted once
+        for INFO commandstats, as one process counts it: the part is in no table)."""
+        if self.via is None:
+            return node.execute(ctx, cmd, args)
+        return as_command(node, ctx, cmd, args, self.via, args)
+
+
+def as_command(node: Node, ctx: Context, cmd: Command, args: list[bytes], part: Command, pargs: list[bytes]) -> Any:
+    """Run ``part`` for the client's ``cmd`` here: ``cmd`` counted (INFO commandstats) and
+    shown to MONITOR as one process does (the part is in no table, and never shown)."""
+    cmd.calls += 1
+    r = node.execute(ctx, part, pargs)
+    if node.monitor_on and not cmd.admin:
+        node.feed_monitors(ctx, args)
+    return r
 
 
 def _answer(batch: list[Any], reply: Any) -> None:
@@ -311,9 +345,10 @@ def mesh_address(name: str, index: int) -> str:
 
 
 def _seq(entry: list[Any]) -> int:
-    """The number of an ``_INVALIDATE`` or ``_PUSH`` entry (``Mesh._note_to``)."""
-    args = entry[3]
-    return int(args[2] if entry[2] == _INVALIDATE else args[1])
+    """The number of an entry ``Mesh.gate`` sends (``_NOTIFY``, ``_MONITOR``, ``_INVALIDATE``,
+    ``_PUSH``): the receiver acknowledges the highest it delivered."""
+    args, ci = entry[3], entry[2]
+    return int(args[2] if ci == _NOTIFY or ci == _INVALIDATE else args[1])
 
 
 def unsupported(cmd: Command, why: str = "") -> str:
@@ -335,7 +370,8 @@ class Plan:
         self.index = index
         self.owner = shards.owner
         table = list(node.table.all_commands())
-        self.commands: list[Command] = table + list(PART_COMMANDS.values())  # (parts: never planned)
+        self.commands: list[Command] = (table + list(PART_COMMANDS.values())  # (parts: never planned)
+                                        + list(FAN_PARTS.values()))
         self.number = {id(c): i for i, c in enumerate(self.commands)}
         self.plan: dict[int, tuple[int, Any]] = {}
         self.block_at = [BlockAt(j) for j in range(len(shards))]
@@ -347,9 +383,11 @@ class Plan:
                 p: tuple[int, Any] = (_REFUSE, unsupported(cmd)) if cmd.fullname in _FRONT_REFUSED else (
                     (_TRACK, None) if cmd.fullname == "client|tracking" else (_LOCAL, None))
             elif cls == ALL and cmd.fullname in MERGES:
-                p = (_FANOUT, Fan(self.number[id(cmd)] + _FAN, MERGES[cmd.fullname]))
+                via = VIA.get(cmd.fullname)
+                p = (_FANOUT, Fan(self.number[id(via or cmd)] + _FAN, MERGES[cmd.fullname], via,
+                                  cmd.fullname in _STEPWISE))
             elif cls == ALL and cmd.fullname == "scan":
-                p = (_SCAN, None)
+                p = (_SCANS, None)
             elif cls == ALL and cmd.fullname in _ALL_HERE:
                 p = (_LOCAL, None)
             elif cls == NODE_RECORD:  # (server/noderecords.py)
@@ -381,12 +419,8 @@ class Plan:
             return arg  # type: ignore[no-any-return]
         if kind == _RECORD:  # (queued in MULTI: EXEC runs it here, and every worker has it soon after)
             return SHARED if ctx.multi is None else None
-        if kind == _SCAN:  # the cursor is a partition: its worker scans on (commands/keys.py)
-            c = args[1] if len(args) > 1 else b""
-            if not c.isdigit() or len(c) > 4 or int(c) >= len(self.owner):
-                return None  # (an invalid cursor's error, or "nothing is left", answered here)
-            j = self.owner[int(c)]
-            return None if j == self.index else j
+        if kind == _SCANS:  # the cursor is a partition: its worker scans on (commands/keys.py)
+            return SCAN_ACROSS
         if kind == _EXEC:
             return self._exec(ctx, cmd)
         if kind == _RUNNER:
@@ -429,8 +463,9 @@ class Plan:
         """An EXEC runs here when every queued command would; as a transaction unit
         (``TRANSACTION``: ``Mesh.run_transaction``) when some run on other workers (on
         one, as a unit over several, or node-wide on every worker); with every worker locked
-        (``EVERYWHERE``) when one is a script that does not run here; else it is refused (a
-        queued command not carried yet, or blocking on keys of several workers)."""
+        (``EVERYWHERE``) when one is a script that does not run here, or a blocking command
+        over keys of several workers (it runs as its non-blocking form: ``Mesh._block_now``);
+        else it is refused (a queued command not carried yet)."""
         if ctx.multi_error or not ctx.multi:
             return None  # (EXECABORT, or an empty transaction: here)
         elsewhere = everywhere = False
@@ -442,11 +477,10 @@ class Plan:
                 w = w.j
             if type(w) is int and c.fullname in _RUNNERS:
                 everywhere = True  # (a script runs here, its calls carried: Mesh.route)
-            elif w is SCRIPT:
-                everywhere = True
+            elif w is SCRIPT or w is BLOCK_ACROSS or w is SCAN_ACROSS:  # (BLOCK_ACROSS: its non-blocking
+                everywhere = True  # form, SCAN_ACROSS: over the workers while it wants more, Mesh.route)
             elif type(w) is not int and type(w) is not Fan and not isinstance(w, Unit):
-                return unsupported(cmd, "a queued command is not carried across shard workers yet, or blocks on "
-                                        "keys of several")
+                return unsupported(cmd, "a queued command is not carried across shard workers yet")
             elsewhere = True
         return EVERYWHERE if everywhere else TRANSACTION if elsewhere else None
 
@@ -593,6 +627,7 @@ class Owner(asyncio.Protocol):
         self.parts: list[bytes] = []  # the replies of the holder's parts in this frame
         self.noted = 0  # the number of the last notification delivered from this data (to acknowledge)
         self.blocked: dict[int, asyncio.Task[None]] = {}  # clients' blocking commands waiting here
+        self.stepping: set[int] = set()  # clients whose hopped command runs in steps here
         self.scheduled = False
         self.flush_cb = self._flush
 
@@ -623,6 +658,8 @@ class Owner(asyncio.Protocol):
                 self._now(e)
             elif queue or mesh.holder is not None:  # (this worker is locked for a unit)
                 queue.append(e)
+            elif 0 <= ci < _FAN and e[0] in self.stepping:
+                self.replies.append(_NOT_RUN)
             else:
                 self._run(e)
         if self.parts:  # the holder's parts of this frame: their replies in one frame
@@ -631,6 +668,9 @@ class Owner(asyncio.Protocol):
 
     def _run(self, e: list[Any]) -> None:
         cid, proto, ci, args = e[0], e[1], e[2], e[3]
+        if ci == _SKIPPED:
+            self.replies.append(_NOT_RUN)
+            return
         if ci == _DROP:
             gone = self.proxies.pop(cid, None)
             if gone is not None and gone.watched is not None:
@@ -670,8 +710,17 @@ class Owner(asyncio.Protocol):
                 pubsub.fanned = slowlog.muted = False
             self._deferred(ctx)
             return
-        r = self.node.execute(ctx, self.mesh.plan.commands[ci], args)
-        if type(r) is Blocking or r is NO_REPLY:  # (the plan sends no blocking command here)
+        if cid in self.stepping:  # (queued behind a unit meanwhile: _steps)
+            self.replies.append(_NOT_RUN)
+            return
+        ctx.deny_blocking = False  # (what runs in steps does: the plan sends no blocking command here)
+        try:
+            r = self.node.execute(ctx, self.mesh.plan.commands[ci], args)
+        finally:
+            ctx.deny_blocking = True
+        if type(r) is Blocking:
+            self._steps(ctx, r.awaitable)
+        elif r is NO_REPLY:
             self.replies.append(b"-ERR internal error: a blocking command on a shard worker proxy\r\n")
         else:
             out: list[bytes] = []
@@ -681,6 +730,35 @@ class Owner(asyncio.Protocol):
                     _enc(m, proto, out)
             self.replies.append(b"".join(out))
         ctx.deferred = None
+
+    def _steps(self, ctx: Context, awaitable: Any) -> None:
+        """A client's hopped command that runs in steps (commands/stepwise.py): its reply
+        slot says ``_LATER``, and the bytes come in a "s" frame once its last step ran;
+        the client's later commands of the same run are not run here (``_NOT_RUN``, also
+        those waiting behind a unit's lock): the front sends them again after that reply,
+        so they run after it, as on one process, while every other client is served."""
+        cid = ctx.id
+        self.replies.append(_LATER)
+        self.stepping.add(cid)
+
+        async def steps() -> None:
+            r = await self._ended(cid, awaitable, "a command in steps")
+            if r is _CANCELLED:
+                self.stepping.discard(cid)
+                return
+            for k, e in enumerate(self.queue):  # (its later commands behind a unit: answered not run)
+                if e[0] == cid and 0 <= e[2] < _FAN:
+                    self.queue[k] = [cid, e[1], _SKIPPED, None]
+            self.stepping.discard(cid)
+            out: list[bytes] = []
+            _enc(r, ctx.proto, out)
+            if ctx.deferred is not None:
+                for m in ctx.deferred:
+                    _enc(m, ctx.proto, out)
+                ctx.deferred = None
+            self._unit_frame({"s": cid, "r": b"".join(out)})
+
+        self.blocked[cid] = asyncio.get_running_loop().create_task(steps())
 
     def _deferred(self, ctx: Context) -> None:
         """What a proxy's command left for after its reply (invalidations of the client's
@@ -708,19 +786,25 @@ class Owner(asyncio.Protocol):
         self.blocked[ctx.id] = task
 
     async def _wait(self, cid: int, awaitable: Any) -> None:
+        r = await self._ended(cid, awaitable, "a blocking command")
+        if r is not _CANCELLED:
+            self._unit_frame({"b": cid, "r": self._value(r)})
+
+    async def _ended(self, cid: int, awaitable: Any, what: str) -> Any:
+        """The reply of client ``cid``'s command that went on after it returned here (a
+        blocking one, one in steps), or ``_CANCELLED`` (the client went away)."""
         try:
-            r = await awaitable
+            return await awaitable
         except CommandError as e:
-            r = Err(e.message)
+            return Err(e.message)
         except asyncio.CancelledError:
-            return
+            return _CANCELLED
         except Exception:
-            log.exception("blocking command on a shard worker proxy failed")
-            r = Err("ERR internal error: a blocking command on a shard worker proxy")
+            log.exception("%s on a shard worker proxy failed", what)
+            return Err(f"ERR internal error: {what} on a shard worker proxy")
         finally:
             if self.blocked.get(cid) is asyncio.current_task():
                 del self.blocked[cid]
-        self._unit_frame({"b": cid, "r": self._value(r)})
 
     def _proxy(self, e: list[Any]) -> Context:
         """The proxy context of the client of entry ``e`` (``_entry``), with its protocol
@@ -760,7 +844,12 @@ class Owner(asyncio.Protocol):
                 self.node.tracking.send(target, args[0], None)
             self.noted = max(self.noted, args[1])
         elif ci == _MONITOR:
-            self.node.deliver_monitor_line(args)
+            self.node.deliver_monitor_line(args[0])
+            self.noted = max(self.noted, args[1])
+            for m in self.node.monitors:  # (written before the acknowledgement: Connection.push_now)
+                conn = getattr(m.on_push, "__self__", None)
+                if isinstance(conn, Connection):
+                    conn.push_now()
         elif ci == _UNWAIT:
             self.node.blocking.unwatch(cid)
         elif ci == _SCRIPT:
@@ -810,9 +899,11 @@ class Owner(asyncio.Protocol):
         sctx.proto = e[1]
         sctx.user = (node.acl.users.get(e[4]) or User(e[4])) if len(e) > 4 else node.acl.default
         ks.now = lambda: now  # (no key expires meanwhile)
+        node.feed_muted += 1  # (the script's worker shows its calls: Mesh.route)
         try:
             r = node.execute(sctx, cmd, argv)
         finally:
+            node.feed_muted -= 1
             ks.now = wall
             sctx.proto, sctx.user = saved
             sctx.deferred = None
@@ -927,6 +1018,7 @@ class Mesh:
         self.unit_waits: dict[tuple[int, int], asyncio.Future[Any]] = {}
         self.batch: list[Any] = []  # units waiting for the batch running (``submit``)
         self.parked: dict[tuple[int, int], asyncio.Future[Any]] = {}  # (client id, worker): a blocking command
+        self.stepped: dict[tuple[int, int], asyncio.Future[Any]] = {}  # ... the reply of one run in steps
         self.woken: dict[int, asyncio.Future[Any]] = {}  # client id: its watches over several workers
         node.blocking.woke = self.woke
         node.blocking.unblock_rounds = self._unblock_rounds
@@ -1257,10 +1349,12 @@ class Mesh:
                 here.append((i, None, args))
             elif type(p) is Fan:  # node-wide: on every worker, merged (as ShardConnection._fan)
                 split[i] = {}
-                here.append((i, cmd, args))
+                if p.via is not None:
+                    cmd.calls += 1  # (Fan.here)
+                here.append((i, p.via or cmd, args))
                 for j in range(len(self.shards)):
                     if j != self.index:
-                        sends.setdefault(j, []).append((i, self.part_entry(ctx, cmd, args)))
+                        sends.setdefault(j, []).append((i, self.part_entry(ctx, p.via or cmd, args)))
             elif type(p) is int:
                 sends.setdefault(p, []).append((i, self.part_entry(ctx, cmd, args)))
             else:  # a unit's parts, each on its worker
@@ -1479,26 +1573,37 @@ class Mesh:
         unit's phases, or on every worker (merged as ``fanout`` merges). A worker the
         running unit does not hold is locked first (``_hold``)."""
         w = self.plan.where(ctx, cmd, argv)
-        if w is None:
-            return self.node.execute(ctx, cmd, argv)
+        if w is None or w is SCRIPT or (type(w) is int and cmd.fullname in _RUNNERS):
+            return self.node.execute(ctx, cmd, argv)  # (a script queued in a transaction: it runs here)
+        node = self.node
+        node.feed_muted += 1  # (MONITOR: the call once, from here, in the order the calls ran)
+        try:
+            r = self._route(ctx, cmd, argv, w)
+        finally:
+            node.feed_muted -= 1
+        if node.monitor_on and not cmd.admin:
+            node.feed_monitors(ctx, argv)
+        return r
+
+    def _route(self, ctx: Context, cmd: Command, argv: list[bytes], w: Any) -> Any:
+        if w is SCAN_ACROSS:
+            return self._scan_now(ctx, cmd, argv)
+        if w is BLOCK_ACROSS:
+            return self._block_now(ctx, cmd, argv)
         if type(w) is BlockAt:  # (a script's or a transaction's blocking command does not block)
             w = w.j
         if type(w) is int:
-            if cmd.fullname in _RUNNERS:  # (a script queued in a transaction: it runs here)
-                return self.node.execute(ctx, cmd, argv)
             err = self._hold([w])
             return err if err is not None else self._carry(ctx, w, [(cmd, argv)])[0]
-        if w is SCRIPT:  # (queued in a transaction, which holds every worker)
-            return self.node.execute(ctx, cmd, argv)
         if type(w) is Fan:
             every = list(range(len(self.shards)))
             err = self._hold(every)
             if err is not None:
                 return err
-            replies = [self.node.execute(ctx, cmd, argv)]
+            replies = [w.here(self.node, ctx, cmd, argv)]
             for j in every:
                 if j != self.index:
-                    replies.append(self._carry(ctx, j, [(cmd, argv)])[0])
+                    replies.append(self._carry(ctx, j, [(w.via or cmd, argv)])[0])
             for r in replies[1:]:
                 if type(r) is Err and r.startswith("LOADING"):
                     return r
@@ -1508,6 +1613,40 @@ class Mesh:
         if type(w) is str:
             return self.node.rejected(ctx, cmd, w)
         return self.node.rejected(ctx, cmd, unsupported(cmd, "inside a script or a transaction across workers"))
+
+    def _block_now(self, ctx: Context, cmd: Command, argv: list[bytes]) -> Any:
+        """A blocking command over keys of several workers in a transaction or a script:
+        as Redis runs it there, its non-blocking form (``units.blocking_call``: BLPOP as
+        LMPOP ... COUNT 1, BLMOVE as LMOVE, XREAD BLOCK as XREAD, ...) as a unit, the
+        reply in the blocking command's shape, or its nil when nothing was there."""
+        call = blocking_call(cmd.fullname, argv, ctx)
+        if call is None:  # not the command's arguments: its own error, from here
+            return self.node.execute(ctx, cmd, argv)
+        unit = UNITS[call.argv[0].decode().lower()]
+        r = self._unit_now(ctx, unit, part_command(self.node.table, call.argv[0]), call.argv)
+        if r is None or r is NULL_ARRAY or type(r) is Err or call.shape is None:
+            return r
+        return call.shape(r)
+
+    def _scan_now(self, ctx: Context, cmd: Command, argv: list[bytes]) -> Any:
+        """SCAN in a script or a transaction holding workers (``ShardConnection._scan``)."""
+        node = self.node
+        c = argv[1]
+        if not c.isdigit() or len(c) > 4 or int(c) >= len(self.plan.owner):
+            return node.execute(ctx, cmd, argv)  # (an invalid cursor's error, or "nothing is left")
+        cmd.calls += 1
+        walk = scan_walk(self.shards.ranges, self.plan.owner[int(c)], int(c), argv)
+        try:
+            j, pargs = next(walk)
+            while True:
+                if j == self.index:
+                    step = node.execute(ctx, _SCAN, pargs)
+                else:
+                    err = self._hold([j])
+                    step = err if err is not None else self._carry(ctx, j, [(_SCAN, pargs)])[0]
+                j, pargs = walk.send(step)
+        except StopIteration as done:
+            return done.value
 
     def _unit_now(self, ctx: Context, unit: Unit, cmd: Command, argv: list[bytes]) -> Any:
         """A command whose keys are on several workers, its phases run synchronously on
@@ -1811,7 +1950,9 @@ class Mesh:
 
     def unit_message(self, j: int, frame: dict[str, Any]) -> None:
         """A lock granted (``g``, with its parts' replies), parts' replies (``u``), the
-        end of a client's blocking command (``b``), or notifications delivered (``n``)."""
+        end of a client's blocking command (``b``), notifications delivered (``n``), a
+        watch that ended (``w``) or a watched key changed (``d``), or a reply after its
+        steps (``s``)."""
         if "n" in frame:
             if frame["n"] > self.note_acked[j]:
                 self.note_acked[j] = frame["n"]
@@ -1820,6 +1961,15 @@ class Mesh:
         if "b" in frame:
             parked = self.parked.pop((frame["b"], j), None)
             if parked is not None and not parked.done():
+                parked.set_result(frame["r"])
+            return
+        if "s" in frame:  # a hopped command's reply, after its steps (Owner._steps)
+            parked = self.parked.pop((frame["s"], j), None)
+            if parked is None:  # (before the replies of its run: ShardConnection._later takes it)
+                done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+                done.set_result(frame["r"])
+                self.stepped[(frame["s"], j)] = done
+            elif not parked.done():
                 parked.set_result(frame["r"])
             return
         if "w" in frame:
@@ -1965,8 +2115,14 @@ class Mesh:
         self.node.remote_monitors(bool(self.monitor_workers))
 
     def _monitor_line(self, status: bytes) -> None:
-        for j in self.monitor_workers:
-            self._post(j, [0, 0, _MONITOR, bytes(status)])
+        """A MONITOR line of this worker, for the monitors of the siblings that have any:
+        sent with the tick's notifications (``gate``), so the client's reply waits until
+        every monitor has it, as on one process (a monitor that reads up to a client's
+        command has it by the time that client has its reply)."""
+        if self.monitor_workers:
+            self.note_seq += 1
+            self.notes.append([0, 0, _MONITOR, [bytes(status), self.note_seq]])
+            self.node.request_tick()
 
     def share_script(self, body: bytes) -> None:
         """EVAL of ``body``, wherever it runs: cached here and on every sibling (Redis
@@ -2005,7 +2161,7 @@ class Mesh:
             self.notes, self.notes_to = [], {}
             if committed:  # (a failed commit: the writes they tell of are not made)
                 frame = _packb(notes) if notes else b""
-                last = notes[-1][3][2] if notes else 0  # (the numbers: _NOTIFY's args[2], _seq)
+                last = _seq(notes[-1]) if notes else 0
                 for j, link in enumerate(self.links):
                     if link is None or link.transport is None or link.transport.is_closing():
                         continue
@@ -2058,6 +2214,8 @@ class Mesh:
                 fut = waits.pop(key)
                 if not fut.done():
                     fut.set_result(None)
+        for key in [k for k in self.stepped if k[1] == j]:
+            del self.stepped[key]
         if self.stopping:
             return
         log.warning("shard worker %d: lost worker %d; its partitions %s answer LOADING until it is back",
@@ -2213,6 +2371,8 @@ class ShardConnection(Connection):
                             r = self._block_across(r, args)
                         elif w is WAIT_ACROSS:
                             r = self._wait(r, args)
+                        elif w is SCAN_ACROSS:
+                            r = self._scan(r, args)
                         elif w is TRANSACTION or w is EVERYWHERE:
                             r = self._on_mesh(mesh.run_transaction(ctx, self.remote, self.watching, w is EVERYWHERE))
                         elif w is SCRIPT:
@@ -2221,8 +2381,9 @@ class ShardConnection(Connection):
                             r = self._watch(r, args)
                         else:
                             r = self._unit(w, r, args)
-                        if node.monitor_on and type(r) is Blocking and not cmd.admin:
-                            r = Blocking(self._shown(r.awaitable, args))  # (MONITOR: once it ran)
+                        if node.monitor_on and type(r) is Blocking and not cmd.admin and not cmd.skip_monitor:
+                            r = Blocking(self._shown(r.awaitable, args))  # (MONITOR: once it ran; a
+                            # script is shown before its calls, where it runs)
                     else:
                         exec_ = r.fullname == "exec"
                         r = node.rejected(ctx, r, w)  # type: ignore[arg-type]
@@ -2452,7 +2613,7 @@ class ShardConnection(Connection):
         self.backlog_err = err
         self.remote.add(j)
         self.in_mesh = True
-        link.send(entries, lambda replies: self._hopped(mutes, replies, shown))
+        link.send(entries, lambda replies: self._hopped(mutes, replies, shown, j, entries))
         return -1
 
     def _fan(self, fan: Fan, cmd: Command, args: list[bytes]) -> Any:
@@ -2465,17 +2626,20 @@ class ShardConnection(Connection):
         loop = node.loop
         assert loop is not None
         entry = [_entry(ctx, fan.number, args)]
-        waits: list[asyncio.Future[list[bytes] | None]] = []
+        waits: list[asyncio.Future[Any]] = []
         for j, link in enumerate(mesh.links):
             if link is not None:
-                fut: asyncio.Future[list[bytes] | None] = loop.create_future()
-                link.send(entry, lambda replies, f=fut: f.done() or f.set_result(replies))
+                fut: asyncio.Future[Any] = loop.create_future()
+                if fan.steps:  # (as a blocking command: its reply in a "b" frame when its last step ran)
+                    mesh.parked[(ctx.id, j)] = fut
+                    link.post(_entry(ctx, fan.number - _FAN + _BLOCKING, args))
+                else:
+                    link.send(entry, lambda replies, f=fut: f.done() or f.set_result(replies and replies[0]))
                 waits.append(fut)
                 self.remote.add(j)
-        return self._on_mesh(self._gather(fan, args, node.execute(ctx, cmd, args), waits))
+        return self._on_mesh(self._gather(fan, args, fan.here(node, ctx, cmd, args), waits))
 
-    async def _gather(self, fan: Fan, args: list[bytes], here: Any,
-                      waits: list[asyncio.Future[list[bytes] | None]]) -> Any:
+    async def _gather(self, fan: Fan, args: list[bytes], here: Any, waits: list[asyncio.Future[Any]]) -> Any:
         if type(here) is Blocking:
             here = await here.awaitable  # type: ignore[misc]
         replies = [here]
@@ -2484,8 +2648,77 @@ class ShardConnection(Connection):
             if got is None:
                 return Err("LOADING a shard worker stopped while running the command: it may have run on some "
                            "workers only")
-            replies.append(unpack(got[0]))
+            replies.append(unpack(got))
         return fan.merge(replies, args)
+
+    def _later(self, mutes: list[bool], shown: list[list[bytes]] | None, j: int, rest: list[list[Any]]) -> None:
+        """Wait for the reply of a command that runs in steps on worker ``j`` (a "s"
+        frame), then send ``rest`` (the run's commands after it, not run there) again."""
+        mesh, loop = self.mesh, self.node.loop
+        assert loop is not None
+        fut = mesh.stepped.pop((self.ctx.id, j), None)  # (its "s" frame may have come first)
+        if fut is None:
+            fut = mesh.parked[(self.ctx.id, j)] = loop.create_future()
+
+        def done(f: asyncio.Future[Any]) -> None:
+            got = f.result()
+            if got is None or self.ctx.closing:  # (the worker went down: outcome unknown)
+                self._hopped(mutes, None, shown)
+                return
+            if not mutes[0]:
+                self.out.append(got)
+            link = mesh.links[j]
+            if not rest:
+                self._hopped([], [], shown)
+            elif link is None:
+                self._hopped(mutes, None, shown)
+            else:
+                link.send(rest, lambda replies: self._hopped(mutes[1:], replies, shown, j, rest))
+        fut.add_done_callback(done)
+
+    def _scan(self, cmd: Command, args: list[bytes]) -> Any:
+        """SCAN: a step on the worker its cursor names (``~scan``), and on the next ones
+        while the call wants more keys (``fanout.scan_walk``), the keys put together."""
+        mesh, node, ctx = self.mesh, self.node, self.ctx
+        c = args[1]
+        if not c.isdigit() or len(c) > 4 or int(c) >= len(mesh.plan.owner):
+            return node.execute(ctx, cmd, args)  # (an invalid cursor's error, or "nothing is left")
+        cmd.calls += 1  # (and shown to MONITOR once it ran; when it goes on: as a Blocking reply)
+        walk = scan_walk(mesh.shards.ranges, mesh.plan.owner[int(c)], int(c), args)
+        j, pargs = next(walk)
+        if j == mesh.index:
+            try:
+                j, pargs = walk.send(node.execute(ctx, _SCAN, pargs))
+            except StopIteration as done:
+                if node.monitor_on:
+                    node.feed_monitors(ctx, args)
+                return done.value
+        return self._on_mesh(self._scan_on(walk, j, pargs))
+
+    async def _scan_on(self, walk: Any, j: int, pargs: list[bytes]) -> Any:
+        """The rest of ``_scan``: each step where ``walk`` says, its reply sent back to it."""
+        mesh, node, ctx = self.mesh, self.node, self.ctx
+        number = mesh.plan.number[id(_SCAN)] + _FAN
+        loop = node.loop
+        assert loop is not None
+        try:
+            while True:
+                if j == mesh.index:
+                    step = node.execute(ctx, _SCAN, pargs)
+                else:
+                    link = mesh.links[j]
+                    if link is None:
+                        return mesh.loading_err[j]
+                    fut: asyncio.Future[Any] = loop.create_future()
+                    link.send([_entry(ctx, number, pargs)], lambda rs, f=fut: f.done() or f.set_result(rs and rs[0]))
+                    self.remote.add(j)
+                    got = await fut
+                    if got is None:
+                        return mesh.loading_err[j]
+                    step = unpack(got)
+                j, pargs = walk.send(step)
+        except StopIteration as done:
+            return done.value
 
     def _wait(self, cmd: Command, args: list[bytes]) -> Any:
         """WAIT numreplicas timeout: the client's writes are in the logs of the workers
@@ -2621,23 +2854,31 @@ class ShardConnection(Connection):
                     ctx.tracking.caching = None  # (CLIENT CACHING covered this read, on every worker)
         return self._on_mesh(read())
 
-    def _hopped(self, mutes: list[bool], replies: list[bytes] | None, shown: list[list[bytes]] | None) -> None:
+    def _hopped(self, mutes: list[bool], replies: list[bytes] | None, shown: list[list[bytes]] | None,
+                j: int = -1, entries: list[list[Any]] | None = None) -> None:
         """The replies of a run sent by ``_hop``: spliced in order (then what waited for
         them: invalidations of the client's own writes), the commands shown to the
-        monitors, then the backlog runs."""
+        monitors, then the backlog runs. A command of the run that runs in steps there
+        (``Owner._steps``) is answered later: the commands after it are sent again once
+        its reply came."""
         ctx = self.ctx
         self.in_mesh = False
         if replies is None:  # the owner died (or a commit failed): their outcome is unknown
             self.admitted = None
             self._close_now()
             return
-        ctx.blocked = False
         if ctx.closing:
+            ctx.blocked = False
             return
         out = self.out
-        for m, b in zip(mutes, replies):
+        for k, (m, b) in enumerate(zip(mutes, replies)):
+            if not b and entries is not None:  # (_LATER: no reply is empty)
+                self.in_mesh = True
+                self._later(mutes[k:], shown, j, entries[k + 1:])
+                return
             if not m:
                 out.append(b)
+        ctx.blocked = False
         self.emit_deferred()
         if shown and self.node.monitor_on:
             for args in shown:

@@ -4,7 +4,7 @@ holding the connection merges the replies into the one a single process gives.
 
 ``MERGES`` names each command carried this way and how its replies combine:
 
-- summed: DBSIZE, PUBLISH/SPUBLISH (receivers on the node), SLOWLOG LEN, LATENCY RESET,
+- summed: DBSIZE, PUBLISH/SPUBLISH (receivers on the node), SLOWLOG LEN,
   PUBSUB NUMPAT, CLIENT KILL with filters (clients killed);
 - concatenated: KEYS (each key lives on one worker), CLIENT LIST (each client is on one
   worker), PUBSUB CHANNELS/SHARDCHANNELS (set union);
@@ -25,10 +25,29 @@ holding the connection merges the replies into the one a single process gives.
 - FUNCTION STATS: the connection's worker's counts (every worker loads every library:
   ``server/noderecords.py``), the running function of whichever worker runs one;
 - LASTSAVE: the oldest worker's (every write before it is saved on every worker);
+- MEMORY STATS and MEMORY DOCTOR: each worker answers its figures (``VIA``: the part
+  command ``~memory``, ``commands/memory.figures``), summed (its resident and peak sizes,
+  RocksDB's bytes and memtables, the replication log's bytes and backlog, keys, query
+  buffers, the record caches' entries and capacity: every worker has a cache of
+  ``cache_entries``), and the reply is made from the sums by the code a single process
+  runs (``stats_reply``, ``doctor_report``): the ratios and per-key figures are the
+  node's, the peak is the sum of the workers' peaks (each at its own moment: at least
+  the node's peak). The supervisor, which holds no data, is not counted. MEMORY
+  MALLOC-STATS: the same answer everywhere;
+- LATENCY LATEST: per event, the newest sample of any worker (the highest of samples of
+  the same second) and the highest maximum; LATENCY HISTORY: the samples of every worker
+  by second (the highest of the same second), the last 160 as one process keeps; LATENCY
+  RESET: the events reset on any worker, counted once (``VIA``: ``~latreset`` answers
+  their names);
+- SCAN (not a merge: ``Mesh``): its cursor names a partition, and the worker owning it
+  scans on (``~scan``); where that worker's range ends before the call collected its
+  COUNT of keys (or read its bound of records), the next worker goes on with what is
+  left, so one call answers what one process's would;
 - INFO: the connection's worker's text, with the counters of the node summed over the
   workers (``merge_info``: clients, memory, stats, the keyspace line, command and error
-  stats; the Marekvs section already names the workers' ranges), and the Replication and
-  Antientropy sections merged over the workers (``_replication``, ``_antientropy``).
+  stats, the storage counters and the log's positions of persistence; the Marekvs section
+  already names the workers' ranges), and the Replication and Antientropy sections merged
+  over the workers (``_replication``, ``_antientropy``).
 
 Replies cross the mesh as msgpack values (``pack``/``unpack``): the reply types of
 ``commands/reply.py`` are msgpack extension types, so a merge sees what the handler
@@ -38,12 +57,14 @@ returned, and the front encodes the merged value in the client's protocol.
 from __future__ import annotations
 
 import random
-from typing import Any, Callable
+from typing import Any, Callable, Generator
 
 import msgpack  # type: ignore[import-untyped]
 
-from marekvs.commands import reply
+from marekvs.commands import keys, memory, reply
+from marekvs.commands.monitoring import LATENCY_SAMPLES
 from marekvs.commands.reply import Err
+from marekvs.commands.table import Command
 
 # -- replies across the mesh ----------------------------------------------------------------
 
@@ -435,6 +456,30 @@ def _antientropy(sections: list[Fields]) -> Fields:
     return out
 
 
+def _persistence(mine: Fields, others: list[Fields]) -> dict[bytes, bytes]:
+    """The persistence section of the node: the storage counters and sizes summed, the
+    oldest save time, a write error of any worker; the log's positions as those of one
+    log holding every worker's entries (``replog_last_seq`` grows by one for a write on
+    any worker, as on one process; ``replog_first_seq`` such that last - first + 1 is
+    the entries the workers keep)."""
+    merged = dict(mine)
+    for fields in others:
+        for k, v in fields:
+            have = merged.get(k)
+            if have is None:
+                merged[k] = v
+            elif k == b"rdb_last_save_time":
+                merged[k] = min(have, v, key=lambda t: _num(t) or 0)
+            elif k in (b"aof_last_write_status", b"storage_write_error"):
+                if v and v != b"ok" and (not have or have == b"ok"):
+                    merged[k] = v
+            elif k.startswith((b"storage_", b"replog_")):
+                merged[k] = _add(have, v)
+    if b"replog_first_seq" in merged:
+        merged[b"replog_first_seq"] = _fmt(int(merged[b"replog_first_seq"]) - len(others))
+    return merged
+
+
 def merge_info(texts: list[bytes]) -> bytes:
     """INFO's text for the node from each worker's (the first is the connection's), in
     ``info_text``'s layout."""
@@ -448,6 +493,8 @@ def merge_info(texts: list[bytes]) -> bytes:
             pairs = _replication([fields] + others)
         elif name == b"antientropy":
             pairs = _antientropy([fields] + others)
+        elif name == b"persistence":
+            pairs = list(_persistence(fields, others).items())
         else:
             pairs = list(fields)
         parts.append(title + b"\r\n" + b"".join(k + b":" + v + b"\r\n" for k, v in pairs))
@@ -461,8 +508,115 @@ def _info(replies: list[Any], args: list[bytes]) -> Any:
     return type(replies[0])(merge_info([bytes(r) for r in replies]))
 
 
+# -- MEMORY, LATENCY -------------------------------------------------------------------------
+
+def _summed_figures(replies: list[Any]) -> Any:
+    e = _error(replies)
+    if e is not None:
+        return e
+    out: dict[str, int] = {}
+    for r in replies:
+        for k, v in r.items():
+            out[k] = out.get(k, 0) + v
+    return out
+
+
+def _memory_stats(replies: list[Any], args: list[bytes]) -> Any:
+    f = _summed_figures(replies)
+    return f if type(f) is Err else memory.stats_reply(f)
+
+
+def _memory_doctor(replies: list[Any], args: list[bytes]) -> Any:
+    f = _summed_figures(replies)
+    return f if type(f) is Err else reply.Verbatim(memory.doctor_report(f).encode())
+
+
+def _latency_latest(replies: list[Any], args: list[bytes]) -> Any:
+    e = _error(replies)
+    if e is not None:
+        return e
+    events: dict[bytes, list[Any]] = {}  # event -> [event, time, latest ms, max ms]
+    for r in replies:
+        for name, t, ms, top in r:
+            have = events.get(name)
+            if have is None:
+                events[name] = [name, t, ms, top]
+                continue
+            if t > have[1] or t == have[1] and ms > have[2]:
+                have[1], have[2] = t, ms
+            have[3] = max(have[3], top)
+    return list(events.values())
+
+
+def _latency_history(replies: list[Any], args: list[bytes]) -> Any:
+    e = _error(replies)
+    if e is not None:
+        return e
+    by_second: dict[int, int] = {}
+    for r in replies:
+        for t, ms in r:
+            by_second[t] = max(by_second.get(t, 0), ms)
+    return [[t, by_second[t]] for t in sorted(by_second)[-LATENCY_SAMPLES:]]
+
+
+def _latency_reset(replies: list[Any], args: list[bytes]) -> Any:
+    e = _error(replies)
+    if e is not None:
+        return e
+    return len(set().union(*replies))
+
+
+def _part(name: str, handler: Callable[[Any, list[bytes]], Any]) -> Command:
+    # ("admin": never shown to MONITOR, the client's command is, once: ``Mesh`` feeds it)
+    return Command(name=name, handler=handler, arity=-2, flags=("readonly", "admin"), first_key=0, last_key=0,
+                   step=0)
+
+
+def _scan_part(ctx: Any, args: list[bytes]) -> Any:
+    """``~scan cursor want budget SCAN ...``: a worker's step of SCAN (``keys.scan_step``)
+    from ``cursor`` with ``want`` keys left to collect and ``budget`` records left to
+    read: [next cursor, the keys passing MATCH and TYPE, want left, budget left]."""
+    r = keys.scan_step(ctx, args[4:], int(args[1]), (int(args[2]), int(args[3])) if args[2] else None)
+    return list(r)
+
+
+def scan_walk(ranges: Any, j: int, cursor: int, args: list[bytes]) -> Generator[tuple[int, list[bytes]], Any, Any]:
+    """SCAN ``args`` over the workers from ``j`` (whose ``ranges``), at ``cursor``: yields
+    each step's worker and ``~scan`` arguments and is sent its reply; returns the reply.
+    It goes on at the next worker, as one process's call goes on over the next
+    partitions, while worker ``j``'s range ended before the call collected its COUNT of
+    keys or read its bound of records."""
+    step: Any = None
+    found: list[bytes] = []
+    while True:
+        left = [b"", b""] if step is None else [b"%d" % step[2], b"%d" % step[3]]
+        step = yield j, [b"~scan", b"%d" % cursor, *left, *args]
+        if type(step) is Err:
+            return step
+        found += step[1]
+        nxt, _, want, budget = step
+        if not (want > 0 and budget > 0 and j + 1 < len(ranges) and nxt == ranges[j + 1].first):
+            return [b"%d" % nxt, found]
+        j += 1
+        cursor = nxt
+
+
+# the part command a node-wide command runs on every worker instead of itself, where the
+# merge needs more than its replies (what each worker answers: its figures, the names of
+# the events it reset); the client's command is counted once, on the connection's worker
+FAN_PARTS: dict[str, Command] = {
+    "~memory": _part("~memory", lambda ctx, args: memory.figures(ctx.node)),
+    "~scan": _part("~scan", _scan_part),
+    "~latreset": _part("~latreset", lambda ctx, args: ctx.node.latency.reset_events(
+        [a.decode("utf-8", "surrogateescape") for a in args[2:]])),
+}
+VIA: dict[str, Command] = {"memory|stats": FAN_PARTS["~memory"], "memory|doctor": FAN_PARTS["~memory"],
+                           "latency|reset": FAN_PARTS["~latreset"]}
+
 MERGES: dict[str, Merge] = {
-    "dbsize": _sum, "publish": _sum, "spublish": _sum, "slowlog|len": _sum, "latency|reset": _sum,
+    "dbsize": _sum, "publish": _sum, "spublish": _sum, "slowlog|len": _sum, "latency|reset": _latency_reset,
+    "memory|stats": _memory_stats, "memory|doctor": _memory_doctor, "memory|malloc-stats": _same,
+    "latency|latest": _latency_latest, "latency|history": _latency_history,
     "pubsub|numpat": _sum, "client|kill": _client_kill,
     "keys": _concat, "client|list": _concat,
     "pubsub|channels": _union, "pubsub|shardchannels": _union,

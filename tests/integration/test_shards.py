@@ -211,27 +211,6 @@ def test_pipeline_alternating_workers_keeps_order(node):
     assert all(r is True for r in replies[0::4] + replies[1::4])
 
 
-def test_what_is_not_carried_yet_is_refused(node):
-    c = client_on(node.port, 0)
-    k0, k1 = keys_on(0, 1, "m")[0], keys_on(1, 1, "m")[0]
-    assert c.mset({"{t}a": "1", "{t}b": "2"}) and c.mget("{t}a", "{t}b") == [b"1", b"2"]  # one worker: it runs
-    for args, name in ((("MEMORY", "STATS"), "MEMORY STATS"),):
-        with pytest.raises(redis.ResponseError, match=f"^{name} is not supported with shards > 1 yet"):
-            c.execute_command(*args)
-    # (on c's own connection: a redis-py pipeline takes another one, maybe on the other worker)
-    c.execute_command("MULTI")  # a transaction queueing a node-wide command not carried yet
-    c.execute_command("SET", k1, "x")
-    c.execute_command("MEMORY", "STATS")
-    with pytest.raises(redis.ResponseError, match="^EXEC is not supported with shards > 1 yet"):
-        c.execute_command("EXEC")
-    assert c.get(k1) is None
-    c.execute_command("MULTI")  # on this worker's: it runs
-    c.execute_command("SET", k0, "x")
-    c.execute_command("INCR", keys_on(0, 2, "m")[1])
-    assert c.execute_command("EXEC") == [b"OK", 1]
-    assert c.get(k0) == b"x"
-
-
 def raw_on(port: int, worker: int) -> redis.Connection:
     """A bare redis-py connection on ``worker``, for a subscriber (a ``PubSub`` object
     would take a connection from a pool, on either worker)."""

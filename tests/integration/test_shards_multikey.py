@@ -160,6 +160,14 @@ CASES = {
     "in_multi": ZSETS + [
         "MULTI", "ZUNION 2 A0 B0 WITHSCORES", "LCS A0 B0", "ZINTERCARD 2 A0 B0", "EXEC",
     ],
+    # blocking commands over keys of both workers queued in MULTI: their non-blocking form, as Redis
+    "blocking_in_multi": [
+        "RPUSH B0 a b", "ZADD B1 1 m 2 n 3 o", "SET S0 str", "RPUSH A1 x y z", "XADD X1 1-1 f v", "MULTI",
+        "BLPOP A0 B0 0", "BRPOP A0 B0 0", "BLPOP A0 B0 0", "BLMPOP 0 2 A0 A1 RIGHT COUNT 2", "BZPOPMIN A0 B1 0",
+        "BZMPOP 0 2 A0 B1 MAX COUNT 1", "BZPOPMAX A0 X1 0", "BLMOVE A1 B2 LEFT RIGHT 0", "BRPOPLPUSH A0 B2 0",
+        "BLMOVE A0 B2 LEFT LEFT 0", "XREAD BLOCK 0 STREAMS X0 X1 0 0", "XREAD BLOCK 0 STREAMS X0 X1 $ $",
+        "BLPOP S0 B0 0", "BLPOP A0 B0 x", "BZMPOP 0 2 A0 B1 MIN", "EXEC", "LRANGE B2 0 -1", "ZRANGE B1 0 -1",
+    ],
 }
 
 

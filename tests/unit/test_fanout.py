@@ -151,3 +151,70 @@ def test_info_antientropy_sums_the_workers_and_takes_the_latest_exchange():
         b"# Antientropy\r\nantientropy_interval_s:5.0\r\nexchanges:10\r\nlast_exchange_peer:3\r\n"
         b"last_exchange_age_ms:100\r\ncalls_served:10\r\ndigest_verify_cycles:1\r\ndigest_rebuilt_at_open:0\r\n"
         b"last_exchange_error:Roots_failed\r\n")
+
+
+def test_info_persistence_is_the_node_s_log():
+    a = b"# Persistence\r\nrdb_last_save_time:200\r\nappendfsync:everysec\r\nstorage_batches:5\r\n" \
+        b"aof_last_write_status:ok\r\nreplog_first_seq:1\r\nreplog_last_seq:10\r\n"
+    b = b"# Persistence\r\nrdb_last_save_time:100\r\nappendfsync:everysec\r\nstorage_batches:7\r\n" \
+        b"aof_last_write_status:err\r\nreplog_first_seq:4\r\nreplog_last_seq:6\r\n"
+    assert merge_info([a, b]) == (b"# Persistence\r\nrdb_last_save_time:100\r\nappendfsync:everysec\r\n"
+                                  b"storage_batches:12\r\naof_last_write_status:err\r\nreplog_first_seq:4\r\n"
+                                  b"replog_last_seq:16\r\n")  # 10 + 3 entries kept: 16 - 4 + 1
+    assert merge_info([a]) == a
+
+
+def test_memory_stats_and_doctor_from_the_summed_figures():
+    from marekvs.commands import memory
+
+    def figures(rss, data, keys, cache=10):
+        return {"rss": rss, "peak": rss, "data": data, "replog": 1, "memtables": 2, "block_cache": 3,
+                "table_readers": 4, "keys": keys, "queries": 5, "cache": cache, "cache_capacity": 100, "backlog": 0}
+    a, b = figures(1000, 300, 3), figures(3000, 100, 1)
+    got = m("memory|stats", a, b)
+    want = memory.stats_reply(figures(4000, 400, 4) | {"replog": 2, "memtables": 4, "block_cache": 6,
+                                                        "table_readers": 8, "queries": 10, "cache_capacity": 200,
+                                                        "cache": 20})
+    assert got == want and dict(zip(got[::2], got[1::2]))[b"keys.bytes-per-key"] == 100
+    assert m("memory|stats", a, Err("LOADING x")) == Err("LOADING x")
+    big = 4 << 20  # (each worker's below the 5 MB of an empty instance, the node's above)
+    assert b"can't find" in m("memory|doctor", figures(1 << 30, big, 9), figures(1 << 30, big, 9))
+    assert b"empty" in m("memory|doctor", figures(1 << 30, big, 9), figures(1 << 30, 0, 0))
+    full = m("memory|doctor", figures(1 << 30, big, 9, cache=100), figures(1 << 30, big, 9, cache=100))
+    assert b"Record cache full: the 200 records" in full
+    assert b"Record cache full" not in m("memory|doctor", figures(1 << 30, big, 9, cache=100),
+                                          figures(1 << 30, big, 9, cache=50))
+
+
+def test_latency_of_the_node():
+    latest = m("latency|latest", [[b"command", 100, 5, 9], [b"fast-command", 90, 1, 1]],
+               [[b"command", 100, 7, 7], [b"other", 80, 2, 3]])
+    assert latest == [[b"command", 100, 7, 9], [b"fast-command", 90, 1, 1], [b"other", 80, 2, 3]]
+    assert m("latency|latest", [[b"command", 99, 50, 50]], [[b"command", 100, 7, 7]]) == [[b"command", 100, 7, 50]]
+    history = m("latency|history", [[1, 5], [3, 2]], [[2, 4], [3, 8]], args=[b"command"])
+    assert history == [[1, 5], [2, 4], [3, 8]]
+    assert len(m("latency|history", [[t, 1] for t in range(200)], [[t, 1] for t in range(100, 300)])) == 160
+    assert m("latency|reset", ["command", "x"], ["command"]) == 2 and m("latency|reset", [], []) == 0
+
+
+def test_a_scan_walk_goes_on_while_the_call_wants_more():
+    from marekvs.core.partition import ShardMap
+    from marekvs.shards.fanout import scan_walk
+
+    ranges = ShardMap.even(3).ranges  # 0-1365, 1366-2730, 2731-4095
+    walk = scan_walk(ranges, 0, 7, [b"SCAN", b"7", b"COUNT", b"5"])
+    assert next(walk) == (0, [b"~scan", b"7", b"", b"", b"SCAN", b"7", b"COUNT", b"5"])
+    assert walk.send([1366, [b"a"], 4, 30]) == (1, [b"~scan", b"1366", b"4", b"30", b"SCAN", b"7", b"COUNT", b"5"])
+    with pytest.raises(StopIteration) as done:  # (worker 1 stopped within its range: COUNT collected)
+        walk.send([2000, [b"b", b"c"], 0, 20])
+    assert done.value.value == [b"2000", [b"a", b"b", b"c"]]
+    walk = scan_walk(ranges, 2, 3000, [b"SCAN", b"3000"])
+    next(walk)
+    with pytest.raises(StopIteration) as done:  # (the last worker's range ended: the scan did)
+        walk.send([0, [b"z"], 9, 90])
+    assert done.value.value == [b"0", [b"z"]]
+    walk = scan_walk(ranges, 0, 0, [b"SCAN", b"0"])
+    next(walk)
+    with pytest.raises(StopIteration) as done:  # (its bound of records read)
+        walk.send([1366, [], 10, 0])
+    assert done.value.value == [b"1366", []]
