@@ -61,7 +61,7 @@ from tests.antientropy_helpers import (
     with_rocksdb,
 )
 from tests.cluster import Cluster, info_section, shard_fields, wait_for
-from tests.integration.test_shards import _cmdline, alive, children
+from tests.integration.test_shards import _cmdline, children, gone
 from tests.integration.test_shards_replication import conn_on_worker
 
 pytestmark = pytest.mark.timeout(600)
@@ -214,7 +214,7 @@ def test_repair_cli_and_digests_between_a_2_worker_node_and_one_process(tmp_path
         os.kill(sup, signal.SIGSTOP)
         try:
             os.kill(w1, signal.SIGKILL)
-            wait_for(lambda: not alive(w1), 30, "worker 1 to die")
+            wait_for(lambda: gone(w1), 30, "worker 1 to die")  # (its listening sockets closed)
             for _ in range(4):  # (new connections: all on worker 0 now)
                 ch, s = stub(cluster, 1)
                 with ch:

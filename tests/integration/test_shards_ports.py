@@ -40,7 +40,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from marekvs.launcher import certs
 from tests.helpers import CLIENT_TIMEOUT, Node, client_of, free_port, mb, sync
 from tests.integration.test_tls import _try
-from tests.integration.test_shards import DEADLINE, SHARDS, _cmdline, alive, children, client_on, keys_on, wait_until
+from tests.integration.test_shards import DEADLINE, SHARDS, _cmdline, children, client_on, gone, keys_on, wait_until
 
 pytestmark = [pytest.mark.timeout(300),
               pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl CLI not installed")]
@@ -258,16 +258,6 @@ def test_metrics_of_the_node_sum_the_workers(node):
     assert delta("marekvs_keyspace_hits_total") == (4, [2, 2])  # a[0] twice on 0; b[0] twice on 1
     assert delta("marekvs_keyspace_misses_total") == (3, [1, 2])  # a[1] on 0; b[1] twice on 1
     c0.delete(*a, *b)
-
-
-def gone(pid: int) -> bool:
-    """Dead, every thread of it: a killed process's leader is a zombie ('Z') while its
-    other threads (RocksDB's, gRPC's) still exit, and they hold its descriptors until then
-    (its listening sockets too: a connection the kernel hands them meanwhile is reset)."""
-    try:
-        return not alive(pid) and len(os.listdir(f"/proc/{pid}/task")) <= 1
-    except OSError:
-        return True
 
 
 def test_a_worker_down_is_reported_and_left_out_of_the_sums(node):

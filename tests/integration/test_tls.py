@@ -377,8 +377,10 @@ def test_tls_clients_wait_out_a_busy_script_and_are_served_after_it(node, pki):
     t = threading.Thread(target=lambda: out.append(_try(runner.eval, "while true do end", 0)))
     t.start()
     # (PING, answered where the connection is: a command carried to the script's worker
-    # before it was busy would wait for the script, docs/divergences.md)
-    wait_for(lambda: str(_try(killer.ping)).startswith("BUSY"), 60, "the script busy")
+    # before it was busy would wait for the script, docs/divergences.md; each probe on a new
+    # connection with a short timeout: a PING the node read in the tick the script began in
+    # is in flight, and waits for the script's end, server/busy.py)
+    wait_for(lambda: str(_try(node.client(socket_timeout=5).ping)).startswith("BUSY"), 60, "the script busy")
     answered = []
     t2 = threading.Thread(target=lambda: answered.append(_try(waiting.ping)))
     t2.start()
