@@ -28,15 +28,22 @@ read returns, now or after a later merge of anything younger than the horizon:
   records (``'z'``) of their partition: they are decided when their member comes, or at
   ``finish`` if none does.
 
-While it reads, a ``PartitionSweep`` also counts the partition's live keys (the kinds
-the registry marks ``is_key``) and those with a TTL, which INFO keyspace reports.
+While it reads, a ``PartitionSweep`` also counts the partition's keys and those with a
+TTL, which INFO keyspace reports: a live string, and a collection by the one existence
+rule (``head.present``, as ``Keyspace.present`` and DBSIZE decide it): its head is a live
+stream's or HyperLogLog's, or it has a live element of its content kind above the head's
+delete clock (a collection emptied by LPOP, SREM, HDEL, ... keeps its head record, and was
+counted for ever).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
+from marekvs.core import envelope as env
 from marekvs.core import head, zset
 from marekvs.core import keys as K
-from marekvs.core.registry import BY_CODE, Sweep
+from marekvs.core.registry import BY_CODE, CONTENT, CONTENT_CODES, Sweep
 
 _BY_CODE = BY_CODE
 _RECORD = Sweep.RECORD
@@ -55,7 +62,7 @@ class PartitionSweep:
     """The sweep of one partition: ``feed`` its records in key order, then ``finish``."""
 
     __slots__ = ("now", "grace", "horizon", "dead", "live_keys", "expiring",
-                 "_clocks", "_heads", "_held", "_early", "_index")
+                 "_clocks", "_heads", "_held", "_early", "_index", "_pending", "_early_live")
 
     def __init__(self, now_ms: int, grace_ms: int) -> None:
         self.now = now_ms
@@ -71,6 +78,12 @@ class PartitionSweep:
         # zset index records older than the horizon, waiting for their member record:
         # member record key -> [(index ikey, score bytes)]
         self._index: dict[bytes, list[tuple[bytes, bytes]]] = {}
+        # INFO keyspace: user key -> (its head's delete clock, a TTL, its content kind's
+        # tag code) of a collection not counted yet, waiting for a live content element;
+        # and the highest gate clock of the live content elements that sort before their
+        # head (HLL registers), by (user key, tag code)
+        self._pending: dict[bytes, tuple[int, bool, int]] = {}
+        self._early_live: dict[tuple[bytes, int], int] = {}
 
     def feed(self, ikey: bytes, record: bytes) -> None:
         kind = _BY_CODE[ikey[2]]
@@ -79,7 +92,7 @@ class PartitionSweep:
             own = int.from_bytes(record[1:9], "big") < self.horizon
         else:
             own = d != 0 and d + self.grace <= self.now
-            if kind is not None and kind.is_key and (not d or d > self.now):
+            if kind is not None and kind.is_key and kind.sweep is not _HEAD and (not d or d > self.now):
                 self.live_keys += 1
                 if d:
                     self.expiring += 1
@@ -95,6 +108,7 @@ class PartitionSweep:
             return
         if kind.sweep is _HEAD:
             clock = head.delete_clock(record, self.now)
+            self._count_head(userkey, record, clock, d)
             if clock < self.horizon:
                 self._clocks[userkey] = clock
             if own:
@@ -107,6 +121,9 @@ class PartitionSweep:
                 self._index.setdefault(mk, []).append((ikey, ikey[n - 8:n]))
             self._held.add(userkey)  # (decided with its member; a head waits for it anyway)
             return
+        code = ikey[2]
+        if code in CONTENT_CODES and (code < _ORD_HEAD or userkey in self._pending):  # (else: counted, or not)
+            self._count_element(userkey, code, kind, record)
         if own:
             self.dead.append(ikey)
         elif kind.gate_clock is None or int.from_bytes(record[1:9], "big") >= self.horizon:
@@ -126,6 +143,36 @@ class PartitionSweep:
                     keep = set()
                 self.dead.extend(ik for ik, sb in waiting if sb not in keep)
 
+    def _count_head(self, userkey: bytes, record: bytes, clock: int, d: int) -> None:
+        """INFO keyspace's count of the collection whose head is ``record`` (delete clock
+        ``clock``, TTL deadline ``d``): now if it exists without a live element (a live
+        stream or HyperLogLog) or one sorted before it, else once one comes."""
+        ttl = bool(d) and env.is_live(record, self.now)
+        content = CONTENT.get(head.ctype_of(record))
+        code = content.code if content is not None else -1
+        early = self._early_live.get((userkey, code))
+        if head.present(record, self.now, early is not None and early > clock):
+            self.live_keys += 1
+            self.expiring += ttl
+        elif content is not None:
+            self._pending[userkey] = (clock, ttl, code)
+
+    def _count_element(self, userkey: bytes, code: int, kind: Any, record: bytes) -> None:
+        """A content element (``kind``, ``record``): if live, it makes its collection
+        count when its head waits for one of its content kind below its gate clock."""
+        if not env.is_live(record, self.now) or kind.gate_clock is None:
+            return
+        gate = kind.gate_clock(record)
+        if code < _ORD_HEAD:  # (before its head: judged when the head comes)
+            if gate > self._early_live.get((userkey, code), -1):
+                self._early_live[(userkey, code)] = gate
+            return
+        waiting = self._pending.get(userkey)
+        if waiting is not None and waiting[2] == code and gate > waiting[0]:
+            del self._pending[userkey]
+            self.live_keys += 1
+            self.expiring += waiting[1]
+
     def _gate(self, ikey: bytes, userkey: bytes, gate: int) -> None:
         clock = self._clocks.get(userkey)
         if clock is not None and gate <= clock:
@@ -138,6 +185,7 @@ class PartitionSweep:
         for ikey, userkey, gate in self._early:
             self._gate(ikey, userkey, gate)
         self._early = []
+        self._pending, self._early_live = {}, {}
         for waiting in self._index.values():  # index records whose member record is gone
             self.dead.extend(ik for ik, _ in waiting)
         self._index = {}

@@ -142,6 +142,34 @@ def test_info_keyspace_counts_every_collection_head_and_those_with_a_ttl(n):
     assert n("DBSIZE") == len(TYPES)
 
 
+def test_info_keyspace_stops_counting_a_collection_its_last_element_left(n):
+    """INFO keyspace counts what DBSIZE counts: a list, set, hash or zset whose last
+    element was removed (its head record stays) is gone; an emptied stream stays, as in
+    Redis; FLUSHALL leaves nothing (each was counted for ever before)."""
+    n("RPUSH", "l", "a")
+    n("SADD", "s", "a")
+    n("HSET", "h", "f", "v", "g", "w")
+    n("ZADD", "z", 1, "a")
+    n("EXPIRE", "z", 1000)
+    n("XADD", "x", "1-1", "f", "v")
+    n("SET", "str", "v")
+    n.node.sweeper.sweep_all()
+    assert b"db0:keys=6,expires=1,avg_ttl=0" in n("INFO", "keyspace")
+    n("LPOP", "l")
+    n("SREM", "s", "a")
+    n("HDEL", "h", "f", "g")
+    n("ZREM", "z", "a")
+    n("XDEL", "x", "1-1")
+    n.node.sweeper.sweep_all()
+    assert n("DBSIZE") == 2 and b"db0:keys=2,expires=0,avg_ttl=0" in n("INFO", "keyspace")
+    n("RPUSH", "l", "b")  # (a list again, over the emptied one's head)
+    n.node.sweeper.sweep_all()
+    assert n("DBSIZE") == 3 and b"db0:keys=3,expires=0" in n("INFO", "keyspace")
+    n("FLUSHALL")
+    n.node.sweeper.sweep_all()
+    assert n("DBSIZE") == 0 and b"db0:" not in n("INFO", "keyspace")
+
+
 def test_a_member_removed_within_gc_grace_stays(n):
     R.build(n.ks, b"s", CT.SET, 3)
     member = K.encode_set_member_key(b"s", b"0")
