@@ -38,12 +38,10 @@ counted for ever).
 
 from __future__ import annotations
 
-from typing import Any
-
 from marekvs.core import envelope as env
 from marekvs.core import head, zset
 from marekvs.core import keys as K
-from marekvs.core.registry import BY_CODE, CONTENT, CONTENT_CODES, Sweep
+from marekvs.core.registry import BY_CODE, CONTENT, CONTENT_CODES, RecordKind, Sweep
 
 _BY_CODE = BY_CODE
 _RECORD = Sweep.RECORD
@@ -157,7 +155,7 @@ class PartitionSweep:
         elif content is not None:
             self._pending[userkey] = (clock, ttl, code)
 
-    def _count_element(self, userkey: bytes, code: int, kind: Any, record: bytes) -> None:
+    def _count_element(self, userkey: bytes, code: int, kind: RecordKind, record: bytes) -> None:
         """A content element (``kind``, ``record``): if live, it makes its collection
         count when its head waits for one of its content kind below its gate clock."""
         if not env.is_live(record, self.now) or kind.gate_clock is None:

@@ -38,7 +38,7 @@ import time
 from typing import Any
 
 from marekvs.core.hlc import physical_ms, wall_ms
-from marekvs.gateway.kafka import offsets, records, rounds
+from marekvs.gateway.kafka import offsets, records
 from marekvs.gateway.kafka.topics import StoreError
 from marekvs.keyspace import streams
 
@@ -67,7 +67,7 @@ class Logs:
         """Is ``key`` on another shard worker (``rounds.py``)? Its stream is then read
         with XINFO STREAM and XRANGE, carried to its worker."""
         mesh = self.gw.mesh
-        return mesh is not None and rounds.owner(mesh, key) != mesh.index
+        return mesh is not None and mesh.shards.shard_of_key(key) != mesh.index
 
     def _info(self, key: bytes) -> dict[bytes, Any] | None:
         """XINFO STREAM of ``key`` on its worker (None: no stream)."""

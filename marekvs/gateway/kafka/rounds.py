@@ -42,7 +42,6 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from marekvs.core.partition import partition_of
 
 
 class Rounds:
@@ -114,8 +113,3 @@ class Rounds:
     def stop(self) -> None:
         if self.task is not None:
             self.task.cancel()
-
-
-def owner(mesh: Any, key: bytes) -> int:
-    """The shard worker of ``key``."""
-    return int(mesh.shards.owner[partition_of(key)])

@@ -45,7 +45,6 @@ import xxhash
 
 from marekvs.commands.reply import Err
 from marekvs.commands.table import Command
-from marekvs.gateway.kafka import rounds
 
 LEGAL_NAME = re.compile(rb"^[a-zA-Z0-9._-]{1,249}$")
 TOPIC_FIELDS = (b"id", b"name", b"partitions", b"retentionTime", b"retentionBytes", b"compression",
@@ -182,7 +181,7 @@ class Layout:
         """Run ``commands`` on ``key`` (a produced batch's XADDs), stopping at the first
         refused (StoreError); on a node of shard workers carried to its worker in one frame."""
         mesh = self.mesh
-        j = -1 if mesh is None else rounds.owner(mesh, key)
+        j = -1 if mesh is None else mesh.shards.shard_of_key(key)
         if j < 0 or j == mesh.index:
             for argv in commands:
                 self.call(ctx, *argv)
