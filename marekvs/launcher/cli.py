@@ -93,10 +93,6 @@ def cmd_up(args: argparse.Namespace) -> int:
         except ValueError as e:
             print(f"marekvs cluster: --shards: {e}", file=sys.stderr)
             return 1
-        if shards > 1 and kafka_base:
-            print("marekvs cluster: --kafka with --shards > 1 is not supported yet (a node of shard workers "
-                  "with peers does not serve Kafka: docs/kafka.md)", file=sys.stderr)
-            return 1
         extra = ["--shards", str(shards)]
     specs = plan_nodes(d, args.nodes, args.base_port, args.grpc_base_port, metrics_base, args.tls, kafka_base)
     busy = [p for s in specs for p in node_ports(s) if not port_free(p)]
@@ -424,7 +420,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     common(up)
     up.add_argument("--durability", default="everysec", choices=["always", "everysec", "no"])
     up.add_argument("--shards", default=None, metavar="N|auto",
-                    help="shard worker processes of every node (docs/shards.md; default 1; not with --kafka)")
+                    help="shard worker processes of every node (docs/shards.md; default 1)")
     up.add_argument("--secret", default="", help="cluster secret (passed to nodes through the environment)")
     up.add_argument("--name", default="marekvs", help="cluster name")
     up.add_argument(

@@ -92,7 +92,8 @@ class Receiver(pbg.ReplicationServicer):
             p = self.m.add_peer(node.node_id, node.grpc_addr)
             self.engine.commit()
             self.m.start_sender(p)
-        self.m.peers[node.node_id].log_last_at_hello = request.log_last  # (the Kafka gateway's catch-up)
+        known = self.m.peers[node.node_id]  # (the Kafka gateway's catch-up)
+        known.log_last_at_hello = known.hellos[node.incarnation] = request.log_last
         hwm, epoch = self.m.hwm_of(node.node_id, node.incarnation)
         if hwm > request.log_last:
             log.warning("peer %d's log ends at %d but this node applied %d of it: the peer will take a new "

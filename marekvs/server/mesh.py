@@ -2073,6 +2073,31 @@ class Mesh:
                 out[j] = unpack(got[0])
         return out
 
+    async def gather_part(self, ctx: Context, part: Command, args: list[bytes], timeout: float) -> list[Any]:
+        """Run the part command ``part`` (``fanout.FAN_PARTS``) on every sibling for
+        ``ctx`` (its proxy there) over the links: each sibling's value, None for one
+        that is down or did not answer within ``timeout`` (a unit holding it); this
+        worker's own entry None too (the caller has it). Used by the Kafka gateway's
+        poll of the workers' replication figures (``gateway/kafka/replicas.py``)."""
+        loop = self.node.loop
+        assert loop is not None
+        out: list[Any] = [None] * len(self.links)
+        number = self.plan.number[id(part)] + _FAN
+        waits: dict[int, asyncio.Future[list[bytes] | None]] = {}
+        for j, link in enumerate(self.links):
+            if link is not None and j != self.index:
+                fut: asyncio.Future[list[bytes] | None] = loop.create_future()
+                link.send([_entry(ctx, number, args)], lambda replies, f=fut: f.done() or f.set_result(replies))
+                waits[j] = fut
+        if waits:
+            await asyncio.wait(waits.values(), timeout=timeout)
+        for j, fut in waits.items():
+            got = fut.result() if fut.done() else None
+            if got:
+                v = unpack(got[0])
+                out[j] = None if type(v) is Err else v
+        return out
+
     def _post(self, j: int, entry: list[Any]) -> None:
         if j != self.index:
             link = self.links[j]

@@ -601,6 +601,26 @@ def scan_walk(ranges: Any, j: int, cursor: int, args: list[bytes]) -> Generator[
         cursor = nxt
 
 
+def replication_view(node: Any, last_write: int, marks: bool = True) -> list[Any]:
+    """A worker's replication figures, for the Kafka gateway of worker 0
+    (``gateway/kafka/replicas.py``): [``last_write`` (the asking client's last write
+    here), this worker's log end, per peer [node id, streaming, acked seq of this log,
+    last ack (``time.monotonic()``: one clock for the processes of a node), the peer's
+    log ends at the Hellos this worker received ([[incarnation, log end], ...], the
+    peer's current workers'), and, with ``marks``, this worker's high-water marks of
+    the peer's logs ([[incarnation, mark], ...]; else None)]]."""
+    repl = node.replication
+    if repl is None:
+        return [last_write, node.engine.log_seq, []]
+    peers = []
+    for p in repl.peers.values():
+        incs = p.incarnations or frozenset((p.incarnation,))
+        hellos = [[i, n] for i, n in p.hellos.items() if i in incs]
+        peers.append([p.node_id, p.state == "streaming", p.acked_seq, p.last_ack, hellos,
+                      [[i, repl.hwm(p.node_id, i)] for i in incs.union(i for i, _ in hellos)] if marks else None])
+    return [last_write, node.engine.log_seq, peers]
+
+
 # the part command a node-wide command runs on every worker instead of itself, where the
 # merge needs more than its replies (what each worker answers: its figures, the names of
 # the events it reset); the client's command is counted once, on the connection's worker
@@ -609,6 +629,8 @@ FAN_PARTS: dict[str, Command] = {
     "~scan": _part("~scan", _scan_part),
     "~latreset": _part("~latreset", lambda ctx, args: ctx.node.latency.reset_events(
         [a.decode("utf-8", "surrogateescape") for a in args[2:]])),
+    # (carried by the Kafka gateway: after a produced batch's XADDs, and polled)
+    "~replicas": _part("~replicas", lambda ctx, args: replication_view(ctx.node, ctx.last_write_seq)),
 }
 VIA: dict[str, Command] = {"memory|stats": FAN_PARTS["~memory"], "memory|doctor": FAN_PARTS["~memory"],
                            "latency|reset": FAN_PARTS["~latreset"]}

@@ -4,8 +4,9 @@ issue 33, slice 2): ``marekvs serve --shards N`` with N > 1.
 The supervisor serves no client and holds no data; its pid is the node's pid (stop it with
 SIGTERM as any node). It:
 
-- refuses what workers do not carry yet: the Kafka port with peers (worker 0 serves it
-  on a node without: docs/kafka.md; peers are served since slice 6: each worker
+- refuses what workers do not carry yet (``refusal``: nothing since the Kafka port with
+  peers is served, 2026-11-29: worker 0 serves the Kafka port and acks=all waits for every
+  worker's log it wrote on, docs/kafka.md; peers are served since slice 6: each worker
   replicates its own partitions, docs/shards.md §5; every worker listens on the TLS port
   too, and answers the metrics port for the whole node, ``server/metrics.py``);
 - lays out the data directory (``marekvs/shards/reshard.py``, called by ``marekvs serve``
@@ -63,9 +64,8 @@ _SIGNALS = (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT)
 
 
 def refusal(config: Config) -> str | None:
-    """Why a node of ``config.shards`` > 1 workers does not start with this configuration."""
-    if config.kafka_port and config.peers:  # (acks=all and the high watermark: docs/kafka.md)
-        return "kafka_port with peers is not supported with shards > 1 yet (docs/kafka.md)"
+    """Why a node of ``config.shards`` > 1 workers does not start with this configuration
+    (None: every configuration starts since the Kafka port with peers is served)."""
     return None
 
 

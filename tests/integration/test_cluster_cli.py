@@ -334,18 +334,18 @@ def _parent(proc: Path) -> int:
         return -1
 
 
+@pytest.mark.timeout(240)
 def test_cluster_up_of_nodes_of_shard_workers(tmp_path):
     """--shards N: every node runs N shard workers (docs/shards.md) and replicates to the
-    others; status and down see each node as one; a restart keeps the count; --kafka with
-    --shards > 1 is refused before anything starts."""
+    others; status and down see each node as one; a restart keeps the count; with --kafka
+    each node's worker 0 serves Kafka: a record produced with acks=all on node 1 is consumed
+    through node 2 (docs/kafka.md, "On a node of shard workers")."""
     d = tmp_path / "cluster"
-    base = free_base(4)
+    base = free_base(6)
     ports = [base, base + 1]
-    r = cli("up", "--nodes", "2", "--dir", str(d), "--shards", "2", "--kafka")
-    assert r.returncode == 1 and "--kafka with --shards > 1" in r.stderr and not (d / "cluster.json").exists()
     try:
         r = cli("up", "--nodes", "2", "--dir", str(d), "--base-port", str(base), "--grpc-base-port",
-                str(base + 2), "--shards", "2")
+                str(base + 2), "--shards", "2", "--kafka-base-port", str(base + 4))
         assert r.returncode == 0, r.stdout + r.stderr
         assert "2 node(s) of 2 shard workers" in r.stdout
         nodes = load_state(d)["nodes"]
@@ -353,13 +353,29 @@ def test_cluster_up_of_nodes_of_shard_workers(tmp_path):
             assert json.loads((Path(n.data_dir) / "shards" / "map").read_text())["shards"] == 2
         for i in range(40):  # (keys of both workers of node 1)
             assert call(base, "SET", f"k{i}", i) == "OK"
-        wait_until(lambda: digests_equal(ports) and call(base + 1, "DBSIZE") == 40, timeout=60,
-                   what="node 2 replicated node 1's writes")
+        wait_until(lambda: digests_equal(ports) and call(base + 1, "EXISTS", *[f"k{i}" for i in range(40)]) == 40,
+                   timeout=60, what="node 2 replicated node 1's writes")  # (and the Kafka brokers' record)
         js = status_json(d)
         assert [s["up"] for s in js["nodes"]] == [True, True]
         workers = [int(p.name) for n in nodes for p in Path("/proc").iterdir() if p.name.isdigit()
                    and _parent(p) == n.pid]
         assert len(workers) == 4
+        try:
+            import confluent_kafka as kafka
+        except ImportError:
+            kafka = None
+        if kafka is not None:
+            p = kafka.Producer({"bootstrap.servers": f"127.0.0.1:{base + 4}", "acks": "all",
+                                "message.timeout.ms": 60000})
+            p.produce("cli-shards", value=b"on two workers")
+            assert p.flush(60) == 0
+            c = kafka.Consumer({"bootstrap.servers": f"127.0.0.1:{base + 5}", "group.id": "cli-shards",
+                                "auto.offset.reset": "earliest"})
+            c.subscribe(["cli-shards"])
+            m = wait_until(lambda: (lambda m: m if m is not None and m.error() is None else None)(c.poll(0.5)),
+                           timeout=60, what="the record consumed through node 2")
+            c.close()
+            assert m.value() == b"on two workers"
         r = cli("down", "--dir", str(d))
         assert r.returncode == 0, r.stdout + r.stderr
         assert not any(pid_alive(p) for p in [n.pid for n in nodes] + workers)  # (no orphan worker)

@@ -24,19 +24,22 @@ from tests.kafka_helpers import batch, boot, consume, create, produce, request  
 pytestmark = pytest.mark.timeout(400)
 
 
-def kafka_cluster(tmp_path, proxied: tuple[tuple[int, int], ...] = ()) -> Cluster:
-    """Three nodes, each with a Kafka listener (``node.kport``), every node's listener in
-    every node's Metadata; ``proxied``: directed links through a ``Proxy``."""
-    kports = {i: free_port() for i in (1, 2, 3)}
-    kw = dict(n=3, extra=["--kafka-group-initial-rebalance-delay-ms", "0"],
+def kafka_cluster(tmp_path, proxied: tuple[tuple[int, int], ...] = (), n: int = 3,
+                  extra: tuple[str, ...] = ()) -> Cluster:
+    """``n`` nodes (``extra``: more flags for each), each with a Kafka listener
+    (``node.kport``), every node's listener in every node's Metadata; ``proxied``: directed
+    links through a ``Proxy``."""
+    ids = range(1, n + 1)
+    kports = {i: free_port() for i in ids}
+    kw = dict(n=n, extra=["--kafka-group-initial-rebalance-delay-ms", "0", *extra],
               per_node_extra={i: ["--kafka-port", str(p)] for i, p in kports.items()}, start=False)
     c = Cluster.with_proxies(tmp_path, proxied, **kw) if proxied else Cluster(tmp_path, **kw)
     for i, p in kports.items():
         c[i].kport = p
     c.start()
-    for i in (1, 2, 3):
+    for i in ids:
         admin = AdminClient({"bootstrap.servers": boot(c[i])})
-        wait_for(lambda a=admin: len(a.list_topics(timeout=10).brokers) == 3, 120,
+        wait_for(lambda a=admin: len(a.list_topics(timeout=10).brokers) == n, 120,
                  f"node {i}'s Metadata names every node's Kafka listener")
     return c
 

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 
@@ -31,7 +29,6 @@ from tests.integration.test_shards import (
     wait_until,
     worker_of,
 )
-from tests.helpers import ROOT
 from tests.kafka_helpers import boot, create, kafka_node, produce
 
 ck = pytest.importorskip("confluent_kafka")
@@ -228,12 +225,3 @@ def test_sigkill_of_a_worker_under_acks_all_produce_loses_no_acknowledged_record
                 t.join(DEADLINE)
         n.stop(timeout=DEADLINE)
 
-
-def test_a_kafka_port_with_peers_is_refused(tmp_path):
-    """(acks=all and the high watermark count a peer's acknowledgements of one worker's log:
-    not built across workers yet, docs/kafka.md)"""
-    r = subprocess.run([sys.executable, "-m", "marekvs", "serve", "--port", "1", "--shards", "2", "--kafka-port", "2",
-                        "--peers", "2@127.0.0.1:1", "--data-dir", str(tmp_path / "d")],
-                       env=dict(os.environ, PYTHONPATH=str(ROOT)), cwd=str(ROOT), capture_output=True, text=True,
-                       timeout=DEADLINE)
-    assert r.returncode == 1 and "kafka_port with peers is not supported with shards > 1 yet" in r.stderr

@@ -19,6 +19,8 @@ Modules, each with its part of the design:
   PLAIN as marekvs ACL users), who may lead, the retention pass.
 - ``rounds.py``: on a node of shard workers, worker 0 serves the port and each step of a
   request runs its commands where their keys are, in rounds that lock every worker.
+- ``replicas.py``: what the peers acknowledged of each worker's replication log (acks=all,
+  the high watermark), which peers are live and whether the node caught up with them.
 
 docs/kafka.md is the operator's page (how to run it, APIs and versions, semantics on a
 cluster, differences from Kafka).

@@ -204,12 +204,13 @@ def create_topics(conn: Any, req: Request) -> bytes:
                    configs=[{"name": k, "value": val, "read_only": False, "config_source": 5, "is_sensitive": False}
                             for k, val in topic_configs(t)])
     if created and b.timeout_ms > 0:  # answered once the topics are on the in-sync peers (timeout 0: at
-        return _created(conn, req, out, created, b.timeout_ms)  # once, as Kafka), so any node then knows them
-    return encode(req, {"throttle_time_ms": 0, "topics": out})
+        return _created(conn, req, out, created, b.timeout_ms, gw.written(ctx))  # once, as Kafka), so any
+    return encode(req, {"throttle_time_ms": 0, "topics": out})  # node then knows them
 
 
-async def _created(conn: Any, req: Request, out: list, created: list, timeout_ms: int) -> bytes:
-    code, message = await replicated(conn, conn.ctx.last_write_seq, timeout_ms, leading=False)
+async def _created(conn: Any, req: Request, out: list, created: list, timeout_ms: int,
+                   position: dict[int, int]) -> bytes:
+    code, message = await replicated(conn, position, timeout_ms, leading=False)
     if code != Error.NONE:
         for res in created:
             res.update(error_code=code, error_message=message)
@@ -287,7 +288,7 @@ def produce(conn: Any, req: Request) -> Any:
         return encode(req, {"responses": _refused(req, Error.KAFKA_STORAGE_ERROR, failing), "throttle_time_ms": 0})
     brokers = gw.brokers()
     topics_out = []
-    last_seq = 0
+    position: dict[int, int] = {}  # (what acks=all waits for: replicas.py)
     appended: list[dict[str, Any]] = []
     moved = False
     for td in b.topic_data:
@@ -315,7 +316,7 @@ def produce(conn: Any, req: Request) -> Any:
                 res.update(error_code=Error.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, error_message=_NO_TXN)
                 continue
             try:
-                seq = _append(conn, t, pd, res)
+                pos = _append(conn, t, pd, res)
             except records.BadBatch as e:
                 res.update(error_code=e.code, error_message=str(e))
                 continue
@@ -325,8 +326,9 @@ def produce(conn: Any, req: Request) -> Any:
             except StoreError as e:
                 res.update(error_code=_denied(e), error_message=e.text)
                 continue
-            if seq:
-                last_seq = max(last_seq, seq)
+            if pos:
+                for j, seq in pos.items():
+                    position[j] = max(position.get(j, 0), seq)
                 appended.append(res)
     if b.acks == 0:
         conn.node.request_tick()
@@ -334,14 +336,15 @@ def produce(conn: Any, req: Request) -> Any:
     fields = {"responses": topics_out, "throttle_time_ms": 0}
     if moved and v >= 10:
         fields["node_endpoints"] = _endpoints(brokers)
-    if b.acks != -1 or not appended or gw.logs.acked_all(last_seq):
+    if b.acks != -1 or not appended or gw.logs.acked_all(position):
         return encode(req, fields)
-    return _produce_all(conn, req, fields, appended, last_seq, b.timeout_ms)
+    return _produce_all(conn, req, fields, appended, position, b.timeout_ms)
 
 
-def _append(conn: Any, t: Topic, pd: Any, res: dict[str, Any]) -> int:
+def _append(conn: Any, t: Topic, pd: Any, res: dict[str, Any]) -> dict[int, int]:
     """Store one partition's record set (``res``: its response); the replication-log
-    position acks=all waits for (0: nothing to wait for, ``res`` says why)."""
+    position acks=all waits for (``replicas.py``; empty: nothing to wait for, ``res`` says
+    why)."""
     gw, ctx = conn.gw, conn.ctx
     if pd.records is None:
         raise records.BadBatch(Error.INVALID_RECORD, "no records")
@@ -364,20 +367,21 @@ def _append(conn: Any, t: Topic, pd: Any, res: dict[str, Any]) -> int:
         verdict = producers.check(state, bt.producer_epoch, bt.base_sequence, last)
         if verdict.error:
             res["error_code"] = verdict.error
-            return 0
+            return {}
         if verdict.duplicate_of >= 0:  # a retry: stored once, answered with where it went
             res.update(base_offset=verdict.duplicate_of, log_start_offset=gw.logs.log_start(key))
-            return gw.log_position()  # (acks=all: what this node has, the original included)
-    first, seq, start = gw.logs.append(ctx, key, [r for bt in batches for r in bt.records])
+            return gw.position_of(key)  # (acks=all: what its worker has, the original included)
+    first, pos, start = gw.logs.append(ctx, key, [r for bt in batches for r in bt.records])
     if idem:
         gw.record("a producer's sequence", b"HSET", pkey, pid, producers.appended(
             state, bt.producer_epoch, bt.base_sequence, last, first, wall_ms()).encode())
     res.update(base_offset=first, log_start_offset=start)
-    return seq
+    return pos
 
 
-async def replicated(conn: Any, seq: int, timeout_ms: int, leading: bool) -> tuple[int, str | None]:
-    """Wait, as WAIT does, until every in-sync peer has this node's log up to ``seq`` and
+async def replicated(conn: Any, position: dict[int, int], timeout_ms: int, leading: bool) -> tuple[int, str | None]:
+    """Wait, as WAIT does, until every in-sync peer has this node's log up to ``position``
+    (on a node of shard workers, each worker's log up to its part: ``replicas.py``) and
     they make a majority with it (``Logs.acked_all``): (NONE, None), or the error and its
     message: KAFKA_STORAGE_ERROR when the commit failed, REQUEST_TIMED_OUT after
     ``timeout_ms``, and, for a partition's leader (``leading``), NOT_LEADER_OR_FOLLOWER at
@@ -387,23 +391,33 @@ async def replicated(conn: Any, seq: int, timeout_ms: int, leading: bool) -> tup
         return Error.KAFKA_STORAGE_ERROR, gw.storage_error()
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(timeout_ms, 0) / 1000
-    while True:
-        if leading and not gw.can_lead():  # (no majority any more: the records may be on this node only)
-            return Error.NOT_LEADER_OR_FOLLOWER, "this node lost the majority it needs to lead"
-        if gw.logs.acked_all(seq):
-            return Error.NONE, None
-        left = deadline - loop.time()
-        if left <= 0:
-            return Error.REQUEST_TIMED_OUT, "not acknowledged by every in-sync peer in time"
-        try:  # an ack, or a peer going down (checked every 100 ms), ends the wait
-            await asyncio.wait_for(conn.node.ack_waiter().wait(), min(left, 0.1))
-        except asyncio.TimeoutError:
-            pass
+    replicas = gw.replicas
+    elsewhere = any(j != replicas.index for j in position)  # (a sibling's acks come with its next poll)
+    replicas.waiting += 1
+    try:
+        while True:
+            if leading and not gw.can_lead():  # (no majority any more: the records may be on this node only)
+                return Error.NOT_LEADER_OR_FOLLOWER, "this node lost the majority it needs to lead"
+            if gw.logs.acked_all(position):
+                return Error.NONE, None
+            left = deadline - loop.time()
+            if left <= 0:
+                return Error.REQUEST_TIMED_OUT, "not acknowledged by every in-sync peer in time"
+            if elsewhere:
+                await replicas.polled(min(left, 0.1))
+                continue
+            try:  # an ack, or a peer going down (checked every 100 ms), ends the wait
+                await asyncio.wait_for(conn.node.ack_waiter().wait(), min(left, 0.1))
+            except asyncio.TimeoutError:
+                pass
+    finally:
+        replicas.waiting -= 1
 
 
-async def _produce_all(conn: Any, req: Request, fields: dict, appended: list, seq: int, timeout_ms: int) -> bytes:
+async def _produce_all(conn: Any, req: Request, fields: dict, appended: list, position: dict[int, int],
+                       timeout_ms: int) -> bytes:
     """acks=all: answer once the appends are replicated (``replicated``)."""
-    code, message = await replicated(conn, seq, timeout_ms, leading=True)
+    code, message = await replicated(conn, position, timeout_ms, leading=True)
     if code != Error.NONE:
         for res in appended:
             res.update(error_code=code, base_offset=-1, error_message=message)

@@ -5,7 +5,8 @@ adds one entry per record with ``XADD key <ms>-<seq> ...`` through ``node.dispat
 the same event-loop tick, so they are one commit. The response waits for that commit
 (acks=1) or, for acks=all, until every in-sync peer acknowledged the replication-log
 position of the last entry, as WAIT does, and the in-sync peers with the leader are a
-majority of the nodes it knows (``acked_all``; in-sync: ``KafkaGateway.in_sync``).
+majority of the nodes it knows (``acked_all``; ``replicas.py``: on a node of shard workers
+the position is in the log of the worker holding the stream).
 
 High watermark. What a consumer may read is what acks=all would acknowledge: the leader
 keeps, per partition, its own appends that ``acked_all`` does not cover yet, and the high
@@ -34,11 +35,11 @@ puts each millisecond's entries in offset order (``offsets.sort_ms``), and retur
 from __future__ import annotations
 
 import collections
-import time
 from typing import Any
 
 from marekvs.core.hlc import physical_ms, wall_ms
 from marekvs.gateway.kafka import offsets, records
+from marekvs.gateway.kafka.replicas import REPLICAS
 from marekvs.gateway.kafka.topics import StoreError
 from marekvs.keyspace import streams
 
@@ -55,9 +56,9 @@ class Logs:
         self.gw = gw
         self.node = gw.node
         self.layout = gw.layout
-        # stream key -> deque of (first offset, replication-log seq of the last entry) of
-        # this node's appends that ``acked_all`` does not cover yet
-        self.unacked: dict[bytes, collections.deque[tuple[int, int]]] = {}
+        # stream key -> deque of (first offset, replication-log position of the last entry:
+        # ``replicas.py``) of this node's appends that ``acked_all`` does not cover yet
+        self.unacked: dict[bytes, collections.deque[tuple[int, dict[int, int]]]] = {}
 
     # -- offsets -----------------------------------------------------------------------------------
     def _stream(self, key: bytes) -> streams.Stream | None:
@@ -116,7 +117,7 @@ class Logs:
                 return min(end, q[0][0])
         return end
 
-    def _settle(self, key: bytes, q: collections.deque[tuple[int, int]]) -> None:
+    def _settle(self, key: bytes, q: collections.deque[tuple[int, dict[int, int]]]) -> None:
         while q and self.acked_all(q[0][1]):
             q.popleft()
         if not q:
@@ -140,27 +141,23 @@ class Logs:
         first = streams.first_entry(self.node.ks, st)
         return offsets.of_id(first[0]) if first is not None else self.log_end(key)
 
-    def acked_all(self, seq: int) -> bool:
-        """Has every in-sync peer (``KafkaGateway.in_sync``) acknowledged this node's
-        replication log up to ``seq``, and are they, with this node, a majority of the nodes
-        it knows? (Kafka's min.insync.replicas, here a majority: what acks=all acknowledged
-        and a consumer read is on a majority, so any majority that takes over has it.)"""
+    def acked_all(self, position: dict[int, int]) -> bool:
+        """Has every in-sync peer acknowledged this node's replication log (each worker's)
+        up to ``position``, and are they, with this node, a majority of the nodes it knows?
+        (``Replicas.acked``)"""
         repl = self.node.replication
-        if repl is None or not seq or not repl.peers:
+        if repl is None or not position or not repl.peers:
             return True
-        now = time.monotonic()
-        peers = repl.peers.values()
-        synced = [p for p in peers if self.gw.in_sync(p, now)]
-        return 2 * (1 + len(synced)) > 1 + len(peers) and all(p.acked_seq >= seq for p in synced)
+        return bool(self.gw.replicas.acked(position))
 
     def pending(self) -> bool:
         return bool(self.unacked)
 
     # -- append ------------------------------------------------------------------------------------
-    def append(self, ctx: Any, key: bytes, recs: list[tuple[Any, Any, int, list]]) -> tuple[int, int, int]:
+    def append(self, ctx: Any, key: bytes, recs: list[tuple[Any, Any, int, list]]) -> tuple[int, dict[int, int], int]:
         """Add ``recs`` (key, value, timestamp, headers) to the stream ``key``; returns the
-        first offset, the replication-log position of the last entry and the log start
-        offset after it."""
+        first offset, the replication-log position of the last entry (``replicas.py``: in
+        the log of the worker holding ``key``) and the log start offset after it."""
         remote = self._remote(key)
         if remote:  # the start after it, from the XINFO read before it (one XINFO less)
             info = self._info(key)
@@ -169,20 +166,23 @@ class Logs:
             start = -1 if emptied else self.log_start(key)  # (emptied: the first appended, below)
         top = self.last_id(key)
         ms, seq = offsets.mint(top, physical_ms(self.node.hlc.now()), self.node.config.node_id, len(recs))
-        self.layout.call_many(ctx, key, [[b"XADD", key, b"%d-%d" % (ms, seq + i),
-                                          *records.entry_fields(k, v, ts, headers)]
-                                         for i, (k, v, ts, headers) in enumerate(recs)])
+        pos = self.layout.call_many(ctx, key, [[b"XADD", key, b"%d-%d" % (ms, seq + i),
+                                                *records.entry_fields(k, v, ts, headers)]
+                                               for i, (k, v, ts, headers) in enumerate(recs)], tail=REPLICAS)
         first = offsets.of_id((ms, seq))
+        replicas = self.gw.replicas
         if remote:
+            j = replicas.worker_of(key)  # (the batch's position there: its ``~replicas`` after the XADDs)
+            position = {j: replicas.took(j, pos)}
             self.gw.wake(key)  # (the change feed here tells only this worker's writes)
             if start < 0:  # (records were removed and none was left: its start was its end)
                 start = first
         else:
+            position = {replicas.index: ctx.last_write_seq}
             start = self.log_start(key)
-        log_seq = ctx.last_write_seq
         if self.node.replication is not None and self.node.replication.peers:
-            self.unacked.setdefault(key, collections.deque()).append((first, log_seq))
-        return first, log_seq, start
+            self.unacked.setdefault(key, collections.deque()).append((first, position))
+        return first, position, start
 
     # -- read ----------------------------------------------------------------------------------------
     def read(self, ctx: Any, key: bytes, start: int, end: int, max_bytes: int) -> list[tuple[int, Any, list]]:

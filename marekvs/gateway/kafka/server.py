@@ -31,6 +31,7 @@ from marekvs.core.hlc import wall_ms
 from marekvs.gateway.kafka import handlers, producers, protocol
 from marekvs.gateway.kafka.groups import Coordinator
 from marekvs.gateway.kafka.partitions import Logs
+from marekvs.gateway.kafka.replicas import Replicas
 from marekvs.gateway.kafka.rounds import Rounds
 from marekvs.gateway.kafka.topics import Layout, StoreError, rendezvous
 from marekvs.keyspace.changes import user_keys
@@ -78,7 +79,8 @@ class KafkaGateway:
         self.lag_time = cfg.kafka_replica_lag_time_max_ms / 1000
         self.started = time.monotonic()
         self._later: set[asyncio.Task] = set()  # writes waiting for a round (``record``)
-        self._caught_up: dict[int, int] = {}  # peer -> its log end at a Hello this node has applied
+        # what the peers acknowledged of each worker's log (one on a node of one process)
+        self.replicas = Replicas(self)
 
     # -- life cycle ---------------------------------------------------------------------------
     async def start(self) -> None:
@@ -94,6 +96,7 @@ class KafkaGateway:
             log.warning("Kafka gateway: reading the brokers' record failed: %s", e.text)
         self.node.request_tick()
         loop = asyncio.get_running_loop()
+        self.replicas.start()
         self._ack_task = loop.create_task(self._acks())
         self._retention_task = loop.create_task(self._retention())
         self.groups.start()
@@ -109,6 +112,7 @@ class KafkaGateway:
             if task is not None:
                 task.cancel()
         self.groups.stop()
+        self.replicas.stop()
         if self.rounds is not None:
             self.rounds.stop()
         for c in list(self.connections):
@@ -136,9 +140,26 @@ class KafkaGateway:
     def in_round(self) -> bool:
         return self.rounds is None or self.rounds.active
 
-    def log_position(self) -> int:
-        """This node's replication-log position (what acks=all waits for peers to have)."""
-        return self.node.engine.log_seq
+    def position_of(self, key: bytes) -> dict[int, int]:
+        """The replication-log position now of the worker holding ``key`` (acks=all of a
+        batch stored before: it is at or below it; ``replicas.py``)."""
+        j = self.replicas.worker_of(key)
+        v = self.replicas.fresh(j)
+        if v is None:
+            raise StoreError(f"LOADING the shard worker of {key.decode(errors='replace')} is restarting")
+        return {j: v.log_seq}
+
+    def written(self, ctx: Any) -> dict[int, int]:
+        """The position acks=all waits for after ``ctx``'s writes of this step (CreateTopics'
+        records, on any worker): on a node of shard workers every worker's log end."""
+        here = {self.replicas.index: ctx.last_write_seq}
+        if self.mesh is None:
+            return here
+        for j in range(len(self.mesh.shards)):
+            if j != self.replicas.index:
+                v = self.replicas.fresh(j)
+                here[j] = v.log_seq if v is not None else 1 << 62  # (restarting: not acknowledged)
+        return here
 
     def storage_error(self) -> str | None:
         """Why this node's storage refuses writes now (a full disk: RESP clients get MISCONF,
@@ -176,15 +197,9 @@ class KafkaGateway:
         return [] if repl is None else list(repl.peers.values())
 
     def live_nodes(self) -> list[int]:
-        """This node and the peers its replication links stream to."""
-        return sorted([self.node_id, *(p.node_id for p in self._peers() if p.state == "streaming")])
-
-    def in_sync(self, p: Any, now: float) -> bool:
-        """Does peer ``p`` count for acks=all and the high watermark? Streaming, and it has
-        acknowledged this node's whole log or did so within ``kafka_replica_lag_time_max_ms``
-        (Kafka's replica.lag.time.max.ms: a peer that hangs leaves the in-sync set)."""
-        return p.state == "streaming" and (p.acked_seq >= self.node.engine.log_seq
-                                           or now - max(p.last_ack, self.started) < self.lag_time)
+        """This node and the peers its replication links stream to (on a node of shard
+        workers: the links of every worker, ``Replicas.live_peers``)."""
+        return sorted([self.node_id, *self.replicas.live_peers()])
 
     def can_lead(self) -> bool:
         """May this node lead partitions now? While it sees a majority of the nodes it knows
@@ -192,19 +207,11 @@ class KafkaGateway:
         up (so it knows the partitions' latest leaders: a node that restarts or comes back from
         a partition does not act on what it recorded before)."""
         peers = self._peers()
-        live = [p for p in peers if p.state == "streaming"]
+        up = set(self.replicas.live_peers())
+        live = [p for p in peers if p.node_id in up]
         if 2 * (1 + len(live)) <= 1 + len(peers):
             return False
-        repl = self.node.replication
-        for p in live:
-            hello = p.log_last_at_hello
-            if hello < 0:
-                return False  # its log has not started to arrive yet
-            if self._caught_up.get(p.node_id) != hello:
-                if repl.hwm(p.node_id, p.incarnation) < hello:
-                    return False
-                self._caught_up[p.node_id] = hello
-        return True
+        return all(self.replicas.caught_up(p.node_id) for p in live)
 
     def brokers(self) -> dict[int, tuple[str, int]]:
         """The live nodes that serve Kafka, with their listener addresses."""
@@ -322,12 +329,15 @@ class KafkaGateway:
 
     async def _acks(self) -> None:
         """Peers' acknowledgements move high watermarks: wake the fetches waiting on the
-        partitions with appends not yet acknowledged."""
+        partitions with appends not yet acknowledged (a sibling's: ``Replicas._poll``)."""
         while True:
             await self.node.ack_waiter().wait()
-            for key in list(self.logs.unacked):
-                for ev in self.waiters.get(key, ()):
-                    ev.set()
+            self.acks_moved()
+
+    def acks_moved(self) -> None:
+        for key in list(self.logs.unacked):
+            for ev in self.waiters.get(key, ()):
+                ev.set()
 
 
 class Connection:

@@ -177,18 +177,17 @@ class Layout:
         self.known[argv] = r
         return r
 
-    def call_many(self, ctx: Any, key: bytes, commands: list[list[bytes]]) -> None:
+    def call_many(self, ctx: Any, key: bytes, commands: list[list[bytes]], tail: Command | None = None) -> Any:
         """Run ``commands`` on ``key`` (a produced batch's XADDs), stopping at the first
-        refused (StoreError); on a node of shard workers carried to its worker in one frame."""
+        refused (StoreError); on a node of shard workers carried to its worker in one frame,
+        with the part command ``tail`` after them there (its reply returned: None here)."""
         mesh = self.mesh
         j = -1 if mesh is None else mesh.shards.shard_of_key(key)
         if j < 0 or j == mesh.index:
             for argv in commands:
                 self.call(ctx, *argv)
-            return
-        if mesh.session is None or self.rounds.cache is None:
-            raise StoreError("ERR internal error: the Kafka gateway ran a command of another shard worker outside "
-                             "a round")
+            return None
+        self._in_round()
         self.rounds.cache.pop(key, None)
         calls = []
         for argv in commands:
@@ -196,9 +195,25 @@ class Layout:
             if not isinstance(cmd, Command):
                 raise StoreError(str(cmd))
             calls.append((cmd, argv))
-        for r in mesh.carry(self.carrier, j, calls):
+        if tail is not None:
+            calls.append((tail, [tail.name.encode()]))
+        replies = mesh.carry(self.carrier, j, calls)
+        for r in replies:
             if type(r) is Err:
                 raise StoreError(str(r))
+        return replies[-1] if tail is not None else None
+
+    def carry_part(self, j: int, part: Command, args: list[bytes]) -> Any:
+        """The part command ``part`` run on worker ``j`` for the gateway (in a round); None
+        while that worker restarts."""
+        self._in_round()
+        r = self.mesh.carry(self.carrier, j, [(part, args)])[0]
+        return None if type(r) is Err else r
+
+    def _in_round(self) -> None:
+        if self.mesh.session is None or self.rounds.cache is None:
+            raise StoreError("ERR internal error: the Kafka gateway ran a command of another shard worker outside "
+                             "a round")
 
     def topic(self, ctx: Any, name: bytes) -> Topic | None:
         flat = self.read(ctx, b"HGETALL", self.topic_key(name))
