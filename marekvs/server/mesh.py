@@ -1532,22 +1532,25 @@ class Mesh:
                 self.unlock(j, uid)
 
     # -- a gateway's sessions (marekvs/gateway/kafka/rounds.py) -----------------------------
-    async def open_session(self) -> Session:
+    async def open_session(self, every: bool = True) -> Session:
         """Lock every live worker, in order (as a unit), for a session whose synchronous
         calls ``route`` and ``carry`` run where their keys are, until ``close_session``;
         a worker down now is left out (its keys answer LOADING, or it is locked on the
-        way if it is back). The caller runs the session's steps itself."""
+        way if it is back). With ``every`` false, this worker only: a sibling is locked
+        when a call first reaches it (``_hold``, a bounded wait, as a script's undeclared
+        keys), and held until the session closes. The caller runs the session's steps
+        itself."""
         uid = self.new_unit()
         locked: list[int] = []
         try:
-            for j in range(len(self.shards)):
+            for j in (range(len(self.shards)) if every else (self.index,)):
                 if await self.lock(j, uid, []) is not None:
                     locked.append(j)
         except BaseException:
             for j in locked:
                 self.unlock(j, uid)
             raise
-        session = self.session = Session(uid, set(locked), False)
+        session = self.session = Session(uid, set(locked), not every)
         return session
 
     def close_session(self, session: Session) -> None:

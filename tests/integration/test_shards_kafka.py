@@ -174,8 +174,12 @@ class Consuming(threading.Thread):
             self.failure = e
 
 
+def worker_pid(n, index: int) -> int:
+    return next(p for p in children(n.pid) if _cmdline(p)[_cmdline(p).index(b"--index") + 1] == b"%d" % index)
+
+
 def kill(n, index: int) -> None:
-    victim = next(p for p in children(n.pid) if _cmdline(p)[_cmdline(p).index(b"--index") + 1] == b"%d" % index)
+    victim = worker_pid(n, index)
     os.kill(victim, signal.SIGKILL)
     wait_until(lambda: not alive(victim), f"worker {index} to die")
     wait_until(lambda: len(children(n.pid)) == SHARDS and victim not in children(n.pid),
@@ -225,3 +229,54 @@ def test_sigkill_of_a_worker_under_acks_all_produce_loses_no_acknowledged_record
                 t.join(DEADLINE)
         n.stop(timeout=DEADLINE)
 
+
+
+def test_a_round_holds_only_the_workers_it_reaches(tmp_path):
+    """A round locks worker 0, and a sibling only once a command reaches it (rounds.py): with
+    worker 1 stopped (SIGSTOP: alive, its socket open, answering nothing), Metadata and
+    produce for a partition whose records (and the topic's, the leaders' and the brokers'
+    records: a prefix and a topic named for that) are on worker 0 are answered; a round that
+    locked every worker waited for worker 1 (until the socket timeout here)."""
+    from kafka.protocol.metadata import MetadataRequest
+    from kafka.protocol.producer import ProduceRequest
+
+    from tests.kafka_helpers import batch, request
+
+    prefix = next(f"p{i}" for i in range(10_000) if {worker_of(f"p{i}:{k}") for k in ("brokers", "topics",
+                                                                                    "topic-ids")} == {0})
+    topic = next(f"t{i}" for i in range(10_000) if [worker_of(f"{prefix}:{k}:t{i}{s}") for k, s in (
+        ("topic", ""), ("leaders", ""), ("stream", ":0"), ("stream", ":1"))] == [0, 0, 0, 1])
+    n = kafka_node(tmp_path / "data", "--shards", str(SHARDS), "--kafka-prefix", prefix)
+    n.start()
+    stopped = 0
+    try:
+        wait_until(lambda: len(children(n.pid)) == SHARDS, "the workers")
+        create(n, topic, 2)
+
+        def produce_to(p: int, acks: int) -> tuple[int, int]:
+            r = request(n.kport, ProduceRequest, 7, {"transactional_id": None, "acks": acks, "timeout_ms": 30000,
+                                                     "topic_data": [{"name": topic, "partition_data": [
+                                                         {"index": p, "records": batch([b"r%d" % p])}]}]})
+            pr = r.responses[0].partition_responses[0]
+            return pr.error_code, pr.base_offset
+
+        assert produce_to(1, 1)[0] == 0  # (worker 1's partition, before)
+        stopped = worker_pid(n, 1)
+        os.kill(stopped, signal.SIGSTOP)
+        md = request(n.kport, MetadataRequest, 9, {"topics": [(topic,)], "allow_auto_topic_creation": False,
+                                                    "include_cluster_authorized_operations": False,
+                                                    "include_topic_authorized_operations": False})
+        assert md.topics[0][0] == 0 and len(md.topics[0][3]) == 2, md
+        for acks in (1, -1):
+            code, offset = produce_to(0, acks)
+            assert code == 0 and offset > 0, (acks, code)
+        os.kill(stopped, signal.SIGCONT)
+        stopped = 0
+        assert produce_to(1, -1)[0] == 0
+        c = client_on(n.port, 1)
+        assert c.xlen(f"{prefix}:stream:{topic}:0") == 2 and c.xlen(f"{prefix}:stream:{topic}:1") == 2
+        c.close()
+    finally:
+        if stopped:
+            os.kill(stopped, signal.SIGCONT)
+        n.stop(timeout=DEADLINE)

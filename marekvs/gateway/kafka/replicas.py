@@ -197,7 +197,9 @@ class Replicas:
         mesh, gw = self.mesh, self.gw
         while True:
             try:
-                got = await mesh.gather_part(gw.sys, REPLICAS, _ARGS, ASK_S)
+                repl = self.node.replication
+                got = await mesh.gather_part(gw.sys, REPLICAS, _ARGS, ASK_S) if repl is not None and repl.peers \
+                    else []
                 moved = False
                 for j, raw in enumerate(got):
                     if j == self.index:

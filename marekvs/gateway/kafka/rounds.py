@@ -9,11 +9,21 @@ stream, its producers' state, the topic's hash, a group's commits each live on t
 owning their key's partition (docs/shards.md §2).
 
 So every step of the gateway that reads or writes keys runs in a *round*: worker 0 locks
-every live worker, in worker order, as a unit across workers does (``Mesh.open_session``:
-their clients' commands and siblings' frames wait meanwhile), and the step runs its
-commands synchronously where their keys are (``Mesh.route``: here, or carried to the
-owner over the blocking socket of that worker pair and answered after its commit; the
-records of one produced batch in one frame, ``Mesh.carry``). A step is what a task of the
+itself (``Mesh.open_session(every=False)``: its clients' commands and siblings' frames
+wait meanwhile), and the step runs its commands synchronously where their keys are
+(``Mesh.route``: here, or carried to the owner over the blocking socket of that worker
+pair and answered after its commit; the records of one produced batch in one frame,
+``Mesh.carry``). A sibling is locked when the round's first command reaches it
+(``Mesh._hold``, as a script's undeclared keys are) and held until the round ends, so
+what a round reads and writes on it is atomic as if every worker were held, and a worker
+the round never reaches is not held at all: its RESP clients go on meanwhile. Worker 0
+holds itself first, and on two workers that is the whole lock order (a unit over both
+locks worker 0 first, so it cannot hold worker 1 while it waits for worker 0). On more, a
+round that took a higher worker first can meet a unit holding a lower one and waiting
+for the higher: the round's lock waits at most ``mesh.LOCK_WAIT_S`` (worker 0 waits
+synchronously, as a script does) and its command fails (the request's partitions there
+get KAFKA_STORAGE_ERROR, or its connection closes when it was a record every request reads;
+clients retry). A step is what a task of the
 gateway runs from the moment the round lets it in to its next suspension (the response's
 commit barrier, a produce waiting for acks=all, a fetch or a join waiting): so a
 partition's read of its last id and the appends that mint above it are atomic, as within
@@ -25,16 +35,16 @@ rebalance completes on a timer) run in the next round.
 
 Reads of another worker's records that requests repeat (a topic's hash, its leaders, the
 brokers, a stream's XINFO) are carried once per round (``Layout.read``, ``Layout.cached``):
-the round holds every worker, so only the gateway's own writes, which drop them, change
-them meanwhile. While a worker restarts, the topics', leaders' and brokers' records it
-holds are taken as last read, so the other workers' partitions are served meanwhile.
+the round holds that worker from then on, so only the gateway's own writes, which drop
+them, change them meanwhile. The topics', leaders' and brokers' records are also kept
+across rounds for ``topics.KEEP_S`` (``Layout.read`` says why that is safe), so a request
+whose partitions are on worker 0 does not lock another worker for them. While a worker
+restarts, those records it holds are taken as last read, so the other workers'
+partitions are served meanwhile.
 
-Cost (bench/README.md, "Kafka on shard workers"): a round's lock round trip per sibling,
-then one round trip per command carried (a produce to a partition of another worker: its
-XINFO STREAM and its batch's XADDs in one frame). Every worker is held for each round, so
-the node's RESP clients wait meanwhile: locking only the workers a step touches (lazily,
-as a script's undeclared keys are) and keeping the layout's records across rounds would cut
-that (not built).
+Cost (bench/README.md, "Kafka on shard workers"): a lock round trip per sibling the round
+reaches, then one round trip per command carried (a produce to a partition of another
+worker: its XINFO STREAM and its batch's XADDs and ``~replicas`` in one frame).
 """
 
 from __future__ import annotations
@@ -88,7 +98,7 @@ class Rounds:
         mesh = self.mesh
         try:
             while self.waiting:
-                session = await mesh.open_session()
+                session = await mesh.open_session(every=False)
                 try:
                     batch, self.waiting = self.waiting, []
                     self.active = True

@@ -153,7 +153,8 @@ class KafkaGateway:
         """The position acks=all waits for after ``ctx``'s writes of this step (CreateTopics'
         records, on any worker): on a node of shard workers every worker's log end."""
         here = {self.replicas.index: ctx.last_write_seq}
-        if self.mesh is None:
+        repl = self.node.replication
+        if self.mesh is None or repl is None or not repl.peers:
             return here
         for j in range(len(self.mesh.shards)):
             if j != self.replicas.index:

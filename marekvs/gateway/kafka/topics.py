@@ -37,6 +37,7 @@ in a lane of its own).
 from __future__ import annotations
 
 import re
+import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -51,6 +52,10 @@ TOPIC_FIELDS = (b"id", b"name", b"partitions", b"retentionTime", b"retentionByte
                 b"valueType", b"offsetSequenceBits", b"messageBytes")
 DEFAULT_MESSAGE_BYTES = 1048588  # Kafka's message.max.bytes
 COMPRESSIONS = ("producer", "uncompressed", "none", "gzip", "snappy", "lz4", "zstd")
+# on a node of shard workers: how long a record every request reads (a topic's hash, its
+# leaders, the brokers) read on another worker is taken again without reading it there
+# (``Layout.read``: so a round need not lock that worker for it)
+KEEP_S = 0.1
 
 
 class StoreError(Exception):
@@ -88,6 +93,8 @@ class Layout:
         self.carrier: Any = None
         self.rounds: Any = None
         self.known: dict[tuple[bytes, ...], Any] = {}  # (``read``)
+        # (``read``) key -> (argv, reply, when read: monotonic) of another worker's records
+        self.kept: dict[bytes, tuple[tuple[bytes, ...], Any, float]] = {}
         self.p = prefix.encode()
         self.topics_key = self.p + b":topics"
         self.topic_ids_key = self.p + b":topic-ids"
@@ -123,20 +130,31 @@ class Layout:
             raise StoreError(str(r))
         return r
 
-    def _routed(self, ctx: Any, args: list[bytes], cached: bool = False) -> Any:
+    def _routed(self, ctx: Any, args: list[bytes], cached: int = 0) -> Any:
         """On a node of shard workers: admitted for ``ctx`` here, run where its keys are,
         in the round running (``rounds.py``): here for ``ctx``, else carried there for the
         gateway (``carrier``: one proxy on the sibling for every connection). A ``cached``
-        read of another worker (``read``) is carried once per round: the round holds every
-        worker, so only the gateway's own writes change it meanwhile, and they drop it."""
+        read of another worker (``read``, ``cached``) is carried once per round: the round
+        holds that worker from its first call there, so only the gateway's own writes change
+        it meanwhile, and they drop it. A layout record (``read``: ``cached`` 2) read there
+        is taken again for ``KEEP_S`` after, in later rounds too (``read`` says why), and
+        so is not carried: its worker is not locked for it."""
         node, mesh = self.node, self.mesh
         cmd = node.admit(ctx, args)
         if not isinstance(cmd, Command):
             return cmd
         cache = self.rounds.cache
-        if cmd.write and cache:
-            for a in args[1:]:
-                cache.pop(a, None)
+        if cmd.write:
+            if cache:
+                for a in args[1:]:
+                    cache.pop(a, None)
+            if self.kept:
+                for a in args[1:]:
+                    self.kept.pop(a, None)
+        elif cached == 2:  # (``read``: a record kept from an earlier round, if still fresh)
+            got = self.kept.get(args[-1])
+            if got is not None and got[0] == tuple(args) and time.monotonic() - got[2] < KEEP_S:
+                return got[1]
         if mesh.plan.where(ctx, cmd, args) is None:
             return node.execute(ctx, cmd, args)
         if mesh.session is None or cache is None:
@@ -150,6 +168,8 @@ class Layout:
             r = mesh.route(self.carrier, cmd, args)
             if type(r) is not Err:
                 of_key[key] = r
+                if cached == 2 and r:  # (a record that is not there is read again: it may come)
+                    self.kept[args[-1]] = (key, r, time.monotonic())
         return r
 
     def cached(self, ctx: Any, *argv: bytes) -> Any:
@@ -166,10 +186,19 @@ class Layout:
         """A read of the layout's records that every request makes (a topic's hash, its
         leaders, the brokers): on a node of shard workers, while the worker holding the key
         restarts (LOADING), what it read last, so the partitions of the other workers are
-        served meanwhile (only this gateway writes these keys on a node without peers)."""
+        served meanwhile (only this gateway writes these keys on a node without peers).
+
+        One that is on another worker is taken again for ``KEEP_S`` after it was read there,
+        in later rounds too, so that a round locks that worker only for what it writes or
+        reads there otherwise (the stream of a partition there): the request's ACL check
+        still runs here. It may then miss, for at most ``KEEP_S``, a change that a peer's
+        replicated write or a Redis client made there (this gateway's own writes drop it):
+        the peers' writes reach the node asynchronously anyway (a claim, a topic created on
+        a peer: as if it came ``KEEP_S`` later), and a record that is not there (no topic
+        yet) is never kept, so a topic created on a peer is not created again here."""
         if self.mesh is None:
             return self.call(ctx, *argv)
-        r = self._routed(ctx, list(argv), cached=True)
+        r = self._routed(ctx, list(argv), cached=2)
         if type(r) is Err:
             if not r.startswith("LOADING") or argv not in self.known:
                 raise StoreError(str(r))
@@ -189,6 +218,7 @@ class Layout:
             return None
         self._in_round()
         self.rounds.cache.pop(key, None)
+        self.kept.pop(key, None)
         calls = []
         for argv in commands:
             cmd = self.node.admit(ctx, argv)
