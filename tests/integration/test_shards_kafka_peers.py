@@ -3,7 +3,8 @@ shard workers"): acks=all waits for the peers' acknowledgements of every worker'
 produce wrote on (``marekvs/gateway/kafka/replicas.py``), not only worker 0's.
 
 - Two nodes of two workers, a topic whose partitions' streams are on both workers: every
-  record confluent-kafka had acknowledged with acks=all is on the other node at its offset
+  record an idempotent confluent-kafka producer had acknowledged with acks=all (the
+  producer's state records on either worker too) is on the other node at its offset
   the moment the producer has its acknowledgement (RESP reads there, through each of its
   workers), and a consumer bootstrapped on the other node reads them all.
 - The peer stopped (SIGSTOP of its every process): a produce with acks=all to partitions of
@@ -55,7 +56,7 @@ def test_acks_all_records_are_on_the_peer_from_both_workers(tmp_path):
         by = led(c, topic)
         assert set(by.values()) == {1, 2}  # (both nodes lead partitions: each waits for the other)
         msgs = [{"value": b"v%d" % i, "partition": i % PARTITIONS} for i in range(200)]
-        got = produce(c[1], topic, msgs, acks="all")
+        got = produce(c[1], topic, msgs, acks="all", **{"enable.idempotence": True})  # (its state: any worker)
         acked = {(p, off): m["value"] for (p, off), m in zip(got, msgs)}
         # acks=all: acknowledged once the peer has it, whichever worker's log holds it
         for node in (c[1], c[2]):
@@ -63,6 +64,9 @@ def test_acks_all_records_are_on_the_peer_from_both_workers(tmp_path):
                 on = stored(node.port, topic, w)
                 missing = {k for k in acked if on.get(k) != acked[k]}
                 assert not missing, f"node {node.node_id} (through worker {w}) lacks {sorted(missing)[:5]}"
+        r2 = c.client(2)
+        assert all(r2.hlen(f"korvet:producers:{topic}:{p}") == 1 for p in range(PARTITIONS))
+        assert {worker_of(f"korvet:producers:{topic}:{p}") for p in range(PARTITIONS)} == {0, 1}
         read = consume(c[2], topic, list(range(PARTITIONS)), len(msgs))
         assert {(m.partition(), m.offset()): m.value() for m in read} == acked
     finally:

@@ -316,7 +316,7 @@ def produce(conn: Any, req: Request) -> Any:
                 res.update(error_code=Error.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, error_message=_NO_TXN)
                 continue
             try:
-                pos = _append(conn, t, pd, res)
+                pos = _append(conn, t, pd, res, b.acks == -1)
             except records.BadBatch as e:
                 res.update(error_code=e.code, error_message=str(e))
                 continue
@@ -341,10 +341,11 @@ def produce(conn: Any, req: Request) -> Any:
     return _produce_all(conn, req, fields, appended, position, b.timeout_ms)
 
 
-def _append(conn: Any, t: Topic, pd: Any, res: dict[str, Any]) -> dict[int, int]:
+def _append(conn: Any, t: Topic, pd: Any, res: dict[str, Any], acks_all: bool = False) -> dict[int, int]:
     """Store one partition's record set (``res``: its response); the replication-log
     position acks=all waits for (``replicas.py``; empty: nothing to wait for, ``res`` says
-    why)."""
+    why): with ``acks_all``, an idempotent producer's state record's too (on a node of
+    shard workers it may be on another worker than the stream, in another log)."""
     gw, ctx = conn.gw, conn.ctx
     if pd.records is None:
         raise records.BadBatch(Error.INVALID_RECORD, "no records")
@@ -375,6 +376,10 @@ def _append(conn: Any, t: Topic, pd: Any, res: dict[str, Any]) -> dict[int, int]
     if idem:
         gw.record("a producer's sequence", b"HSET", pkey, pid, producers.appended(
             state, bt.producer_epoch, bt.base_sequence, last, first, wall_ms()).encode())
+        if acks_all:
+            pos = dict(pos)
+            for j, at in gw.written_at(pkey).items():
+                pos[j] = max(pos.get(j, 0), at)
     res.update(base_offset=first, log_start_offset=start)
     return pos
 

@@ -151,6 +151,10 @@ class Logs:
         return bool(self.gw.replicas.acked(position))
 
     def pending(self) -> bool:
+        """Are appends of this node not acknowledged yet (their partitions' high watermarks
+        stop below them)? Those acknowledged since are dropped first."""
+        for key, q in list(self.unacked.items()):
+            self._settle(key, q)
         return bool(self.unacked)
 
     # -- append ------------------------------------------------------------------------------------

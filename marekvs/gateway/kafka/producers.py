@@ -24,7 +24,9 @@ written in the same tick as the batch's entries and right after them in the repl
 log, so a new leader after a failover has it for every batch it has. (A leader killed
 between shipping a batch's entries and its state record, which usually go in one shipment,
 leaves that batch without state on the new leader: the producer's retry stores it again.
-Nothing acknowledged is lost either way.) State unused for ``EXPIRATION_MS`` (Kafka's
+Nothing acknowledged is lost either way. On a node of shard workers the state record and
+the stream may be on two workers, each shipping its own log: acks=all waits for both,
+``handlers._append``, and the window is the time between the two shipments.) State unused for ``EXPIRATION_MS`` (Kafka's
 producer.id.expiration.ms, a day) is removed by the retention pass (``server.py``).
 """
 

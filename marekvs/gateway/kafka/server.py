@@ -149,6 +149,12 @@ class KafkaGateway:
             raise StoreError(f"LOADING the shard worker of {key.decode(errors='replace')} is restarting")
         return {j: v.log_seq}
 
+    def written_at(self, key: bytes) -> dict[int, int]:
+        """The position after the gateway's own last write of ``key`` (``record``): its
+        context's last write here, else its worker's log end now."""
+        j = self.replicas.worker_of(key)
+        return {j: self.sys.last_write_seq} if j == self.replicas.index else self.position_of(key)
+
     def written(self, ctx: Any) -> dict[int, int]:
         """The position acks=all waits for after ``ctx``'s writes of this step (CreateTopics'
         records, on any worker): on a node of shard workers every worker's log end."""
