@@ -9,7 +9,8 @@ produce wrote on (``marekvs/gateway/kafka/replicas.py``), not only worker 0's.
   workers), and a consumer bootstrapped on the other node reads them all.
 - The peer stopped (SIGSTOP of its every process): a produce with acks=all to partitions of
   both workers answers REQUEST_TIMED_OUT after its timeout, exactly as a node of one process
-  does (the same test on nodes of one process), and a produce after SIGCONT is acknowledged.
+  does (the same test on nodes of one process), a produce after SIGCONT is acknowledged,
+  and with the peer killed the produce answers NOT_LEADER_OR_FOLLOWER (no majority).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ pytestmark = pytest.mark.timeout(300)
 
 PARTITIONS = 8
 REQUEST_TIMED_OUT = 7
+NOT_LEADER = 6  # NOT_LEADER_OR_FOLLOWER
 
 
 def two_nodes(tmp_path, shards: int) -> Cluster:
@@ -106,6 +108,11 @@ def test_acks_all_with_the_peer_stopped_times_out_as_on_one_process(tmp_path, sh
         _signal_node(c[2], signal.SIGCONT)
         stopped = False
         assert _produce_raw(c[1].kport, topic, mine, 30000) == {p: 0 for p in mine}
+        c.kill9(2)  # down: node 1 alone is no majority of two, so it leads nothing
+        for w in (0, 1):
+            on = [p for p in mine if worker_of(f"korvet:stream:{topic}:{p}") == w]
+            wait_for(lambda on=on: _produce_raw(c[1].kport, topic, on, 1500) == {p: NOT_LEADER for p in on}, 60,
+                     f"NOT_LEADER_OR_FOLLOWER for worker {w}'s partitions")
     finally:
         if stopped:
             _signal_node(c[2], signal.SIGCONT)
