@@ -440,6 +440,8 @@ def marekvs_proc(port: int, workdir: str, profile_out: str | None, profile_forma
     d = os.path.join(workdir, "marekvs-data")
     argv = [sys.executable, "-m", "marekvs", "serve", "--port", str(port), "--data-dir", d,
             "--durability", "everysec", "--log-level", "warning", *extra]
+    if "--shards" not in extra:  # one process, as the figures in bench/README.md (a node's default is auto)
+        argv += ["--shards", "1"]
     wrapped = False
     if profile_out:
         spy = py_spy_path()

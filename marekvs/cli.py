@@ -27,7 +27,7 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     defaults = cfgmod.Config()
     for f in fields(cfgmod.Config):
         flag = "--" + f.name.replace("_", "-")
-        default = getattr(defaults, f.name)
+        default = cfgmod.LOAD_DEFAULTS.get(f.name, getattr(defaults, f.name))
         kw = {"dest": f.name, "default": None, "help": f"{cfgmod.Config.HELP[f.name]} (default: {default!r})"}
         if f.name == "durability":
             kw["choices"] = ["always", "everysec", "no"]
@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         except supervisor.Refused as e:
             logging.critical("%s", e)
             return 1
-        if config.shards > 1:  # EXPERIMENTAL: a supervisor and its shard workers
+        if config.shards > 1:  # a supervisor and its shard workers
             return supervisor.serve(config, args.config, dirs)
         from marekvs.process import serve
 

@@ -54,7 +54,7 @@ class Config:
     durability: str = "everysec"  # always | everysec | no  (Redis: appendfsync)
     gc_grace: int = 3600  # seconds a tombstone / expired record is kept before physical removal
     max_clock_drift: int = 5000  # ms a remote HLC may lead the local wall clock
-    shards: int = 1
+    shards: int = 1  # a Config built in code is one process; every start of a node defaults to auto (LOAD_DEFAULTS)
     cache_entries: int = 500_000
     sweep_interval: float = 0.1  # seconds between expiry-sweeper steps
     log_level: str = "info"
@@ -123,10 +123,11 @@ class Config:
         "durability": "WAL sync policy, like Redis appendfsync: always | everysec | no",
         "gc_grace": "seconds tombstones and expired records are kept before physical removal",
         "max_clock_drift": "ms a peer's HLC may lead our wall clock before it is clamped",
-        "shards": "shard worker processes: 1 is one process serving all 4096 partitions; N > 1 is "
-                  "EXPERIMENTAL (docs/shards.md): N worker processes on one port; auto: one per core "
-                  "available to the node (its CPU affinity and cgroup quota)",
-        "cache_entries": "records kept in the write-through cache in front of RocksDB",
+        "shards": "shard worker processes: auto is one per core available to the node (its CPU "
+                  "affinity and cgroup quota), resolved at each start; N > 1 is N worker processes on "
+                  "one port (docs/shards.md); 1 is one process serving all 4096 partitions",
+        "cache_entries": "records kept in the write-through cache in front of RocksDB, for the whole "
+                         "node (each of N shard workers keeps its share)",
         "sweep_interval": "seconds between expiry-sweeper steps",
         "log_level": "debug | info | warning | error",
         "cluster_name": "cluster name; peers with another name are refused",
@@ -253,6 +254,11 @@ class Config:
                              "antientropy_partitions >= 1")
 
 
+# the defaults of ``load`` (how every node starts: ``marekvs serve``, the cluster launcher and
+# docker use it) that differ from the dataclass's, resolved as the option's value would be
+LOAD_DEFAULTS: dict[str, str] = {"shards": "auto"}
+
+
 def available_cores(cgroup: str = "/sys/fs/cgroup/cpu.max") -> int:
     """The cores this process may use: its CPU affinity, capped by a cgroup v2 CPU quota
     (``cpu.max``: ``max 100000`` or ``<quota> <period>``, a container's ``--cpus``),
@@ -304,6 +310,9 @@ def load(file: str | None = None, env: dict[str, str] | None = None,
             values[name] = _coerce(name, v)
     for k, v in (overrides or {}).items():
         if v is not None:
+            values[k] = _coerce(k, v)
+    for k, v in LOAD_DEFAULTS.items():
+        if k not in values:
             values[k] = _coerce(k, v)
     cfg = Config(**values)
     cfg.validate()

@@ -6,7 +6,7 @@ exporter if asked, then the RESP listener, and runs until SIGTERM/SIGINT or SHUT
 stopping closes the listener, replication and then the node (RocksDB closed, the clock
 saved), in that order.
 
-``serve_worker(config, worker)`` runs one shard worker of an EXPERIMENTAL node of
+``serve_worker(config, worker)`` runs one shard worker of a node of
 ``config.shards`` > 1 workers (started by ``marekvs/shards/supervisor.py``; docs/shards.md
 slice 2): a node over the worker's partition range in its own data directory, its mesh
 with its siblings (``server/mesh.py``), replication (the worker's log is a stream of its

@@ -118,18 +118,16 @@ def wait_port(port: int, proc: subprocess.Popen | None = None, timeout: float = 
     raise TimeoutError(f"nothing listening on 127.0.0.1:{port} after {timeout}s")
 
 
-# MAREKVS_TEST_SHARDS=N (N > 1): the nodes the tests start alone (no peers, which a
-# multi-worker node with a Kafka port refuses yet) run N shard workers (docs/shards.md).
-# `make test` runs the files listed in the Makefile's SHARDED_TESTS a second time with
-# MAREKVS_TEST_SHARDS=2 (the others still meet what the slices left)
-_NOT_WITH_SHARDS = ("--peers", "--shards", "--config")
-
-
+# MAREKVS_TEST_SHARDS=N (N > 1): the nodes the tests start alone (no peers yet) run N shard
+# workers (docs/shards.md); every other node runs one process, `--shards 1`, since a node's
+# default is `auto` (one worker per core). `make test` runs the files listed in the Makefile's
+# SHARDED_TESTS a second time with MAREKVS_TEST_SHARDS=2 (the others still meet what the
+# slices left). A test that gives `--shards` or a config file chooses for itself.
 def test_shards(extra: list[str]) -> list[str]:
-    n = int(os.environ.get("MAREKVS_TEST_SHARDS", "1") or 1)
-    if n <= 1 or any(a.split("=")[0] in _NOT_WITH_SHARDS for a in extra):
+    if any(a.split("=")[0] in ("--shards", "--config") for a in extra):
         return []
-    return ["--shards", str(n)]
+    n = int(os.environ.get("MAREKVS_TEST_SHARDS", "1") or 1)
+    return ["--shards", str(1 if "--peers" in extra else n)]
 
 
 class Node:

@@ -23,7 +23,8 @@ ports, data directory, log) and is what ``status``, ``add`` and ``down`` work fr
   node's process), then SIGKILL to any left after ``--timeout`` seconds.
 
 The pid of a node is found, not trusted: the process holding the RocksDB lock of its data
-directory (``/proc/locks``), else the ``process_id`` the node reports on its port (``INFO
+directory (``/proc/locks``; on a node of shard workers, the parent of its workers' lock
+holders: the supervisor), else the ``process_id`` the node reports on its port (``INFO
 server``), else the recorded pid if it is still that node's process. So a node restarted by
 hand (on its data directory) shows its true pid in ``status``, ``down`` and ``stop`` stop it,
 and ``cluster.json`` is updated with the pid found.

@@ -420,7 +420,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     common(up)
     up.add_argument("--durability", default="everysec", choices=["always", "everysec", "no"])
     up.add_argument("--shards", default=None, metavar="N|auto",
-                    help="shard worker processes of every node (docs/shards.md; default 1)")
+                    help="shard worker processes of every node (docs/shards.md; default: the nodes' own, auto)")
     up.add_argument("--secret", default="", help="cluster secret (passed to nodes through the environment)")
     up.add_argument("--name", default="marekvs", help="cluster name")
     up.add_argument(

@@ -3,6 +3,7 @@ and stopping it."""
 
 from __future__ import annotations
 
+import glob
 import os
 import signal
 import socket
@@ -90,7 +91,7 @@ def is_node_process(pid: int, node: NodeSpec) -> bool:
         return False
     if b"serve" not in argv:
         return False
-    return os.fsencode(node.data_dir) in argv or pid in lock_holders(os.path.join(node.data_dir, "LOCK"))
+    return os.fsencode(node.data_dir) in argv or pid in data_owners(node.data_dir)
 
 
 def lock_holders(path: str) -> set[int]:
@@ -114,6 +115,21 @@ def lock_holders(path: str) -> set[int]:
     return out
 
 
+def data_owners(data_dir: str) -> set[int]:
+    """The node processes owning ``data_dir``: the holder of its RocksDB lock (one process),
+    or the parent of the holders of its shard workers' locks (``data_dir/shards/<range>/LOCK``:
+    the supervisor, whose pid is the node's)."""
+    owners = lock_holders(os.path.join(data_dir, "LOCK"))
+    for lock in glob.glob(os.path.join(glob.escape(data_dir), "shards", "*", "LOCK")):
+        for pid in lock_holders(lock):
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    owners.add(int(f.read().rsplit(")", 1)[1].split()[1]))
+            except (OSError, IndexError, ValueError):
+                pass
+    return owners
+
+
 def reported_pid(port: int, host: str = HOST, timeout: float = 1.0, tls_dir: str = "") -> int:
     """The ``process_id`` of INFO server of whatever answers on ``port`` (0 when nothing does)."""
     try:
@@ -128,7 +144,7 @@ def find_pid(node: NodeSpec) -> int:
     """The pid of the process that is node ``node`` now, or 0: the holder of its data
     directory's RocksDB lock, else the pid it reports on its port, else the recorded pid,
     each only while it is that node's process."""
-    for pid in sorted(lock_holders(os.path.join(node.data_dir, "LOCK"))):
+    for pid in sorted(data_owners(node.data_dir)):
         if pid_alive(pid):
             return pid
     pid = reported_pid(node.port, tls_dir=node.tls_dir)

@@ -1,6 +1,6 @@
 """The mesh between the shard workers of one node (docs/shards.md §2; issue 33, slice 2).
 
-EXPERIMENTAL (``--shards N`` with N > 1): a node of N worker processes, each a ``Node``
+A node of N worker processes (``shards N`` with N > 1; ``auto``, the default, is one per core), each a ``Node``
 over one contiguous range of the 4096 partitions (its own RocksDB directory), each
 accepting clients on the node's one port (``SO_REUSEPORT``: the kernel spreads the
 connections). A client's command runs where its keys live:

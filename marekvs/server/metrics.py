@@ -42,6 +42,8 @@ from typing import Any, Awaitable, Callable, Iterable, Iterator
 from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from marekvs.shards.fanout import concatenated
+
 HELP = {
     "marekvs_commands_processed": "Commands run by this node since start (or CONFIG RESETSTAT).",
     "marekvs_connected_clients": "Client connections open now.",
@@ -157,7 +159,7 @@ def merged(per_worker: list[list[Row] | None], supervisor: list[Row]) -> list[Ro
             had = node.get(key)
             if had is not None:
                 value = (max if name in _HIGHEST else min if name in _LOWEST else
-                         _concatenated if name == "marekvs_replog_first_seq" else operator.add)(had[2], value)
+                         concatenated if name == "marekvs_replog_first_seq" else operator.add)(had[2], value)
             node[key] = (name, labels, value)
     out = list(node.values())
     for i, rows in enumerate(per_worker):
@@ -166,12 +168,6 @@ def merged(per_worker: list[list[Row] | None], supervisor: list[Row]) -> list[Ro
         for name, labels, value in rows or ():
             out.append((_WORKER + name.removeprefix("marekvs_"), {**labels, "worker": w}, value))
     return out
-
-
-def _concatenated(first: float, other: float) -> float:
-    """The first position of two logs taken as one, the second after the first (positions
-    from 1: ``last - first + 1`` entries held stays true of the sums)."""
-    return first + other - 1
 
 
 class NodeCollector:

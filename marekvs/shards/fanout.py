@@ -56,6 +56,7 @@ returned, and the front encodes the merged value in the client's protocol.
 
 from __future__ import annotations
 
+import functools
 import random
 from typing import Any, Callable, Generator
 
@@ -350,13 +351,21 @@ def _summed(name: bytes, mine: Fields, others: list[Fields]) -> dict[bytes, byte
 # these fields summed over the workers' logs; ``bootstrapping`` the highest; the peers
 # merged by id (``_merge_peer``; ``connected_peers`` and ``known_peers`` counted from them);
 # ``last_incarnation_change`` the first worker's that has one; the rest (role, ids, worker
-# 0's incarnation and epoch) worker 0's. The workers are taken in their order, so any
-# worker answers the same.
-_REPLICATION_SUMMED = frozenset((b"master_repl_offset", b"log_first_seq", b"log_last_seq", b"refused_batches",
+# 0's incarnation and epoch) worker 0's; ``log_first_seq`` as if the logs were one, each
+# after the other (``concatenated``: ``log_last_seq - log_first_seq + 1`` is still the
+# entries the logs hold, and an empty log stays ``first == last + 1``), as the metrics port
+# does. The workers are taken in their order, so any worker answers the same.
+_REPLICATION_SUMMED = frozenset((b"master_repl_offset", b"log_last_seq", b"refused_batches",
                                  b"pubsub_relayed", b"pubsub_received", b"pubsub_dropped",
                                  b"incarnation_changes"))
 _PEER_SAME = frozenset((b"id", b"addr", b"resp", b"workers"))
 _PEER_MAX = frozenset((b"lag_ms", b"needs_resync"))
+
+
+def concatenated(first: float, other: float) -> float:
+    """The first position of two logs taken as one, the second after the first (positions
+    from 1: ``last - first + 1`` entries held stays true of the sums)."""
+    return first + other - 1
 
 
 def _numbered(k: bytes, prefix: bytes) -> bool:
@@ -411,6 +420,8 @@ def _replication(sections: list[Fields]) -> Fields:
             continue
         if k in _REPLICATION_SUMMED:
             v = _fmt(sum(_num(d.get(k, b"0")) or 0 for d in dicts))
+        elif k == b"log_first_seq":
+            v = _fmt(functools.reduce(concatenated, (_num(d.get(k, b"1")) or 0 for d in dicts)))
         elif k == b"bootstrapping":
             v = _fmt(max(_num(d.get(k, b"0")) or 0 for d in dicts))
         elif k == b"connected_peers":

@@ -1,4 +1,4 @@
-"""The supervisor of an EXPERIMENTAL node of several shard workers (docs/shards.md §2, §8;
+"""The supervisor of a node of several shard workers (docs/shards.md §2, §8;
 issue 33, slice 2): ``marekvs serve --shards N`` with N > 1.
 
 The supervisor serves no client and holds no data; its pid is the node's pid (stop it with
@@ -94,7 +94,9 @@ class Supervisor:
 
     def spawn(self, i: int) -> None:
         r, w = os.pipe()
-        cfg = dataclasses.replace(self.config, data_dir=self.dirs[i])
+        # cache_entries is the node's: each worker keeps its share
+        cfg = dataclasses.replace(self.config, data_dir=self.dirs[i],
+                                  cache_entries=-(-self.config.cache_entries // self.n))
         argv = [sys.executable, "-m", "marekvs", "worker", "--index", str(i), "--mesh", self.mesh,
                 "--ready-fd", str(w), "--parent", str(os.getpid()), "--config-json",
                 json.dumps(dataclasses.asdict(cfg))]
@@ -123,7 +125,7 @@ class Supervisor:
             if waiting == set() and not self.serving:
                 self.serving = True
                 c = self.config
-                log.info("marekvs %s node %d listening on %s with %d shard workers, EXPERIMENTAL "
+                log.info("marekvs %s node %d listening on %s with %d shard workers "
                          "(data %s, durability %s)", __version__, c.node_id, c.listening(), self.n,
                          os.path.abspath(c.data_dir), c.durability)
             for i, p in enumerate(self.procs):

@@ -401,11 +401,17 @@ def test_refused_configurations(tmp_path):
     assert not (tmp_path / "one" / "shards").exists()
 
 
-def test_shards_auto_starts_a_worker_per_core(tmp_path):
-    """``--shards auto``: one worker per core the node may use (here its CPU affinity); the
-    data directory's map records the count, and a count of 1 is the single process."""
+@pytest.mark.parametrize("how", ["--shards auto", "the default"])
+def test_shards_auto_starts_a_worker_per_core(tmp_path, how):
+    """``--shards auto``, and a node given no shard count (a config file without one, which
+    the harness passes on as it is): one worker per core the node may use (here its CPU
+    affinity); the data directory's map records the count, and a count of 1 is the single
+    process."""
     cores = cfgmod.available_cores()
-    n = Node(tmp_path / "data", durability="no", extra=["--shards", "auto"]).start()
+    conf = tmp_path / "node.toml"
+    conf.write_text("durability = \"no\"\n")
+    extra = ["--shards", "auto"] if how == "--shards auto" else ["--config", str(conf)]
+    n = Node(tmp_path / "data", durability="no", extra=extra).start()
     try:
         if cores > 1:
             workers = wait_until(lambda: len(children(n.pid)) == cores and children(n.pid), "the workers")

@@ -30,6 +30,18 @@ def test_a_cgroup_quota_caps_auto(tmp_path, cpu_max, expect):
     assert cfgmod.available_cores(str(f)) == (cores if expect is None else min(cores, expect))
 
 
+def test_a_node_s_default_is_auto_and_a_config_built_in_code_is_one_process(tmp_path):
+    cores = min(cfgmod.available_cores(), 4096)
+    assert cfgmod.load(env={}).shards == cores
+    conf = tmp_path / "node.toml"
+    conf.write_text("port = 7001\n")
+    assert cfgmod.load(str(conf), env={}).shards == cores
+    conf.write_text("shards = 1\n")
+    assert cfgmod.load(str(conf), env={}).shards == 1
+    assert cfgmod.load(env={"MAREKVS_SHARDS": "2"}, overrides={"shards": None}).shards == 2
+    assert cfgmod.Config().shards == 1
+
+
 def test_a_bad_shard_count_is_refused():
     for bad in ("0", "4097", "many"):
         with pytest.raises(ValueError):

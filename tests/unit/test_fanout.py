@@ -126,8 +126,10 @@ def test_info_replication_is_merged_over_the_workers_whichever_answers():
     w1 = _repl(1, 20, [_peer(1, b"down", 15, -1, 30), _peer(3, b"streaming", 20, 7, 0)], b"bbb")
     got = merge_info([w1, w0])
     assert got == merge_info([w0, w1])  # (the connection's worker first: the same text)
+    # (log_first_seq: the logs as one, each after the other; 9-10 and 19-20 hold 4 entries, as 27-30)
+    # (the logs as one, each after the other: 9-10 and 19-20 are 4 entries, 27-30)
     assert got == (b"# Replication\r\nrole:master\r\nmaster_replid:aaa\r\nmaster_repl_offset:30\r\nnode_id:2\r\n"
-                   b"incarnation:100\r\nconnected_peers:1\r\nknown_peers:2\r\nlog_first_seq:28\r\n"
+                   b"incarnation:100\r\nconnected_peers:1\r\nknown_peers:2\r\nlog_first_seq:27\r\n"
                    b"log_last_seq:30\r\nbootstrapping:1\r\nlog_epoch:7\r\nlast_incarnation_change:x\r\n"
                    b"shard0:partitions=0-2047,incarnation=100,log_epoch=7,log_first_seq=9,log_last_seq=10\r\n"
                    b"shard1:partitions=2048-4095,incarnation=101,log_epoch=8,log_first_seq=19,log_last_seq=20\r\n"
