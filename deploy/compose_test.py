@@ -72,13 +72,18 @@ PROJECT_PREFIX = "marekvs-test-"
 # Run by `python -c` in a one-off container on a stopped node's volume: deletes every record of
 # the partition of the key argv[1] from the data column family; prints how many.
 DROP_PARTITION = """
-import sys
+import glob, os, sys
 from rocksdict import Options, Rdict
 from marekvs.core.keys import pid_prefix
 from marekvs.core.partition import partition_of
 pid = partition_of(sys.argv[1].encode())
-cfs = {n: Options(raw_mode=True) for n in Rdict.list_cf("/data") if n != "default"}
-db = Rdict("/data", Options(raw_mode=True), column_families=cfs)
+path = "/data"  # one process; a node of shard workers: the directory of the worker owning pid
+for d in glob.glob("/data/shards/*-*/"):
+    first, last = map(int, os.path.basename(d.rstrip("/")).split("-"))
+    if first <= pid <= last:
+        path = d
+cfs = {n: Options(raw_mode=True) for n in Rdict.list_cf(path) if n != "default"}
+db = Rdict(path, Options(raw_mode=True), column_families=cfs)
 data = db.get_column_family("data")
 lo, hi = pid_prefix(pid), pid_prefix(pid + 1)
 doomed = []
