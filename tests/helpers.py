@@ -91,6 +91,20 @@ def free_port() -> int:
     return port
 
 
+def free_ports(n: int) -> int:
+    """The first of ``n`` contiguous loopback ports as free_port() hands them out (a node of
+    N shard workers with ``grpc_worker_ports contiguous`` listens on its gRPC port and the
+    N after it; a proxy fronting them takes as many)."""
+    if n == 1:
+        return free_port()
+    for first in _port_candidates():
+        span = range(first, first + n)
+        if first + n <= 65536 and all(p not in _GIVEN and _bindable(p) for p in span):
+            _GIVEN.update(span)
+            return first
+    raise RuntimeError(f"no {n} contiguous free ports")
+
+
 def _bindable(port: int) -> bool:
     with socket.socket() as s:
         try:

@@ -33,6 +33,7 @@ from marekvs.replication.gen import replication_v1_pb2 as pb
 from marekvs.replication.gen import replication_v1_pb2_grpc as pbg
 from marekvs.replication.peers import PeerRefused
 from marekvs.replication.validate import BadRecord, check_record
+from marekvs.replication.workers import dial
 
 if TYPE_CHECKING:
     from marekvs.replication.manager import ReplicationManager
@@ -104,7 +105,6 @@ class Bootstrap:
                             mine: PartitionRange) -> tuple[int, dict[str, int], dict[str, int]]:
         """Pull ``mine`` from the workers of peer ``nid`` (its map ``shards``): the records,
         and the positions merged (the module docstring)."""
-        host = addr.rsplit(":", 1)[0]
         n = 0
         positions: dict[str, int] = {}
         epochs: dict[str, int] = {}
@@ -114,11 +114,12 @@ class Bootstrap:
             first, last = max(sh.first, mine.first), min(sh.last, mine.last)
             if first > last:
                 continue
-            if not sh.grpc_port:
+            worker = dial(addr, sh)
+            if worker is None:
                 raise grpc.aio.AioRpcError(grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata(),
                                            details=f"peer {nid}'s worker of partitions {sh.first}-{sh.last} "
                                                    "has no port yet")
-            channel = self.m.channel(f"{host}:{sh.grpc_port}")
+            channel = self.m.channel(worker)
             try:
                 got, pos, eps = await self._pull_one(pbg.ReplicationStub(channel), nid, PartitionRange(first, last))
             finally:

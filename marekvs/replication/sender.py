@@ -43,6 +43,7 @@ from marekvs.replication.codec import pack_entries
 from marekvs.replication.gen import replication_v1_pb2 as pb
 from marekvs.replication.gen import replication_v1_pb2_grpc as pbg
 from marekvs.replication.peers import PeerRefused, PeerState
+from marekvs.replication.workers import dial
 
 if TYPE_CHECKING:
     from marekvs.replication.manager import ReplicationManager
@@ -187,13 +188,13 @@ class Sender:
         """Ship to each worker of peer ``p`` (its map ``shards``) on a link of its own;
         returns (``_Remap``) or raises (a link down) when one ends: ``run`` asks the map
         again and starts over."""
-        host = p.grpc_addr.rsplit(":", 1)[0]
         prev = {(q.first, q.last, q.incarnation): q for q in p.parts}
         parts = []
         for sh in shards:
-            if not sh.grpc_port:
+            addr = dial(p.grpc_addr, sh)
+            if addr is None:
                 raise _Remap(f"the worker of partitions {sh.first}-{sh.last} has no port yet")
-            q = PeerState(p.node_id, f"{host}:{sh.grpc_port}", parent=p, first=sh.first, last=sh.last,
+            q = PeerState(p.node_id, addr, parent=p, first=sh.first, last=sh.last,
                           incarnation=sh.incarnation)
             old = prev.get((sh.first, sh.last, sh.incarnation))
             if old is not None:  # (the figures of the same worker's link carry on)
