@@ -510,12 +510,12 @@ def test_wait_counts_a_peer_once_every_worker_the_client_wrote_to_is_acknowledge
 
 def test_contiguous_worker_ports_carry_every_link_through_a_proxy_of_the_node_range(tmp_path):
     """Node 2 (2 workers, contiguous ports G, G+1, G+2) is reached by node 1 (one process)
-    only through proxies L, L+1, L+2 in front of them: its Hello names the offsets, so node
-    1's links to both workers go through the proxies, and cutting them cuts the links (with
+    only through a proxy of L, L+1, L+2 in front of them: its Hello names the offsets, so node
+    1's links to both workers go through the proxy, and cutting it cuts the links (with
     ephemeral ports node 1 dialled the workers' own ports: a cut at the node port left
     them streaming)."""
     grpc2, listen = free_ports(3), free_ports(3)
-    proxies = [Proxy(listen_port=listen + k, target_port=grpc2 + k).start() for k in range(3)]
+    proxy = Proxy(listen_port=listen, target_port=grpc2, span=3).start()
     c = Cluster(tmp_path, n=2, start=False, links={(1, 2): listen},
                 per_node_extra={2: ["--shards", "2", "--grpc-worker-ports", "contiguous"]})
     try:
@@ -526,7 +526,7 @@ def test_contiguous_worker_ports_carry_every_link_through_a_proxy_of_the_node_ra
         ports = sorted(json.loads(f.read_text())["port"] for f in (c[2].data_dir / "shards").glob("*.grpc"))
         assert ports == [grpc2 + 1, grpc2 + 2]
         c.wait_streaming()
-        assert all(p.accepted for p in proxies[1:])  # each worker's link came through its proxy
+        assert all(proxy.accepted_on[1:])  # each worker's link came through the proxy
         shards = ShardMap.even(2)
         keys = [next(f"k{w}:{i}" for i in range(10_000) if shards.shard_of_key(b"k%d:%d" % (w, i)) == w)
                 for w in range(2)]
@@ -534,22 +534,19 @@ def test_contiguous_worker_ports_carry_every_link_through_a_proxy_of_the_node_ra
         for k in keys:
             a.set(k, "1")
         wait_for(lambda: all(b.get(k) == b"1" for k in keys), 60, "node 1's writes on both workers of node 2")
-        for p in proxies:
-            p.cut()
+        proxy.cut()
         wait_for(lambda: peer_fields(a).get(2, {}).get("state") not in (None, "streaming"), 60,
                  lambda: f"node 1's links to node 2 seen down: {peer_fields(a)}")
         for k in keys:
             a.set(k, "2")
         a.execute_command("WAIT", 1, 500)  # (nothing can acknowledge them: only a pause here)
         assert [b.get(k) for k in keys] == [b"1", b"1"]
-        for p in proxies:
-            p.heal()
+        proxy.heal()
         wait_for(lambda: all(b.get(k) == b"2" for k in keys), 60, "the writes after the heal")
         assert c.wait_converged(60)
     finally:
         c.stop()
-        for p in proxies:
-            p.close()
+        proxy.close()
 
 
 def test_a_taken_contiguous_worker_port_stops_the_node_before_it_serves(tmp_path):
