@@ -78,8 +78,7 @@ class Bootstrap:
             stub = pbg.ReplicationStub(channel)
             if timeout is not None:
                 await asyncio.wait_for(channel.channel_ready(), timeout)
-            reply = await stub.Hello(pb.HelloRequest(node=self.m.info(), log_first=e.log_first,
-                                                     log_last=e.log_seq), metadata=self.m.md, timeout=5)
+            reply = await stub.Hello(self.m.hello_request(), metadata=self.m.md, timeout=5)
             self.m.check_peer_info(reply.node, nid)
             shards = list(reply.shards)  # (none: a peer of one worker)
             if not shards:

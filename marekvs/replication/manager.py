@@ -136,6 +136,13 @@ class ReplicationManager:
                            resp_addr=f"{self.advertise_host}:{self.config.client_port}", grpc_addr=self.grpc_addr,
                            incarnation=self.incarnation)
 
+    def hello_request(self) -> pb.HelloRequest:
+        """This node's (or shard worker's) Hello: who it is, its log's bounds and its range."""
+        e = self.engine
+        r = e.partitions
+        return pb.HelloRequest(node=self.info(), log_first=e.log_first, log_last=e.log_seq, ranged=not r.whole,
+                               first=r.first, last=r.last)
+
     def check_peer_info(self, node: pb.NodeInfo, expect_id: int | None = None) -> None:
         if node.cluster_name != self.config.cluster_name:
             raise PeerRefused(f"peer belongs to cluster {node.cluster_name!r}, not {self.config.cluster_name!r}")

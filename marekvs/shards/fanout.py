@@ -348,7 +348,9 @@ def _summed(name: bytes, mine: Fields, others: list[Fields]) -> dict[bytes, byte
 # worker ships its own log (docs/shards.md §5), and names it in a ``shard<j>`` line
 # (partitions, incarnation, log epoch and bounds). The merge: those lines, every worker's;
 # these fields summed over the workers' logs; ``bootstrapping`` the highest; the peers
-# merged by id (``_merge_peer``; ``connected_peers`` and ``known_peers`` counted from them);
+# merged by id (``_merge_peer``; ``connected_peers`` and ``known_peers`` counted from them;
+# ``log_first_seq`` such that last - first + 1 is the entries the workers keep, as INFO
+# persistence's ``replog_first_seq``: summed it claimed one entry fewer per extra worker);
 # ``last_incarnation_change`` the first worker's that has one; the rest (role, ids, worker
 # 0's incarnation and epoch) worker 0's. The workers are taken in their order, so any
 # worker answers the same.
@@ -410,7 +412,7 @@ def _replication(sections: list[Fields]) -> Fields:
         if _numbered(k, b"shard") or _numbered(k, b"peer"):
             continue
         if k in _REPLICATION_SUMMED:
-            v = _fmt(sum(_num(d.get(k, b"0")) or 0 for d in dicts))
+            v = _fmt(sum(_num(d.get(k, b"0")) or 0 for d in dicts) - (len(dicts) - 1 if k == b"log_first_seq" else 0))
         elif k == b"bootstrapping":
             v = _fmt(max(_num(d.get(k, b"0")) or 0 for d in dicts))
         elif k == b"connected_peers":
