@@ -195,9 +195,10 @@ class Sender:
             q = PeerState(p.node_id, addr, parent=p, first=sh.first, last=sh.last,
                           incarnation=sh.incarnation)
             old = prev.get((sh.first, sh.last, sh.incarnation))
-            if old is not None:  # (the figures of the same worker's link carry on, its state too
-                # until its Hello tells: a link restarted by ``recheck_peer`` stays streaming meanwhile)
-                q.acked_seq, q.sent_seq, q.state = old.acked_seq, old.sent_seq, old.state
+            if old is not None:  # (the figures of the same worker's link carry on)
+                q.acked_seq, q.sent_seq = old.acked_seq, old.sent_seq
+                if old.state == "streaming":  # (restarted by ``recheck_peer``: until its Hello tells)
+                    q.state = "streaming"
             parts.append(q)
         p.parts = parts
         p.sync_parts()

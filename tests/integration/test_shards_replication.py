@@ -62,7 +62,7 @@ COUNTERS = [f"ctr:{i}" for i in range(5)]
 
 def mixed_cluster(tmp_path, **kw) -> Cluster:
     c = Cluster(tmp_path, n=len(WORKERS), start=False,
-                per_node_extra={i: ["--shards", str(n)] for i, n in WORKERS.items() if n > 1}, **kw)
+                per_node_extra={i: ["--shards", str(n)] for i, n in WORKERS.items()}, **kw)
     try:
         return c.start()
     except BaseException:
@@ -355,7 +355,7 @@ def test_a_worker_killed_mid_shipping_restarts_and_its_peers_catch_up(tmp_path):
 # -- bootstrap by partition range ---------------------------------------------------------------
 
 def test_fresh_nodes_bootstrap_by_range_from_nodes_of_another_shard_count_whose_logs_were_trimmed(tmp_path):
-    cluster = Cluster(tmp_path, n=1, per_node_extra={1: ["--replog-max-entries", "50"]})
+    cluster = Cluster(tmp_path, n=1, per_node_extra={1: ["--shards", "1", "--replog-max-entries", "50"]})
     try:
         c1 = cluster.client(1)
         model, counters, shared, errors = Model(), {}, set(), []
@@ -383,7 +383,7 @@ def test_fresh_nodes_bootstrap_by_range_from_nodes_of_another_shard_count_whose_
         assert c2.get("from1") == b"x"
         # a fresh node of one process pulls every worker of node 2 (their logs trimmed too)
         wait_for(lambda: all(int(s["log_first_seq"]) > 1 for s in shard_fields(c2)), 30, "node 2 trims its logs")
-        cluster.add_node(3, peers=[2])
+        cluster.add_node(3, peers=[2], extra=["--shards", "1"])
         cluster.wait_converged(timeout=60)
         c3 = cluster.client(3)
         check_model(c3, model, "node 3")
@@ -517,7 +517,7 @@ def test_contiguous_worker_ports_carry_every_link_through_a_proxy_of_the_node_ra
     grpc2, listen = free_ports(3), free_ports(3)
     proxy = Proxy(listen_port=listen, target_port=grpc2, span=3).start()
     c = Cluster(tmp_path, n=2, start=False, links={(1, 2): listen},
-                per_node_extra={2: ["--shards", "2", "--grpc-worker-ports", "contiguous"]})
+                per_node_extra={1: ["--shards", "1"], 2: ["--shards", "2", "--grpc-worker-ports", "contiguous"]})
     try:
         c.nodes[2].grpc_port = grpc2
         for i in c.ids:
