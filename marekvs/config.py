@@ -28,6 +28,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "metrics_tls": ("yes", "no"),
     "kafka_auto_create_topics": ("yes", "no"),
     "kafka_tls": ("yes", "no"),
+    "grpc_worker_ports": ("ephemeral", "contiguous"),
 }
 
 
@@ -62,6 +63,7 @@ class Config:
     grpc_port: int = 0  # 0 = RESP port + 10000
     peers: list[str] = field(default_factory=list)  # id@host:grpc_port
     advertise_host: str = ""  # host peers use to reach this node (default: bind)
+    grpc_worker_ports: str = "ephemeral"  # shards > 1: each worker's own gRPC port (replication/workers.py)
     cluster_secret: str = ""
     replog_max_entries: int = 2_000_000
     tls_cert: str = ""
@@ -134,6 +136,10 @@ class Config:
         "grpc_port": "gRPC port for peer replication (0 = port + 10000)",
         "peers": "comma-separated peers, each id@host:grpc_port",
         "advertise_host": "host name/address new peers use to reach this node (default: bind)",
+        "grpc_worker_ports": "shards > 1: ephemeral (each worker's own gRPC port is one the kernel picks) | "
+                             "contiguous (worker i listens on grpc_port + 1 + i, and peers dial it relative "
+                             "to the node port they dialled: a proxy, NAT or port mapping of the N+1 ports "
+                             "works)",
         "cluster_secret": "shared secret peers authenticate with",
         "replog_max_entries": "replication log cap; peers further behind are marked for resync",
         "tls_cert": "PEM certificate for peer gRPC links (enables TLS); default with tls_replication yes: "

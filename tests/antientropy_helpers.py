@@ -120,14 +120,22 @@ def open_rocksdb(path: Path):
 
 
 def with_rocksdb(path: Path, fn) -> object:
-    """Run ``fn(db)`` on a stopped node's RocksDB directly, behind the engine's back."""
-    db = open_rocksdb(path)
-    try:
-        return fn(db)
-    finally:
-        db.close()
-        del db
-        gc.collect()
+    """Run ``fn(db)`` on a stopped node's RocksDB directly, behind the engine's back; on a
+    node of shard workers, on each worker's (``reshard.committed``), the results summed."""
+    from marekvs.shards import reshard
+
+    layout = reshard.committed(str(path))
+    assert layout is not None, f"{path} is no data directory"
+    got = []
+    for d in layout.dirs:
+        db = open_rocksdb(Path(d))
+        try:
+            got.append(fn(db))
+        finally:
+            db.close()
+            del db
+            gc.collect()
+    return got[0] if len(got) == 1 else sum(got)
 
 
 def digests_differ(cluster: Cluster) -> bool:

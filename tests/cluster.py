@@ -25,6 +25,7 @@ socket), never by name.
 
 from __future__ import annotations
 
+import select
 import shutil
 import socket
 import subprocess
@@ -38,34 +39,42 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from tests.helpers import START_TIMEOUT, Node, free_port
+from tests.helpers import START_TIMEOUT, Node, free_port, free_ports, grpc_port_range, node_shards
 
 SECRET = "test-cluster-secret"
 
 # -- fault-injecting proxy -----------------------------------------------------------------
 class Proxy:
-    """A TCP forwarder on 127.0.0.1:``listen_port`` to 127.0.0.1:``target_port``.
+    """A TCP forwarder on 127.0.0.1:``listen_port`` to 127.0.0.1:``target_port``; with
+    ``span`` n, on the n contiguous ports from ``listen_port`` to the n from ``target_port``
+    (port k to port k: a node of N shard workers with ``grpc_worker_ports contiguous``
+    serves its gRPC port and its workers' N ports after it, and a peer dials the workers
+    relative to the port it dialled, so one proxy of span N+1 carries every link to it).
 
     ``cut()`` drops every open connection and, until ``heal()``, refuses new ones (accept
     then immediately reset: the client sees the connection fail) or, with
     ``mode="blackhole"``, accepts them and silently swallows their bytes (the client sees
     a hang until its own deadline). ``stall()`` keeps the open connections but forwards
     nothing either way from then on (a peer that hangs: the link looks up, nothing
-    arrives, nothing is acknowledged); ``heal()`` then drops them so clients redial. One
-    thread accepts, two threads pump each connection.
+    arrives, nothing is acknowledged); ``heal()`` then drops them so clients redial. Each
+    applies to every port of the span. One thread accepts, two threads pump each
+    connection.
     """
 
-    def __init__(self, listen_port: int | None = None, target_port: int = 0, host: str = "127.0.0.1"):
+    def __init__(self, listen_port: int | None = None, target_port: int = 0, host: str = "127.0.0.1",
+                 span: int = 1):
         self.host = host
-        self.listen_port = listen_port or free_port()
+        self.span = span
+        self.listen_port = listen_port or free_ports(span)
         self.target_port = target_port
         self.mode = "forward"  # forward | refuse | blackhole | stall
         self._lock = threading.Lock()
         self._conns: set[socket.socket] = set()
-        self._sock: socket.socket | None = None
+        self._socks: list[socket.socket] = []
         self._thread: threading.Thread | None = None
         self._closed = False
         self.accepted = 0
+        self.accepted_on = [0] * span  # per port of the span
         self.bytes_forwarded = 0
 
     @property
@@ -73,46 +82,55 @@ class Proxy:
         return self.listen_port
 
     def start(self) -> Proxy:
-        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        s.bind((self.host, self.listen_port))
-        s.listen(64)
-        s.settimeout(0.2)
-        self._sock = s
+        for k in range(self.span):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind((self.host, self.listen_port + k))
+            s.listen(64)
+            self._socks.append(s)
         self._thread = threading.Thread(target=self._accept_loop, name=f"proxy-{self.listen_port}", daemon=True)
         self._thread.start()
         return self
 
     def _accept_loop(self) -> None:
-        assert self._sock is not None
         while not self._closed:
             try:
-                client, _ = self._sock.accept()
-            except TimeoutError:
-                continue
-            except OSError:
+                ready, _, _ = select.select(self._socks, [], [], 0.2)
+            except (OSError, ValueError):  # (closed)
                 return
-            self.accepted += 1
-            mode = self.mode
-            if mode == "refuse":
-                _reset(client)
-                continue
-            if mode in ("blackhole", "stall"):
-                self._track(client)
-                threading.Thread(target=self._swallow, args=(client,), daemon=True).start()
-                continue
-            try:
-                upstream = socket.create_connection((self.host, self.target_port), timeout=2)
-                upstream.settimeout(None)
-            except OSError:
-                _reset(client)
-                continue
-            client.settimeout(None)
-            for s in (client, upstream):
-                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                self._track(s)
-            threading.Thread(target=self._pump, args=(client, upstream), daemon=True).start()
-            threading.Thread(target=self._pump, args=(upstream, client), daemon=True).start()
+            for sock in ready:
+                k = self._socks.index(sock)
+                try:
+                    client, _ = sock.accept()
+                except OSError:
+                    if self._closed:
+                        return
+                    continue
+                self._serve(client, k)
+
+    def _serve(self, client: socket.socket, k: int) -> None:
+        self.accepted += 1
+        self.accepted_on[k] += 1
+        mode = self.mode
+        if mode == "refuse":
+            _reset(client)
+            return
+        if mode in ("blackhole", "stall"):
+            self._track(client)
+            threading.Thread(target=self._swallow, args=(client,), daemon=True).start()
+            return
+        try:
+            upstream = socket.create_connection((self.host, self.target_port + k), timeout=2)
+            upstream.settimeout(None)
+        except OSError:
+            _reset(client)
+            return
+        client.settimeout(None)
+        for s in (client, upstream):
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self._track(s)
+        threading.Thread(target=self._pump, args=(client, upstream), daemon=True).start()
+        threading.Thread(target=self._pump, args=(upstream, client), daemon=True).start()
 
     def _track(self, s: socket.socket) -> None:
         with self._lock:
@@ -180,10 +198,10 @@ class Proxy:
         self._closed = True
         self.mode = "refuse"
         self._drop_all()
-        if self._sock is not None:
-            self._sock.close()
         if self._thread is not None:
             self._thread.join(2)
+        for sock in self._socks:
+            sock.close()
 
 
 def _reset(s: socket.socket) -> None:
@@ -269,7 +287,7 @@ class Cluster:
         self.ids = list(ids) if ids is not None else list(range(1, n + 1))
         self.proxies: dict[tuple[int, int], Proxy] = {}
         self.nodes: dict[int, Node] = {}
-        ports = {i: (free_port(), free_port()) for i in self.ids}
+        ports = {i: (free_port(), grpc_port_range()) for i in self.ids}
         for i in self.ids:
             port, gport = ports[i]
             self.nodes[i] = Node(self.tmp_path / f"data{i}", port=port, node_id=i, durability=durability,
@@ -282,11 +300,15 @@ class Cluster:
     @classmethod
     def with_proxies(cls, tmp_path: Path, pairs: Iterable[tuple[int, int]], **kw) -> Cluster:
         """A cluster whose directed links ``pairs`` each go through their own Proxy
-        (``cluster.proxy(a, b)``). Proxies start before the nodes."""
+        (``cluster.proxy(a, b)``; for a node ``b`` of shard workers, one spanning its
+        gRPC port and its workers', so cutting it cuts every link of ``a`` to ``b``).
+        Proxies start before the nodes."""
         kw_start = kw.pop("start", True)
         c = cls(tmp_path, start=False, **kw)
         for a, b in pairs:
-            p = Proxy(target_port=c.nodes[b].grpc_port).start()
+            # a node of N shard workers: its gRPC port and its workers' N after it (test_shards)
+            n = node_shards(c.nodes[b].extra)
+            p = Proxy(target_port=c.nodes[b].grpc_port, span=n + 1 if n > 1 else 1).start()
             c.proxies[(a, b)] = p
             c.links[(a, b)] = p.port
         for i in c.ids:

@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import time
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -91,6 +92,20 @@ def free_port() -> int:
     return port
 
 
+def free_ports(n: int) -> int:
+    """The first of ``n`` contiguous loopback ports as free_port() hands them out (a node of
+    N shard workers with ``grpc_worker_ports contiguous`` listens on its gRPC port and the
+    N after it; a proxy fronting them takes as many)."""
+    if n == 1:
+        return free_port()
+    for first in _port_candidates():
+        span = range(first, first + n)
+        if first + n <= 65536 and all(p not in _GIVEN and _bindable(p) for p in span):
+            _GIVEN.update(span)
+            return first
+    raise RuntimeError(f"no {n} contiguous free ports")
+
+
 def _bindable(port: int) -> bool:
     with socket.socket() as s:
         try:
@@ -98,6 +113,23 @@ def _bindable(port: int) -> bool:
         except OSError:
             return False
     return True
+
+
+def children(pid: int) -> list[int]:
+    """The pids whose parent is ``pid`` (from /proc)."""
+    out = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        if int(fields[1]) == pid:
+            out.append(int(name))
+    return out
 
 
 def mb(*args: bytes) -> bytes:
@@ -118,16 +150,63 @@ def wait_port(port: int, proc: subprocess.Popen | None = None, timeout: float = 
     raise TimeoutError(f"nothing listening on 127.0.0.1:{port} after {timeout}s")
 
 
-# MAREKVS_TEST_SHARDS=N (N > 1): the nodes the tests start alone (no peers yet) run N shard
-# workers (docs/shards.md); every other node runs one process, `--shards 1`, since a node's
-# default is `auto` (one worker per core). `make test` runs the files listed in the Makefile's
-# SHARDED_TESTS a second time with MAREKVS_TEST_SHARDS=2 (the others still meet what the
-# slices left). A test that gives `--shards` or a config file chooses for itself.
+# MAREKVS_TEST_SHARDS=N (N > 1): the nodes the tests start run N shard workers
+# (docs/shards.md; a node's own default is `auto`, one worker per core).
+# `make test` runs the files listed in the Makefile's SHARDED_TESTS a second time with
+# MAREKVS_TEST_SHARDS=2 (the others still meet what the slices left). Every node a test
+# starts through Node gets `--shards` from here unless it gives `--shards` or `--config`
+# itself: `--shards 1` when MAREKVS_TEST_SHARDS is unset or 1 (so the first stage stays
+# single-process whatever the default count), N otherwise, peers or not. A node with
+# `--peers` also gets `--grpc-worker-ports contiguous` (its workers on the N ports after
+# its gRPC port, which Node reserves: grpc_port_range), so the fault proxies of
+# tests/cluster.py front every link to it.
+_NOT_WITH_SHARDS = ("--shards", "--config")
+
+
+def env_shard_count() -> int:
+    """MAREKVS_TEST_SHARDS (1 when unset)."""
+    return int(os.environ.get("MAREKVS_TEST_SHARDS", "1") or 1)
+
+
 def test_shards(extra: list[str]) -> list[str]:
-    if any(a.split("=")[0] in ("--shards", "--config") for a in extra):
+    flags = {a.split("=")[0] for a in extra}
+    if flags & set(_NOT_WITH_SHARDS):
         return []
-    n = int(os.environ.get("MAREKVS_TEST_SHARDS", "1") or 1)
-    return ["--shards", str(1 if "--peers" in extra else n)]
+    n = env_shard_count()
+    if n <= 1:
+        return ["--shards", "1"]
+    out = ["--shards", str(n)]
+    if "--peers" in flags and "--grpc-worker-ports" not in flags:
+        out += ["--grpc-worker-ports", "contiguous"]
+    return out
+
+
+def node_shards(extra: list[str]) -> int:
+    """How many shard workers a Node started with ``extra`` runs: its ``--shards``, else its
+    config file's ``shards``, else the default, ``auto`` (the machine's cores)."""
+    args = [*extra, *test_shards(extra)]
+    value = "auto"
+    for k, a in enumerate(args):
+        name, _, v = a.partition("=")
+        if name == "--config":
+            with open(v or args[k + 1], "rb") as fh:
+                value = str(tomllib.load(fh).get("shards", value))
+    for k, a in enumerate(args):
+        name, _, v = a.partition("=")
+        if name == "--shards":
+            value = v or args[k + 1]
+    if value.strip().lower() == "auto":
+        from marekvs.config import available_cores
+
+        return available_cores()
+    return int(value)
+
+
+def grpc_port_range() -> int:
+    """A gRPC port for a test node, with the MAREKVS_TEST_SHARDS ports after it free too
+    (its workers' with `grpc_worker_ports contiguous`)."""
+    n = env_shard_count()
+    return free_ports(n + 1) if n > 1 else free_port()
 
 
 class Node:
@@ -138,7 +217,7 @@ class Node:
                  grpc_port: int | None = None):
         self.data_dir = Path(data_dir)
         self.port = port or free_port()
-        self.grpc_port = grpc_port or free_port()
+        self.grpc_port = grpc_port or grpc_port_range()
         self.node_id = node_id
         self.durability = durability
         self.extra = list(extra or [])
@@ -177,10 +256,37 @@ class Node:
         assert self.proc is not None
         return self.proc.pid
 
+    def workers(self) -> list[int]:
+        """The pids of the node's shard workers (none for a node of one process)."""
+        return children(self.pid)
+
     def kill9(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
+        """SIGKILL the node: a node of shard workers as a whole, as a crash of its machine
+        would (its supervisor stopped first so that it restarts none; the workers killed
+        before they see the supervisor gone, which would stop them cleanly), and waits until
+        every process of it is gone (a restart may follow at once: ports, RocksDB locks)."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        os.kill(self.proc.pid, signal.SIGSTOP)
+        workers = self.workers()
+        for w in workers:
+            os.kill(w, signal.SIGKILL)
+        os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(10)
+        deadline = time.monotonic() + 30
+        while any(os.path.exists(f"/proc/{w}") for w in workers) and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+    def pause(self) -> None:
+        """SIGSTOP every process of the node (a hung node: its shard workers too)."""
+        os.kill(self.pid, signal.SIGSTOP)  # (first: it must not see a worker stop)
+        for w in self.workers():
+            os.kill(w, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        for w in self.workers():
+            os.kill(w, signal.SIGCONT)
+        os.kill(self.pid, signal.SIGCONT)
 
     def stop(self, timeout: float = 15.0) -> int | None:
         if self.proc is None:

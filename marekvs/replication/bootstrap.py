@@ -33,6 +33,7 @@ from marekvs.replication.gen import replication_v1_pb2 as pb
 from marekvs.replication.gen import replication_v1_pb2_grpc as pbg
 from marekvs.replication.peers import PeerRefused
 from marekvs.replication.validate import BadRecord, check_record
+from marekvs.replication.workers import dial
 
 if TYPE_CHECKING:
     from marekvs.replication.manager import ReplicationManager
@@ -77,8 +78,7 @@ class Bootstrap:
             stub = pbg.ReplicationStub(channel)
             if timeout is not None:
                 await asyncio.wait_for(channel.channel_ready(), timeout)
-            reply = await stub.Hello(pb.HelloRequest(node=self.m.info(), log_first=e.log_first,
-                                                     log_last=e.log_seq), metadata=self.m.md, timeout=5)
+            reply = await stub.Hello(self.m.hello_request(), metadata=self.m.md, timeout=5)
             self.m.check_peer_info(reply.node, nid)
             shards = list(reply.shards)  # (none: a peer of one worker)
             if not shards:
@@ -104,7 +104,6 @@ class Bootstrap:
                             mine: PartitionRange) -> tuple[int, dict[str, int], dict[str, int]]:
         """Pull ``mine`` from the workers of peer ``nid`` (its map ``shards``): the records,
         and the positions merged (the module docstring)."""
-        host = addr.rsplit(":", 1)[0]
         n = 0
         positions: dict[str, int] = {}
         epochs: dict[str, int] = {}
@@ -114,11 +113,12 @@ class Bootstrap:
             first, last = max(sh.first, mine.first), min(sh.last, mine.last)
             if first > last:
                 continue
-            if not sh.grpc_port:
+            worker = dial(addr, sh)
+            if worker is None:
                 raise grpc.aio.AioRpcError(grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata(),
                                            details=f"peer {nid}'s worker of partitions {sh.first}-{sh.last} "
                                                    "has no port yet")
-            channel = self.m.channel(f"{host}:{sh.grpc_port}")
+            channel = self.m.channel(worker)
             try:
                 got, pos, eps = await self._pull_one(pbg.ReplicationStub(channel), nid, PartitionRange(first, last))
             finally:

@@ -55,7 +55,7 @@ from marekvs.replication.gen import pubsub_v1_pb2_grpc as psg
 from marekvs.replication.pubsub import Relay
 from marekvs.replication.receiver import Receiver
 from marekvs.replication.sender import MAX_INFLIGHT_BATCHES, Sender  # noqa: F401 - tests read it
-from marekvs.replication.workers import WorkerMap
+from marekvs.replication.workers import WorkerMap, bindable, own_port
 from marekvs.storage.engine import FORMAT_VERSION, Engine
 
 log = logging.getLogger("marekvs.replication")
@@ -136,6 +136,13 @@ class ReplicationManager:
                            resp_addr=f"{self.advertise_host}:{self.config.client_port}", grpc_addr=self.grpc_addr,
                            incarnation=self.incarnation)
 
+    def hello_request(self) -> pb.HelloRequest:
+        """This node's (or shard worker's) Hello: who it is, its log's bounds and its range."""
+        e = self.engine
+        r = e.partitions
+        return pb.HelloRequest(node=self.info(), log_first=e.log_first, log_last=e.log_seq, ranged=not r.whole,
+                               first=r.first, last=r.last)
+
     def check_peer_info(self, node: pb.NodeInfo, expect_id: int | None = None) -> None:
         if node.cluster_name != self.config.cluster_name:
             raise PeerRefused(f"peer belongs to cluster {node.cluster_name!r}, not {self.config.cluster_name!r}")
@@ -157,15 +164,23 @@ class ReplicationManager:
         psg.add_PubSubServicer_to_server(self.relay, self.grpc_server)
         creds = peers.server_credentials(self.config)
         addr = f"{self.config.bind}:{self.grpc_port}"
-        own = f"{self.config.bind}:0"  # a shard worker's own port (an ephemeral one)
         if creds is None:
             self.grpc_server.add_insecure_port(addr)
-            if self.workers is not None:
-                self.own_port = self.grpc_server.add_insecure_port(own)
         else:
             self.grpc_server.add_secure_port(addr, creds)
-            if self.workers is not None:
-                self.own_port = self.grpc_server.add_secure_port(own, creds)
+        if self.workers is not None:
+            # a shard worker's own port (workers.py: an ephemeral one, or grpc_port + 1 + index)
+            port = own_port(self.config, self.workers.index)
+            own = f"{self.config.bind}:{port}"
+            if port and not bindable(self.config.bind, port):  # (gRPC would share it with its holder)
+                raise RuntimeError(f"shard worker {self.workers.index}: its gRPC port {port} "
+                                   "(grpc_worker_ports contiguous: grpc_port + 1 + worker) is in use")
+            try:
+                self.own_port = (self.grpc_server.add_insecure_port(own) if creds is None
+                                 else self.grpc_server.add_secure_port(own, creds))
+            except RuntimeError as e:  # (gRPC's "Failed to bind")
+                raise RuntimeError(f"shard worker {self.workers.index}: cannot listen on its own gRPC port "
+                                   f"{own}: {e}") from None
         await self.grpc_server.start()
         if self.workers is not None:
             self.workers.publish(self.own_port, self.incarnation)

@@ -95,6 +95,20 @@ class Receiver(pbg.ReplicationServicer):
         known = self.m.peers[node.node_id]  # (the Kafka gateway's catch-up)
         known.log_last_at_hello = known.hellos[node.incarnation] = request.log_last
         hwm, epoch = self.m.hwm_of(node.node_id, node.incarnation)
+        mine = self.engine.partitions
+        if (hwm + 1 < request.log_first and request.ranged
+                and (request.last < mine.first or request.first > mine.last)):
+            # The caller is a shard worker whose partitions are none of ours: the entries
+            # it trimmed held nothing for us but their positions (docs/shards.md §5), so
+            # there is nothing to bootstrap: take the mark past them. (Bootstrapping
+            # would pull our range from the workers that hold it, which never give a
+            # position of this caller's log: the link would stay behind for good.)
+            hwm, epoch = request.log_first - 1, 0
+            self.m.put_hwm(node.node_id, node.incarnation, hwm, epoch)
+            self.engine.commit()
+            log.info("peer %d's log (incarnation %d, partitions %d-%d, none of ours) was trimmed past our "
+                     "mark: nothing of ours was in it, taking the mark to %d", node.node_id, node.incarnation,
+                     request.first, request.last, hwm)
         if hwm > request.log_last:
             log.warning("peer %d's log ends at %d but this node applied %d of it: the peer will take a new "
                         "incarnation", node.node_id, request.log_last, hwm)

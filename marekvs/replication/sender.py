@@ -43,6 +43,7 @@ from marekvs.replication.codec import pack_entries
 from marekvs.replication.gen import replication_v1_pb2 as pb
 from marekvs.replication.gen import replication_v1_pb2_grpc as pbg
 from marekvs.replication.peers import PeerRefused, PeerState
+from marekvs.replication.workers import dial
 
 if TYPE_CHECKING:
     from marekvs.replication.manager import ReplicationManager
@@ -144,9 +145,7 @@ class Sender:
             delay = min(delay * 2, 2.0)
 
     async def _hello(self, stub: pbg.ReplicationStub, p: PeerState) -> pb.HelloReply:
-        reply = await stub.Hello(pb.HelloRequest(node=self.m.info(), log_first=self.engine.log_first,
-                                                 log_last=self.engine.log_seq),
-                                 metadata=self.m.md, timeout=5)
+        reply = await stub.Hello(self.m.hello_request(), metadata=self.m.md, timeout=5)
         self.m.check_peer_info(reply.node, p.node_id)
         p.resp_addr = reply.node.resp_addr
         p.incarnation = reply.node.incarnation
@@ -187,26 +186,36 @@ class Sender:
         """Ship to each worker of peer ``p`` (its map ``shards``) on a link of its own;
         returns (``_Remap``) or raises (a link down) when one ends: ``run`` asks the map
         again and starts over."""
-        host = p.grpc_addr.rsplit(":", 1)[0]
         prev = {(q.first, q.last, q.incarnation): q for q in p.parts}
         parts = []
         for sh in shards:
-            if not sh.grpc_port:
+            addr = dial(p.grpc_addr, sh)
+            if addr is None:
                 raise _Remap(f"the worker of partitions {sh.first}-{sh.last} has no port yet")
-            q = PeerState(p.node_id, f"{host}:{sh.grpc_port}", parent=p, first=sh.first, last=sh.last,
+            q = PeerState(p.node_id, addr, parent=p, first=sh.first, last=sh.last,
                           incarnation=sh.incarnation)
             old = prev.get((sh.first, sh.last, sh.incarnation))
             if old is not None:  # (the figures of the same worker's link carry on)
                 q.acked_seq, q.sent_seq = old.acked_seq, old.sent_seq
+                if old.state == "streaming":  # (restarted by ``recheck_peer``: until its Hello tells)
+                    q.state = "streaming"
             parts.append(q)
         p.parts = parts
         p.sync_parts()
         tasks = [asyncio.ensure_future(self._part(q)) for q in parts]
+        cancelled = False
         try:
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
             for t in done:
                 t.result()  # raises the part's error
             raise _Remap("a link to one of its workers ended")
+        except asyncio.CancelledError:
+            # ``recheck_peer`` shakes hands again (or the node stops): the links were up,
+            # and stay "streaming" until the new handshake says otherwise, as a peer of one
+            # process's link does. (Marked down, a peer claiming this node's id from
+            # another address would pass ``Receiver._admit`` in the meantime.)
+            cancelled = True
+            raise
         finally:
             # Each part also stops on its own (``retired``): Python 3.11's wait_for, which
             # _ship waits with, can swallow a cancellation that comes as its wait ends, and
@@ -219,7 +228,7 @@ class Sender:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             for q in parts:
-                if q.state == "streaming":
+                if q.state == "streaming" and not cancelled:
                     q.state = "down"
             p.sync_parts()
 

@@ -472,7 +472,7 @@ def _persistence(mine: Fields, others: list[Fields]) -> dict[bytes, bytes]:
     oldest save time, a write error of any worker; the log's positions as those of one
     log holding every worker's entries (``replog_last_seq`` grows by one for a write on
     any worker, as on one process; ``replog_first_seq`` such that last - first + 1 is
-    the entries the workers keep)."""
+    the entries the workers keep: ``concatenated``)."""
     merged = dict(mine)
     for fields in others:
         for k, v in fields:
@@ -484,10 +484,10 @@ def _persistence(mine: Fields, others: list[Fields]) -> dict[bytes, bytes]:
             elif k in (b"aof_last_write_status", b"storage_write_error"):
                 if v and v != b"ok" and (not have or have == b"ok"):
                     merged[k] = v
+            elif k == b"replog_first_seq":
+                merged[k] = _fmt(concatenated(_num(have) or 0, _num(v) or 0))
             elif k.startswith((b"storage_", b"replog_")):
                 merged[k] = _add(have, v)
-    if b"replog_first_seq" in merged:
-        merged[b"replog_first_seq"] = _fmt(int(merged[b"replog_first_seq"]) - len(others))
     return merged
 
 

@@ -20,6 +20,8 @@ SIGTERM as any node). It:
   ``Worker``), each with ``PR_SET_PDEATHSIG`` = SIGTERM set before it runs (and it checks that
   its parent is still this supervisor once set), so no worker outlives the supervisor, even
   after a SIGKILL of it;
+- with ``grpc_worker_ports contiguous``, refuses to start when a worker's own gRPC port is
+  taken (``replication/workers.py``), before any worker starts;
 - logs ``listening on <bind>:<port>`` once every worker serves (each writes a byte on a pipe
   when its mesh is linked and its listener open); a worker that exits before that stops the
   node (exit 1);
@@ -191,6 +193,14 @@ def serve(config: Config, config_file: str | None, dirs: list[str]) -> int:
     if why is not None:
         log.critical("%s", why)
         return 1
+    if config.grpc_worker_ports == "contiguous":
+        from marekvs.replication.workers import taken_worker_ports  # (loads protobuf: only then)
+
+        taken = taken_worker_ports(config)
+        if taken:
+            log.critical("grpc_worker_ports contiguous: the gRPC port of shard worker %s (grpc_port + 1 + worker) "
+                         "is in use or out of range: not starting", ", ".join(f"{i}: {p}" for i, p in taken))
+            return 1
     clients.create(os.path.join(config.data_dir, "shards", clients.CLIENTS_FILE), config.shards)  # (ids, counts: anew)
     return Supervisor(config, config_file, dirs).run()
 

@@ -1,6 +1,7 @@
 """HyperLogLog, bitmaps and collection moves on a real 3-node cluster (processes on loopback,
 real gRPC): PFADD on different nodes is a union, a RENAME (and a COPY) of a collection is
-one replication-log entry and converges, PFMERGE and DEL of an HLL converge, and concurrent
+one replication-log entry (a RENAME on a node of shard workers: one on each worker it
+writes) and converges, PFMERGE and DEL of an HLL converge, and concurrent
 SETBITs on two nodes converge on one of the writes' whole values.
 """
 
@@ -10,7 +11,9 @@ import threading
 
 import pytest
 
+from marekvs.core.partition import ShardMap
 from tests.cluster import Cluster, info_section
+from tests.helpers import node_shards
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -69,10 +72,15 @@ def test_rename_of_a_collection_is_one_log_entry_and_converges(cluster):
     with cluster.client(2) as c:
         want = c.pfcount("before")
         seq = int(info_section(c, "persistence")["replog_last_seq"])
+        # one log entry; on a node of shard workers, one on each worker RENAME writes (the
+        # source's and the destination's: docs/shards.md §3, 3.); COPY writes the copy only
+        workers = ShardMap.even(node_shards(cluster[2].extra))
+        rename = len({workers.shard_of_key(k) for k in (b"before", b"after")})
+        copy = 1
         assert c.rename("before", "after") is True
-        assert int(info_section(c, "persistence")["replog_last_seq"]) == seq + 1  # one log entry
+        assert int(info_section(c, "persistence")["replog_last_seq"]) == seq + rename
         assert c.copy("after", "copy") is True
-        assert int(info_section(c, "persistence")["replog_last_seq"]) == seq + 2
+        assert int(info_section(c, "persistence")["replog_last_seq"]) == seq + rename + copy
     cluster.wait_converged(timeout=60)
     assert _all(cluster, lambda c: (c.exists("before"), c.pfcount("after"), c.pfcount("copy"),
                                     c.ttl("after") > 9000)) == {i: (0, want, want, True) for i in cluster.ids}
@@ -141,7 +149,11 @@ def test_rename_and_copy_of_hashes_sets_zsets_and_lists_replicate_as_one_entry_e
         for key in ("hash", "set", "list", "zset"):
             assert c.rename(key, key + ":moved") is True
             assert c.copy(key + ":moved", key + ":copy") is True
-        assert int(info_section(c, "persistence")["replog_last_seq"]) == seq + 8
+        # (on a node of shard workers, RENAME is an entry on each worker it writes)
+        workers = ShardMap.even(node_shards(cluster[3].extra))
+        entries = sum(len({workers.shard_of_key(k.encode()) for k in (key, key + ":moved")}) + 1
+                      for key in ("hash", "set", "list", "zset"))
+        assert int(info_section(c, "persistence")["replog_last_seq"]) == seq + entries
     cluster.wait_converged(timeout=60)
 
     def read(c):

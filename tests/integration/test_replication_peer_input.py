@@ -8,10 +8,12 @@ not even the good records before it); a batch must come from a known peer.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 
 import grpc
+import msgpack
 import pytest
 
 from marekvs.core import envelope as env
@@ -66,8 +68,22 @@ def cluster(tmp_path_factory):
 @pytest.fixture(scope="module")
 def stub(cluster):
     ch = grpc.insecure_channel(f"127.0.0.1:{cluster[1].grpc_port}")
+    # node 1 of shard workers (MAREKVS_TEST_SHARDS): each worker's own port, which a peer
+    # ships that worker's partitions to (docs/shards.md §5), from the files they publish
+    workers = []
+    for f in sorted((cluster[1].data_dir / "shards").glob("*.grpc"), key=lambda f: int(f.stem.split("-")[0])):
+        first, last = (int(x) for x in f.stem.split("-"))
+        wch = grpc.insecure_channel(f"127.0.0.1:{json.loads(f.read_text())['port']}")
+        workers.append((first, last, pbg.ReplicationStub(wch), wch))
+    _WORKERS[:] = workers
     yield pbg.ReplicationStub(ch)
     ch.close()
+    for *_, wch in workers:
+        wch.close()
+    _WORKERS.clear()
+
+
+_WORKERS: list = []  # (first partition, last partition, stub, channel) per shard worker of node 1
 
 
 def node_info(**over) -> pb.NodeInfo:
@@ -83,6 +99,14 @@ def state(c: Cluster) -> tuple[str, int]:
 
 
 def ship(stub, b: pb.Batch, md=GOOD_MD) -> list[pb.Ack]:
+    """``b`` shipped as a peer of one process ships it; to a node of shard workers, to the
+    worker owning its first record's partition, as a peer's sender ships that worker its
+    part (the good batches here hold keys of one worker; a worker refuses a record of
+    another's partitions as a bad record)."""
+    entries = msgpack.unpackb(b.entries)  # [[seq, [ikey, value, ...]], ...]
+    if _WORKERS and entries and entries[0][1] and len(entries[0][1][0]) >= 2:
+        pid = int.from_bytes(entries[0][1][0][:2], "big")
+        stub = next(w for first, last, w, _ in _WORKERS if first <= pid <= last)
     return list(stub.Ship(iter([b]), metadata=md, timeout=5))
 
 

@@ -26,6 +26,7 @@ import redis
 from marekvs.core import envelope as env
 from marekvs.core import keys as K
 from marekvs.core import zset
+from marekvs.shards import reshard
 from marekvs.storage.engine import Engine
 from tests.cluster import Cluster, info_section, wait_for
 
@@ -100,21 +101,25 @@ def _queries(client: redis.Redis) -> list:
 
 
 def _read_zsets(path, node_id: int) -> tuple[dict, dict, dict]:
-    """(members, index, heads) of a stopped node's data directory, raw."""
-    e = Engine(str(path), node_id, durability="no")
-    try:
-        members, index, heads = {}, {}, {}
-        for ik, rec in e.scan(b""):
-            t = ik[2:3]
-            if t == K.TAG_ZSET:
-                members[ik] = rec
-            elif t == K.TAG_ZSCORE:
-                index[ik] = rec
-            elif t == K.TAG_HEAD:
-                heads[ik] = rec
-        return members, index, heads
-    finally:
-        e.close()
+    """(members, index, heads) of a stopped node's data directory, raw (every shard
+    worker's directory of a node of several: ``reshard.committed``)."""
+    layout = reshard.committed(str(path))
+    assert layout is not None, f"{path} is no data directory"
+    members, index, heads = {}, {}, {}
+    for r, d in zip(layout.ranges, layout.dirs):
+        e = Engine(d, node_id, durability="no", partitions=r)
+        try:
+            for ik, rec in e.scan(b""):
+                t = ik[2:3]
+                if t == K.TAG_ZSET:
+                    members[ik] = rec
+                elif t == K.TAG_ZSCORE:
+                    index[ik] = rec
+                elif t == K.TAG_HEAD:
+                    heads[ik] = rec
+        finally:
+            e.close()
+    return members, index, heads
 
 
 def _index_disagreements(members: dict, index: dict, now: int) -> list:

@@ -31,7 +31,7 @@ from redis.retry import Retry
 
 from marekvs import config as cfgmod
 from marekvs.core.partition import ShardMap, partition_of
-from tests.helpers import ROOT, Node, client_of
+from tests.helpers import ROOT, Node, children, client_of
 
 SHARDS = 2
 OWNER = ShardMap.even(SHARDS).owner
@@ -106,23 +106,6 @@ def run_until(threads: list[threading.Thread], stop: threading.Event, pred, what
         stop.set()
         for t in threads:
             t.join(DEADLINE)
-
-
-def children(pid: int) -> list[int]:
-    """The pids whose parent is ``pid`` (from /proc)."""
-    out = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2:].split()
-        if int(fields[1]) == pid:
-            out.append(int(name))
-    return out
 
 
 def alive(pid: int) -> bool:

@@ -184,6 +184,8 @@ def test_info_persistence_counts_the_log_of_every_worker(shard_nodes):
             info = c.info("persistence")
             assert info["replog_first_seq"] <= info["replog_last_seq"] + 1
             assert list(info) == list(o.info("persistence"))
+            repl = c.info("replication")  # (the same log's bounds: log_first_seq was summed)
+            assert (repl["log_first_seq"], repl["log_last_seq"]) == (info["replog_first_seq"], info["replog_last_seq"])
     finally:
         for c in (s, o, b):
             c.close()

@@ -18,6 +18,11 @@ stream of its own; a sender ships each receiving worker the records of its parti
   process then pulls every worker of it (their logs trimmed too).
 - Pub/Sub: a subscriber on every worker of every node receives each message PUBLISHed on
   any node exactly once, in each publisher's order.
+- contiguous worker ports (``grpc_worker_ports contiguous``): worker i listens on the node's
+  gRPC port + 1 + i, and a peer dials it relative to the port it dialled, so a proxy of the
+  node's 3 ports carries every link (the links are streaming through it, and cutting it
+  stops them: writes wait until it heals); a worker port that is taken stops the node
+  before it serves, naming the port, no worker left behind.
 - WAIT from a connection on one worker after a write carried to another counts a peer
   only once that worker's log is acknowledged there (a peer stopped with SIGSTOP is not
   counted; once resumed it is); a peer's write wakes a BLPOP and breaks a WATCH of a key of
@@ -26,11 +31,13 @@ stream of its own; a sender ships each receiving worker the records of its parti
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import re
 import signal
 import socket
+import subprocess
 import threading
 import time
 
@@ -40,8 +47,8 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from marekvs.core.partition import ShardMap
-from tests.cluster import Cluster, info_section, peer_fields, shard_fields, wait_for
-from tests.helpers import client_of
+from tests.cluster import Cluster, Proxy, info_section, peer_fields, shard_fields, wait_for
+from tests.helpers import ROOT, Node, client_of, free_ports
 from tests.integration.test_shards import _cmdline, children
 
 pytestmark = pytest.mark.timeout(180)
@@ -55,7 +62,7 @@ COUNTERS = [f"ctr:{i}" for i in range(5)]
 
 def mixed_cluster(tmp_path, **kw) -> Cluster:
     c = Cluster(tmp_path, n=len(WORKERS), start=False,
-                per_node_extra={i: ["--shards", str(n)] for i, n in WORKERS.items() if n > 1}, **kw)
+                per_node_extra={i: ["--shards", str(n)] for i, n in WORKERS.items()}, **kw)
     try:
         return c.start()
     except BaseException:
@@ -348,7 +355,7 @@ def test_a_worker_killed_mid_shipping_restarts_and_its_peers_catch_up(tmp_path):
 # -- bootstrap by partition range ---------------------------------------------------------------
 
 def test_fresh_nodes_bootstrap_by_range_from_nodes_of_another_shard_count_whose_logs_were_trimmed(tmp_path):
-    cluster = Cluster(tmp_path, n=1, per_node_extra={1: ["--replog-max-entries", "50"]})
+    cluster = Cluster(tmp_path, n=1, per_node_extra={1: ["--shards", "1", "--replog-max-entries", "50"]})
     try:
         c1 = cluster.client(1)
         model, counters, shared, errors = Model(), {}, set(), []
@@ -376,7 +383,7 @@ def test_fresh_nodes_bootstrap_by_range_from_nodes_of_another_shard_count_whose_
         assert c2.get("from1") == b"x"
         # a fresh node of one process pulls every worker of node 2 (their logs trimmed too)
         wait_for(lambda: all(int(s["log_first_seq"]) > 1 for s in shard_fields(c2)), 30, "node 2 trims its logs")
-        cluster.add_node(3, peers=[2])
+        cluster.add_node(3, peers=[2], extra=["--shards", "1"])
         cluster.wait_converged(timeout=60)
         c3 = cluster.client(3)
         check_model(c3, model, "node 3")
@@ -499,3 +506,66 @@ def test_wait_counts_a_peer_once_every_worker_the_client_wrote_to_is_acknowledge
         assert c.get(on[1]) == b"from-a-peer"
         w.close()
         c.close()
+
+
+def test_contiguous_worker_ports_carry_every_link_through_a_proxy_of_the_node_range(tmp_path):
+    """Node 2 (2 workers, contiguous ports G, G+1, G+2) is reached by node 1 (one process)
+    only through a proxy of L, L+1, L+2 in front of them: its Hello names the offsets, so node
+    1's links to both workers go through the proxy, and cutting it cuts the links (with
+    ephemeral ports node 1 dialled the workers' own ports: a cut at the node port left
+    them streaming)."""
+    grpc2, listen = free_ports(3), free_ports(3)
+    proxy = Proxy(listen_port=listen, target_port=grpc2, span=3).start()
+    c = Cluster(tmp_path, n=2, start=False, links={(1, 2): listen},
+                per_node_extra={1: ["--shards", "1"], 2: ["--shards", "2", "--grpc-worker-ports", "contiguous"]})
+    try:
+        c.nodes[2].grpc_port = grpc2
+        for i in c.ids:
+            c.nodes[i].extra = c.node_args(i)
+        c.start()
+        ports = sorted(json.loads(f.read_text())["port"] for f in (c[2].data_dir / "shards").glob("*.grpc"))
+        assert ports == [grpc2 + 1, grpc2 + 2]
+        c.wait_streaming()
+        assert all(proxy.accepted_on[1:])  # each worker's link came through the proxy
+        shards = ShardMap.even(2)
+        keys = [next(f"k{w}:{i}" for i in range(10_000) if shards.shard_of_key(b"k%d:%d" % (w, i)) == w)
+                for w in range(2)]
+        a, b = c.client(1), c.client(2)
+        for k in keys:
+            a.set(k, "1")
+        wait_for(lambda: all(b.get(k) == b"1" for k in keys), 60, "node 1's writes on both workers of node 2")
+        proxy.cut()
+        wait_for(lambda: peer_fields(a).get(2, {}).get("state") not in (None, "streaming"), 60,
+                 lambda: f"node 1's links to node 2 seen down: {peer_fields(a)}")
+        for k in keys:
+            a.set(k, "2")
+        a.execute_command("WAIT", 1, 500)  # (nothing can acknowledge them: only a pause here)
+        assert [b.get(k) for k in keys] == [b"1", b"1"]
+        proxy.heal()
+        wait_for(lambda: all(b.get(k) == b"2" for k in keys), 60, "the writes after the heal")
+        assert c.wait_converged(60)
+    finally:
+        c.stop()
+        proxy.close()
+
+
+def test_a_taken_contiguous_worker_port_stops_the_node_before_it_serves(tmp_path):
+    grpc = free_ports(3)
+    n = Node(tmp_path / "d", grpc_port=grpc, extra=["--shards", "2", "--grpc-worker-ports", "contiguous"])
+    held = socket.socket()
+    held.bind(("127.0.0.1", grpc + 2))  # worker 1's port
+    held.listen(1)
+    try:
+        r = subprocess.run(n.args(), cwd=str(ROOT), env=dict(os.environ, PYTHONPATH=str(ROOT)),
+                           capture_output=True, text=True, timeout=120)
+    finally:
+        held.close()
+    assert r.returncode == 1
+    assert f"the gRPC port of shard worker 1: {grpc + 2} (grpc_port + 1 + worker) is in use" in r.stderr
+    assert "listening on" not in r.stderr
+    # and free, the same node starts (every worker on its port)
+    n.start()
+    try:
+        assert n.client().ping()
+    finally:
+        n.stop()
