@@ -64,7 +64,7 @@ SHARDED_TESTS := tests/integration/test_differential.py tests/integration/test_d
                  tests/integration/test_sweeper_collections.py tests/integration/test_durability.py \
                  tests/integration/test_fuzz.py tests/integration/test_full_disk.py \
                  tests/integration/test_kafka.py tests/integration/test_kafka_features.py \
-                 tests/integration/test_kafka_clients.py \
+                 tests/integration/test_kafka_clients.py tests/integration/test_kafka_cluster.py \
                  tests/integration/test_tls.py \
                  tests/integration/test_keyspace_passes.py tests/integration/test_monitor.py \
                  tests/integration/test_pubsub.py tests/integration/test_hll_bitmaps_redis.py \
