@@ -440,7 +440,7 @@ def marekvs_proc(port: int, workdir: str, profile_out: str | None, profile_forma
     d = os.path.join(workdir, "marekvs-data")
     argv = [sys.executable, "-m", "marekvs", "serve", "--port", str(port), "--data-dir", d,
             "--durability", "everysec", "--log-level", "warning", *extra]
-    if "--shards" not in extra:  # one process, as the figures in bench/README.md (a node's default is auto)
+    if not any(a.split("=")[0] == "--shards" for a in extra):  # one process, as the figures in bench/README.md (a node's default is auto)
         argv += ["--shards", "1"]
     wrapped = False
     if profile_out:
@@ -908,7 +908,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--json", default=None, metavar="PATH",
                    help="write the results here (default: bench/results/single-<timestamp>.json)")
     p.add_argument("--marekvs-arg", action="append", default=[], metavar="ARG",
-                   help="extra argument for 'marekvs serve' (repeatable, e.g. --marekvs-arg=--shards=1)")
+                   help="extra argument for 'marekvs serve' (repeatable, e.g. --marekvs-arg=--shards=2; "
+                        "without --shards the node is one process)")
     a = p.parse_args(argv)
     if a.tests is None:
         a.tests = "set,get" if a.tls else ",".join(TESTS)
