@@ -68,6 +68,8 @@ SHARDED_TESTS := tests/integration/test_differential.py tests/integration/test_d
                  tests/integration/test_tls.py \
                  tests/integration/test_keyspace_passes.py tests/integration/test_monitor.py \
                  tests/integration/test_pubsub.py tests/integration/test_hll_bitmaps_redis.py
+# (test_collection_events.py: since a transaction's or script's notifications come in its order)
+SHARDED_TESTS += tests/integration/test_collection_events.py
 # (test_hll_bitmaps_keyspace.py passes whole that way too, but starts a node per test: ~70 s more)
 # what differs by design on a node of several shard workers (docs/shards.md §8a): math.random's
 # generator is one per worker; a script's writes carried to another worker are committed there
