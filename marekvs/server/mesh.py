@@ -934,6 +934,8 @@ class Owner(asyncio.Protocol):
         try:
             with self._holding(cmd) as out:
                 r = node.execute(sctx, cmd, argv)
+                if node.tracking.pending:  # (BCAST clients of the script's worker: with the reply)
+                    out += [(None, cid, keys, own, prefix) for cid, prefix, keys, own in node.tracking.take_remote()]
         finally:
             node.feed_muted -= 1
             ks.now = wall
@@ -1264,7 +1266,8 @@ class Mesh:
         """Deliver what parts held (``held``), in order: messages here, and to every
         sibling's subscribers as this worker's own notifications (``notify``, ``gate``);
         tracking invalidations (``(None, client id, keys, own)``, own None: a REDIRECT's
-        target) to the client here, or to its worker as this worker's own. (A part's
+        target; a BCAST client's with its prefix, gathered with this tick's) to the client
+        here, or to its worker as this worker's own. (A part's
         worker that sent them itself would hold its reply until this worker acknowledged
         them: a script waiting for that reply here would never read them.)"""
         node = self.node
@@ -1275,7 +1278,16 @@ class Mesh:
                 pubsub.deliver(channel, message, bool(shard))
                 self.notify(channel, message, bool(shard))
                 continue
-            _, cid, keys, own = item
+            if len(item) == 5:  # a BCAST client's, of its tick on a worker a script's call ran
+                _, cid, keys, own, prefix = item
+                if cid % n == self.index:  # (one message per prefix with this tick's: flush_bcast)
+                    tracking.pending.setdefault((cid, prefix), []).extend(keys)
+                    if own:
+                        tracking.pending_own.add(cid)
+                    node.request_tick()
+                    continue
+            else:
+                _, cid, keys, own = item
             if cid % n != self.index:
                 if own is None:
                     self._forward(cid, keys)

@@ -205,3 +205,30 @@ def test_a_script_across_workers_invalidates_a_tracking_client_of_its_own_worker
     finally:
         t.close()
         c.close()
+
+
+def test_a_script_across_workers_invalidates_a_bcast_client_of_its_own_worker_once(shard_nodes, real_redis):
+    """The same with a BCAST tracking client: its invalidations of the other worker's keys
+    come back with the call's reply (they hung the script 60 s before), gathered with its
+    worker's own, one message for the prefix as one process and Redis send (the other
+    worker's keys had come in a message of their own). (Redis lists a prefix's keys in
+    their sorted order, marekvs in the order they changed.)"""
+    sharded, single = shard_nodes
+    a, b = _named("A0"), _named("B0")
+    seen = []
+    for port in (real_redis.port, single.port, sharded.port):
+        t, c = (conn_on(port, 0), conn_on(port, 0)) if port == sharded.port else (Conn(port), Conn(port))
+        try:
+            assert t.call([b"HELLO", b"3"])[:1] == b"%"
+            assert t.call([b"CLIENT", b"TRACKING", b"on", b"BCAST"]) == b"+OK\r\n"
+            c.sock.settimeout(30)
+            assert c.call([b"EVAL", b"redis.call('SET', KEYS[1], 'x'); redis.call('SET', KEYS[2], 'y'); "
+                           b"return redis.call('SET', KEYS[1], 'z')", b"2", a, b]) == b"+OK\r\n"
+            seen.append(sync(t.sock))
+        finally:
+            t.close()
+            c.close()
+    want = b">2\r\n$10\r\ninvalidate\r\n*2\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n"
+    assert seen[0] == (want % (len(b), b, len(a), a) if b < a else want % (len(a), a, len(b), b))
+    assert seen[1] == want % (len(a), a, len(b), b)
+    assert seen[2] == seen[1]
