@@ -228,6 +228,7 @@ _SCALL = -12  # ... run [command index, argv, frozen time or None, unit] now for
 _ESCALATE = -13  # ... a script reached keys of workers it did not declare: lock every worker for its runs
 _BUSY = -14  # ... [kind or None, worker]: a script of that worker is busy ("eval"/"function"), or no more
 _SKIPPED = -15  # (never sent: a command left in Owner.queue that is not run, Owner._steps)
+_SYNC = -16  # ... the sender's blocking socket (SyncLink): what we answer on it is never held by ``gate``
 _FAN = 1 << 16  # ... plus a command's index: a node-wide command, its reply as a value (fanout.py)
 _PART = 1 << 17  # ... plus a command's index: a part of the unit holding this worker (a "u" frame)
 _BLOCKING = 1 << 18  # ... plus a command's index: a blocking command of a client (a "b" frame when it ends)
@@ -531,12 +532,14 @@ class SyncLink:
     """A blocking unix socket to sibling ``j`` for what a script or a transaction running
     on this worker carries there while it runs: Lua runs synchronously inside this
     worker's tick, so each ``redis.call`` waits for its reply here (the sibling serves it
-    as any sibling's connection: an ``Owner``)."""
+    as any sibling's connection: an ``Owner``, told by a first ``_SYNC`` entry that this
+    worker reads nothing else meanwhile: ``Mesh.sync_owners``)."""
 
     def __init__(self, address: str):
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             self.sock.connect(address)
+            self.sock.sendall(_packb([[0, 0, _SYNC, None]]))
         except OSError:
             self.sock.close()
             raise
@@ -879,6 +882,8 @@ class Owner(asyncio.Protocol):
                 conn = getattr(m.on_push, "__self__", None)
                 if isinstance(conn, Connection):
                     conn.push_now()
+        elif ci == _SYNC:  # (serving a sibling's blocking socket: ``Mesh.sync_owners``)
+            mesh.sync_owners.add(self)
         elif ci == _UNWAIT:
             self.node.blocking.unwatch(cid)
         elif ci == _SCRIPT:
@@ -1019,6 +1024,7 @@ class Owner(asyncio.Protocol):
         self.blocked.clear()
         self.queue.clear()  # (their front closed their clients: outcome unknown)
         self.mesh.owners.discard(self)
+        self.mesh.sync_owners.discard(self)
         for unit in list(self.locks):  # its units' coordinator is gone: release what they hold
             self.mesh.release(unit)
         self.locks.clear()
@@ -1059,6 +1065,10 @@ class Mesh:
         self.lock_queue: deque[tuple[int, Callable[[], None]]] = deque()
         self.held: list[Callable[[], None]] = []
         self.owners: set[Owner] = set()
+        # the owners serving a sibling's blocking socket (``SyncLink``): the sibling waits on it
+        # and reads nothing else, so what they answer goes out once committed, never held by
+        # ``gate`` for acknowledgements (what their calls would deliver goes back with the replies)
+        self.sync_owners: set[Owner] = set()
         self.unit_seq = 0
         self.unit_waits: dict[tuple[int, int], asyncio.Future[Any]] = {}
         self.batch: list[Any] = []  # units waiting for the batch running (``submit``)
@@ -2295,6 +2305,11 @@ class Mesh:
         Acknowledgements are written at once by the siblings, never held by a gate of
         theirs: no two workers wait for each other. True when it took ``waiting``."""
         notes, to = self.notes, self.notes_to
+        if (notes or to or self.gated) and any(getattr(fn, "__self__", None) in self.sync_owners for fn in waiting):
+            now = [fn for fn in waiting if getattr(fn, "__self__", None) in self.sync_owners]
+            waiting = [fn for fn in waiting if getattr(fn, "__self__", None) not in self.sync_owners]
+            for fn in now:  # (a sibling waiting on its blocking socket: ``sync_owners``)
+                fn(committed)
         if notes or to:
             self.notes, self.notes_to = [], {}
             if committed:  # (a failed commit: the writes they tell of are not made)

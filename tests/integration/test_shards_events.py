@@ -232,3 +232,25 @@ def test_a_script_across_workers_invalidates_a_bcast_client_of_its_own_worker_on
     assert seen[0] == (want % (len(b), b, len(a), a) if b < a else want % (len(a), a, len(b), b))
     assert seen[1] == want % (len(a), a, len(b), b)
     assert seen[2] == seen[1]
+
+
+def test_a_key_expiring_on_the_other_worker_amid_a_script_does_not_stop_it(shard_nodes):
+    """A key of worker 1 expires (its ``expired`` notification fired there) while a script
+    of worker 0 is carrying calls to worker 1: the calls' replies go on (worker 0 reads
+    nothing but them meanwhile, so worker 1 held them for its acknowledgement: 60 s, then
+    LOADING)."""
+    sharded, _ = shard_nodes
+    a, b, b1 = _named("A0"), _named("B0"), _named("B1")
+    c = conn_on(sharded.port, 0)
+    try:
+        c.call([b"FLUSHALL"])
+        c.call([b"CONFIG", b"SET", b"notify-keyspace-events", b"KEA"])
+        c.call([b"SET", b, b"v", b"PX", b"100"])
+        c.sock.settimeout(30)
+        script = b"for i = 1, 20000 do redis.call('GET', KEYS[2]) end return redis.call('SET', KEYS[1], 'x')"
+        got = c.call([b"EVAL", script, b"2", a, b1])  # (~0.3-1 s: well past the deadline)
+        assert got == b"+OK\r\n"
+        assert c.call([b"EXISTS", b]) == b":0\r\n"  # (it expired meanwhile or by now)
+    finally:
+        c.call([b"CONFIG", b"SET", b"notify-keyspace-events", b""])
+        c.close()
