@@ -76,7 +76,8 @@ SHARDED_TESTS := tests/integration/test_differential.py tests/integration/test_d
                  tests/integration/test_acl_cluster.py tests/integration/test_pubsub_cluster.py \
                  tests/integration/test_scripting_cluster.py tests/integration/test_hll_bitmaps_cluster.py \
                  tests/integration/test_lists_cluster.py tests/integration/test_streams_cluster.py \
-                 tests/integration/test_histories_cluster.py tests/integration/test_antientropy.py
+                 tests/integration/test_histories_cluster.py tests/integration/test_antientropy.py \
+                 tests/integration/test_collection_events.py
 # (test_hll_bitmaps_keyspace.py, test_replication_restarts.py and test_antientropy_spark.py pass
 # whole that way too, but take ~70, ~250 and ~250 s more: test_shards_failure.py restarts
 # workers, and test_shards_antientropy.py runs the Spark job against a node of two workers)

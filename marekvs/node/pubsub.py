@@ -40,6 +40,11 @@ class PubSub:
         self.relay: Relay | None = None  # the cluster stream (process.py attaches it)
         self.siblings: Relay | None = None  # the other shard workers of this node (server/mesh.py)
         self.fanned = False  # running a PUBLISH another shard worker fanned out (it relays)
+        # a shard worker's part of a unit, transaction or script across workers (server/mesh.py):
+        # what it would deliver, (channel, message, shard) in order (and the mesh's tracking
+        # invalidations), for its coordinator to deliver on every worker in the order of the
+        # whole (a fanned-out PUBLISH's copy only counts its receivers here)
+        self.held: list[Any] | None = None
         self.limits = (0, 0, 0)  # client-output-buffer-limit pubsub: hard, soft, seconds
         self.published = 0
 
@@ -76,7 +81,13 @@ class PubSub:
     # -- publishing ------------------------------------------------------------------------
     def publish(self, channel: bytes, message: bytes, shard: bool = False) -> int:
         """PUBLISH / SPUBLISH made on this node: deliver here and relay to the peers."""
-        n = self.deliver(channel, message, shard)
+        held = self.held
+        if held is None:
+            n = self.deliver(channel, message, shard)
+        else:  # (delivered by the coordinator, in its order: the receivers now are counted)
+            n = self.deliver(channel, message, shard, count_only=True)
+            if not self.fanned:
+                held.append((channel, message, shard))
         if self.relay is not None and not self.fanned:
             self.relay(channel, message, shard)
         return n
@@ -84,33 +95,39 @@ class PubSub:
     def notify(self, channel: bytes, message: bytes) -> None:
         """A keyspace notification fired here: to this node's subscribers, on every shard
         worker of the node (never to the peers, which fire their own)."""
+        if self.held is not None:
+            self.held.append((channel, message, False))
+            return
         self.deliver(channel, message)
         if self.siblings is not None:
             self.siblings(channel, message, False)
 
-    def deliver(self, channel: bytes, message: bytes, shard: bool = False) -> int:
-        """Deliver to this node's subscribers only; the number of clients reached. One
-        push value per message (and pattern): each protocol encodes it once."""
-        self.published += 1
+    def deliver(self, channel: bytes, message: bytes, shard: bool = False, count_only: bool = False) -> int:
+        """Deliver to this node's subscribers only; the number of clients reached (with
+        ``count_only``: that would be reached, nothing is sent). One push value per message
+        (and pattern): each protocol encodes it once."""
+        push = _reachable if count_only else self._push
+        if not count_only:
+            self.published += 1
         n = 0
         if shard:
             subs = self.shard_channels.get(channel)
             if subs:
                 msg = Push([b"smessage", channel, message])
                 for ctx in list(subs.values()):
-                    n += self._push(ctx, msg)
+                    n += push(ctx, msg)
             return n
         subs = self.channels.get(channel)
         if subs:
             msg = Push([b"message", channel, message])
             for ctx in list(subs.values()):
-                n += self._push(ctx, msg)
+                n += push(ctx, msg)
         if self.patterns:
             for pattern, psubs in list(self.patterns.items()):
                 if stringmatch(pattern, channel):
                     msg = Push([b"pmessage", pattern, channel, message])
                     for ctx in list(psubs.values()):
-                        n += self._push(ctx, msg)
+                        n += push(ctx, msg)
         return n
 
     def _push(self, ctx: Context, value: Any) -> int:
@@ -119,6 +136,11 @@ class PubSub:
     # -- PUBSUB ------------------------------------------------------------------------------
     def numpat(self) -> int:
         return len(self.patterns)
+
+
+def _reachable(ctx: Context, value: Any) -> int:
+    """1 if ``push_limited`` would push ``value`` to ``ctx``."""
+    return int(ctx.on_push is not None and not ctx.closing)
 
 
 def push_limited(ctx: Context, value: Any, limits: tuple[int, int, int]) -> int:

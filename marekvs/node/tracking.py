@@ -182,6 +182,17 @@ class Tracking:
                 self.remote(cid, list(dict.fromkeys(keys)), cid in self.pending_own)
         self.pending_own.clear()
 
+    def take_remote(self) -> list[tuple[int, bytes, list[bytes], bool]]:
+        """The BCAST invalidations gathered for clients of other workers, taken out of this
+        tick's (``(client id, prefix, keys, own)``): a call a script on another worker
+        carried here sends them back with its reply (server/mesh.py), since that worker,
+        waiting for the reply, reads nothing else."""
+        out = []
+        pending, clients = self.pending, self.node.clients
+        for k in [k for k in pending if k[0] not in clients and k[0] in self.remote_bcast]:
+            out.append((k[0], k[1], list(dict.fromkeys(pending.pop(k))), k[0] in self.pending_own))
+        return out
+
     def flush_all(self) -> None:
         """FLUSHALL / FLUSHDB: every tracking client gets ``invalidate`` with a null."""
         self.table.clear()

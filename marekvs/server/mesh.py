@@ -33,7 +33,11 @@ connections). A client's command runs where its keys live:
   the worker that changed the key and posted to the others (``_NOTIFY``, which also
   carries a message a peer relayed to one worker) after its commit, and the tick's
   replies wait until every sibling delivered it (``Mesh.gate``), so subscribers see
-  notifications in the order the commands ran. SHUTDOWN asks the supervisor, which
+  notifications in the order the commands ran. What a unit's part, or a command a
+  transaction or script carries to another worker, would deliver (notifications, a
+  PUBLISH, invalidations for clients of other workers) is held there (``held``) and
+  goes back with its reply: the coordinator delivers it in the order of the whole
+  (``Mesh.deliver_held``), as one process delivers an EXEC's or a script's. SHUTDOWN asks the supervisor, which
   stops every worker. WAIT counts a peer once the log of every worker the client wrote
   to is acknowledged there (``ShardConnection._wait``);
 - **a unit** (MSET, MGET, MSETNX, DEL, UNLINK, EXISTS, TOUCH, RENAME, RENAMENX, COPY,
@@ -224,6 +228,7 @@ _SCALL = -12  # ... run [command index, argv, frozen time or None, unit] now for
 _ESCALATE = -13  # ... a script reached keys of workers it did not declare: lock every worker for its runs
 _BUSY = -14  # ... [kind or None, worker]: a script of that worker is busy ("eval"/"function"), or no more
 _SKIPPED = -15  # (never sent: a command left in Owner.queue that is not run, Owner._steps)
+_SYNC = -16  # ... the sender's blocking socket (SyncLink): what we answer on it is never held by ``gate``
 _FAN = 1 << 16  # ... plus a command's index: a node-wide command, its reply as a value (fanout.py)
 _PART = 1 << 17  # ... plus a command's index: a part of the unit holding this worker (a "u" frame)
 _BLOCKING = 1 << 18  # ... plus a command's index: a blocking command of a client (a "b" frame when it ends)
@@ -314,6 +319,31 @@ def as_command(node: Node, ctx: Context, cmd: Command, args: list[bytes], part: 
     if node.monitor_on and not cmd.admin:
         node.feed_monitors(ctx, args)
     return r
+
+
+@contextlib.contextmanager
+def held(node: Node, fanned: bool = False) -> Iterator[list[Any]]:
+    """Run a command whose deliveries to subscribers (keyspace notifications, a PUBLISH:
+    ``PubSub.held``) are held in the list this yields, ``(channel, message, shard)`` in
+    order, for the coordinator of a transaction, script or unit across workers to deliver
+    on every worker in the order of the whole (``Mesh.opened``), as one process delivers
+    them. Else a worker's would reach its own subscribers at once and the others' after
+    its commit, and a subscriber could see a later command's before an earlier one's of
+    another worker. ``fanned``: a copy of a node-wide command (PUBLISH on each worker),
+    whose receivers here are counted but which the coordinator's copy delivers, relays to
+    the peers and logs (slow log)."""
+    pubsub, slowlog = node.pubsub, node.slowlog
+    saved = pubsub.held
+    out: list[Any] = []
+    pubsub.held = out
+    if fanned:
+        pubsub.fanned = slowlog.muted = True
+    try:
+        yield out
+    finally:
+        pubsub.held = saved
+        if fanned:
+            pubsub.fanned = slowlog.muted = False
 
 
 def _answer(batch: list[Any], reply: Any) -> None:
@@ -502,12 +532,14 @@ class SyncLink:
     """A blocking unix socket to sibling ``j`` for what a script or a transaction running
     on this worker carries there while it runs: Lua runs synchronously inside this
     worker's tick, so each ``redis.call`` waits for its reply here (the sibling serves it
-    as any sibling's connection: an ``Owner``)."""
+    as any sibling's connection: an ``Owner``, told by a first ``_SYNC`` entry that this
+    worker reads nothing else meanwhile: ``Mesh.sync_owners``)."""
 
     def __init__(self, address: str):
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             self.sock.connect(address)
+            self.sock.sendall(_packb([[0, 0, _SYNC, None]]))
         except OSError:
             self.sock.close()
             raise
@@ -850,6 +882,8 @@ class Owner(asyncio.Protocol):
                 conn = getattr(m.on_push, "__self__", None)
                 if isinstance(conn, Connection):
                     conn.push_now()
+        elif ci == _SYNC:  # (serving a sibling's blocking socket: ``Mesh.sync_owners``)
+            mesh.sync_owners.add(self)
         elif ci == _UNWAIT:
             self.node.blocking.unwatch(cid)
         elif ci == _SCRIPT:
@@ -881,17 +915,19 @@ class Owner(asyncio.Protocol):
             self.parts.append(self._part(e) if mesh.holder is not None else
                               self._value(Err("ERR internal error: a unit's part on a shard worker not locked for it")))
 
-    def _scall(self, e: list[Any]) -> bytes:
+    def _scall(self, e: list[Any]) -> Any:
         """Run a command a script or a transaction on the worker holding this one carries
-        here (``Mesh.route``), in the script's frozen time: its reply, packed."""
+        here (``Mesh.route``), in the script's frozen time: its reply, packed (with what
+        it held for subscribers, ``[reply, held]``: ``Mesh.opened``)."""
         number, argv, now = e[3][0], e[3][1], e[3][2]
         node = self.node
         cmd = self.mesh.plan.commands[number]
         if now is None:  # a transaction's command: on the client's proxy
             ctx = self._proxy(e)
-            r = node.execute(ctx, cmd, argv)
+            with self._holding(cmd) as out:
+                r = node.execute(ctx, cmd, argv)
             ctx.deferred = None
-            return self._value(r)
+            return self._value(r) if not out else [self._value(r), out]
         # a script's call: as this worker's Lua client (what handlers refuse from scripts,
         # XREAD BLOCK, ...), in the script's protocol, as its user, in its time snapshot
         sctx, ks = node.scripting.ctx, node.ks
@@ -901,21 +937,35 @@ class Owner(asyncio.Protocol):
         ks.now = lambda: now  # (no key expires meanwhile)
         node.feed_muted += 1  # (the script's worker shows its calls: Mesh.route)
         try:
-            r = node.execute(sctx, cmd, argv)
+            with self._holding(cmd) as out:
+                r = node.execute(sctx, cmd, argv)
+                if node.tracking.pending:  # (BCAST clients of the script's worker: with the reply)
+                    out += [(None, cid, keys, own, prefix) for cid, prefix, keys, own in node.tracking.take_remote()]
         finally:
             node.feed_muted -= 1
             ks.now = wall
             sctx.proto, sctx.user = saved
             sctx.deferred = None
-        return self._value(r)
+        return self._value(r) if not out else [self._value(r), out]
 
-    def _part(self, e: list[Any]) -> bytes:
-        """Run a part of the unit holding this worker: its reply, packed."""
+    def _part(self, e: list[Any]) -> Any:
+        """Run a part of the unit holding this worker: its reply, packed (with what it
+        held for subscribers, ``[reply, held]``: ``Mesh.opened``)."""
         ci, args = e[2], e[3]
         ctx = self._proxy(e)
-        r = self.node.execute(ctx, self.mesh.plan.commands[ci - _PART], args)
+        cmd = self.mesh.plan.commands[ci - _PART]
+        with self._holding(cmd) as out:
+            r = self.node.execute(ctx, cmd, args)
         self._deferred(ctx)
-        return self._value(r)
+        return self._value(r) if not out else [self._value(r), out]
+
+    def _holding(self, cmd: Command) -> contextlib.AbstractContextManager[list[Any]]:
+        """What a part of a unit, or a call of the script or transaction holding this
+        worker, would deliver to subscribers is held and goes back with its reply (``held``);
+        the copy of a node-wide command (a PUBLISH fanned out to each worker) counts this
+        worker's receivers only and is not in the slow log (the coordinator's copy delivers
+        it, relays it to the peers and is logged)."""
+        return held(self.node, self.mesh.plan.plan.get(id(cmd), (None,))[0] == _FANOUT)
 
     def drain(self) -> None:
         """Run what waited for a unit to release this worker (in arrival order)."""
@@ -974,6 +1024,7 @@ class Owner(asyncio.Protocol):
         self.blocked.clear()
         self.queue.clear()  # (their front closed their clients: outcome unknown)
         self.mesh.owners.discard(self)
+        self.mesh.sync_owners.discard(self)
         for unit in list(self.locks):  # its units' coordinator is gone: release what they hold
             self.mesh.release(unit)
         self.locks.clear()
@@ -1014,6 +1065,10 @@ class Mesh:
         self.lock_queue: deque[tuple[int, Callable[[], None]]] = deque()
         self.held: list[Callable[[], None]] = []
         self.owners: set[Owner] = set()
+        # the owners serving a sibling's blocking socket (``SyncLink``): the sibling waits on it
+        # and reads nothing else, so what they answer goes out once committed, never held by
+        # ``gate`` for acknowledgements (what their calls would deliver goes back with the replies)
+        self.sync_owners: set[Owner] = set()
         self.unit_seq = 0
         self.unit_waits: dict[tuple[int, int], asyncio.Future[Any]] = {}
         self.batch: list[Any] = []  # units waiting for the batch running (``submit``)
@@ -1147,16 +1202,17 @@ class Mesh:
                     job[4].done() or job[4].set_result(self.loading_err[down])
             workers = sorted({j for job in live for j in job[1]})
             got: list[Got] = [[] for _ in live]
+            notes: list[list[Any]] = [[] for _ in live]  # what each unit's parts held for subscribers
             phase = 0
             while live:
-                replies = await self._phase(uid, phase, live, workers, locked, got)
+                replies = await self._phase(uid, phase, live, workers, locked, got, notes)
                 if type(replies) is int:  # worker ``replies`` is down: LOADING (if nothing ran yet)
                     _answer(live, self.loading_err[replies] if phase == 0 and not locked else Err(
                         "LOADING a shard worker stopped while running the command: it may have run on some "
                         "workers only"))
                     return
-                going, going_got = [], []
-                for job, g, r in zip(live, got, replies):
+                going, going_got, going_notes = [], [], []
+                for job, g, r, held_ in zip(live, got, replies, notes):
                     unit, parts, where, fut = job[0], job[1], job[2], job[4]
                     g.append(r)
                     err = next((v for vs in r.values() for v in vs if type(v) is Err), None)
@@ -1166,12 +1222,11 @@ class Mesh:
                     if done is None and phase < unit.phases - 1:
                         going.append(job)
                         going_got.append(g)
+                        going_notes.append(held_)
                     elif not fut.done():
-                        if err is None and self.node.events.on:  # (before the reply: ``gate``)
-                            for cls, event, key in unit.events(where, g):
-                                self.node.events.fire(cls, event, key)
+                        self._fire(unit, where, g, held_, err)  # (before the reply: ``gate``)
                         fut.set_result(final(done))
-                live, got = going, going_got
+                live, got, notes = going, going_got, going_notes
                 phase += 1
         except BaseException:
             _answer(batch, Err("ERR internal error: a unit across shard workers failed"))
@@ -1196,11 +1251,71 @@ class Mesh:
                 if ks.on_miss is not None:
                     ks.on_miss(key)
 
+    def _fire(self, unit: Unit, where: Any, got: Got, notes: list[Any], err: Any) -> None:
+        """A unit's end, at its coordinator: what its parts held for subscribers (in the
+        order of its phases, then of the workers), then the events of the whole command
+        (``Unit.events``) if it ended without an error."""
+        self.deliver_held(notes)
+        if err is None and self.node.events.on:
+            for cls, event, key in unit.events(where, got):
+                self.node.events.fire(cls, event, key)
+
+    def opened(self, v: Any, into: list[Any] | None = None) -> Any:
+        """The value of a part's (or a carried call's) reply from a sibling (``Owner``);
+        what it held for subscribers (``held``) is added to ``into``, to be delivered in
+        the order of the whole, or (None) delivered now."""
+        if type(v) is list:
+            if into is None:
+                self.deliver_held(v[1])
+            else:
+                into += v[1]
+            return unpack(v[0])
+        return unpack(v)
+
+    def deliver_held(self, notes: list[Any]) -> None:
+        """Deliver what parts held (``held``), in order: messages here, and to every
+        sibling's subscribers as this worker's own notifications (``notify``, ``gate``);
+        tracking invalidations (``(None, client id, keys, own)``, own None: a REDIRECT's
+        target; a BCAST client's with its prefix, gathered with this tick's) to the client
+        here, or to its worker as this worker's own. (A part's
+        worker that sent them itself would hold its reply until this worker acknowledged
+        them: a script waiting for that reply here would never read them.)"""
+        node = self.node
+        pubsub, tracking, n = node.pubsub, node.tracking, len(self.shards)
+        for item in notes:
+            if item[0] is not None:
+                channel, message, shard = item
+                pubsub.deliver(channel, message, bool(shard))
+                self.notify(channel, message, bool(shard))
+                continue
+            if len(item) == 5:  # a BCAST client's, of its tick on a worker a script's call ran
+                _, cid, keys, own, prefix = item
+                if cid % n == self.index:  # (one message per prefix with this tick's: flush_bcast)
+                    tracking.pending.setdefault((cid, prefix), []).extend(keys)
+                    if own:
+                        tracking.pending_own.add(cid)
+                    node.request_tick()
+                    continue
+            else:
+                _, cid, keys, own = item
+            if cid % n != self.index:
+                if own is None:
+                    self._forward(cid, keys)
+                else:
+                    self._invalidate(cid, keys, own)
+            elif own is None:
+                target = node.clients.get(cid)
+                if target is not None:
+                    tracking.send(target, keys, None)
+            else:
+                tracking.invalidated(cid, keys, own)
+
     async def _phase(self, uid: int, phase: int, batch: list[Any], workers: list[int],
-                     locked: list[int], got: list[Got]) -> Any:
+                     locked: list[int], got: list[Got], notes: list[list[Any]]) -> Any:
         """One phase of every unit of ``batch``: each unit's replies by worker, a list per
         worker (or the index of a worker that is or went down). The first phase takes the
-        locks (``locked``), in order: every worker of the batch, with or without a part."""
+        locks (``locked``), in order: every worker of the batch, with or without a part.
+        What each unit's parts would deliver to subscribers is added to its ``notes``."""
         node, table = self.node, self.node.table
         steps = [job[0].step(phase, job[1], job[2], g) for job, g in zip(batch, got)]
         out: list[dict[int, list[Any]]] = [{} for _ in batch]
@@ -1231,22 +1346,24 @@ class Mesh:
                     return j
                 locked.append(j)
                 for k, v in zip(ks, granted):
-                    out[k].setdefault(j, []).append(unpack(v))
+                    out[k].setdefault(j, []).append(self.opened(v, notes[k]))
             elif entries:
                 waits.append((j, ks, self.parts_of(j, uid, entries)))
             for k, cmd, argv, ctx in local:  # (this worker's lock held; MONITOR shows the command, not its parts)
                 node.feed_muted += 1
                 try:
-                    r = node.execute(ctx, cmd, argv)
+                    with held(node) as mine:
+                        r = node.execute(ctx, cmd, argv)
                 finally:
                     node.feed_muted -= 1
+                notes[k] += mine
                 out[k].setdefault(j, []).append(await r.awaitable if type(r) is Blocking else r)  # type: ignore[misc]
         for j, ks, fut in waits:
             replies = await fut
             if replies is None:
                 return j
             for k, v in zip(ks, replies):
-                out[k].setdefault(j, []).append(unpack(v))
+                out[k].setdefault(j, []).append(self.opened(v, notes[k]))
         return out
 
     async def run_transaction(self, ctx: Context, remote: set[int], watching: set[int],
@@ -1337,8 +1454,13 @@ class Mesh:
                        queued: list[Any], replies: list[Any], remote: set[int]) -> bool:
         """Run the queued commands ``idx`` of a transaction (its workers locked): each
         worker's sent at once, in queue order, while this worker's run here; one-phase
-        units merged. False if a worker went down meanwhile."""
+        units merged. What each command would deliver to subscribers (its keyspace
+        notifications, a PUBLISH) is held where it ran (``held``) and delivered from here
+        once every reply is in, in queue order, as one process delivers a transaction's;
+        a unit's lookups and events come in its place too. False if a worker went down
+        meanwhile."""
         node = self.node
+        notes: dict[int, list[Any]] = {i: [] for i in idx}  # what each command held for subscribers
         split: dict[int, dict[int, list[Any]]] = {}  # a unit's (or a node-wide command's) replies by worker
         sends: dict[int, list[tuple[int, list[Any]]]] = {}  # per worker: (queue index, entry)
         here: list[tuple[int, Any, list[bytes]]] = []  # (queue index, command, arguments)
@@ -1372,27 +1494,37 @@ class Mesh:
             waits.append((j, [i for i, _ in items], self.parts_of(j, uid, [e for _, e in items])))
         with self._in_exec(ctx):
             for i, pc, argv in here:  # (in queue order)
-                if pc is None:
-                    replies[i] = node.dispatch(ctx, argv)
-                else:
-                    split[i].setdefault(self.index, []).append(node.execute(ctx, pc, argv))
+                with held(node) as mine:
+                    if pc is None:
+                        replies[i] = node.dispatch(ctx, argv)
+                    else:
+                        split[i].setdefault(self.index, []).append(node.execute(ctx, pc, argv))
+                notes[i] += mine
         for j, ks, fut in waits:
             got = await fut
             if got is None:
                 return False
             for i, v in zip(ks, got):
                 if i in split:
-                    split[i].setdefault(j, []).append(unpack(v))
+                    split[i].setdefault(j, []).append(self.opened(v, notes[i]))
                 else:
-                    replies[i] = unpack(v)
-        for i, parts in split.items():
+                    replies[i] = self.opened(v, notes[i])
+        for i in idx:
+            parts = split.get(i)
+            if parts is None:
+                self.deliver_held(notes[i])
+                continue
             p = places[i]
             if type(p) is Fan:  # (the connection's worker's reply first, then the others', as _gather)
                 replies[i] = p.merge([parts[self.index][0], *(parts[j][0] for j in sorted(parts) if j != self.index)],
                                      queued[i][1])
+                self.deliver_held(notes[i])
                 continue
+            unit, got_ = units[i], [parts]
             err = next((r for rs in parts.values() for r in rs if type(r) is Err), None)
-            replies[i] = err if err is not None else final(units[i].after(0, p[0], p[1], [parts]))
+            self._count_lookups(unit.lookups(p[1], got_))
+            self._fire(unit, p[1], got_, notes[i], err)
+            replies[i] = err if err is not None else final(unit.after(0, p[0], p[1], got_))
         return True
 
     async def _unit_in(self, ctx: Context, uid: int, unit: Unit, p: Any, remote: set[int]) -> Any:
@@ -1401,6 +1533,7 @@ class Mesh:
         a worker went down meanwhile)."""
         node, table = self.node, self.node.table
         got: list[dict[int, list[Any]]] = []
+        notes: list[Any] = []  # what its parts held for subscribers (delivered at its end: ``_fire``)
         for phase in range(unit.phases):
             steps = unit.step(phase, p[0], p[1], got)
             out: dict[int, list[Any]] = {}
@@ -1410,21 +1543,23 @@ class Mesh:
                     remote.add(j)
                     waits.append((j, self.parts_of(j, uid, [self.part_entry(ctx, part_command(table, a[0]), a)
                                                             for a in cmds])))
-            with self._in_exec(ctx):
+            with self._in_exec(ctx), held(node) as mine:
                 for a in steps.get(self.index, ()):
                     out.setdefault(self.index, []).append(node.execute(ctx, part_command(table, a[0]), a))
+            notes += mine
             for j, fut in waits:
                 replies = await fut
                 if replies is None:
                     return _GONE
-                out[j] = [unpack(v) for v in replies]
+                out[j] = [self.opened(v, notes) for v in replies]
             got.append(out)
+            if phase == 0:
+                self._count_lookups(unit.lookups(p[1], got))
             err = next((v for vs in out.values() for v in vs if type(v) is Err), None)
-            if err is not None:
-                return err
-            done = unit.after(phase, p[0], p[1], got)
-            if done is not None:
-                return final(done)
+            done = err if err is not None else unit.after(phase, p[0], p[1], got)
+            if done is not None or phase == unit.phases - 1:
+                self._fire(unit, p[1], got, notes, err)
+                return done if err is not None else final(done)
         return None
 
     @contextlib.contextmanager
@@ -1603,10 +1738,12 @@ class Mesh:
             err = self._hold(every)
             if err is not None:
                 return err
-            replies = [w.here(self.node, ctx, cmd, argv)]
+            with held(self.node) as mine:  # (a PUBLISH: delivered on every worker from here, its
+                replies = [w.here(self.node, ctx, cmd, argv)]  # copies count their receivers)
             for j in every:
                 if j != self.index:
                     replies.append(self._carry(ctx, j, [(w.via or cmd, argv)])[0])
+            self.deliver_held(mine)
             for r in replies[1:]:
                 if type(r) is Err and r.startswith("LOADING"):
                     return r
@@ -1670,9 +1807,12 @@ class Mesh:
                 calls = [(part_command(node.table, a[0]), a) for a in cmds]
                 out[j] = [node.execute(ctx, c, a) for c, a in calls] if j == self.index else self._carry(ctx, j, calls)
             got.append(out)  # type: ignore[arg-type]
+            if phase == 0:
+                self._count_lookups(unit.lookups(where, got))  # type: ignore[arg-type]
             err = next((v for vs in out.values() for v in vs if type(v) is Err), None)
             done = err if err is not None else unit.after(phase, parts, where, got)
             if done is not None or phase == unit.phases - 1:
+                self._fire(unit, where, got, [], err)  # type: ignore[arg-type]
                 return final(done)
         return None
 
@@ -1740,7 +1880,7 @@ class Mesh:
         if link is not None:
             try:
                 link.send([_entry(ctx, _SCALL, [number[id(c)], a, now, uid]) for c, a in calls])
-                return [unpack(v) for v in link.wait("u", uid, SYNC_REPLY_S)]
+                return [self.opened(v) for v in link.wait("u", uid, SYNC_REPLY_S)]
             except (OSError, TimeoutError):
                 self._drop_sync(j)
         err = Err("LOADING a shard worker stopped while running the command: it may have run on some workers only")
@@ -2108,6 +2248,10 @@ class Mesh:
                 link.post(entry)
 
     def _invalidate(self, cid: int, keys: list[bytes] | None, own: bool) -> None:
+        held_ = self.node.pubsub.held
+        if held_ is not None:  # (a part: its coordinator tells the client's worker, ``deliver_held``)
+            held_.append((None, cid, keys, own))
+            return
         self.note_seq += 1
         self._note_to(cid % len(self.shards), [cid, 0, _INVALIDATE, [keys, own, self.note_seq]])
 
@@ -2126,6 +2270,10 @@ class Mesh:
             self._invalidate(cid, push[1], True)
 
     def _forward(self, rid: int, keys: list[bytes] | None) -> None:
+        held_ = self.node.pubsub.held
+        if held_ is not None:
+            held_.append((None, rid, keys, None))
+            return
         self.note_seq += 1
         self._note_to(rid % len(self.shards), [rid, 0, _PUSH, [keys, self.note_seq]])
 
@@ -2185,6 +2333,11 @@ class Mesh:
         Acknowledgements are written at once by the siblings, never held by a gate of
         theirs: no two workers wait for each other. True when it took ``waiting``."""
         notes, to = self.notes, self.notes_to
+        if (notes or to or self.gated) and any(getattr(fn, "__self__", None) in self.sync_owners for fn in waiting):
+            now = [fn for fn in waiting if getattr(fn, "__self__", None) in self.sync_owners]
+            waiting = [fn for fn in waiting if getattr(fn, "__self__", None) not in self.sync_owners]
+            for fn in now:  # (a sibling waiting on its blocking socket: ``sync_owners``)
+                fn(committed)
         if notes or to:
             self.notes, self.notes_to = [], {}
             if committed:  # (a failed commit: the writes they tell of are not made)

@@ -1206,6 +1206,13 @@ class _Round(Unit):
             return None
         return r
 
+    def events(self, where: Any, got: Got) -> list[tuple[str, bytes, bytes]]:
+        """The events of its non-blocking form when that ran and found something (the
+        round did not end watching): LMOVE's push and pop, ... (its parts ran muted)."""
+        if where[1] != -1:
+            return []
+        return self.inner.events(where[0], got[1:])
+
 
 class BlockCall:
     """A blocking command over keys of several workers, parsed: ``round`` makes each
