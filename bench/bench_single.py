@@ -440,7 +440,8 @@ def marekvs_proc(port: int, workdir: str, profile_out: str | None, profile_forma
     d = os.path.join(workdir, "marekvs-data")
     argv = [sys.executable, "-m", "marekvs", "serve", "--port", str(port), "--data-dir", d,
             "--durability", "everysec", "--log-level", "warning", *extra]
-    if not any(a.split("=")[0] == "--shards" for a in extra):  # one process, as the figures in bench/README.md (a node's default is auto)
+    # one process, as the figures in bench/README.md, unless asked (a node's default is auto)
+    if not any(a.split("=")[0] == "--shards" for a in extra):
         argv += ["--shards", "1"]
     wrapped = False
     if profile_out:
