@@ -104,19 +104,42 @@ def copier(kind: RecordKind) -> Copier:
     return _lww_copy
 
 
+Elements = list[tuple[bytes, list[tuple[bytes, bytes]]]]
+
+
+def live_elements(ks: Keyspace, src: bytes, src_head: bytes, now: int) -> Elements:
+    """The live element records of the collection ``src`` (head record ``src_head``) by
+    kind tag, each (suffix, record): what ``adopt_records`` re-keys, also from another
+    shard worker (a RENAME or COPY across workers carries them: shards/units.py)."""
+    out: Elements = []
+    for kind in registry.element_kinds(head.ctype_of(src_head)):
+        if kind is registry.ZSET_SCORE:  # derived: one entry per member copied (adopt_records)
+            continue
+        out.append((kind.tag, list(ks.elements(kind.tag, src, src_head, now))))
+    return out
+
+
 def move_records(ks: Keyspace, src: bytes, src_head: bytes, dst: bytes, dst_found: tuple[bytes, bytes] | None,
                  now: int, delete_source: bool) -> list[Record]:
     """The records that make ``dst`` a copy of the live collection ``src`` (head record
     ``src_head``), replacing whatever ``dst`` holds (its live record: ``dst_found``,
     ``ks.live_record``'s answer), and with ``delete_source`` the source's head tombstone:
     one apply's worth (see the module docstring)."""
-    ctype = head.ctype_of(src_head)
-    found: list[tuple[RecordKind, list[tuple[bytes, bytes]]]] = []
-    for kind in registry.element_kinds(ctype):
-        if kind is registry.ZSET_SCORE:  # derived: one entry per member copied, below
-            continue
-        found.append((kind, list(ks.elements(kind.tag, src, src_head, now))))
+    out = adopt_records(ks, src_head, live_elements(ks, src, src_head, now), dst, dst_found, now)
+    if delete_source:
+        out.append(ks.head_tombstone(K.encode_head_key(src), src_head))
+    return out
 
+
+def adopt_records(ks: Keyspace, src_head: bytes, elements: Elements, dst: bytes,
+                  dst_found: tuple[bytes, bytes] | None, now: int) -> list[Record]:
+    """The records that make ``dst`` (its live record ``dst_found``) a copy of a collection
+    whose head record is ``src_head`` and live elements ``elements`` (``live_elements``),
+    each element re-keyed under ``dst`` at its own suffix (a list element at its position,
+    a stream entry at its id), as the module docstring says."""
+    ctype = head.ctype_of(src_head)
+    kinds = {kind.tag: kind for kind in registry.element_kinds(ctype)}
+    found = [(kinds[tag], live) for tag, live in elements]
     out: list[Record] = []
     # The destination: a live string dies (its tombstone); the new head's delete clock is
     # its own stamp, so every record the destination held (a live or dead collection of
@@ -147,8 +170,6 @@ def move_records(ks: Keyspace, src: bytes, src_head: bytes, dst: bytes, dst_foun
                 if score is not None:  # (a live member always has one)
                     out.append((K.encode_zset_score_key(dst, score, suffix), zset.index_live(stamp, node)))
             stamp += 1
-    if delete_source:
-        out.append(ks.head_tombstone(K.encode_head_key(src), src_head))
     return out
 
 

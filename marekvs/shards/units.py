@@ -14,10 +14,13 @@ to the next phase, else the reply; an error reply of any part ends the unit with
 - MGET: ``MGET`` of each worker's keys; the values put back in the order asked.
 - DEL, UNLINK, EXISTS, TOUCH: the command on each worker's keys; the counts summed
   (EXISTS counts a key named twice twice, as Redis does: each part keeps its repeats).
-- RENAME, RENAMENX, COPY: ``DUMP`` and ``PTTL`` of the source and ``EXISTS`` of the
-  destination, then ``RESTORE`` of the payload at the destination with the TTL left
-  (REPLACE) and, for a rename, ``DEL`` of the source. The value moves whole, as Redis's
-  DUMP/RESTORE carries it. The parts run muted (``~mute``: no event, no keyspace hit or
+- RENAME, RENAMENX, COPY: ``~export`` of the source (its record and live element records)
+  and ``EXISTS`` of the destination, then ``~adopt`` at the destination and, for a rename,
+  ``DEL`` of the source. The destination's records are those one process writes
+  (``collections.adopt_records``: each element at its own position or id, the TTLs kept),
+  not a DUMP's rebuilt value: a list's positions decide how a peer's concurrent push
+  merges with it (the history test on three nodes of two workers found a COPY whose
+  RESTOREd positions lost two elements to such a push). The parts run muted (``~mute``: no event, no keyspace hit or
   miss; COPY's read of its source counts and fires keymiss, as Redis's lookupKeyRead) and
   the coordinator fires the command's own events (``Unit.events``): ``new`` (also for a
   destination that existed: Redis deletes it, then adds), ``rename_from`` and
@@ -87,7 +90,9 @@ from marekvs.commands import bitmaps, errors, lists, sets, sort, streams, string
 from marekvs.commands.errors import CommandError
 from marekvs.commands.reply import NULL_ARRAY, OK, Err, Map, SetReply
 from marekvs.commands.table import Command
+from marekvs.core import keys as K
 from marekvs.keyspace import bitmaps as kbit
+from marekvs.keyspace import collections as kcoll
 from marekvs.keyspace import hll as khll
 from marekvs.keyspace import sets as kset
 from marekvs.keyspace import strings as kstr
@@ -310,7 +315,8 @@ class _TwoKeys(Unit):
 
 
 class _Move(_TwoKeys):
-    """RENAME, RENAMENX, COPY: the value DUMPed at the source, RESTOREd at the destination."""
+    """RENAME, RENAMENX, COPY: the source's records read where it is (``~export``), and the
+    destination's written where it is (``~adopt``), as one process writes them."""
 
     phases = 2
 
@@ -340,10 +346,12 @@ class _Move(_TwoKeys):
         js, jd, args = where
         src, dst = args[1], args[2]
         if phase == 0:  # (COPY reads its source as Redis's lookupKeyRead: a hit, or a miss and keymiss)
-            return {js: [[b"DUMP", src] if self.copy else [b"~mute", b"DUMP", src], [b"~mute", b"PTTL", src]],
+            return {js: [[b"~export", src] if self.copy else [b"~mute", b"~export", src]],
                     jd: [[b"~mute", b"EXISTS", dst]]}
-        payload, pttl = got[0][js]
-        steps = {jd: [[b"~mute", b"RESTORE", dst, b"%d" % max(pttl, 0), payload, b"REPLACE"]]}
+        # the records one process writes (commands/keys.py), each element at its own
+        # position or id: a DUMP and RESTORE would rebuild a list from its center, and a
+        # peer's concurrent push would then merge with other positions than one process's
+        steps = {jd: [[b"~mute", b"~adopt", dst, *got[0][js][0]]]}
         if not self.copy:
             steps[js] = [[b"~mute", b"DEL", src]]
         return steps
@@ -532,6 +540,34 @@ def _capture(ctx: Any, args: list[bytes]) -> Any:
     return [r, dest, event, [[s, m] for s, m in entries]]
 
 
+def _export(ctx: Any, args: list[bytes]) -> Any:
+    """``~export key``: [its record's key, the record, its live elements] (a collection's:
+    ``collections.live_elements``; a string: none), read as COPY reads its source (a hit,
+    or a miss and keymiss), for ``~adopt`` on the destination's worker; None if absent."""
+    ks, key, now = ctx.ks, args[1], ctx.ks.now()
+    found = ks.read_record(key, now)
+    if found is None:
+        return None
+    ikey, rec = found
+    if ikey[K.TAG_AT] == K.ORD_STRING:
+        return [ikey, rec, []]
+    return [ikey, rec, [[tag, [[s, r] for s, r in live]] for tag, live in kcoll.live_elements(ks, key, rec, now)]]
+
+
+def _adopt(ctx: Any, args: list[Any]) -> Any:
+    """``~adopt dest ikey record elements``: what RENAME and COPY write at their destination
+    (commands/keys.py, one apply) from what ``~export`` read at the source's worker."""
+    ks, dst, now = ctx.ks, args[1], ctx.ks.now()
+    ikey, rec, elements = args[2], args[3], args[4]
+    dst_found = ks.live_record(dst, now)
+    if ikey[K.TAG_AT] == K.ORD_STRING:
+        kstr.copy(ks, rec, dst, dst_found, now)
+    else:
+        live = [(tag, [(s, r) for s, r in pairs]) for tag, pairs in elements]
+        ks.apply(kcoll.adopt_records(ks, rec, live, dst, dst_found, now))
+    return 1
+
+
 def _smembers(ctx: Any, args: list[bytes]) -> Any:
     """``~smembers key``: the members of the set at ``key`` (None if absent; ``WRONG`` for
     another type)."""
@@ -605,7 +641,8 @@ PART_COMMANDS: dict[bytes, Command] = {c.name.encode(): c for c in (
     _part_command("~zstore", _zstore, True), _part_command("~sortkeys", _sortkeys, False),
     _part_command("~pread", _pread, False), _part_command("~sortrun", _sortrun, True),
     _part_command("~lstore", _lstore, True), _part_command("~smembers", _smembers, False),
-    _part_command("~sstore", _sstore, True),
+    _part_command("~sstore", _sstore, True), _part_command("~export", _export, False),
+    _part_command("~adopt", _adopt, True),
     Command(name="~mute", handler=_mute, arity=-2, flags=("write",), first_key=0, last_key=0, step=0),
 )}
 """The commands units run as parts besides the client commands (``~`` names no client can

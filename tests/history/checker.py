@@ -53,7 +53,10 @@ class History:
         self.next_id += 1
         self.ops.append(op)
         self.known[node].add(op.id)
-        self.model.run(op)
+        try:
+            self.model.run(op)
+        except Error as e:  # (with the history of its keys, as ``check`` gives)
+            raise Error(f"{e}\n{self.transcript(set(argv[1:]))}") from None
         return op
 
     def all_known(self) -> frozenset[int]:

@@ -569,3 +569,35 @@ def test_a_taken_contiguous_worker_port_stops_the_node_before_it_serves(tmp_path
         assert n.client().ping()
     finally:
         n.stop()
+
+
+def test_a_copy_across_workers_writes_the_records_one_process_writes(tmp_path):
+    """COPY of a list whose source and destination are on two workers writes what one
+    process writes (commands/keys.py): each element at its own position, not a DUMP's
+    value rebuilt from the list's center. The positions decide how a push made on a peer
+    that has not seen the copy merges with it: here [x y z] copied over dst [a], and b
+    pushed right of [a] on node 2 after the copy, in the copy's partition, merge to
+    [x y z b] as on one process (rebuilt positions put b on y's: [x b z]). The history test
+    on three nodes of two workers found it."""
+    shards = ShardMap.even(2)
+    src = next(f"src{i}" for i in range(10_000) if shards.shard_of_key(b"src%d" % i) == 0)
+    dst = next(f"dst{i}" for i in range(10_000) if shards.shard_of_key(b"dst%d" % i) == 1)
+    with Cluster.with_proxies(tmp_path, [(1, 2)], n=2, extra=["--antientropy-interval", "0"],
+                              per_node_extra={1: ["--shards", "2"], 2: ["--shards", "1"]}) as c:
+        c.wait_streaming(60)
+        a, b = c.client(1), c.client(2)
+        a.lpush(src, "z", "y", "x")  # (pushed left: x y z below the center)
+        a.rpush(dst, "a")
+        c.wait_converged(60)
+        c.proxy(1, 2).cut()
+        wait_for(lambda: peer_fields(a).get(2, {}).get("state") not in (None, "streaming"), 60,
+                 lambda: f"node 1's links to node 2 seen down: {peer_fields(a)}")
+        assert a.copy(src, dst, replace=True)
+        after = time.time_ns() // 1_000_000 + 2
+        while time.time_ns() // 1_000_000 < after:  # (node 2's push stamped in a later millisecond)
+            pass
+        assert b.rpush(dst, "b") == 2
+        c.proxy(1, 2).heal()
+        c.wait_converged(60)
+        for cl in (a, b):
+            assert cl.lrange(dst, 0, -1) == [b"x", b"y", b"z", b"b"]

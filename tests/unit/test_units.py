@@ -47,24 +47,24 @@ def test_msetnx_checks_every_worker_then_sets():
     assert u.after(0, parts, where, [{0: [0], 1: [0]}]) is None and u.after(1, parts, where, []) == 1
 
 
-def test_a_rename_dumps_then_restores_and_deletes():
+def test_a_rename_exports_then_adopts_and_deletes():
     u = UNITS["rename"]
     parts, where = u.split([b"RENAME", A, B], OWNER, pid)
     assert set(parts) == {0, 1}
     # the parts muted; the coordinator fires the command's events (Unit.events)
-    assert u.step(0, parts, where, []) == {0: [[b"~mute", b"DUMP", A], [b"~mute", b"PTTL", A]],
-                                           1: [[b"~mute", b"EXISTS", B]]}
-    got = [{0: [b"payload", 5000], 1: [0]}]
+    assert u.step(0, parts, where, []) == {0: [[b"~mute", b"~export", A]], 1: [[b"~mute", b"EXISTS", B]]}
+    exported = [b"ikey", b"record", [[b"tag", [[b"suffix", b"element"]]]]]
+    got = [{0: [exported], 1: [0]}]
     assert u.after(0, parts, where, got) is None
-    assert u.step(1, parts, where, got) == {1: [[b"~mute", b"RESTORE", B, b"5000", b"payload", b"REPLACE"]],
-                                            0: [[b"~mute", b"DEL", A]]}
-    got.append({1: [OK], 0: [1]})
+    # the destination's records written from the source's, as one process writes them
+    assert u.step(1, parts, where, got) == {1: [[b"~mute", b"~adopt", B, *exported]], 0: [[b"~mute", b"DEL", A]]}
+    got.append({1: [1], 0: [1]})
     assert u.events(where, got) == [("n", b"new", B), ("g", b"rename_from", A), ("g", b"rename_to", B)]
-    assert u.after(0, parts, where, [{0: [None, -2], 1: [0]}]) == Err(errors.NO_SUCH_KEY)
-    assert u.events(where, [{0: [None, -2], 1: [0]}]) == []  # (nothing moved: no event)
+    assert u.after(0, parts, where, [{0: [None], 1: [0]}]) == Err(errors.NO_SUCH_KEY)
+    assert u.events(where, [{0: [None], 1: [0]}]) == []  # (nothing moved: no event)
     copy = UNITS["copy"]
     parts, where = copy.split([b"COPY", A, B], OWNER, pid)
-    assert copy.step(0, parts, where, [])[0][0] == [b"DUMP", A]  # (COPY reads its source as Redis: counted)
+    assert copy.step(0, parts, where, [])[0][0] == [b"~export", A]  # (COPY reads its source as Redis: counted)
     assert copy.events(where, [*got]) == [("n", b"new", B), ("g", b"copy_to", B)]
     assert UNITS["copy"].split([b"COPY", A, B, b"DB", b"1"], OWNER, pid) is None  # its own error, whole
 
