@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from marekvs.commands import errors
-from marekvs.commands.reply import OK, Err
+from marekvs.commands.reply import Err
 from marekvs.shards.units import UNITS, final
 
 OWNER = [0] * 2048 + [1] * 2048
