@@ -78,10 +78,6 @@ def main(argv: list[str] | None = None) -> int:
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         from marekvs.shards import supervisor
 
-        why = supervisor.refusal(config) if config.shards > 1 else None
-        if why is not None:
-            logging.critical("%s", why)
-            return 1
         try:  # the data directory laid out for this shard count (resharded if it was for another)
             dirs = supervisor.prepare(config)
         except supervisor.Refused as e:

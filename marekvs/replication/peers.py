@@ -54,9 +54,9 @@ class PeerState:
     acked: asyncio.Event = field(default_factory=asyncio.Event)
     # inbound: what we applied from this peer
     applied_seq: int = 0
-    log_last_at_hello: int = -1  # the peer's log end at its last Hello (-1: none yet)
-    # ... per incarnation of the peer's calling worker (a peer of several workers: each says
-    # Hello for its own log; the Kafka gateway of a node of shard workers: gateway/kafka/replicas.py)
+    # the peer's log end at its last Hello, per incarnation of the peer's calling worker (a
+    # peer of several workers: each says Hello for its own log; the Kafka gateway's catch-up:
+    # gateway/kafka/replicas.py)
     hellos: dict[int, int] = field(default_factory=dict)
     applied_entries: int = 0
     applied_bytes: int = 0

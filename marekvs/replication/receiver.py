@@ -93,7 +93,7 @@ class Receiver(pbg.ReplicationServicer):
             self.engine.commit()
             self.m.start_sender(p)
         known = self.m.peers[node.node_id]  # (the Kafka gateway's catch-up)
-        known.log_last_at_hello = known.hellos[node.incarnation] = request.log_last
+        known.hellos[node.incarnation] = request.log_last
         hwm, epoch = self.m.hwm_of(node.node_id, node.incarnation)
         mine = self.engine.partitions
         if (hwm + 1 < request.log_first and request.ranged

@@ -2198,47 +2198,38 @@ class Mesh:
         """A scrape of the node's metrics port (``server/metrics.py``): each worker's rows,
         ``here`` this one's, None for a sibling that is down or did not answer within
         ``timeout`` (a unit or a busy script holding it)."""
-        loop = self.node.loop
-        assert loop is not None
-        out: list[list[Row] | None] = [None] * len(self.links)
+        out = await self._ask_siblings([self.index, 0, _METRICS, None], timeout)
         out[self.index] = here
-        waits: dict[int, asyncio.Future[list[bytes] | None]] = {}
-        for j, link in enumerate(self.links):
-            if link is not None:
-                fut: asyncio.Future[list[bytes] | None] = loop.create_future()
-                link.send([[self.index, 0, _METRICS, None]], lambda replies, f=fut: f.done() or f.set_result(replies))
-                waits[j] = fut
-        if waits:
-            await asyncio.wait(waits.values(), timeout=timeout)
-        for j, fut in waits.items():
-            got = fut.result() if fut.done() else None
-            if got is not None:
-                out[j] = unpack(got[0])
         return out
 
     async def gather_part(self, ctx: Context, part: Command, args: list[bytes], timeout: float) -> list[Any]:
         """Run the part command ``part`` (``fanout.FAN_PARTS``) on every sibling for
         ``ctx`` (its proxy there) over the links: each sibling's value, None for one
-        that is down or did not answer within ``timeout`` (a unit holding it); this
-        worker's own entry None too (the caller has it). Used by the Kafka gateway's
-        poll of the workers' replication figures (``gateway/kafka/replicas.py``)."""
+        that is down, did not answer within ``timeout`` (a unit holding it) or answered an
+        error; this worker's own entry None too (the caller has it). Used by the Kafka
+        gateway's poll of the workers' replication figures (``gateway/kafka/replicas.py``)."""
+        out = await self._ask_siblings(_entry(ctx, self.plan.number[id(part)] + _FAN, args), timeout)
+        return [None if type(v) is Err else v for v in out]
+
+    async def _ask_siblings(self, entry: list[Any], timeout: float) -> list[Any]:
+        """Send ``entry`` to every live sibling and wait at most ``timeout`` seconds: each
+        one's first reply value, unpacked; None for this worker and for a sibling that is
+        down or did not answer in time."""
         loop = self.node.loop
         assert loop is not None
         out: list[Any] = [None] * len(self.links)
-        number = self.plan.number[id(part)] + _FAN
         waits: dict[int, asyncio.Future[list[bytes] | None]] = {}
         for j, link in enumerate(self.links):
             if link is not None and j != self.index:
                 fut: asyncio.Future[list[bytes] | None] = loop.create_future()
-                link.send([_entry(ctx, number, args)], lambda replies, f=fut: f.done() or f.set_result(replies))
+                link.send([entry], lambda replies, f=fut: f.done() or f.set_result(replies))
                 waits[j] = fut
         if waits:
             await asyncio.wait(waits.values(), timeout=timeout)
         for j, fut in waits.items():
             got = fut.result() if fut.done() else None
             if got:
-                v = unpack(got[0])
-                out[j] = None if type(v) is Err else v
+                out[j] = unpack(got[0])
         return out
 
     def _post(self, j: int, entry: list[Any]) -> None:

@@ -4,11 +4,10 @@ issue 33, slice 2): ``marekvs serve --shards N`` with N > 1.
 The supervisor serves no client and holds no data; its pid is the node's pid (stop it with
 SIGTERM as any node). It:
 
-- refuses what workers do not carry yet (``refusal``: nothing since the Kafka port with
-  peers is served, 2026-11-29: worker 0 serves the Kafka port and acks=all waits for every
-  worker's log it wrote on, docs/kafka.md; peers are served since slice 6: each worker
-  replicates its own partitions, docs/shards.md §5; every worker listens on the TLS port
-  too, and answers the metrics port for the whole node, ``server/metrics.py``);
+- starts every configuration a single process starts (worker 0 serves the Kafka port, and
+  acks=all waits for every worker's log it wrote on, docs/kafka.md; each worker replicates
+  its own partitions, docs/shards.md §5; every worker listens on the TLS port too, and
+  answers the metrics port for the whole node, ``server/metrics.py``);
 - lays out the data directory (``marekvs/shards/reshard.py``, called by ``marekvs serve``
   for every shard count before anything serves): ``data_dir/shards/map`` (the shard count,
   ranges and directories) and one directory per worker, ``data_dir/shards/<first>-<last>/``
@@ -55,7 +54,7 @@ from marekvs.config import Config
 from marekvs.shards import clients
 from marekvs.shards.reshard import Refused, prepare
 
-__all__ = ["Refused", "prepare", "refusal", "serve", "watch_parent", "worker_config"]
+__all__ = ["Refused", "prepare", "serve", "watch_parent", "worker_config"]
 
 log = logging.getLogger("marekvs.supervisor")
 
@@ -63,12 +62,6 @@ _PR_SET_PDEATHSIG = 1
 _STOP_S = 30.0  # a worker that has not stopped this long after SIGTERM is killed
 _RESTART_MIN_S, _RESTART_MAX_S, _STABLE_S = 0.1, 5.0, 5.0
 _SIGNALS = (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT)
-
-
-def refusal(config: Config) -> str | None:
-    """Why a node of ``config.shards`` > 1 workers does not start with this configuration
-    (None: every configuration starts since the Kafka port with peers is served)."""
-    return None
 
 
 def _child_setup() -> None:
@@ -189,10 +182,6 @@ class Supervisor:
 def serve(config: Config, config_file: str | None, dirs: list[str]) -> int:
     """Run a node of ``config.shards`` > 1 workers on ``dirs`` (``prepare``'s) until SIGTERM;
     the exit status."""
-    why = refusal(config)
-    if why is not None:
-        log.critical("%s", why)
-        return 1
     if config.grpc_worker_ports == "contiguous":
         from marekvs.replication.workers import taken_worker_ports  # (loads protobuf: only then)
 
