@@ -15,7 +15,7 @@ import uuid
 from typing import Any
 
 from marekvs.core.hlc import wall_ms
-from marekvs.gateway.kafka import producers, records
+from marekvs.gateway.kafka import producers, records, replicas
 from marekvs.gateway.kafka.protocol import Error, Request, api_versions, encode
 from marekvs.gateway.kafka.topics import (COMPRESSIONS, DEFAULT_MESSAGE_BYTES, LEGAL_NAME, StoreError, Topic,
                                           rendezvous)
@@ -327,8 +327,7 @@ def produce(conn: Any, req: Request) -> Any:
                 res.update(error_code=_denied(e), error_message=e.text)
                 continue
             if pos:
-                for j, seq in pos.items():
-                    position[j] = max(position.get(j, 0), seq)
+                replicas.extend(position, pos)
                 appended.append(res)
     if b.acks == 0:
         conn.node.request_tick()
@@ -378,8 +377,7 @@ def _append(conn: Any, t: Topic, pd: Any, res: dict[str, Any], acks_all: bool = 
             state, bt.producer_epoch, bt.base_sequence, last, first, wall_ms()).encode())
         if acks_all:
             pos = dict(pos)
-            for j, at in gw.written_at(pkey).items():
-                pos[j] = max(pos.get(j, 0), at)
+            replicas.extend(pos, gw.written_at(pkey))
     res.update(base_offset=first, log_start_offset=start)
     return pos
 
@@ -396,9 +394,9 @@ async def replicated(conn: Any, position: dict[int, int], timeout_ms: int, leadi
         return Error.KAFKA_STORAGE_ERROR, gw.storage_error()
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(timeout_ms, 0) / 1000
-    replicas = gw.replicas
-    elsewhere = any(j != replicas.index for j in position)  # (a sibling's acks come with its next poll)
-    replicas.waiting += 1
+    reps = gw.replicas
+    elsewhere = any(j != reps.index for j in position)  # (a sibling's acks come with its next poll)
+    reps.waiting += 1
     try:
         while True:
             if leading and not gw.can_lead():  # (no majority any more: the records may be on this node only)
@@ -409,14 +407,14 @@ async def replicated(conn: Any, position: dict[int, int], timeout_ms: int, leadi
             if left <= 0:
                 return Error.REQUEST_TIMED_OUT, "not acknowledged by every in-sync peer in time"
             if elsewhere:
-                await replicas.polled(min(left, 0.1))
+                await reps.polled(min(left, 0.1))
                 continue
             try:  # an ack, or a peer going down (checked every 100 ms), ends the wait
                 await asyncio.wait_for(conn.node.ack_waiter().wait(), min(left, 0.1))
             except asyncio.TimeoutError:
                 pass
     finally:
-        replicas.waiting -= 1
+        reps.waiting -= 1
 
 
 async def _produce_all(conn: Any, req: Request, fields: dict, appended: list, position: dict[int, int],

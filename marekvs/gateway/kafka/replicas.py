@@ -51,6 +51,13 @@ _ARGS = [b"~replicas"]
 _ID, _STREAMING, _ACKED, _LAST_ACK, _HELLOS, _MARKS = range(6)
 
 
+def extend(position: dict[int, int], more: dict[int, int]) -> None:
+    """``position`` taken to cover ``more`` too: each worker's the further of the two."""
+    for j, seq in more.items():
+        if seq > position.get(j, 0):
+            position[j] = seq
+
+
 class View:
     __slots__ = ("log_seq", "peers")
 
