@@ -262,7 +262,10 @@ def worker_pids(node) -> dict[int, int]:
     """Shard worker index -> pid, of the node's supervisor's children."""
     out = {}
     for pid in children(node.pid):
-        argv = _cmdline(pid)
+        try:
+            argv = _cmdline(pid)
+        except FileNotFoundError:  # (a worker that exited since it was listed: a killed one)
+            continue
         if b"--index" in argv:
             out[int(argv[argv.index(b"--index") + 1])] = pid
     return out
